@@ -1,0 +1,63 @@
+"""Links between tables: a GPU activity's launch call (by correlation id) and the CPU
+ranges that enclose a launch.
+
+Correlation ids are unique within one process, and one Trace holds one process, so the join
+is a sorted search on ``api["correlation"]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace import CPU_SIDE, Table, Trace
+
+
+def launch_index(trace: Trace, activity: Table) -> np.ndarray:
+    """For each row of ``activity`` (kernels or memops), the row of ``trace.api`` that launched
+    it, or -1 when the trace has no API call with that correlation id."""
+    corr = activity["correlation"]
+    api_corr = trace.api["correlation"]
+    if len(api_corr) == 0 or len(corr) == 0:
+        return np.full(len(corr), -1, dtype=np.int64)
+    order = np.argsort(api_corr, kind="stable")
+    sorted_corr = api_corr[order]
+    pos = np.searchsorted(sorted_corr, corr)
+    pos_c = np.minimum(pos, len(sorted_corr) - 1)
+    hit = (sorted_corr[pos_c] == corr) & (corr >= 0)
+    return np.where(hit, order[pos_c], -1).astype(np.int64)
+
+
+def launch_start_ns(trace: Trace, activity: Table) -> np.ndarray:
+    """Start time of each activity's launch call; -1 where unknown."""
+    idx = launch_index(trace, activity)
+    out = np.full(len(idx), -1, dtype=np.int64)
+    ok = idx >= 0
+    out[ok] = trace.api["start_ns"][idx[ok]]
+    return out
+
+
+def launch_thread(trace: Trace, activity: Table) -> np.ndarray:
+    """Thread id of each activity's launch call; -1 where unknown."""
+    idx = launch_index(trace, activity)
+    out = np.full(len(idx), -1, dtype=np.int64)
+    ok = idx >= 0
+    out[ok] = trace.api["tid"][idx[ok]]
+    return out
+
+
+def enclosed_by(trace: Trace, activity: Table, range_rows: np.ndarray) -> np.ndarray:
+    """Boolean mask over ``activity``: launched inside any of the given CPU ``ranges`` rows
+    (same thread, launch start within ``[start, end)``). Activities without a known launch
+    are never enclosed."""
+    starts = launch_start_ns(trace, activity)
+    tids = launch_thread(trace, activity)
+    mask = np.zeros(len(starts), dtype=bool)
+    r = trace.ranges
+    for i in np.asarray(range_rows, dtype=np.int64):
+        if r["side"][i] != CPU_SIDE:
+            continue
+        inside = (starts >= r["start_ns"][i]) & (starts < r["end_ns"][i]) & (starts >= 0)
+        if r["tid"][i] >= 0:
+            inside &= tids == r["tid"][i]
+        mask |= inside
+    return mask

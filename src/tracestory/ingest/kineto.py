@@ -1,0 +1,601 @@
+"""Kineto (PyTorch profiler) Chrome traces -> :class:`~tracestory.trace.Trace`.
+
+Model
+-----
+A Kineto trace is one JSON object whose ``traceEvents`` array holds complete events (``ph``
+"X") with ``ts``/``dur`` in microseconds (floats with a nanosecond fraction), instant events
+(``[memory]`` samples), flows and metadata. Events are routed by ``cat``:
+
+===================================  =======================================
+``kernel``                           ``kernels``
+``gpu_memcpy`` / ``gpu_memset``      ``memops`` (kind from the name)
+``cuda_runtime`` / ``cuda_driver``   ``api`` (runtime / driver)
+``cpu_op``                           ``ops`` (shapes and flops when recorded)
+``user_annotation``                  ``ranges``, CPU side (``record_function``, ProfilerStep#N)
+``gpu_user_annotation``              ``ranges``, GPU side
+``[memory]`` instants                ``memory`` (allocated / reserved samples)
+===================================  =======================================
+
+The 2021 (PyTorch 1.9) capitalised categories (Kernel, Memcpy, Runtime, Operator) map the same
+way. Flows, python_function, overhead and the Trace span are not kept: the launch -> kernel
+link is the ``correlation`` arg, which both sides carry.
+
+How it stays fast and small on multi-GB traces
+-----------------------------------------------
+The document is decompressed once into one buffer. ``msgspec`` decodes the top level with
+``traceEvents`` left as a raw slice, which is then cut into ~32 MB chunks at event boundaries
+(``},{``) and decoded chunk by chunk into typed structs that keep only the fields we use.
+Columns are pulled out of each chunk with C-level ``map``/``attrgetter`` and names are
+dictionary-encoded (:class:`~tracestory.trace.StringPool`), so no Python code runs per event and
+peak memory is the buffer plus the kept columns plus one chunk of objects. A cut that lands
+inside a string makes that chunk invalid JSON; the chunk is then merged with the next one.
+
+Limits
+------
+Timestamps become integer ns as ``rint(ts_us * 1000)``; float64 keeps that exact for
+timestamps below 2**53 ns (about 104 days of a relative clock). Traces with absolute epoch
+microsecond timestamps lose sub-microsecond precision in the JSON float itself.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import re
+import zlib
+from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
+from pathlib import Path
+from typing import Callable
+
+import msgspec
+import numpy as np
+
+from ..errors import TraceFormatError
+from ..trace import (
+    API_DRIVER,
+    API_RUNTIME,
+    CPU_SIDE,
+    GPU_SIDE,
+    MEMOP_KINDS,
+    DeviceInfo,
+    StringPool,
+    Trace,
+    TraceMeta,
+    build_trace,
+    make_table,
+)
+
+CHUNK_BYTES = 32 << 20
+_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+
+Progress = Callable[[int, int], None]
+
+
+# --------------------------------------------------------------------------- typed events
+class _Args(msgspec.Struct):
+    external_id: int = msgspec.field(default=-1, name="External id")
+    correlation: int = -1
+    device: int = -1
+    stream: int = -1
+    bytes: int = -1
+    registers: int = msgspec.field(default=-1, name="registers per thread")
+    shared_memory: int = msgspec.field(default=-1, name="shared memory")
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    flops: float = math.nan
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    total_allocated: int = msgspec.field(default=-1, name="Total Allocated")
+    total_reserved: int = msgspec.field(default=-1, name="Total Reserved")
+    delta_bytes: int = msgspec.field(default=0, name="Bytes")
+    device_id: int = msgspec.field(default=-1, name="Device Id")
+    device_type: int = msgspec.field(default=-1, name="Device Type")
+    name: str = ""  # metadata events: process_name / thread_name
+
+
+class _Event(msgspec.Struct):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: float = math.nan
+    dur: float = 0.0
+    args: _Args = msgspec.field(default_factory=_Args)
+
+
+class _Doc(msgspec.Struct):
+    traceEvents: msgspec.Raw = msgspec.Raw(b"")
+    deviceProperties: list[dict] | None = None
+    distributedInfo: dict | None = None
+    schemaVersion: int | None = None
+    traceName: str | None = None
+    baseTimeNanoseconds: int | None = None
+    displayTimeUnit: str | None = None
+    cupti_version: int | None = None
+    cuda_runtime_version: int | None = None
+    cuda_driver_version: int | None = None
+    record_shapes: int | bool | None = None
+    profile_memory: int | bool | None = None
+    with_stack: int | bool | None = None
+    with_flops: int | bool | None = None
+    with_modules: int | bool | None = None
+
+
+# Event routing: cat -> table kind.
+_K_KERNEL, _K_MEMCPY, _K_MEMSET, _K_RUNTIME, _K_DRIVER, _K_OP, _K_RANGE_CPU, _K_RANGE_GPU = range(8)
+_CAT_KIND = {
+    "kernel": _K_KERNEL, "Kernel": _K_KERNEL,
+    "gpu_memcpy": _K_MEMCPY, "Memcpy": _K_MEMCPY,
+    "gpu_memset": _K_MEMSET, "Memset": _K_MEMSET,
+    "cuda_runtime": _K_RUNTIME, "Runtime": _K_RUNTIME,
+    "cuda_driver": _K_DRIVER,
+    "cpu_op": _K_OP, "Operator": _K_OP,
+    "user_annotation": _K_RANGE_CPU,
+    "gpu_user_annotation": _K_RANGE_GPU,
+}
+_MEMORY_NAME = "[memory]"
+
+_MEMCPY_KIND = {
+    "HtoD": MEMOP_KINDS.index("memcpy_htod"),
+    "DtoH": MEMOP_KINDS.index("memcpy_dtoh"),
+    "DtoD": MEMOP_KINDS.index("memcpy_dtod"),
+    "HtoH": MEMOP_KINDS.index("memcpy_htoh"),
+    "PtoP": MEMOP_KINDS.index("memcpy_peer"),
+}
+_MEMCPY_OTHER = MEMOP_KINDS.index("memcpy_other")
+
+
+def _memcpy_kind(name: str) -> int:
+    # "Memcpy HtoD (Pageable -> Device)"
+    parts = name.split()
+    return _MEMCPY_KIND.get(parts[1], _MEMCPY_OTHER) if len(parts) > 1 else _MEMCPY_OTHER
+
+
+# --------------------------------------------------------------------------- reading bytes
+def _read_bytes(path: Path) -> bytes | bytearray:
+    """The whole (decompressed) document. gzip is inflated into one preallocated buffer so that
+    peak memory is about the decompressed size, not twice it."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(2)
+            f.seek(0)
+            if magic != b"\x1f\x8b":
+                return f.read()
+            size_hint = _gzip_size_hint(path)
+            out = bytearray(size_hint)
+            filled = 0
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            while True:
+                block = f.read(4 << 20)
+                if not block:
+                    break
+                while block:
+                    piece = d.decompress(block)
+                    filled = _put(out, filled, piece)
+                    block = d.unused_data
+                    if block:  # a multi-member gzip: start the next member
+                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            filled = _put(out, filled, d.flush())
+            if not d.eof:
+                raise TraceFormatError(path, "a complete gzip stream", "a truncated gzip file (stream ends early)")
+            del out[filled:]
+            return out
+    except zlib.error as e:
+        raise TraceFormatError(path, "a gzip-compressed trace", f"corrupt gzip data ({e})") from None
+    except OSError as e:
+        raise TraceFormatError(path, "a readable file", str(e)) from None
+
+
+def _put(out: bytearray, filled: int, piece: bytes) -> int:
+    end = filled + len(piece)
+    if end > len(out):
+        out.extend(b"\0" * (end - len(out) + (len(out) >> 2)))
+    out[filled:end] = piece
+    return end
+
+
+def _gzip_size_hint(path: Path) -> int:
+    """ISIZE from the gzip trailer (the size modulo 2**32): a hint only."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        n = f.tell()
+        if n < 18:
+            return 0
+        f.seek(-4, os.SEEK_END)
+        isize = int.from_bytes(f.read(4), "little")
+    return isize if isize >= n else n * 8
+
+
+# --------------------------------------------------------------------------- chunked decode
+def _chunks(raw: memoryview, path: Path):
+    """Decoded event lists, ~CHUNK_BYTES of JSON each, in file order."""
+    # raw is the array text "[ ... ]"; strip the brackets.
+    body = raw[1:-1]
+    n = len(body)
+    start = 0
+    decoder = msgspec.json.Decoder(list[_Event])
+    while start < n:
+        cut = start + CHUNK_BYTES
+        while True:
+            if cut >= n:
+                end, nxt = n, n
+            else:
+                m = _EVENT_BOUNDARY.search(body, cut)
+                if m is None:
+                    end, nxt = n, n
+                else:
+                    end, nxt = m.start() + 1, m.end() - 1  # keep "}" ... restart at "{"
+            text = b"[" + bytes(body[start:end]) + b"]"
+            events = _decode_chunk(decoder, text, path)
+            if events is not None:
+                yield events, end
+                break
+            if end >= n:
+                raise TraceFormatError(path, "a JSON array of trace events", "invalid JSON in traceEvents")
+            cut = nxt + 1  # the cut fell inside a string: take a larger chunk
+        start = nxt
+
+
+def _decode_chunk(decoder, text: bytes, path: Path) -> list | None:
+    """Typed decode of one chunk; ``None`` when the chunk is not valid JSON (a bad cut)."""
+    try:
+        return decoder.decode(text)
+    except msgspec.ValidationError:
+        pass  # valid JSON whose values do not fit the typed schema, or a bad cut further on
+    except msgspec.DecodeError:
+        return None
+    try:
+        items = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return None
+    return _lenient_events(items)
+
+
+def _lenient_events(items: list) -> list[_Event]:
+    """Slow path for chunks whose events do not match the typed schema (a string where a number
+    is expected, nulls): convert event by event and keep what converts."""
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        args = item.get("args")
+        clean_args = {}
+        if isinstance(args, dict):
+            for k, v in args.items():
+                if v is not None:
+                    clean_args[k] = v
+        ev = {k: v for k, v in item.items() if k in _Event.__struct_fields__ and v is not None and k != "args"}
+        for key in ("pid", "tid"):
+            if key in ev and not isinstance(ev[key], (int, str)):
+                ev.pop(key)
+        try:
+            out.append(msgspec.convert({**ev, "args": clean_args}, _Event, strict=False))
+        except msgspec.ValidationError:
+            # keep the event without the args that do not convert
+            fixed = {}
+            for k, v in clean_args.items():
+                try:
+                    msgspec.convert({k: v}, _Args, strict=False)
+                    fixed[k] = v
+                except msgspec.ValidationError:
+                    pass
+            try:
+                out.append(msgspec.convert({**ev, "args": fixed}, _Event, strict=False))
+            except msgspec.ValidationError:
+                continue
+    return out
+
+
+# --------------------------------------------------------------------------- columns
+def _col(events, getter) -> list:
+    return list(map(getter, events))
+
+
+def _ints(values: list) -> np.ndarray:
+    arr = np.array(values)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    # mixed ids (a string pid such as "Spans", or "stream 7" tids from 2021 traces)
+    return np.array([_to_int(v) for v in values], dtype=np.int64)
+
+
+def _to_int(v) -> int:
+    if isinstance(v, int):
+        return v
+    digits = re.search(r"-?\d+", str(v))
+    return int(digits.group()) if digits else -1
+
+
+def _ns(values: list) -> np.ndarray:
+    return np.rint(np.asarray(values, dtype=np.float64) * 1000.0).astype(np.int64)
+
+
+def _dims3(values: list) -> np.ndarray:
+    """grid/block lists -> (n, 3) int32; missing -> -1."""
+    if not values:
+        return np.full((0, 3), -1, dtype=np.int32)
+    try:
+        arr = np.array(values, dtype=np.int32)
+        if arr.ndim == 2 and arr.shape[1] == 3:
+            return arr
+    except (TypeError, ValueError):
+        pass
+    fixed = [(list(v) + [1, 1, 1])[:3] if v else [-1, -1, -1] for v in values]
+    return np.array(fixed, dtype=np.int32)
+
+
+class _Builder:
+    """Accumulates per-chunk column arrays for every table."""
+
+    def __init__(self):
+        self.pool = StringPool()
+        self.parts: dict[str, list[dict]] = {k: [] for k in ("kernels", "memops", "api", "ops", "ranges", "memory")}
+        self.process_names: dict[int, str] = {}
+        self.event_count = 0
+
+    def add(self, events: list[_Event]) -> None:
+        self.event_count += len(events)
+        cats = _col(events, attrgetter("cat"))
+        kinds = np.fromiter(map(_CAT_KIND.get, cats, [-1] * len(cats)), dtype=np.int8, count=len(cats))
+        phs = _col(events, attrgetter("ph"))
+        is_x = np.fromiter(map("X".__eq__, phs), dtype=bool, count=len(phs))
+        for kind in np.unique(kinds[is_x & (kinds >= 0)]):
+            self._add_kind(int(kind), list(compress(events, is_x & (kinds == kind))))
+        names = _col(events, attrgetter("name"))
+        is_mem = np.fromiter(map(_MEMORY_NAME.__eq__, names), dtype=bool, count=len(names))
+        if is_mem.any():
+            self._add_memory(list(compress(events, is_mem)))
+        is_meta = np.fromiter(map("M".__eq__, phs), dtype=bool, count=len(phs))
+        if is_meta.any():
+            for ev in compress(events, is_meta):  # a handful per trace
+                if ev.name == "process_name" and isinstance(ev.pid, int) and ev.args.name:
+                    self.process_names[ev.pid] = ev.args.name
+
+    def _common(self, evs):
+        ts = _ns(_col(evs, attrgetter("ts")))
+        dur = _ns(_col(evs, attrgetter("dur")))
+        return ts, ts + dur, self.pool.encode(_col(evs, attrgetter("name")))
+
+    def _add_kind(self, kind: int, evs: list[_Event]) -> None:
+        start, end, name = self._common(evs)
+        a = _col(evs, attrgetter("args"))
+        ext = _ints(_col(a, attrgetter("external_id")))
+        if kind in (_K_KERNEL, _K_MEMCPY, _K_MEMSET):
+            device = _ints(_col(a, attrgetter("device")))
+            stream = _ints(_col(a, attrgetter("stream")))
+            # Events without args (old formats): the GPU lane is pid = device, tid = stream.
+            no_dev = device < 0
+            if no_dev.any():
+                device[no_dev] = _ints(_col(evs, attrgetter("pid")))[no_dev]
+            no_stream = stream < 0
+            if no_stream.any():
+                stream[no_stream] = _ints(_col(evs, attrgetter("tid")))[no_stream]
+            common = dict(start_ns=start, end_ns=end, name=name, device=device, stream=stream,
+                          correlation=_ints(_col(a, attrgetter("correlation"))), external_id=ext)
+            if kind == _K_KERNEL:
+                grid = _dims3(_col(a, attrgetter("grid")))
+                block = _dims3(_col(a, attrgetter("block")))
+                self.parts["kernels"].append(dict(
+                    common,
+                    grid_x=grid[:, 0], grid_y=grid[:, 1], grid_z=grid[:, 2],
+                    block_x=block[:, 0], block_y=block[:, 1], block_z=block[:, 2],
+                    registers_per_thread=_ints(_col(a, attrgetter("registers"))),
+                    shared_mem_bytes=_ints(_col(a, attrgetter("shared_memory"))),
+                ))
+            else:
+                if kind == _K_MEMSET:
+                    mkind = np.zeros(len(evs), dtype=np.int32)
+                else:
+                    mkind = np.fromiter(map(_memcpy_kind, _col(evs, attrgetter("name"))), dtype=np.int32, count=len(evs))
+                self.parts["memops"].append(dict(common, kind=mkind, bytes=_ints(_col(a, attrgetter("bytes")))))
+        elif kind in (_K_RUNTIME, _K_DRIVER):
+            self.parts["api"].append(dict(
+                start_ns=start, end_ns=end, name=name, external_id=ext,
+                correlation=_ints(_col(a, attrgetter("correlation"))),
+                pid=_ints(_col(evs, attrgetter("pid"))), tid=_ints(_col(evs, attrgetter("tid"))),
+                kind=np.full(len(evs), API_RUNTIME if kind == _K_RUNTIME else API_DRIVER, dtype=np.int32),
+            ))
+        elif kind == _K_OP:
+            self.parts["ops"].append(dict(
+                start_ns=start, end_ns=end, name=name, external_id=ext,
+                pid=_ints(_col(evs, attrgetter("pid"))), tid=_ints(_col(evs, attrgetter("tid"))),
+                flops=np.asarray(_col(a, attrgetter("flops")), dtype=np.float64),
+                input_dims=_raw_column(_col(a, attrgetter("input_dims"))),
+                input_types=_raw_column(_col(a, attrgetter("input_types"))),
+            ))
+        else:
+            gpu = kind == _K_RANGE_GPU
+            if gpu:
+                device = _ints(_col(a, attrgetter("device")))
+                pid = _ints(_col(evs, attrgetter("pid")))
+                device = np.where(device >= 0, device, pid)
+            else:
+                device = np.full(len(evs), -1, dtype=np.int64)
+            self.parts["ranges"].append(dict(
+                start_ns=start, end_ns=end, name=name, external_id=ext,
+                side=np.full(len(evs), GPU_SIDE if gpu else CPU_SIDE, dtype=np.int32),
+                pid=_ints(_col(evs, attrgetter("pid"))), tid=_ints(_col(evs, attrgetter("tid"))),
+                device=device, domain=np.zeros(len(evs), dtype=np.int32),
+            ))
+
+    def _add_memory(self, evs: list[_Event]) -> None:
+        a = _col(evs, attrgetter("args"))
+        dev_type = _ints(_col(a, attrgetter("device_type")))
+        dev_id = _ints(_col(a, attrgetter("device_id")))
+        self.parts["memory"].append(dict(
+            ts_ns=_ns(_col(evs, attrgetter("ts"))),
+            device=np.where(dev_type == 1, dev_id, -1),
+            allocated_bytes=_ints(_col(a, attrgetter("total_allocated"))),
+            reserved_bytes=_ints(_col(a, attrgetter("total_reserved"))),
+            delta_bytes=_ints(_col(a, attrgetter("delta_bytes"))),
+            pid=_ints(_col(evs, attrgetter("pid"))),
+        ))
+
+    def table(self, kind: str):
+        parts = self.parts[kind]
+        if not parts:
+            return None
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return make_table(kind, **cols)
+
+
+def _raw_column(raws: list) -> np.ndarray:
+    """Raw JSON slices -> object array of bytes (b"" when absent). Parse with :func:`parse_json_field`."""
+    out = np.empty(len(raws), dtype=object)
+    out[:] = list(map(bytes, raws))
+    return out
+
+
+def parse_json_field(value) -> object | None:
+    """Decode one raw ``input_dims`` / ``input_types`` cell of the ops table."""
+    if value is None or len(value) == 0:
+        return None
+    return msgspec.json.decode(value)
+
+
+# --------------------------------------------------------------------------- depth
+def range_depth(start: np.ndarray, end: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """Nesting depth of each interval within its lane (thread or stream); 0 = outermost.
+
+    Assumes properly nested ranges per lane (record_function / NVTX push-pop). Depth of i =
+    number of intervals of the same lane that start before it (in start asc, end desc order)
+    and have not ended by its start.
+    """
+    n = len(start)
+    depth = np.zeros(n, dtype=np.int32)
+    if n == 0:
+        return depth
+    for lane_id in np.unique(lane):
+        idx = np.flatnonzero(lane == lane_id)
+        order = idx[np.lexsort((-end[idx], start[idx]))]
+        s, e = start[order], end[order]
+        ended = np.searchsorted(np.sort(e), s, side="right")
+        pos = np.arange(len(order))
+        depth[order] = np.maximum(pos - ended, 0)
+    return depth
+
+
+# --------------------------------------------------------------------------- entry point
+@dataclass(frozen=True)
+class _Header:
+    doc: _Doc
+    raw_events: memoryview
+
+
+def _parse_header(buf, path: Path) -> _Header:
+    try:
+        doc = msgspec.json.decode(buf, type=_Doc)
+    except msgspec.ValidationError as e:
+        raise TraceFormatError(path, "a Kineto trace (a JSON object with traceEvents)", f"unexpected JSON layout ({e})") from None
+    except msgspec.DecodeError as e:
+        head = bytes(memoryview(buf)[:40]).decode("utf-8", "replace").strip()
+        found = "an empty file" if len(buf) == 0 else f"text that is not JSON ({e}; starts with {head!r})"
+        raise TraceFormatError(path, "a Kineto trace (JSON)", found) from None
+    if len(doc.traceEvents) == 0:
+        top = msgspec.json.decode(buf)
+        keys = sorted(top)[:8] if isinstance(top, dict) else []
+        raise TraceFormatError(path, "a JSON object with a traceEvents array", f"an object with keys {keys} and no traceEvents")
+    raw = memoryview(doc.traceEvents)
+    if bytes(raw[:1]) != b"[":
+        raise TraceFormatError(path, "traceEvents to be an array", f"traceEvents starting with {bytes(raw[:20])!r}")
+    return _Header(doc, raw)
+
+
+def _devices(props: list[dict] | None) -> tuple[DeviceInfo, ...]:
+    out = []
+    for p in props or ():
+        if not isinstance(p, dict):
+            continue
+        out.append(DeviceInfo(
+            id=int(p.get("id", len(out))),
+            name=str(p.get("name", "unknown")),
+            sm_count=p.get("numSms"),
+            cc_major=p.get("computeMajor"),
+            cc_minor=p.get("computeMinor"),
+            total_memory_bytes=p.get("totalGlobalMem"),
+        ))
+    return tuple(out)
+
+
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def load_kineto(path: str | os.PathLike, *, require_gpu: bool = True, progress: Progress | None = None) -> Trace:
+    """Read a Kineto Chrome trace (``.json`` or ``.json.gz``).
+
+    ``require_gpu``: raise :class:`TraceFormatError` when the trace has no GPU activity (no
+    kernel, memcpy or memset event), the usual sign of a profiler run without CUDA activities.
+    ``progress(done_bytes, total_bytes)`` is called after each decoded chunk.
+    """
+    path = Path(path)
+    buf = _read_bytes(path)
+    header = _parse_header(buf, path)
+    total = len(header.raw_events)
+    builder = _Builder()
+    for events, done in _chunks(header.raw_events, path):
+        builder.add(events)
+        if progress is not None:
+            progress(done, total)
+    if builder.event_count == 0:
+        raise TraceFormatError(path, "trace events", "an empty traceEvents list")
+
+    tables = {k: builder.table(k) for k in builder.parts}
+    if require_gpu and tables["kernels"] is None and tables["memops"] is None:
+        raise TraceFormatError(
+            path, "GPU activity (kernel, gpu_memcpy or gpu_memset events)",
+            f"{builder.event_count} events and none on the GPU (was ProfilerActivity.CUDA enabled?)",
+        )
+    r = tables["ranges"]
+    if r is not None:
+        lane = r["side"].astype(np.int64) * (1 << 40) + np.where(r["side"] == GPU_SIDE, r["device"].astype(np.int64) * (1 << 20) + r["tid"], r["tid"])
+        tables["ranges"] = r.with_columns(depth=range_depth(r["start_ns"], r["end_ns"], lane))
+
+    doc = header.doc
+    dist = doc.distributedInfo or None
+    rank = dist.get("rank") if dist else None
+    if rank is None:
+        m = _RANK_IN_NAME.search(path.name)
+        rank = int(m.group(1)) if m else None
+    main_pid = None
+    if tables["api"] is not None and len(tables["api"]):
+        pids, counts = np.unique(tables["api"]["pid"], return_counts=True)
+        main_pid = int(pids[np.argmax(counts)])
+    elif builder.process_names:
+        main_pid = min(p for p in builder.process_names if p >= 0) if any(p >= 0 for p in builder.process_names) else None
+    extra = {
+        k: getattr(doc, k)
+        for k in ("schemaVersion", "traceName", "baseTimeNanoseconds", "cupti_version", "cuda_runtime_version",
+                  "cuda_driver_version", "record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+        if getattr(doc, k) is not None
+    }
+    extra["event_count"] = builder.event_count
+    meta = TraceMeta(
+        source_path=str(path),
+        source_format="kineto",
+        format_version=str(doc.schemaVersion) if doc.schemaVersion is not None else None,
+        devices=_devices(doc.deviceProperties),
+        rank=rank,
+        world_size=dist.get("world_size") if dist else None,
+        process_id=main_pid,
+        process_name=builder.process_names.get(main_pid) if main_pid is not None else None,
+        distributed=dist,
+        extra=extra,
+    )
+    return build_trace(meta, builder.pool, **{k: v for k, v in tables.items() if v is not None})
+
+
+def is_kineto(path: str | os.PathLike) -> bool:
+    """Cheap sniff: a .json / .json.gz whose first KB looks like a Chrome trace object."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        with (gzip.open if gz else open)(path, "rb") as f:
+            head = f.read(4096)
+    except (OSError, EOFError, zlib.error):
+        return path.name.endswith((".json", ".json.gz"))
+    return head.lstrip()[:1] == b"{" or path.name.endswith((".json", ".json.gz"))
