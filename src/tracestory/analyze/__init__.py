@@ -1,0 +1,47 @@
+"""Trace -> results. Every analysis is a plain function of a Trace returning frozen dataclasses.
+
+:func:`analyze` runs the standard set (classification, breakdown, timeline, phases) on one
+trace; the report and the CLI render its :class:`Analysis`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+    from .breakdown import Breakdown
+    from .categories import Classification, Taxonomy
+    from .phases import Phases
+    from .timeline import Timeline
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The standard results for one trace."""
+
+    trace: "Trace"
+    classification: "Classification"
+    breakdown: "Breakdown"
+    timeline: "Timeline | None"
+    phases: "Phases"
+
+
+def analyze(trace: "Trace", taxonomy: "Taxonomy | None" = None, k: float = 2.0) -> Analysis:
+    """Classify kernels (``llm`` taxonomy unless given), break GPU time down by category with
+    Amdahl ceilings for a ``k``-times faster category, and compute the timeline and phases."""
+    from .breakdown import breakdown
+    from .categories import classify, taxonomy as builtin
+    from .phases import phases
+    from .timeline import timeline
+
+    tax = taxonomy or builtin("llm")
+    cls = classify(trace, tax)
+    return Analysis(
+        trace=trace,
+        classification=cls,
+        breakdown=breakdown(trace, cls, k=k),
+        timeline=timeline(trace),
+        phases=phases(trace),
+    )

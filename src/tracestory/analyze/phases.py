@@ -1,0 +1,307 @@
+"""Phases and iterations: CPU ranges that cut a trace into steps, with the GPU work of each.
+
+Phase source, first that exists wins:
+
+1. ``"ProfilerStep"``: CPU ranges named ``ProfilerStep#N`` (torch.profiler's step marker).
+2. ``"user_annotation"`` (Kineto) or ``"nvtx"`` (Nsight Systems): the outermost CPU-side ranges.
+   Within each thread the outermost nesting level with more than one range is taken (a single
+   wrapping range such as ``main`` says nothing about steps), else the top level (depth 0).
+   When several threads carry such ranges, the thread whose ranges enclose the most GPU-op
+   launches wins. GPU-side ranges (``gpu_user_annotation``) are never used.
+3. ``"none"``: one phase ``"whole trace"`` holding every GPU op.
+
+GPU projection: a GPU op (kernel or memop) belongs to the phase whose CPU range contains the
+START of its launch call (``links.launch_index`` -> ``api.start_ns``), same process (pid of
+the launch call) when both pids are known. The launching thread is not required to match: autograd runs backward kernels' launches on its
+own thread, inside the step the main thread marked. Phases are sorted by start; an op is given
+to the latest-starting phase at or before its launch and kept only if the launch is before
+that phase's end (one ``searchsorted``). Ops whose launch is unknown or outside every phase
+are counted in ``unassigned_kernel_count`` (kernels and memops alike).
+
+Per phase: CPU wall span, GPU span (first start to last end of its ops; the GPU runs
+asynchronously, so this usually lags the CPU range), GPU busy (union of its ops' intervals).
+
+Families: a phase's name with a trailing step number stripped (``decode_3`` -> ``decode``,
+``ProfilerStep#6`` -> ``ProfilerStep``). For a family of >= 3 numbered phases, the per-step time
+(GPU span when the phase has GPU ops, else CPU wall) is fitted against the step number by
+least squares: ``slope = cov(step, t) / var(step)``, ``r2 = 1 - SS_res / SS_tot`` (``None``
+when every time is equal or every step is equal). Outliers: in a family of >= 3 phases, a phase
+whose time is >= 1.5x the family median, typically the first iteration paying for JIT
+compilation, autotuning, allocator growth or cold caches.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..trace import CPU_SIDE, Trace
+from . import intervals
+from .links import launch_index
+
+OUTLIER_RATIO = 1.5
+MIN_FAMILY = 3
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+_STEP = re.compile(r"^(.*?)[\s_#:.\-]*(\d+)$")
+
+
+@dataclass(frozen=True)
+class Phase:
+    index: int
+    name: str
+    family: str  # name with its step number stripped
+    step: int | None  # trailing number of the name, e.g. 3 for decode_3
+    start_ns: int
+    end_ns: int
+    wall_ns: int  # CPU range span
+    gpu_start_ns: int | None  # first start of a GPU op launched inside it
+    gpu_end_ns: int | None  # last end of a GPU op launched inside it
+    gpu_span_ns: int | None  # gpu_end - gpu_start
+    gpu_busy_ns: int  # union of its GPU ops
+    kernel_count: int
+    memop_count: int
+    kernel_rows: np.ndarray = field(compare=False, repr=False)  # rows of trace.kernels, by start
+
+
+@dataclass(frozen=True)
+class FamilyTrend:
+    family: str
+    count: int
+    mean_ns: float  # per-step time: gpu_span when known, else wall
+    min_ns: int
+    max_ns: int
+    slope_ns_per_step: float
+    intercept_ns: float
+    r2: float | None
+
+
+@dataclass(frozen=True)
+class Outlier:
+    phase_index: int
+    name: str
+    time_ns: int
+    family_median_ns: float
+    ratio: float
+
+
+@dataclass(frozen=True)
+class Phases:
+    source: str  # "ProfilerStep", "user_annotation", "nvtx" or "none"
+    phases: tuple[Phase, ...]  # in time order
+    families: tuple[FamilyTrend, ...]
+    outliers: tuple[Outlier, ...]
+    unassigned_kernel_count: int  # GPU ops (kernels + memops) launched outside every phase
+
+
+def split_step(name: str) -> tuple[str, int | None]:
+    """``"decode_3"`` -> ``("decode", 3)``; a name without a trailing number is its own family."""
+    m = _STEP.match(name)
+    if m is None or not m.group(1):
+        return name, None
+    return m.group(1), int(m.group(2))
+
+
+def _nesting_depth(starts: np.ndarray, ends: np.ndarray, tids: np.ndarray) -> np.ndarray:
+    """Depth of each range among ranges of its thread (0 = not inside another).
+
+    Counted by a sweep: sort begin (+1) and end (-1) events per thread, ends before begins at
+    equal times, and read the running count just before each begin."""
+    n = starts.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    tid_ev = np.concatenate([tids, tids])
+    t_ev = np.concatenate([starts, ends])
+    kind = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    # At equal time an end comes before a begin, except the end of an empty range, which must
+    # follow its own begin; among begins the longer range first (it is the parent).
+    rank = np.concatenate([np.ones(n, np.int64), np.where(ends > starts, 0, 2)])
+    tie = np.concatenate([-(ends - starts), np.zeros(n, np.int64)])
+    order = np.lexsort((tie, rank, t_ev, tid_ev))
+    k = kind[order]
+    # Every thread's begins and ends cancel, so the global running count is back to 0 at
+    # each thread boundary and needs no reset.
+    before = np.cumsum(k) - k
+    depth = np.empty(n, dtype=np.int64)
+    is_begin = k == 1
+    depth[order[is_begin]] = before[is_begin]
+    return depth
+
+
+def _assign(launch: np.ndarray, ok: np.ndarray, p_start: np.ndarray, p_end: np.ndarray) -> np.ndarray:
+    """Phase index of each launch time (``-1`` outside every phase); phases sorted by start."""
+    out = np.full(launch.size, -1, dtype=np.int64)
+    if p_start.size == 0:
+        return out
+    idx = np.searchsorted(p_start, launch, side="right") - 1
+    idx_c = np.maximum(idx, 0)
+    hit = ok & (idx >= 0) & (launch < p_end[idx_c])
+    out[hit] = idx[hit]
+    return out
+
+
+def _pick_ranges(trace: Trace, rows: np.ndarray, launch: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """From candidate range rows, the outermost repeated level of the best thread."""
+    r = trace.ranges
+    if rows.size == 0:
+        return rows
+    starts, ends = r["start_ns"][rows], r["end_ns"][rows]
+    thread = r["pid"][rows].astype(np.int64) * (1 << 32) + r["tid"][rows].astype(np.int64)
+    depth = r["depth"][rows].astype(np.int64)
+    if (depth < 0).any():  # loader left it unknown: compute nesting among the candidates
+        depth = _nesting_depth(starts, ends, thread)
+    best, best_key = rows[:0], None
+    for th in np.unique(thread):
+        on = thread == th
+        d = depth[on]
+        levels, counts = np.unique(d, return_counts=True)
+        repeated = levels[counts > 1]
+        level = repeated.min() if repeated.size else d.min()
+        chosen = rows[on][d == level]
+        chosen = chosen[np.argsort(r["start_ns"][chosen], kind="stable")]
+        assigned = _assign(launch, ok, r["start_ns"][chosen], r["end_ns"][chosen])
+        key = (int((assigned >= 0).sum()), chosen.size, -int(th))
+        if best_key is None or key > best_key:
+            best, best_key = chosen, key
+    return best
+
+
+def _segment_union(seg: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_seg: int) -> np.ndarray:
+    """Union length of intervals per segment id, in one vectorized union: each segment is
+    shifted by ``seg * stride`` so different segments can never merge."""
+    out = np.zeros(n_seg, dtype=np.int64)
+    if starts.size == 0:
+        return out
+    lo = int(starts.min())
+    stride = int(ends.max()) - lo + 1
+    s, e = intervals.union(starts - lo + seg * stride, ends - lo + seg * stride)
+    np.add.at(out, s // stride, e - s)
+    return out
+
+
+def _trend(family: str, steps: np.ndarray, times: np.ndarray) -> FamilyTrend:
+    x, y = steps.astype(np.float64), times.astype(np.float64)
+    dx = x - x.mean()
+    var_x = float((dx * dx).sum())
+    if var_x > 0:
+        slope = float((dx * (y - y.mean())).sum() / var_x)
+    else:
+        slope = 0.0
+    intercept = float(y.mean() - slope * x.mean())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    ss_res = float(((y - (slope * x + intercept)) ** 2).sum())
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 and var_x > 0 else None
+    return FamilyTrend(family=family, count=int(y.size), mean_ns=float(y.mean()),
+                       min_ns=int(times.min()), max_ns=int(times.max()),
+                       slope_ns_per_step=slope, intercept_ns=intercept, r2=r2)
+
+
+def _whole_span(trace: Trace) -> tuple[int, int] | None:
+    lo, hi = [], []
+    for t in (trace.kernels, trace.memops, trace.api, trace.ops, trace.ranges):
+        if len(t):
+            lo.append(int(t["start_ns"].min()))
+            hi.append(int(t["end_ns"].max()))
+    return (min(lo), max(hi)) if lo else None
+
+
+def phases(trace: Trace) -> Phases:
+    """Cut the trace into phases (see the module docstring) and project GPU work onto them."""
+    k, m, r = trace.kernels, trace.memops, trace.ranges
+    n_k = len(k)
+    op_start = np.concatenate([k["start_ns"], m["start_ns"]]).astype(np.int64)
+    op_end = np.concatenate([k["end_ns"], m["end_ns"]]).astype(np.int64)
+    li = np.concatenate([launch_index(trace, k), launch_index(trace, m)])
+    ok = li >= 0
+    launch = np.full(li.size, -1, dtype=np.int64)
+    launch[ok] = trace.api["start_ns"][li[ok]]
+    launch_pid = np.full(li.size, -1, dtype=np.int64)
+    launch_pid[ok] = trace.api["pid"][li[ok]]
+
+    cpu_rows = np.flatnonzero(r["side"] == CPU_SIDE)
+    codes = np.unique(r["name"][cpu_rows])
+    step_codes = np.array([c for c in codes if _PROFILER_STEP.match(trace.name(int(c)))], dtype=np.int64)
+    step_rows = cpu_rows[np.isin(r["name"][cpu_rows], step_codes)]
+
+    if step_rows.size:
+        source = "ProfilerStep"
+        chosen = step_rows[np.argsort(r["start_ns"][step_rows], kind="stable")]
+    elif cpu_rows.size:
+        source = "nvtx" if trace.meta.source_format.startswith("nsys") else "user_annotation"
+        chosen = _pick_ranges(trace, cpu_rows, launch, ok)
+    else:
+        source, chosen = "none", cpu_rows[:0]
+
+    if source == "none":
+        span = _whole_span(trace)
+        if span is None:
+            return Phases("none", (), (), (), 0)
+        p_start, p_end = np.array([span[0]]), np.array([span[1]])
+        p_names = ["whole trace"]
+        assign = np.zeros(op_start.size, dtype=np.int64)  # every GPU op, launch known or not
+    else:
+        p_start = r["start_ns"][chosen].astype(np.int64)
+        p_end = r["end_ns"][chosen].astype(np.int64)
+        p_names = [trace.name(int(c)) for c in r["name"][chosen]]
+        assign = _assign(launch, ok, p_start, p_end)
+        # Same process as the launch call when both sides know their pid.
+        ph_pid = r["pid"][chosen].astype(np.int64)
+        a = np.flatnonzero(assign >= 0)
+        other = (launch_pid[a] >= 0) & (ph_pid[assign[a]] >= 0) & (launch_pid[a] != ph_pid[assign[a]])
+        assign[a[other]] = -1
+
+    n_p = p_start.size
+    inside = assign >= 0
+    a_idx = assign[inside]
+    is_kernel = np.arange(op_start.size) < n_k
+    kernel_count = np.bincount(a_idx[is_kernel[inside]], minlength=n_p)
+    memop_count = np.bincount(a_idx[~is_kernel[inside]], minlength=n_p)
+    big = np.iinfo(np.int64).max
+    g_start = np.full(n_p, big, dtype=np.int64)
+    g_end = np.full(n_p, -big, dtype=np.int64)
+    np.minimum.at(g_start, a_idx, op_start[inside])
+    np.maximum.at(g_end, a_idx, op_end[inside])
+    g_busy = _segment_union(a_idx, op_start[inside], op_end[inside], n_p)
+
+    k_assign = assign[:n_k]
+    k_rows = np.flatnonzero(k_assign >= 0)
+    k_rows = k_rows[np.lexsort((k["start_ns"][k_rows], k_assign[k_rows]))]
+    k_bounds = np.searchsorted(k_assign[k_rows], np.arange(n_p + 1))
+
+    out = []
+    for i in range(n_p):
+        family, step = split_step(p_names[i])
+        has_gpu = kernel_count[i] + memop_count[i] > 0
+        gs = int(g_start[i]) if has_gpu else None
+        ge = int(g_end[i]) if has_gpu else None
+        out.append(Phase(
+            index=i, name=p_names[i], family=family, step=step,
+            start_ns=int(p_start[i]), end_ns=int(p_end[i]), wall_ns=int(p_end[i] - p_start[i]),
+            gpu_start_ns=gs, gpu_end_ns=ge, gpu_span_ns=(ge - gs) if has_gpu else None,
+            gpu_busy_ns=int(g_busy[i]), kernel_count=int(kernel_count[i]),
+            memop_count=int(memop_count[i]), kernel_rows=k_rows[k_bounds[i]:k_bounds[i + 1]],
+        ))
+
+    times = np.array([p.gpu_span_ns if p.gpu_span_ns is not None else p.wall_ns for p in out],
+                     dtype=np.int64)
+    fams = np.array([p.family for p in out], dtype=object)
+    trends, outliers = [], []
+    for fam in dict.fromkeys(fams.tolist()):  # first-appearance order
+        members = np.flatnonzero(fams == fam)
+        if members.size < MIN_FAMILY:
+            continue
+        numbered = np.array([i for i in members if out[i].step is not None], dtype=np.int64)
+        if numbered.size >= MIN_FAMILY:
+            steps = np.array([out[i].step for i in numbered], dtype=np.int64)
+            trends.append(_trend(fam, steps, times[numbered]))
+        median = float(np.median(times[members]))
+        if median <= 0:
+            continue
+        for i in members:
+            if times[i] >= OUTLIER_RATIO * median:
+                outliers.append(Outlier(phase_index=int(i), name=out[i].name, time_ns=int(times[i]),
+                                        family_median_ns=median, ratio=float(times[i] / median)))
+
+    return Phases(source=source, phases=tuple(out), families=tuple(trends),
+                  outliers=tuple(outliers), unassigned_kernel_count=int((~inside).sum()))

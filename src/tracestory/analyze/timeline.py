@@ -1,0 +1,243 @@
+"""GPU timeline: busy time as a union of intervals, idle gaps and why the GPU waited.
+
+Model
+-----
+* GPU ops are every row of ``trace.kernels`` and ``trace.memops`` (all devices, all streams),
+  each an interval ``[start_ns, end_ns)``.
+* The *window* runs from the first GPU op start to the last GPU op end.
+  ``busy_ns`` is the length of the union of all op intervals (overlapping streams count once);
+  ``sum_ns`` is the plain sum of durations, so ``sum_ns / busy_ns`` measures stream overlap.
+  ``idle_ns = window_ns - busy_ns``: exactly the summed length of the gaps between merged
+  busy periods.
+* Idle split. For a gap ``[g0, g1)`` let ``L`` be the END time of the API call that launched the
+  op starting at ``g1`` (``trace.api["end_ns"]`` through the correlation id). Until ``L`` the GPU
+  could not have run that op: the host had not finished submitting it, so that part of the gap
+  is CPU/launch-bound. ``launch_wait = clip(L - g0, 0, g1 - g0)``. When several ops start at
+  ``g1``, ``L`` is the earliest of their known launch ends. The rest of the gap
+  (``idle_other``) is time the op was already submitted but waited: synchronisation, a
+  dependency on another stream or event, or queueing. A gap whose next op has no known launch
+  call counts entirely as ``idle_other`` (we cannot claim it was launch-bound).
+* Launch latency: launch call START to GPU op start, for every op with a known launch call.
+  On one clock (Kineto, nsys) it is queueing plus submission; a small negative value can occur
+  when the source's CPU and GPU clocks are aligned imperfectly, and is kept as measured.
+* Percentiles are numpy's linear interpolation.
+
+Verdict ``launch_bound``
+------------------------
+The GPU is called launch-bound when it is idle a material part of the window
+(``idle_fraction >= 0.2``) and at least half of that idle time is launch wait
+(``idle_launch_wait_ns / idle_ns >= 0.5``): then the host, not the GPU, sets the pace, and the
+remedies are the ones for launch overhead (CUDA Graphs, ``torch.compile`` fusion, fewer and
+bigger kernels). When the trace has no launch calls to link (so the split is unknown), the
+fallback is ``idle_fraction >= 0.2`` with at least half of the kernels shorter than 10 us: a
+kernel that short is of the order of the launch overhead itself (a few microseconds per
+``cudaLaunchKernel``), so a stream of them cannot keep the GPU fed (the reason CUDA Graphs
+exist; NVIDIA CUDA Programming Guide, "CUDA Graphs").
+
+Limits: one Trace is one process; GPU ops of other processes sharing the GPU are not seen, so
+"idle" means idle for this process. Sub-ranges of a kernel (e.g. a persistent kernel waiting
+inside) count as busy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Trace
+from . import intervals
+from .links import launch_index
+
+SHORT_KERNEL_NS = 10_000
+IDLE_FRACTION_BOUND = 0.2
+LAUNCH_WAIT_SHARE_BOUND = 0.5
+SHORT_KERNEL_SHARE_BOUND = 0.5
+TOP_GAPS = 5
+
+# Gap histogram bins: (label, low_ns inclusive, high_ns exclusive).
+GAP_BINS: tuple[tuple[str, int, float], ...] = (
+    ("<1us", 0, 1_000),
+    ("1-10us", 1_000, 10_000),
+    ("10-100us", 10_000, 100_000),
+    ("100us-1ms", 100_000, 1_000_000),
+    (">=1ms", 1_000_000, float("inf")),
+)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Summary of nanosecond values; every statistic is ``None`` when ``count`` is 0."""
+
+    count: int
+    mean_ns: float | None
+    p50_ns: float | None
+    p90_ns: float | None
+    p99_ns: float | None
+    min_ns: int | None
+    max_ns: int | None
+
+
+@dataclass(frozen=True)
+class Gap:
+    start_ns: int
+    dur_ns: int
+    before: str  # name of the GPU op that ended the busy period
+    after: str  # name of the GPU op that starts after the gap
+    launch_wait_ns: int  # part of the gap before the next op's launch call had returned
+
+
+@dataclass(frozen=True)
+class StreamStat:
+    device: int
+    stream: int
+    busy_ns: int  # union of this stream's op intervals
+    op_count: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    start_ns: int
+    end_ns: int
+    window_ns: int  # first GPU op start -> last GPU op end
+    busy_ns: int  # union of all kernel + memop intervals across streams/devices
+    sum_ns: int  # plain sum of durations (> busy_ns when streams overlap)
+    idle_ns: int  # window_ns - busy_ns
+    idle_fraction: float
+    gap_count: int
+    idle_launch_wait_ns: int  # idle time where the next GPU op had not been launched yet
+    idle_other_ns: int  # idle_ns - idle_launch_wait_ns (sync, dependencies, queueing)
+    launch_latency: Distribution  # API call start -> GPU op start, ops with a known launch
+    kernels_per_ms: float | None  # kernel count / window in ms; None for a zero window
+    short_kernel_share: float | None  # share of kernels shorter than short_kernel_ns; None: no kernels
+    short_kernel_ns: int
+    gap_histogram: tuple[tuple[str, int, int], ...]  # (label, count, total_ns) per GAP_BINS
+    largest_gaps: tuple[Gap, ...]  # top 5 by duration, longest first
+    streams: tuple[StreamStat, ...]  # ordered by (device, stream)
+    launch_bound: bool  # see the module docstring
+
+
+def distribution(values: np.ndarray) -> Distribution:
+    """Count, mean, p50/p90/p99 (linear interpolation), min and max of ns values."""
+    v = np.asarray(values, dtype=np.int64)
+    if v.size == 0:
+        return Distribution(0, None, None, None, None, None, None)
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return Distribution(
+        count=int(v.size),
+        mean_ns=float(v.mean()),
+        p50_ns=float(p50),
+        p90_ns=float(p90),
+        p99_ns=float(p99),
+        min_ns=int(v.min()),
+        max_ns=int(v.max()),
+    )
+
+
+def _stream_stats(device: np.ndarray, stream: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[StreamStat, ...]:
+    # One union per (device, stream); the number of streams is small, the work per stream is
+    # vectorized. The pair is factorized into one integer key (a 2-D np.unique is far slower).
+    devs, dev_i = np.unique(device, return_inverse=True)
+    sts, st_i = np.unique(stream, return_inverse=True)
+    key = dev_i.reshape(-1).astype(np.int64) * len(sts) + st_i.reshape(-1)
+    order = np.argsort(key, kind="stable")
+    key_sorted = key[order]
+    cut = np.flatnonzero(np.diff(key_sorted)) + 1
+    bounds = np.concatenate([[0], cut, [key.size]])
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        rows = order[lo:hi]
+        g = int(key_sorted[lo])
+        out.append(StreamStat(device=int(devs[g // len(sts)]), stream=int(sts[g % len(sts)]),
+                              busy_ns=intervals.union_length(starts[rows], ends[rows]),
+                              op_count=int(rows.size)))
+    return tuple(out)
+
+
+def timeline(trace: Trace) -> Timeline | None:
+    """The GPU timeline of one trace; ``None`` when it has no GPU ops or no real timestamps."""
+    if not trace.meta.has_timeline:
+        return None
+    k, m = trace.kernels, trace.memops
+    n_k = len(k)
+    if n_k + len(m) == 0:
+        return None
+
+    starts = np.concatenate([k["start_ns"], m["start_ns"]]).astype(np.int64)
+    ends = np.concatenate([k["end_ns"], m["end_ns"]]).astype(np.int64)
+    names = np.concatenate([k["name"], m["name"]])
+    devices = np.concatenate([k["device"], m["device"]])
+    streams = np.concatenate([k["stream"], m["stream"]])
+    launch = np.concatenate([launch_index(trace, k), launch_index(trace, m)])
+    has_launch = launch >= 0
+    launch_end = np.full(launch.size, -1, dtype=np.int64)
+    launch_end[has_launch] = trace.api["end_ns"][launch[has_launch]]
+    launch_start = np.full(launch.size, -1, dtype=np.int64)
+    launch_start[has_launch] = trace.api["start_ns"][launch[has_launch]]
+
+    t0, t1 = int(starts.min()), int(ends.max())
+    window = t1 - t0
+    busy_s, busy_e = intervals.union(starts, ends)
+    busy = int((busy_e - busy_s).sum())
+    total = int((ends - starts).sum())
+    idle = window - busy
+
+    # Gaps lie between consecutive merged busy periods.
+    g0, g1 = busy_e[:-1], busy_s[1:]
+    gdur = g1 - g0
+    # The op after a gap is, among the ops starting at g1, the one whose launch call returned
+    # first (the GPU could have started as soon as any of them was submitted); unknown launches
+    # sort last. The op before it is one ending at g0 (no op of a later busy period can end
+    # there, every one starts at >= g1).
+    known_end = np.where(launch_end >= 0, launch_end, np.iinfo(np.int64).max)
+    by_start = np.lexsort((known_end, starts))
+    after = by_start[np.searchsorted(starts[by_start], g1, side="left")]
+    by_end = np.argsort(ends, kind="stable")
+    before = by_end[np.searchsorted(ends[by_end], g0, side="left")]
+    next_launch_end = launch_end[after]
+    wait = np.where(next_launch_end >= 0, np.clip(next_launch_end - g0, 0, gdur), 0).astype(np.int64)
+    idle_wait = int(wait.sum())
+
+    hist = []
+    for label, lo, hi in GAP_BINS:
+        sel = (gdur >= lo) & (gdur < hi)
+        hist.append((label, int(sel.sum()), int(gdur[sel].sum())))
+
+    # Longest first; ties broken by earlier start (lexsort's last key is primary).
+    top = np.lexsort((g0, -gdur))[:TOP_GAPS]
+    largest = tuple(
+        Gap(start_ns=int(g0[i]), dur_ns=int(gdur[i]), before=trace.name(int(names[before[i]])),
+            after=trace.name(int(names[after[i]])), launch_wait_ns=int(wait[i]))
+        for i in top
+    )
+
+    kdur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
+    short_share = float((kdur < SHORT_KERNEL_NS).mean()) if n_k else None
+    idle_fraction = idle / window if window > 0 else 0.0
+    if has_launch.any():
+        launch_bound = (idle_fraction >= IDLE_FRACTION_BOUND and idle > 0
+                        and idle_wait / idle >= LAUNCH_WAIT_SHARE_BOUND)
+    else:
+        launch_bound = (idle_fraction >= IDLE_FRACTION_BOUND and short_share is not None
+                        and short_share >= SHORT_KERNEL_SHARE_BOUND)
+
+    return Timeline(
+        start_ns=t0,
+        end_ns=t1,
+        window_ns=window,
+        busy_ns=busy,
+        sum_ns=total,
+        idle_ns=idle,
+        idle_fraction=idle_fraction,
+        gap_count=int(gdur.size),
+        idle_launch_wait_ns=idle_wait,
+        idle_other_ns=idle - idle_wait,
+        launch_latency=distribution(starts[has_launch] - launch_start[has_launch]),
+        kernels_per_ms=n_k / (window / 1e6) if window > 0 else None,
+        short_kernel_share=short_share,
+        short_kernel_ns=SHORT_KERNEL_NS,
+        gap_histogram=tuple(hist),
+        largest_gaps=largest,
+        streams=_stream_stats(devices, streams, starts, ends),
+        launch_bound=bool(launch_bound),
+    )

@@ -1,0 +1,210 @@
+"""The ``tracestory`` command: parse, call the library, render. No analysis logic lives here.
+
+Library errors (:class:`~tracestory.errors.TracestoryError`) become one line on stderr and
+exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .errors import TracestoryError, UsageError
+
+
+# --------------------------------------------------------------------------- shared helpers
+def _progress_factory(console):
+    """A per-file progress callback that shows a bar only once a load has taken over a second."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    def factory(path: Path):
+        t0 = time.monotonic()
+        state = {"bar": None, "task": None}
+
+        def update(done: int, total: int):
+            if state["bar"] is None:
+                if time.monotonic() - t0 < 1.0:
+                    return
+                bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                               TimeRemainingColumn(), console=console, transient=True)
+                bar.start()
+                state["bar"], state["task"] = bar, bar.add_task(f"reading {path.name}", total=total)
+            state["bar"].update(state["task"], completed=done)
+            if done >= total:
+                state["bar"].stop()
+
+        return update
+
+    return factory
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _taxonomy(args):
+    from .analyze.categories import load_rules, taxonomy
+
+    base = taxonomy(args.taxonomy)
+    return load_rules(args.rules, base) if args.rules else base
+
+
+def _load_and_analyze(args):
+    from .analyze import analyze
+    from .ingest import load_inputs
+
+    inputs = load_inputs(args.inputs, progress_factory=_progress_factory(_stderr_console()))
+    if not inputs.traces and not inputs.kernel_metrics:
+        raise UsageError("no trace or kernel metrics found in the inputs")
+    tax = _taxonomy(args)
+    analyses = [analyze(t, tax, k=args.speedup) for t in inputs.traces]
+    return inputs, analyses
+
+
+def _add_analysis_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="Kineto .json(.gz), nsys .sqlite/.nsys-rep/CSV, ncu .ncu-rep/CSV, or a folder")
+    p.add_argument("--taxonomy", default="llm", choices=("llm", "moe"), help="kernel categories (default: llm)")
+    p.add_argument("--rules", metavar="FILE", help="TOML file of category rules to add or replace")
+    p.add_argument("-k", "--speedup", type=float, default=2.0, metavar="K",
+                   help="what-if: speedup of one category for the Amdahl column (default: 2)")
+    p.add_argument("--peaks", metavar="FILE", help="measured peak FLOP/s and bandwidth (TOML/JSON)")
+
+
+def _hardware(inputs, analyses, args):
+    """ncu inputs -> (JSON rows, markdown section body) or (None, None)."""
+    if not inputs.kernel_metrics:
+        return None, None
+    from .report.hardware_glue import hardware_results
+
+    return hardware_results(inputs, analyses, peaks_path=args.peaks)
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_analyze(args) -> int:
+    from rich.console import Console
+
+    from .report import jsonout, terminal
+
+    inputs, analyses = _load_and_analyze(args)
+    hw_json, _ = _hardware(inputs, analyses, args)
+    # Piped output gets a fixed width wide enough for the tables (rich would pick 80).
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    for a in analyses:
+        for renderable in terminal.analysis_renderables(a):
+            console.print(renderable)
+    if hw_json is not None:
+        console.print(terminal.hardware_table(hw_json))
+    if args.json:
+        doc = jsonout.document(analyses, hardware=hw_json)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report.build import write_report
+
+    inputs, analyses = _load_and_analyze(args)
+    out = write_report(inputs, analyses, output=Path(args.output), goal=args.goal, questions=tuple(args.question or ()),
+                       plots=args.plots, json_path=args.json, peaks_path=args.peaks,
+                       command="tracestory " + " ".join(sys.argv[1:]))
+    print(out)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .report.build import demo
+
+    print(demo(Path(args.output_dir)))
+    return 0
+
+
+def cmd_categories(args) -> int:
+    from rich.console import Console
+
+    from .analyze.seed002 import seed002_categories
+    from .ingest import load_inputs
+    from .report import terminal
+
+    inputs = load_inputs([args.input], progress_factory=_progress_factory(_stderr_console()))
+    if not inputs.traces:
+        raise UsageError(f"{args.input}: no GPU trace in this input")
+    result = seed002_categories(inputs.traces, _taxonomy(args))
+    Console(width=None if sys.stdout.isatty() else 120).print(terminal.seed002_table(result))
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.output}")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tracestory", description="GPU traces in, the story of the execution out.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("analyze", help="tables of the breakdown, timeline and phases (and --json)")
+    _add_analysis_options(p)
+    p.add_argument("--json", metavar="OUT", help="write all results as JSON (schema: docs/JSON.md)")
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("report", help="write the Markdown story report")
+    _add_analysis_options(p)
+    p.add_argument("-o", "--output", default="report.md", help="report path (default: report.md)")
+    p.add_argument("--goal", help="what the user wants to learn (Goal Interpretation)")
+    p.add_argument("--question", action="append", help="a question the report must answer (repeatable)")
+    p.add_argument("--plots", action="store_true", help="also write PNG plots next to the report (matplotlib)")
+    p.add_argument("--json", metavar="OUT", help="also write all results as JSON")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("demo", help="report on the bundled H200 Llama trace; prints the report path")
+    p.add_argument("--output-dir", default="tracestory-demo", help="folder to write (default: tracestory-demo)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("categories", help="seed 002's kernel-category table and JSON, for any input")
+    p.add_argument("--input", required=True, help=".nsys-rep, .sqlite, nsys CSV or Kineto trace")
+    p.add_argument("--output", help="JSON output path")
+    p.add_argument("--taxonomy", default="moe", choices=("llm", "moe"), help="(default: moe)")
+    p.add_argument("--rules", metavar="FILE", help="TOML category rules")
+    p.set_defaults(func=cmd_categories)
+
+    for module in _optional_command_modules():
+        module.register(sub)
+    return parser
+
+
+def _optional_command_modules():
+    """Subcommands that live in their own modules (capture, bench, ...)."""
+    import importlib
+
+    mods = []
+    for name in ("capture",):
+        try:
+            mods.append(importlib.import_module(f".commands.{name}", __package__))
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith(f"{__package__}.commands"):
+                continue
+            raise
+    return mods
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TracestoryError as e:
+        print(f"tracestory: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tracestory: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Results -> rich renderables for the terminal. Nothing here prints; the CLI does."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from .ascii import fmt_ns, fmt_pct
+
+
+def _summary(a) -> Table:
+    t, b, m = a.timeline, a.breakdown, a.trace.meta
+    dev = m.devices[0].name if m.devices else "unknown GPU"
+    title = f"{a.trace.label} — {dev}"
+    tab = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    tab.add_column(style="bold")
+    tab.add_column()
+    tab.add_row("kernels", f"{b.kernel_count:,}  ({fmt_ns(b.kernel_time_ns)} summed)")
+    tab.add_row("memcpy/memset", f"{b.memop_count:,}  ({fmt_ns(b.memop_time_ns)} summed)")
+    if t is None:
+        tab.add_row("timeline", "n/a (input has no per-kernel start times)")
+        return tab
+    tab.add_row("GPU window", fmt_ns(t.window_ns))
+    tab.add_row("GPU busy (union)", f"{fmt_ns(t.busy_ns)}  ({fmt_pct(t.busy_ns / t.window_ns if t.window_ns else None)} of window;"
+                f" plain sum {fmt_ns(t.sum_ns)})")
+    tab.add_row("GPU idle", f"{fmt_ns(t.idle_ns)}  in {t.gap_count:,} gaps; waiting for launches {fmt_ns(t.idle_launch_wait_ns)},"
+                f" other {fmt_ns(t.idle_other_ns)}")
+    ll = t.launch_latency
+    tab.add_row("launch latency", "n/a (no launch calls linked)" if not ll.count else
+                f"p50 {fmt_ns(ll.p50_ns)}  p90 {fmt_ns(ll.p90_ns)}  p99 {fmt_ns(ll.p99_ns)}  (n={ll.count:,})")
+    tab.add_row("kernel rate", f"{t.kernels_per_ms:.1f} kernels/ms; {fmt_pct(t.short_kernel_share)} shorter than "
+                f"{fmt_ns(t.short_kernel_ns)}")
+    tab.add_row("verdict", Text("launch-bound", style="bold red") if t.launch_bound else Text("not launch-bound"))
+    return tab
+
+
+def _categories(a) -> Table:
+    b = a.breakdown
+    tab = Table(title=f"GPU time by category ({b.taxonomy} taxonomy; % of kernel+memop time)", title_justify="left")
+    for col in ("category", "time", "%", "count", "mean", "ceiling if 0 s", f"if {b.speedup_factor:g}x faster"):
+        tab.add_column(col, justify="left" if col == "category" else "right", no_wrap=True)
+    for c in b.categories:
+        ceiling = "unbounded" if c.amdahl_max_speedup is None else f"{c.amdahl_max_speedup:.2f}x"
+        tab.add_row(c.name, fmt_ns(c.time_ns), f"{c.percent:.1f}", f"{c.count:,}", fmt_ns(c.mean_ns), ceiling,
+                    f"{c.whatif_speedup:.2f}x")
+    return tab
+
+
+def _top_kernels(a, n: int = 10) -> Table:
+    tab = Table(title="Top kernels by GPU time", title_justify="left")
+    for col, just in (("kernel", "left"), ("category", "left"), ("time", "right"), ("%", "right"), ("count", "right"),
+                      ("mean", "right")):
+        tab.add_column(col, justify=just, overflow="ellipsis", no_wrap=True, max_width=56 if col == "kernel" else None)
+    for k in a.breakdown.kernels[:n]:
+        tab.add_row(k.name, k.category, fmt_ns(k.time_ns), f"{k.percent:.1f}", f"{k.count:,}", fmt_ns(k.mean_ns))
+    return tab
+
+
+def _phases(a, limit: int = 40) -> Table | None:
+    ph = a.phases
+    if not ph.phases or ph.source == "none":
+        return None
+    tab = Table(title=f"Phases (from {ph.source})", title_justify="left")
+    for col in ("phase", "wall", "GPU span", "GPU busy", "kernels"):
+        tab.add_column(col, justify="left" if col == "phase" else "right")
+    outliers = {o.phase_index for o in ph.outliers}
+    for p in ph.phases[:limit]:
+        name = f"{p.name} (outlier)" if p.index in outliers else p.name
+        tab.add_row(name, fmt_ns(p.wall_ns), fmt_ns(p.gpu_span_ns), fmt_ns(p.gpu_busy_ns), f"{p.kernel_count:,}")
+    if len(ph.phases) > limit:
+        tab.add_row(f"... {len(ph.phases) - limit} more", "", "", "", "")
+    return tab
+
+
+def analysis_renderables(a) -> list:
+    out = [_summary(a), _categories(a), _top_kernels(a)]
+    ph = _phases(a)
+    if ph is not None:
+        out.append(ph)
+    for fam in a.phases.families:
+        r2 = "n/a" if fam.r2 is None else f"{fam.r2:.2f}"
+        out.append(Text(f"{fam.family}: {fam.count} steps, {fmt_ns(fam.min_ns)}..{fmt_ns(fam.max_ns)} per step, "
+                        f"trend {fmt_ns(fam.slope_ns_per_step)}/step (R^2 {r2})"))
+    return out
+
+
+def hardware_table(rows: list[dict]) -> Table:
+    tab = Table(title="Nsight Compute kernels", title_justify="left")
+    cols = (("name", "kernel"), ("duration_ns", "duration"), ("sm_throughput_pct", "SM %"),
+            ("dram_throughput_pct", "DRAM %"), ("achieved_occupancy_pct", "occupancy %"), ("bound", "bound"))
+    for _, label in cols:
+        tab.add_column(label, overflow="ellipsis", no_wrap=True, max_width=48 if label == "kernel" else None)
+    for r in rows:
+        cells = []
+        for key, _ in cols:
+            v = r.get(key)
+            if v is None:
+                cells.append("n/a")
+            elif key == "duration_ns":
+                cells.append(fmt_ns(v))
+            elif isinstance(v, float):
+                cells.append(f"{v:.1f}")
+            else:
+                cells.append(str(v))
+        tab.add_row(*cells)
+    return tab
+
+
+def seed002_table(result: dict) -> Table:
+    tab = Table(title=f"Kernel categories ({result.get('taxonomy', '')})", title_justify="left")
+    for col in ("category", "time (ms)", "%", "kernels"):
+        tab.add_column(col, justify="left" if col == "category" else "right")
+    for c in result.get("categories", []):
+        tab.add_row(c["name"], f"{c['time_ms']:.3f}", f"{c['percent']:.1f}", f"{c['kernel_count']:,}")
+    return tab
