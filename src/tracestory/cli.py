@@ -183,7 +183,7 @@ def _optional_command_modules():
     import importlib
 
     mods = []
-    for name in ("capture",):
+    for name in ("capture", "bench", "eval", "extra"):
         try:
             mods.append(importlib.import_module(f".commands.{name}", __package__))
         except ModuleNotFoundError as e:
