@@ -54,10 +54,19 @@ def _taxonomy(args):
     return load_rules(args.rules, base) if args.rules else base
 
 
+def _refuse_overwriting_inputs(args, *outputs) -> None:
+    """An output path that names an input file would destroy it: refuse before reading."""
+    inputs = {Path(p).resolve() for p in args.inputs if Path(p).is_file()}
+    for out in outputs:
+        if out and Path(out).resolve() in inputs:
+            raise UsageError(f"{out}: is one of the inputs; refusing to overwrite it with output")
+
+
 def _load_and_analyze(args):
     from .analyze import analyze
     from .ingest import load_inputs
 
+    _refuse_overwriting_inputs(args, getattr(args, "json", None), getattr(args, "output", None))
     inputs = load_inputs(args.inputs, progress_factory=_progress_factory(_stderr_console()))
     if not inputs.traces and not inputs.kernel_metrics:
         raise UsageError("no trace or kernel metrics found in the inputs")
@@ -126,17 +135,14 @@ def cmd_demo(args) -> int:
 
 
 def cmd_categories(args) -> int:
-    from rich.console import Console
-
-    from .analyze.seed002 import seed002_categories
+    from .analyze.seed002 import seed002_categories, seed002_table
     from .ingest import load_inputs
-    from .report import terminal
 
     inputs = load_inputs([args.input], progress_factory=_progress_factory(_stderr_console()))
     if not inputs.traces:
         raise UsageError(f"{args.input}: no GPU trace in this input")
     result = seed002_categories(inputs.traces, _taxonomy(args))
-    Console(width=None if sys.stdout.isatty() else 120).print(terminal.seed002_table(result))
+    print(seed002_table(result))
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.output}")

@@ -82,3 +82,40 @@ def test_demo_writes_report(tmp_path, capsys):
     text = report.read_text()
     assert text.startswith("# ") and "## Execution Story" in text
     assert json.loads((tmp_path / "d" / "analysis.json").read_text())["traces"][0]["gpu"]["kernel_count"] == 848
+
+
+def test_output_never_overwrites_an_input(tmp_path, capsys):
+    src = tmp_path / "t.json.gz"
+    src.write_bytes(KINETO_FIXTURES[1].read_bytes())
+    before = src.read_bytes()
+    assert main(["analyze", str(src), "--json", str(src)]) == 2
+    assert main(["report", str(src), "-o", str(src)]) == 2
+    assert src.read_bytes() == before
+    assert "refusing to overwrite" in capsys.readouterr().err
+
+
+def test_report_on_ncu_only_capture_folder(tmp_path):
+    """A capture folder with only Nsight Compute output still gets a full report."""
+    import csv
+    import tarfile
+
+    from conftest import TEST_DATA
+
+    with tarfile.open(TEST_DATA / "capture" / "h200_ncu.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    folder = tmp_path / "h200_ncu"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    out = tmp_path / "r.md"
+    assert main(["report", str(folder), "-o", str(out)]) == 0
+    text = out.read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:2] == ["## Executive Summary", "## Environment"] and headings[-1] == "## Appendix"
+    assert manifest["environment"]["gpus"][0]["name"] in text
+    assert "no timeline trace" in text  # the Execution Story says why it is empty
+    with open(folder / "ncu" / "h200_ncu_raw.csv", newline="") as f:
+        rows = [r for r in csv.reader(line for line in f if not line.startswith("=="))]
+    assert "Kernel Name" in rows[0]
+    assert len(rows) - 2 == 12  # header + units rows
+    assert text.count("### `") == 5  # the top 5 of the 12 kernels, each with its four blocks
+    assert text.count("**Warp stall reasons**") == 5
+    assert "12 kernels" in text

@@ -8,6 +8,7 @@ lives in its own module and is imported only when a file of its kind is seen.
 
 from __future__ import annotations
 
+import gzip
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,16 +36,21 @@ class Inputs:
 
 def sniff(path: Path) -> str:
     """The format of one file: kineto, nsys-sqlite, nsys-rep, nsys-csv, ncu-rep, ncu-csv."""
-    name = path.name.lower()
-    if name.endswith((".ncu-rep", ".ncu-rep.gz")):
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith(".ncu-rep"):
         return "ncu-rep"
     if name.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
-    except OSError as e:
+        if head[:2] == b"\x1f\x8b" and not name.endswith(".json"):
+            with gzip.open(path, "rb") as f:  # a gzip'ed CSV or SQLite file: sniff the content
+                head = f.read(4096)
+    except OSError as e:  # includes gzip.BadGzipFile
         raise TraceFormatError(path, "a readable file", str(e)) from None
+    except EOFError:
+        raise TraceFormatError(path, "a complete gzip file", "a truncated gzip stream") from None
     if head.startswith(b"SQLite format 3\x00"):
         return "nsys-sqlite"
     if name.endswith(".csv") or b'"Kernel Name"' in head or b"Time (%)" in head:

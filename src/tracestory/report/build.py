@@ -15,14 +15,19 @@ DEMO_TRACE = "llama2layer_eager_decode.trace.json.gz"
 
 def extra_sections(inputs, analyses, *, peaks_path=None) -> tuple[dict[str, str], list | None]:
     """Section bodies from the optional inputs, and the ncu JSON rows (or None)."""
+    from .hardware_glue import estimated_roofline_section, hardware_results
+
     sections: dict[str, str] = {}
     hw_json = None
     if inputs.kernel_metrics:
-        from .hardware_glue import hardware_results
-
         hw_json, body = hardware_results(inputs, analyses, peaks_path=peaks_path)
         if body:
             sections["Hardware Behavior Analysis"] = body
+    else:
+        manifest = inputs.manifests[0] if inputs.manifests else None
+        estimate = estimated_roofline_section(analyses, peaks_path=peaks_path, manifest=manifest)
+        if estimate:
+            sections["_hardware_estimate"] = estimate
     if inputs.manifests:
         from .manifest_sections import render_actions_log, render_environment, render_reproduction
 

@@ -446,11 +446,12 @@ def render_report(analyses: list, *, goal: str | None = None, questions: tuple[s
 
     ``extra_sections`` maps a section heading to its body (replacing the trace-only body for
     Environment, Actions Log, Hardware Behavior Analysis and Reproduction Guide; prepended for
-    the others); the key ``"_plots"`` holds Markdown image links appended to Visualizations."""
+    the others); the key ``"_plots"`` holds Markdown image links appended to Visualizations and
+    ``"_hardware_estimate"`` a body appended to the trace-only Hardware Behavior Analysis."""
     analyses = list(analyses)
-    if not analyses:
-        raise ValueError("render_report needs at least one analysis")
     extra = dict(extra_sections or {})
+    if not analyses:
+        return _render_without_traces(extra, list(inputs), command)
     findings = [derive_findings(a) for a in analyses]
     name = _label(analyses[0]) if len(analyses) == 1 else f"{len(analyses)} traces"
     body: dict[str, list[str]] = {
@@ -482,9 +483,37 @@ def render_report(analyses: list, *, goal: str | None = None, questions: tuple[s
             if sec in ("Environment", "Actions Log", "Reproduction Guide"):
                 continue
         out += body[sec]
+        if sec == "Hardware Behavior Analysis" and extra.get("_hardware_estimate", "").strip():
+            # Kineto-only input: the roofline estimated from op shapes (report.hardware_glue)
+            out += [extra["_hardware_estimate"].strip(), ""]
         if sec == "Visualizations" and extra.get("_plots", "").strip():
             # PNG plots written beside the report (build.write_report with --plots)
             out += ["Plots (PNG):", "", extra["_plots"].strip(), ""]
     text = "\n".join(out)
     text = re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
     return text
+
+
+def _render_without_traces(extra: dict[str, str], inputs: list[str], command: str | None) -> str:
+    """A report for inputs that hold no timeline trace (an Nsight Compute capture alone): the
+    sections that need a trace say so; the others come from ``extra``."""
+    missing = "n/a: the inputs hold no timeline trace (Kineto or Nsight Systems), only per-kernel metrics."
+    name = ", ".join(p.rstrip("/").split("/")[-1] for p in inputs) or "inputs"
+    hw = extra.get("Hardware Behavior Analysis", "").strip()
+    summary = ("Per-kernel hardware metrics only (no timeline); the key numbers are in Hardware Behavior "
+               "Analysis. Add a torch.profiler or nsys capture of the same run for the execution story."
+               if hw else missing)
+    out = [f"# Hands-On Learning Report: {name}", ""]
+    for sec in SECTIONS:
+        out += [f"## {sec}", ""]
+        if sec == "Executive Summary":
+            out += [summary, ""]
+        elif extra.get(sec, "").strip():
+            out += [extra[sec].strip(), ""]
+        elif sec == "Appendix":
+            out += ["**Inputs**", "", *[f"- `{p}`" for p in inputs], "", "**Command**", "",
+                    *fence([command or "n/a (not given)"], "bash"), ""]
+        else:
+            out += [missing, ""]
+    text = "\n".join(out)
+    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"

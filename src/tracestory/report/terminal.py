@@ -104,12 +104,3 @@ def hardware_table(rows: list[dict]) -> Table:
                 cells.append(str(v))
         tab.add_row(*cells)
     return tab
-
-
-def seed002_table(result: dict) -> Table:
-    tab = Table(title=f"Kernel categories ({result.get('taxonomy', '')})", title_justify="left")
-    for col in ("category", "time (ms)", "%", "kernels"):
-        tab.add_column(col, justify="left" if col == "category" else "right")
-    for c in result.get("categories", []):
-        tab.add_row(c["name"], f"{c['time_ms']:.3f}", f"{c['percent']:.1f}", f"{c['kernel_count']:,}")
-    return tab

@@ -1,0 +1,251 @@
+"""Roofline placement of kernels, from Nsight Compute counters or estimated from a Kineto trace.
+
+Model
+-----
+For a kernel doing ``F`` FLOPs and moving ``B`` DRAM bytes (read + written) in ``t`` seconds:
+arithmetic intensity ``AI = F / B`` (FLOP/byte), achieved ``F / t`` FLOP/s and ``B / t`` bytes/s.
+The roof for the kernel's dominant precision ``p`` (most FLOPs) is
+``min(peak_flops[p], AI * peak_bw)``; the ridge point is ``peak_flops[p] / peak_bw``. A kernel
+left of the ridge is memory-bound and its "% of roof" is achieved bytes/s over peak bytes/s; right
+of it, compute-bound, achieved FLOP/s over peak FLOP/s (equal to FLOP/s over the roof at its AI).
+A kernel with FLOPs but no DRAM traffic has an infinite AI and counts as compute-bound.
+
+Assumptions and limits: one roof per kernel even when it mixes precisions (a flash-attention
+kernel's softmax FP32 FLOPs are added to its tensor FLOPs); DRAM is the only memory level;
+duration is ncu's ``gpu__time_duration`` (kernel replay, clocks as captured).
+
+:func:`estimate_roofline` has no counters: FLOPs come from the op's ``flops`` field (Kineto
+``with_flops``) or from input shapes, bytes from shapes (each input read once, the output written
+once), for GEMM/linear, SDPA/attention, norms, reductions and elementwise ops. Each op's numbers
+are split over the kernels it launched (same External id) in proportion to their durations, and
+kernels are grouped by name. Every point is flagged ``estimate=True``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..specs import Peaks
+
+# precision of a FLOP counter -> peaks key, with fallbacks
+_ROOF_KEY = {
+    "fp32": ("fp32",), "fp64": ("fp64",), "fp16": ("fp16_simt",),
+    "tensor_bf16": ("bf16",), "tensor_fp16": ("fp16", "bf16"), "tensor_tf32": ("tf32",),
+    "tensor_fp8": ("fp8",), "tensor_fp4": ("fp4",), "tensor_fp64": ("fp64_tensor", "fp64"),
+    "bf16": ("bf16",), "fp8": ("fp8",), "tf32": ("tf32",),
+}
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    label: str                      # kernel name
+    kernel_id: int | None           # ncu ID; None for estimates (grouped by name)
+    precision: str | None           # dominant FLOP precision, e.g. "tensor_bf16", "fp32"
+    roof_dtype: str | None          # peaks key used for the compute roof
+    flops: float | None
+    dram_bytes: float | None
+    duration_ns: int | None
+    arithmetic_intensity: float | None    # FLOP/byte; inf when bytes == 0 < flops
+    achieved_flops_per_s: float | None
+    achieved_bytes_per_s: float | None
+    peak_flops_per_s: float | None
+    ridge_flop_per_byte: float | None
+    bound: str | None               # "memory" | "compute" | None
+    pct_of_roof: float | None
+    estimate: bool = False
+    count: int = 1                  # kernels aggregated into this point
+
+
+@dataclass(frozen=True)
+class Roofline:
+    points: tuple[RooflinePoint, ...]
+    peaks: Peaks | None
+    estimate: bool
+    note: str = ""
+
+    def ridge(self, dtype: str) -> float | None:
+        return None if self.peaks is None else self.peaks.ridge_flop_per_byte(dtype)
+
+
+def _roof_dtype(precision: str | None, peaks: Peaks | None) -> str | None:
+    if precision is None or peaks is None:
+        return None
+    for key in _ROOF_KEY.get(precision, (precision,)):
+        if peaks.flops(key) is not None:
+            return key
+    return None
+
+
+def place(label, kernel_id, precision, flops, dram_bytes, duration_ns, peaks, *, estimate=False, count=1):
+    """One :class:`RooflinePoint` from raw numbers (any of them may be ``None``)."""
+    secs = duration_ns * 1e-9 if duration_ns else None
+    ai = None
+    if flops is not None and dram_bytes is not None:
+        ai = flops / dram_bytes if dram_bytes > 0 else (math.inf if flops > 0 else None)
+    fps = flops / secs if flops is not None and secs else None
+    bps = dram_bytes / secs if dram_bytes is not None and secs else None
+    key = _roof_dtype(precision, peaks)
+    peak = peaks.flops(key) if key else None
+    ridge = peaks.ridge_flop_per_byte(key) if key else None
+    bound = pct = None
+    if peaks is not None and ai is not None:
+        if ridge is not None:
+            bound = "memory" if ai < ridge else "compute"
+        elif flops == 0:
+            bound = "memory"
+        if bound == "memory" and bps is not None:
+            pct = 100.0 * bps / peaks.dram_bytes_per_s
+        elif bound == "compute" and fps is not None and peak:
+            pct = 100.0 * fps / peak
+    return RooflinePoint(label=label, kernel_id=kernel_id, precision=precision, roof_dtype=key, flops=flops,
+                         dram_bytes=dram_bytes, duration_ns=duration_ns, arithmetic_intensity=ai,
+                         achieved_flops_per_s=fps, achieved_bytes_per_s=bps, peak_flops_per_s=peak,
+                         ridge_flop_per_byte=ridge, bound=bound, pct_of_roof=pct, estimate=estimate, count=count)
+
+
+def roofline(km, peaks: Peaks | None) -> Roofline:
+    """Each ncu kernel on the roofline of ``peaks`` (``None`` peaks: AI and rates only)."""
+    points = tuple(
+        place(k.name, k.id, k.dominant_precision, k.flops, k.dram_bytes, k.duration_ns, peaks)
+        for k in km.kernels
+    )
+    note = "" if peaks is not None else "no peaks for this GPU: bound and % of roof are n/a"
+    return Roofline(points=points, peaks=peaks, estimate=False, note=note)
+
+
+def estimate_roofline(trace, peaks: Peaks | None) -> Roofline:
+    """Kineto-only roofline: FLOPs/bytes from ops' ``flops`` or shapes, attributed to kernels by
+    External id, one point per kernel name. Labelled as an estimate."""
+    k = trace.kernels
+    if len(k) == 0 or len(trace.ops) == 0:
+        return Roofline(points=(), peaks=peaks, estimate=True, note="no ops or kernels to estimate from")
+    ops = trace.ops
+    # innermost op per external id: the one starting last among ops sharing the id
+    ext = ops["external_id"]
+    order = np.lexsort((ops["start_ns"], ext))
+    ext_sorted = ext[order]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = ext_sorted[1:] != ext_sorted[:-1]
+    keys, rows = ext_sorted[last], order[last]
+    kext = k["external_id"]
+    pos = np.searchsorted(keys, kext)
+    pos_c = np.minimum(pos, len(keys) - 1)
+    hit = (kext >= 0) & (keys[pos_c] == kext) if len(keys) else np.zeros(len(kext), bool)
+    op_row = np.where(hit, rows[pos_c], -1)
+    dur = k.dur_ns.astype(np.float64)
+    flops_op, bytes_op, prec_op = _op_costs(trace, np.unique(op_row[op_row >= 0]))
+    # share of each op's cost by kernel duration
+    ok = op_row >= 0
+    tot = np.zeros(len(ops))
+    np.add.at(tot, op_row[ok], dur[ok])
+    share = np.zeros(len(k))
+    share[ok] = np.divide(dur[ok], tot[op_row[ok]], out=np.zeros(ok.sum()), where=tot[op_row[ok]] > 0)
+    kf = np.full(len(k), np.nan)
+    kb = np.full(len(k), np.nan)
+    kf[ok] = flops_op[op_row[ok]] * share[ok]
+    kb[ok] = bytes_op[op_row[ok]] * share[ok]
+    names = k["name"]
+    points = []
+    for code in np.unique(names):
+        m = (names == code) & np.isfinite(kf) & np.isfinite(kb)
+        if not m.any():
+            continue
+        rows_m = np.flatnonzero(m)
+        precs = [prec_op[op_row[i]] for i in rows_m[:1]]
+        points.append(place(trace.name(int(code)), None, precs[0], float(kf[m].sum()), float(kb[m].sum()),
+                            int(dur[m].sum()), peaks, estimate=True, count=int(m.sum())))
+    points.sort(key=lambda p: -(p.duration_ns or 0))
+    return Roofline(points=tuple(points), peaks=peaks, estimate=True,
+                    note="estimate: FLOPs and bytes from op shapes (Kineto), not hardware counters")
+
+
+# --------------------------------------------------------------------------- op costs
+_ELT = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "c10::Float8_e4m3fn": 1,
+        "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "long int": 8,
+        "int": 4, "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
+_PREC = {"c10::BFloat16": "bf16", "c10::Half": "tensor_fp16", "float": "fp32", "double": "fp64",
+         "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8"}
+_GEMM = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "addmv", "mv"}
+_NORM = {"layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm", "native_group_norm",
+         "batch_norm", "native_batch_norm", "_batch_norm_impl_index", "cudnn_batch_norm"}
+_REDUCE = {"mean", "sum", "amax", "amin", "max", "min", "norm", "var", "std", "var_mean", "prod", "argmax"}
+_SOFTMAX = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"}
+_MOVE = {"copy_", "clone", "_to_copy", "to", "contiguous", "cat", "stack", "index_select", "gather",
+         "fill_", "zero_", "zeros", "ones", "empty", "index", "index_put_", "scatter_", "_unsafe_view"}
+_BSHD = ("_flash_attention_forward", "_efficient_attention_forward")
+
+
+def _cost(name: str, dims_raw, types_raw, flops_field: float) -> tuple[float, float, str | None]:
+    """(FLOPs, bytes, precision) of one op from its shapes; NaN when not estimable."""
+    from ..ingest.kineto import parse_json_field
+
+    dims = parse_json_field(dims_raw) or []
+    types = parse_json_field(types_raw) or []
+    op = name.split("::")[-1]
+    tensors = [(list(d), t) for d, t in zip(dims, types) if t in _ELT and isinstance(d, list)
+               and all(isinstance(x, int) for x in d)]
+    if not tensors:
+        return math.nan, math.nan, None
+    numel = [math.prod(d) for d, _ in tensors]
+    elt = [_ELT[t] for _, t in tensors]
+    nbytes = [n * e for n, e in zip(numel, elt)]
+    t0 = tensors[0][1]
+    if op in _GEMM:
+        if op == "linear" and len(tensors) >= 2:
+            x, w = tensors[0][0], tensors[1][0]
+            batch, m, kk, n = 1, math.prod(x[:-1]), x[-1], w[0]
+        else:
+            mats = [d for d, _ in tensors if len(d) >= 2]
+            if op in ("addmm", "baddbmm") and len(mats) >= 3:
+                mats = mats[1:]
+            if len(mats) < 2:
+                return math.nan, math.nan, None
+            a, b = mats[0], mats[1]
+            batch, m, kk, n = math.prod(a[:-2]) if len(a) > 2 else 1, a[-2], a[-1], b[-1]
+        flops = 2.0 * batch * m * n * kk
+        out_elt = 2 if op == "_scaled_mm" else elt[0]
+        byts = float(sum(nbytes[:2]) + batch * m * n * out_elt)
+        if math.isfinite(flops_field) and flops_field > 0:
+            flops = flops_field
+        return flops, byts, _PREC.get(t0, "fp32")
+    if "attention" in op or "scaled_dot_product" in op:
+        if len(tensors) < 3:
+            return math.nan, math.nan, None
+        k = tensors[1][0]
+        sk = k[1] if op in _BSHD else k[-2]
+        flops = 4.0 * numel[0] * sk  # QK^T and PV, 2 FLOPs per multiply-add; causal masking ignored
+        return flops, float(sum(nbytes[:3]) + nbytes[0]), _PREC.get(t0, "fp32")
+    if op in _NORM:
+        return 5.0 * numel[0], float(2 * nbytes[0] + sum(nbytes[1:])), "fp32"
+    if op in _SOFTMAX:
+        return 5.0 * numel[0], float(2 * nbytes[0]), "fp32"
+    if op in _REDUCE:
+        return float(numel[0]), float(nbytes[0]), "fp32"
+    out = max(numel)
+    if op in ("embedding", "index_select") and len(tensors) >= 2:
+        w_row = math.prod(tensors[0][0][1:])  # only the selected rows are read
+        return 0.0, float(2 * numel[1] * w_row * elt[0] + nbytes[1]), "fp32"
+    if op == "copy_":
+        return 0.0, float(2 * nbytes[1 if len(nbytes) > 1 else 0]), "fp32"
+    flops = 0.0 if op in _MOVE else float(out)
+    return flops, float(sum(nbytes) + out * elt[0]), "fp32"
+
+
+def _op_costs(trace, rows: np.ndarray):
+    """Per-op (FLOPs, bytes, precision) for the op rows in ``rows``; NaN elsewhere. Ops with the
+    same name, shapes and types are costed once."""
+    ops = trace.ops
+    n = len(ops)
+    flops, byts, prec = np.full(n, np.nan), np.full(n, np.nan), [None] * n
+    cache: dict = {}
+    names, dims, types, ff = ops["name"], ops["input_dims"], ops["input_types"], ops["flops"]
+    for r in rows.tolist():
+        key = (int(names[r]), bytes(dims[r] or b""), bytes(types[r] or b""), float(ff[r]))
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = _cost(trace.name(key[0]), dims[r], types[r], key[3])
+        flops[r], byts[r], prec[r] = got
+    return flops, byts, prec

@@ -1,0 +1,185 @@
+"""Shared pieces of the ``tracestory bench`` workloads: device info, measured peaks, regions,
+result printing next to the roofline, JSON output.
+
+Peaks: :func:`peaks` asks :func:`tracestory.specs.peaks_for` for the device (measured values
+override datasheet ones there). When that module or the device is unknown, the H200 numbers
+measured for this project are used and the source says so: device-to-device copy 4.27e12 B/s
+(bytes read + written), bf16 dense GEMM 790e12 FLOP/s, fp8 1258e12 FLOP/s. On a CPU the peaks
+are ``None`` and no percentage is printed.
+
+Roofline line: ``achieved / peak`` for bandwidth (bytes moved / time) and for arithmetic
+(FLOPs / time); ``floor_ns = max(bytes / bw, flops / rate)`` is the fastest the work could run.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+H200_COPY_BPS = 4.27e12
+H200_BF16_FLOPS = 790e12
+H200_FP8_FLOPS = 1258e12
+
+
+@dataclass(frozen=True)
+class BenchPeaks:
+    """Ceilings used for the roofline columns; ``None`` where unknown."""
+
+    device: str
+    copy_bytes_per_s: float | None
+    flops_per_s: dict                # dtype -> FLOP/s
+    source: str
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    device: str                      # "cuda" | "cpu"
+    name: str
+    capability: tuple[int, int] | None
+    torch_version: str
+    cuda_version: str | None
+    triton_version: str | None
+    python_version: str
+
+
+def resolve_device(requested: str | None) -> str:
+    """``auto``/None -> cuda when available else cpu."""
+    import torch
+
+    if requested in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        from ..errors import UsageError
+
+        raise UsageError(f"--device {requested}: CUDA is not available in this torch ({torch.__version__})")
+    return requested
+
+
+def device_info(device: str) -> DeviceInfo:
+    import torch
+
+    try:
+        import triton
+
+        tv = triton.__version__
+    except Exception:
+        tv = None
+    if device.startswith("cuda"):
+        idx = torch.device(device).index or 0
+        name = torch.cuda.get_device_name(idx)
+        cap = tuple(torch.cuda.get_device_capability(idx))
+    else:
+        name, cap = platform.processor() or platform.machine() or "cpu", None
+    return DeviceInfo(device, name, cap, torch.__version__, torch.version.cuda, tv, sys.version.split()[0])
+
+
+def peaks(info: DeviceInfo) -> BenchPeaks:
+    if not info.device.startswith("cuda"):
+        return BenchPeaks(info.name, None, {}, "cpu: no peaks")
+    try:
+        from .. import specs
+
+        p = specs.peaks_for(info.name)
+    except (ImportError, AttributeError):
+        p = None
+    if p is not None:
+        return BenchPeaks(info.name, p.dram_bytes_per_s, dict(p.flops_per_s), p.source)
+    return BenchPeaks(info.name, H200_COPY_BPS, {"bf16": H200_BF16_FLOPS, "fp8": H200_FP8_FLOPS},
+                      "H200 measured peaks (fallback: device not in tracestory.specs)")
+
+
+def region(name: str):
+    """``tracestory.region`` when the capture package provides it, else record_function + NVTX."""
+    try:
+        from ..capture.region import region as _region
+
+        return _region(name)
+    except ImportError:
+        return _FallbackRegion(name)
+
+
+class _FallbackRegion:
+    def __init__(self, name: str):
+        self.name = name
+        self._rf = None
+
+    def __enter__(self):
+        import torch
+
+        self._rf = torch.profiler.record_function(self.name)
+        self._rf.__enter__()
+        if torch.cuda.is_available():
+            torch.cuda.nvtx.range_push(self.name)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.nvtx.range_pop()
+        self._rf.__exit__(*exc)
+
+
+def pct(x: float | None, peak: float | None) -> str:
+    return "-" if x is None or not peak else f"{100.0 * x / peak:.1f}%"
+
+
+def roofline_line(time_ns: float, *, bytes_moved: float | None, flops: float | None,
+                  pk: BenchPeaks, dtype: str = "bf16") -> str:
+    """One line: achieved GB/s and TFLOP/s with their share of the peaks and the floor time."""
+    parts = []
+    bw = pk.copy_bytes_per_s
+    rate = pk.flops_per_s.get(dtype)
+    if bytes_moved:
+        gbs = bytes_moved / time_ns  # bytes/ns == GB/s
+        parts.append(f"{gbs:,.0f} GB/s ({pct(gbs * 1e9, bw)} of copy peak)")
+    if flops:
+        tf = flops / time_ns / 1e3  # FLOP/ns / 1e3 == TFLOP/s
+        parts.append(f"{tf:,.1f} TFLOP/s ({pct(tf * 1e12, rate)} of {dtype} peak)")
+    floors = []
+    if bytes_moved and bw:
+        floors.append(bytes_moved / bw * 1e9)
+    if flops and rate:
+        floors.append(flops / rate * 1e9)
+    if floors:
+        parts.append(f"floor {max(floors) / 1e3:,.1f} us")
+    return ", ".join(parts)
+
+
+def header(info: DeviceInfo, pk: BenchPeaks) -> str:
+    cap = f" (SM{info.capability[0]}{info.capability[1]})" if info.capability else ""
+    peak = ""
+    if pk.copy_bytes_per_s:
+        rates = ", ".join(f"{k} {v / 1e12:,.0f} TFLOP/s" for k, v in sorted(pk.flops_per_s.items())
+                          if k in ("bf16", "fp8"))
+        peak = f"\npeaks: copy {pk.copy_bytes_per_s / 1e12:.2f} TB/s, {rates} [{pk.source}]"
+    return (f"device: {info.name}{cap}; torch {info.torch_version}, CUDA {info.cuda_version}, "
+            f"triton {info.triton_version}, python {info.python_version}{peak}")
+
+
+def write_json(path: str | None, payload: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=1, default=_default) + "\n")
+
+
+def _default(o):
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "__dataclass_fields__"):
+        return {k: getattr(o, k) for k in o.__dataclass_fields__}
+    return str(o)
+
+
+def print_table(headers: list[str], rows: list[list[Any]], out: Callable[[str], Any] = print) -> None:
+    """A plain markdown-style table (pastes into docs as is)."""
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    out("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |")
+    out("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in cells:
+        out("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |")

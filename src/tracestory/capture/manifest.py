@@ -1,0 +1,154 @@
+"""``manifest.json``: what a capture ran on and every command it ran (the Actions Log).
+
+Layout (plain JSON; times are UTC ISO-8601 strings, durations integer ns, sizes bytes)::
+
+    {
+      "schema": "tracestory.manifest/1",
+      "name": "tiny_llama",
+      "environment": {...},                    # capture.environment.collect_environment()
+      "captures": [                            # one per `tracestory capture <tool>` call
+        {"tool": "ncu", "status": "complete" | "failed",
+         "started_at": "...", "duration_ns": 123,
+         "invocation": ["tracestory", "capture", "ncu", ...],   # reproduces it
+         "workload": {"argv": [...], "cwd": "...", "git": {...}},
+         "settings": {"launch_count": {"value": 20, "source": "flag"}, ...},
+         "steps": [
+           {"name": "profile", "argv": [...], "command": "ncu ... python x.py",
+            "env": {}, "in_process": false, "started_at": "...", "duration_ns": 1,
+            "exit_code": 0, "status": "ok" | "failed", "error": null,
+            "files": [{"path": "ncu/x.ncu-rep", "bytes": 1234}]}]}]
+    }
+
+Several captures (torch, then ncu, ...) into one folder append to ``captures``; the
+``environment`` is the latest one's. The file is replaced atomically (write then rename), so
+a reader never sees half a manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ..errors import TraceFormatError
+
+SCHEMA = "tracestory.manifest/1"
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a capture plan."""
+
+    name: str                      # "warmup-run", "profile", "export-sqlite", "csv-raw", ...
+    argv: tuple[str, ...]          # what runs (staging paths)
+    shown: tuple[str, ...]         # the same with final paths: what the user would type
+    stdout: str | None = None      # staging path that receives stdout (CSV imports)
+    stdout_shown: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)  # variables added for this step
+    in_process: bool = False       # the torch capture runs inside tracestory
+
+    @property
+    def command(self) -> str:
+        """Shell form of ``shown``: ``VAR=x cmd args > out``."""
+        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        parts.append(shlex.join(self.shown))
+        if self.stdout_shown:
+            parts.append("> " + shlex.quote(self.stdout_shown))
+        return " ".join(parts)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def new_manifest(name: str) -> dict[str, Any]:
+    return {"schema": SCHEMA, "name": name, "environment": {}, "captures": []}
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any] | None:
+    """The folder's manifest, or None when it has none."""
+    p = Path(folder) / MANIFEST
+    if not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TraceFormatError(p, "a tracestory manifest (JSON)", f"unreadable JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise TraceFormatError(p, f"a manifest with schema {SCHEMA!r}", f"schema {found!r}")
+    return data
+
+
+def write_manifest(folder: str | Path, manifest: Mapping[str, Any]) -> Path:
+    p = Path(folder) / MANIFEST
+    tmp = p.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, p)
+    return p
+
+
+def snapshot(folder: Path) -> dict[str, int]:
+    """Relative path -> size of every file under ``folder``."""
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): p.stat().st_size
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def new_files(before: Mapping[str, int], after: Mapping[str, int]) -> list[tuple[str, int]]:
+    """Files created or changed between two snapshots, sorted by path."""
+    return [(k, n) for k, n in sorted(after.items()) if before.get(k) != n or k not in before]
+
+
+def run_step(step: Step, *, cwd: str | Path | None = None,
+             in_process: Callable[[], tuple[int, str | None]] | None = None) -> dict[str, Any]:
+    """Run one step and return its record (without ``files``; the caller adds them).
+
+    Subprocesses inherit stdin/stderr (the user sees the workload's output); ``stdout`` goes
+    to the step's file when it has one. ``in_process`` runs instead of a subprocess and returns
+    (exit code, error text).
+    """
+    started = now_iso()
+    t0 = time.perf_counter_ns()
+    error = None
+    if in_process is not None:
+        code, error = in_process()
+    else:
+        env = {**os.environ, **step.env} if step.env else None
+        try:
+            if step.stdout:
+                with open(step.stdout, "wb") as fh:
+                    code = subprocess.run(list(step.argv), cwd=cwd, env=env, stdout=fh).returncode
+            else:
+                code = subprocess.run(list(step.argv), cwd=cwd, env=env).returncode
+        except OSError as e:
+            code, error = 127, f"{step.argv[0]}: {e.strerror or e}"
+    duration = time.perf_counter_ns() - t0
+    if code != 0 and error is None:
+        error = f"exit code {code}"
+    return {
+        "name": step.name,
+        "argv": list(step.shown),
+        "command": step.command,
+        "env": dict(step.env),
+        "in_process": step.in_process,
+        "started_at": started,
+        "duration_ns": int(duration),
+        "exit_code": int(code),
+        "status": "ok" if code == 0 else "failed",
+        "error": error,
+        "files": [],
+    }
+
+
+def dry_run_lines(steps: Sequence[Step]) -> list[str]:
+    """The exact commands a plan would run, one per line, for ``--dry-run``."""
+    return [s.command for s in steps]

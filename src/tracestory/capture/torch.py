@@ -1,0 +1,257 @@
+"""torch.profiler capture of an in-process workload, driven by :func:`tracestory.region`.
+
+Three modes (mutually exclusive):
+
+* **range** (``--range NAME --skip K --count M``): the profiler starts when occurrence K of
+  region NAME opens (0-based, outermost occurrences only: a NAME nested in NAME is part of
+  its parent) and stops when occurrence K+M-1 closes, so the trace holds exactly M NAME
+  ranges: seed 001's "20 warm-ups, then one ranged run".
+* **schedule** (``--wait W --warmup U --active A``): a ``torch.profiler.schedule`` (repeat=1)
+  stepped at the exit of every outermost occurrence of region ``--range NAME``, or of every
+  outermost region whatever its name when no ``--range`` is given; the trace holds
+  ``ProfilerStep#i`` ranges for the A active steps.
+* **whole**: the whole run.
+
+Under Nsight Systems or Nsight Compute (see :func:`~.environment.external_profiler`) no torch
+profiler is started (two CUPTI subscribers fail); in range mode one occurrence (K) runs
+between ``cudaProfilerStart``/``cudaProfilerStop`` instead, for ``nsys
+--capture-range=cudaProfilerApi`` or ``ncu --profile-from-start off``.
+
+The trace is written as ``rank<r>.trace.json.gz`` (``r`` = ``$RANK``, 0 without torchrun);
+torch keeps ``distributedInfo`` when the workload initialised ``torch.distributed``.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ToolNotFound
+from . import region as _region
+from .environment import external_profiler
+from .workload import Workload, run_in_process
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    range: str | None = None
+    skip: int = 0
+    count: int = 1
+    wait: int | None = None
+    warmup: int | None = None
+    active: int | None = None
+    with_shapes: bool = False
+    memory: bool = False
+    flops: bool = False
+    stack: bool = False
+
+    @property
+    def mode(self) -> str:
+        if self.active is not None:
+            return "schedule"
+        if self.range:
+            return "range"
+        return "whole"
+
+
+@dataclass(frozen=True)
+class TorchCaptureResult:
+    exit_code: int
+    mode: str                      # "range" | "schedule" | "whole"
+    rank: int
+    trace_path: str | None         # None when nothing was recorded
+    occurrences_seen: int | None   # outermost occurrences of the range region (range mode)
+    captured_occurrences: int | None
+    external_profiler: str | None  # "nsys" / "ncu" when we ran under one (no torch.profiler)
+    error: str | None              # traceback of the workload, or why nothing was captured
+
+
+class RangeController:
+    """Calls ``start`` at outermost occurrence ``skip`` of region ``name`` and ``stop`` after
+    occurrence ``skip + count - 1`` closes."""
+
+    def __init__(self, name: str, skip: int, count: int,
+                 start: Callable[[], Any], stop: Callable[[], Any]):
+        self.name, self.skip, self.count = name, skip, count
+        self._start, self._stop = start, stop
+        self.seen = 0
+        self.captured = 0
+        self.running = False
+        self._depth = 0
+
+    def on_enter(self, name: str) -> None:
+        if name != self.name:
+            return
+        if self._depth == 0:
+            if self.seen == self.skip and not self.running:
+                self._start()
+                self.running = True
+            self.seen += 1
+        self._depth += 1
+
+    def on_exit(self, name: str) -> None:
+        if name != self.name:
+            return
+        self._depth -= 1
+        if self._depth == 0 and self.running:
+            self.captured += 1
+            if self.seen >= self.skip + self.count:
+                self._stop()
+                self.running = False
+
+    def finish(self) -> None:
+        """Stop a profiler still running when the workload ended early."""
+        if self.running:
+            self._stop()
+            self.running = False
+
+
+class StepController:
+    """Calls ``step`` at the exit of every outermost region named ``name`` (any name when
+    ``name`` is None)."""
+
+    def __init__(self, step: Callable[[], Any], name: str | None = None):
+        self._step, self._name, self._depth, self.steps = step, name, 0, 0
+
+    def on_enter(self, name: str) -> None:
+        if self._name is None or name == self._name:
+            self._depth += 1
+
+    def on_exit(self, name: str) -> None:
+        if self._name is None or name == self._name:
+            self._depth -= 1
+            if self._depth == 0:
+                self.steps += 1
+                self._step()
+
+
+def _rank() -> int:
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def trace_name(rank: int) -> str:
+    return f"rank{rank}.trace.json.gz"
+
+
+def _import_torch():
+    try:
+        import torch
+        import torch.profiler  # noqa: F401
+    except ImportError:
+        raise ToolNotFound("torch", "install PyTorch (`pip install torch`) to capture with torch.profiler") from None
+    return torch
+
+
+def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Path,
+                       *, force_profiler_api: bool = False) -> TorchCaptureResult:
+    """Run ``workload`` here under torch.profiler (or the CUDA profiler API under nsys/ncu)."""
+    torch = _import_torch()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rank = _rank()
+    external = external_profiler() or ("api" if force_profiler_api else None)
+    mode = opts.mode
+    if external:
+        return _run_under_external(torch, workload, opts, rank, external)
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    path = out_dir / trace_name(rank)
+    written: list[bool] = []
+
+    def export(p) -> None:
+        p.export_chrome_trace(str(path))  # torch gzips when the name ends in .gz
+        written.append(True)
+
+    kwargs: dict[str, Any] = dict(activities=activities, record_shapes=opts.with_shapes,
+                                  profile_memory=opts.memory, with_flops=opts.flops,
+                                  with_stack=opts.stack)
+    if mode == "schedule":
+        kwargs["schedule"] = schedule(wait=opts.wait or 0, warmup=opts.warmup or 0,
+                                      active=opts.active or 1, repeat=1)
+        kwargs["on_trace_ready"] = export
+    prof = profile(**kwargs)
+
+    controller: Any = None
+    if mode == "range":
+        controller = RangeController(opts.range or "", opts.skip, opts.count, prof.start, prof.stop)
+    elif mode == "schedule":
+        controller = StepController(prof.step, opts.range)
+    error = None
+    code = 1
+    try:
+        if controller is not None:
+            _region.add_listener(controller)
+        if mode != "range":
+            prof.start()
+        code = run_in_process(workload)
+    except Exception:
+        error = traceback.format_exc()
+    finally:
+        if controller is not None:
+            _region.remove_listener(controller)
+        if mode == "range":
+            controller.finish()
+        else:
+            prof.stop()
+    seen = captured = None
+    if mode == "range":
+        seen, captured = controller.seen, controller.captured
+        if captured and not written:
+            export(prof)
+        if not captured and error is None:
+            error = (f"region {opts.range!r} occurred {seen} time(s); expected at least "
+                     f"{opts.skip + 1} (--skip {opts.skip}) so nothing was captured")
+    elif mode == "whole":
+        export(prof)
+    elif not written and error is None:
+        error = (f"the schedule needs {(opts.wait or 0) + (opts.warmup or 0) + (opts.active or 1)} "
+                 f"steps (exits of {'region ' + repr(opts.range) if opts.range else 'outermost regions'}); "
+                 f"the workload had {controller.steps}, so nothing was captured")
+    return TorchCaptureResult(code if error is None or code != 0 else 1, mode, rank,
+                              str(path) if written else None, seen, captured, None, error)
+
+
+def _run_under_external(torch, workload: Workload, opts: TorchOptions, rank: int,
+                        external: str) -> TorchCaptureResult:
+    """One occurrence between cudaProfilerStart/Stop; never torch.profiler (no nesting)."""
+    controller = None
+    if opts.range and torch.cuda.is_available():
+        cudart = torch.cuda.cudart()
+
+        def start():
+            torch.cuda.synchronize()
+            cudart.cudaProfilerStart()
+
+        def stop():
+            torch.cuda.synchronize()
+            cudart.cudaProfilerStop()
+
+        controller = RangeController(opts.range, opts.skip, 1, start, stop)
+        _region.add_listener(controller)
+    error = None
+    code = 1
+    try:
+        code = run_in_process(workload)
+    except Exception:
+        error = traceback.format_exc()
+    finally:
+        if controller is not None:
+            _region.remove_listener(controller)
+            controller.finish()
+    seen = controller.seen if controller else None
+    captured = controller.captured if controller else None
+    if controller is not None and not captured and error is None:
+        error = (f"region {opts.range!r} occurred {seen} time(s); expected at least "
+                 f"{opts.skip + 1} (--skip {opts.skip}) so nothing was captured")
+    return TorchCaptureResult(code if error is None or code != 0 else 1, "range" if opts.range else "whole",
+                              rank, None, seen, captured, external, error)

@@ -1,0 +1,43 @@
+"""Triton FP8 quantizers and the FP8 matmuls on a CUDA GPU (run on the device machine)."""
+
+import pytest
+import torch
+
+from tracestory.bench import fp8
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def qt():
+    from tracestory.bench import quant_triton
+
+    return quant_triton
+
+
+def _x(m, k, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn((m, k), generator=g, device="cuda") * 3
+    x[1] = 0.0                       # a zero row / zero blocks
+    x[2, :64] *= 1e-4                # small blocks
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("method", ["per_tensor", "per_row", "mxfp8"])
+def test_triton_quantizer_matches_reference(qt, dtype, method):
+    x = _x(300, 4096 + 64, dtype)
+    q, s = getattr(qt, f"quantize_{method}")(x)
+    rq, rs = getattr(fp8, f"ref_quantize_{method}")(x)
+    assert q.dtype == torch.float8_e4m3fn and q.shape == x.shape
+    assert torch.equal(s, rs)
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8))
+
+
+def test_rowwise_scaled_mm_matches_dequantized_fp32(qt):
+    a, w = _x(256, 1024, torch.bfloat16, 1), _x(512, 1024, torch.bfloat16, 2)
+    qa, sa = qt.quantize_per_row(a)
+    qw, sw = qt.quantize_per_row(w)
+    c = torch._scaled_mm(qa, qw.t(), scale_a=sa, scale_b=sw.reshape(1, -1).contiguous(), out_dtype=torch.bfloat16)
+    ref = (qa.float() * sa) @ (qw.float() * sw).t()
+    assert float((c.float() - ref).norm() / ref.norm()) < 1e-2

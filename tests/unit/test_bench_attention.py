@@ -1,0 +1,46 @@
+"""Decode-attention bench: the line fit, the byte count, the CLI on CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tracestory.bench.attention import decode_attention_bytes, default_kv_lens, fit_line
+
+
+def test_fit_exact_line():
+    x = [256, 512, 1024, 2048]
+    y = [7.5 + 0.25 * v for v in x]
+    f = fit_line(x, y)
+    assert f.intercept == pytest.approx(7.5) and f.slope == pytest.approx(0.25) and f.r2 == pytest.approx(1.0)
+
+
+def test_fit_r2_by_hand():
+    # y = [1, 3, 2] at x = [0, 1, 2]: slope 0.5, intercept 1.5, residuals [-0.5, 1, -0.5]
+    # SS_res = 1.5, SS_tot = 2 -> R^2 = 0.25
+    f = fit_line([0, 1, 2], [1, 3, 2])
+    assert f.slope == pytest.approx(0.5) and f.intercept == pytest.approx(1.5) and f.r2 == pytest.approx(0.25)
+    assert fit_line([0, 1], [4, 4]).r2 is None
+    with pytest.raises(ValueError):
+        fit_line([3, 3], [1, 2])
+
+
+def test_bytes_and_default_sweep():
+    # llama-3-8b shape at 4096 keys, batch 1, bf16: K and V are 2 * 8 * 4096 * 128 * 2 = 16,777,216
+    # bytes; q and out 2 * 32 * 128 * 2 = 16,384
+    assert decode_attention_bytes(1, 32, 8, 128, 4096, 2) == 16_777_216 + 16_384
+    assert default_kv_lens() == [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+
+
+def test_cli_tiny_on_cpu(tmp_path):
+    from tracestory.cli import main
+
+    out = tmp_path / "a.json"
+    rc = main(["bench", "attention-decode", "--device", "cpu", "--kv-len", "8", "16", "--heads", "4", "--gqa", "2",
+               "--head-dim", "8", "--dtype", "fp32", "--warmup-ms", "0", "--rep-ms", "0", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    assert rc == 0 and [r["kv_len"] for r in doc["results"]] == [8, 16]
+    # fp32: 2 * 2 kv heads * 16 keys * 8 * 4 + 2 * 4 heads * 8 * 4 bytes
+    assert doc["results"][1]["bytes"] == 2 * 2 * 16 * 8 * 4 + 2 * 4 * 8 * 4
+    assert doc["fit"] is not None and doc["peaks"]["copy_bytes_per_s"] is None
