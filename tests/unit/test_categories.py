@@ -224,9 +224,30 @@ def test_builtin_rules_are_documented_and_declared(name):
     assert len(tax.rules) >= 8
     for rule in tax.rules:
         assert rule.category in tax.categories
-        assert rule.range is None
         assert len(rule.note) > 20  # every rule says why it is there
         re.compile(rule.kernel)
+    # Only moe uses the enclosing range (seed 002's gate/expert GEMM split); llm is name-only.
+    ranged = [(r.category, r.range) for r in tax.rules if r.range is not None]
+    assert [c for c, _ in ranged] == ([] if name == "llm" else ["gate_gemm", "expert_gemm"])
+
+
+def test_moe_range_rules_split_gemms_by_region():
+    """A plain cuBLAS GEMM is a gate GEMM inside 'router', an expert GEMM inside 'expert_gemm'."""
+    from tracestory.trace import CPU_SIDE, StringPool, TraceMeta, build_trace, make_table
+
+    pool = StringPool()
+    name = pool.code("nvjet_sm90_tst_64x64_64x13_2x4_h_bz_TNT")
+    ranges = make_table("ranges", start_ns=[0, 100, 200], end_ns=[50, 150, 250],
+                        name=pool.encode(["router", "expert_gemm", "unpermute"]), side=[CPU_SIDE] * 3,
+                        tid=[1, 1, 1], depth=[0, 0, 0])
+    api = make_table("api", start_ns=[10, 110, 210], end_ns=[12, 112, 212], correlation=[1, 2, 3], tid=[1, 1, 1],
+                     name=pool.encode(["cudaLaunchKernel"] * 3))
+    kernels = make_table("kernels", start_ns=[20, 120, 220], end_ns=[30, 130, 230], correlation=[1, 2, 3],
+                         name=[name] * 3, device=[0] * 3, stream=[7] * 3)
+    trace = build_trace(TraceMeta("built", "kineto"), pool, kernels=kernels, api=api, ranges=ranges)
+    tax = taxonomy("moe")
+    cls = classify(trace, tax)
+    assert [tax.categories[c] for c in cls.kernel_category] == ["gate_gemm", "expert_gemm", "gate_gemm"]
 
 
 @pytest.mark.parametrize(("name", "expected"), LLM_CASES)

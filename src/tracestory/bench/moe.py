@@ -305,7 +305,26 @@ def amdahl(times: dict[str, float] | None) -> tuple[float | None, float | None]:
     return share, (1.0 / (1.0 - share) if share < 1.0 else None)
 
 
-def _check(out, ref, precision: str) -> float:
+def same_routing(x, w: MoEWeights, ref_w: MoEWeights, cfg: MoEConfig):
+    """Tokens whose top-k expert set is the same in the tested precision and the fp32 reference.
+
+    Top-k routing is discontinuous: a near-tie among the router logits can pick a different
+    expert after bf16 rounding, which changes that token's output by O(1) while being correct
+    behaviour. The numerical check compares only tokens routed identically (and bounds how many
+    are not)."""
+    a = route(x, w.router, cfg)[1].sort(dim=-1).values
+    b = route(x.float(), ref_w.router, cfg)[1].sort(dim=-1).values
+    return (a == b).all(dim=-1)
+
+
+def _check(out, ref, precision: str, same=None) -> float:
+    if same is not None:
+        if float(same.float().mean()) < 0.9:
+            from ..errors import TracestoryError
+
+            raise TracestoryError(f"bench moe: {precision} routes {1 - float(same.float().mean()):.1%} of tokens "
+                                  "differently from the fp32 reference (expected < 10%)")
+        out, ref = out[same], ref[same]
     err = float((out.double() - ref.double()).norm() / ref.double().norm())
     bound = 0.25 if precision == "fp8" else 2e-2
     if not err < bound:
@@ -367,7 +386,7 @@ def _run(args) -> int:
             def fwd(x=x, w=w):
                 return moe_forward(x, w, cfg, args.gemm, region=common.region)
 
-            err = _check(fwd(), refs[T], prec)
+            err = _check(fwd(), refs[T], prec, same_routing(x, w, ref_w, cfg))
             with common.region("BENCHMARK"):
                 st = measure(fwd, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
             share, ceiling = (None, None)
