@@ -27,22 +27,23 @@ def launch_index(trace: Trace, activity: Table) -> np.ndarray:
     return np.where(hit, order[pos_c], -1).astype(np.int64)
 
 
-def launch_start_ns(trace: Trace, activity: Table) -> np.ndarray:
-    """Start time of each activity's launch call; -1 where unknown."""
+def _launch_column(trace: Trace, activity: Table, column: str) -> np.ndarray:
+    """``trace.api[column]`` of each activity's launch call; -1 where unknown."""
     idx = launch_index(trace, activity)
     out = np.full(len(idx), -1, dtype=np.int64)
     ok = idx >= 0
-    out[ok] = trace.api["start_ns"][idx[ok]]
+    out[ok] = trace.api[column][idx[ok]]
     return out
+
+
+def launch_start_ns(trace: Trace, activity: Table) -> np.ndarray:
+    """Start time of each activity's launch call; -1 where unknown."""
+    return _launch_column(trace, activity, "start_ns")
 
 
 def launch_thread(trace: Trace, activity: Table) -> np.ndarray:
     """Thread id of each activity's launch call; -1 where unknown."""
-    idx = launch_index(trace, activity)
-    out = np.full(len(idx), -1, dtype=np.int64)
-    ok = idx >= 0
-    out[ok] = trace.api["tid"][idx[ok]]
-    return out
+    return _launch_column(trace, activity, "tid")
 
 
 def enclosed_by(trace: Trace, activity: Table, range_rows: np.ndarray) -> np.ndarray:

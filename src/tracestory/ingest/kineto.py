@@ -39,6 +39,7 @@ microsecond timestamps lose sub-microsecond precision in the JSON float itself.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import math
 import os
@@ -76,7 +77,7 @@ Progress = Callable[[int, int], None]
 
 
 # --------------------------------------------------------------------------- typed events
-class _Args(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
     external_id: int = msgspec.field(default=-1, name="External id")
     correlation: int = -1
     device: int = -1
@@ -97,7 +98,7 @@ class _Args(msgspec.Struct):
     name: str = ""  # metadata events: process_name / thread_name
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
@@ -175,7 +176,9 @@ def _chunks(raw: memoryview, path: Path):
                     end, nxt = n, n
                 else:
                     end, nxt = m.start() + 1, m.end() - 1  # keep "}" ... restart at "{"
-            text = b"[" + bytes(body[start:end]) + b"]"
+            text = bytearray(b"[")  # one copy of the slice, brackets added in place
+            text += body[start:end]
+            text += b"]"
             events = _decode_chunk(decoder, text, path)
             if events is not None:
                 yield events, end
@@ -478,6 +481,18 @@ def load_kineto(path: str | os.PathLike, *, require_gpu: bool = True, progress: 
     ``progress(done_bytes, total_bytes)`` is called after each decoded chunk.
     """
     path = Path(path)
+    # Decoding creates millions of short-lived objects and no reference cycles: the cyclic
+    # garbage collector would only rescan them over and over.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(path, require_gpu, progress)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
     buf = read_bytes(path)
     header = _parse_header(buf, path)
     total = len(header.raw_events)
