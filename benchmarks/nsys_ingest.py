@@ -1,0 +1,136 @@
+"""Benchmark: Nsight Systems SQLite ingest + per-kernel breakdown, tracestory vs pandas.
+
+Builds an export with >= 2 million kernel rows by replicating the kernel rows of the public
+2024.5 CloverLeaf fixture (each copy shifted in time past the previous one, correlation ids
+offset), then runs each method in a fresh subprocess and reports wall time and peak RSS:
+
+* ``tracestory``: ``load_nsys_sqlite`` (every table, all kernel columns) + ``breakdown`` with
+  the llm taxonomy (classification and per-category sums);
+* ``tracestory-core``: the same with ``kernel_columns="core"`` (times, names, ids; no launch shape);
+* ``tracestory-groupby``: the full load + a plain ``np.bincount`` on the name codes;
+* ``pandas``: ``pd.read_sql`` of (start, end, name) with a ``StringIds`` join + ``groupby``.
+
+Usage: ``python benchmarks/nsys_ingest.py [--rows 2000000] [--db PATH] [--repeat 3]``.
+pandas is needed for the comparison only (``pip install pandas``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO.parent / "shared" / "fixtures" / "public" / "nsys_2024.5_a100_cloverleaf.sqlite"
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+def build(db: Path, rows: int, fixture: Path = FIXTURE) -> int:
+    if db.exists():
+        con = sqlite3.connect(db)
+        n = con.execute(f"SELECT count(*) FROM {KERNEL}").fetchone()[0]
+        con.close()
+        if n >= rows:
+            return n
+        db.unlink()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(fixture, db)
+    os.chmod(db, 0o644)
+    con = sqlite3.connect(db)
+    cols = [r[1] for r in con.execute(f"PRAGMA table_info({KERNEL})")]
+    n0, span = con.execute(f"SELECT count(*), max(end) - min(start) + 1000 FROM {KERNEL}").fetchone()
+    corr = con.execute("SELECT max(correlationId) + 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+    copies = -(-rows // n0)
+    con.execute("CREATE TEMP TABLE reps (i INTEGER)")
+    con.executemany("INSERT INTO reps VALUES (?)", [(i,) for i in range(1, copies)])
+
+    def shifted(c):
+        if c in ("start", "end"):
+            return f"{c} + reps.i * {span}"
+        return f"{c} + reps.i * {corr}" if c == "correlationId" else c
+
+    con.execute(f"INSERT INTO {KERNEL} SELECT {', '.join(map(shifted, cols))} FROM {KERNEL}, temp.reps")
+    con.commit()
+    n = con.execute(f"SELECT count(*) FROM {KERNEL}").fetchone()[0]
+    con.close()
+    return n
+
+
+def run_one(method: str, db: str) -> dict:
+    import resource
+
+    import numpy as np
+
+    t0 = time.perf_counter()
+    if method == "pandas":
+        import pandas as pd
+
+        con = sqlite3.connect(db)
+        df = pd.read_sql(f"SELECT k.start, k.end, s.value AS name FROM {KERNEL} k "
+                         "JOIN StringIds s ON s.id = k.demangledName", con)
+        con.close()
+        t1 = time.perf_counter()
+        per_name = (df["end"] - df["start"]).groupby(df["name"]).sum()
+        n, total = len(df), int(per_name.sum())
+    else:
+        from tracestory.ingest.nsys_sqlite import load_nsys_sqlite
+
+        trace, = load_nsys_sqlite(db, kernel_columns="core" if method.endswith("-core") else "all")
+        t1 = time.perf_counter()
+        if method in ("tracestory", "tracestory-core"):
+            from tracestory.analyze.breakdown import breakdown
+
+            total = breakdown(trace).kernel_time_ns
+        else:
+            per_name = np.bincount(trace.kernels["name"], weights=trace.kernels.dur_ns, minlength=len(trace.strings))
+            total = int(per_name.sum())
+        n = len(trace.kernels)
+    t2 = time.perf_counter()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"method": method, "kernels": n, "kernel_time_ns": total, "load_s": t1 - t0, "analyze_s": t2 - t1,
+            "total_s": t2 - t0, "peak_rss_bytes": rss}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--db", type=Path, default=REPO / "benchmarks" / "_data" / "nsys_2M_kernels.sqlite")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--methods", default="tracestory,tracestory-core,tracestory-groupby,pandas")
+    ap.add_argument("--fixture", type=Path, default=FIXTURE, help="export whose kernel rows are replicated")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one, str(args.db))))
+        return
+    n = build(args.db, args.rows, args.fixture)
+    print(f"# {args.db} ({args.db.stat().st_size / 1e6:.0f} MB, {n} kernel rows)")
+    print(f"# {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print("| method | kernels | load (s) | analyze (s) | total (s) | kernels/s | peak RSS (MB) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    totals = {}
+    for method in args.methods.split(","):
+        best = None
+        for _ in range(args.repeat):
+            out = subprocess.run([sys.executable, __file__, "--one", method, "--db", str(args.db)],
+                                 capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout)
+            best = r if best is None or r["total_s"] < best["total_s"] else best
+        totals[method] = best["kernel_time_ns"]
+        print(f"| {method} | {best['kernels']} | {best['load_s']:.2f} | {best['analyze_s']:.2f} | {best['total_s']:.2f} "
+              f"| {best['kernels'] / best['total_s'] / 1e6:.2f} M | {best['peak_rss_bytes'] / 1e6:.0f} |")
+    if len(set(totals.values())) != 1:
+        raise SystemExit(f"methods disagree on the kernel time: {totals}")
+    print(f"# all methods: kernel time {next(iter(totals.values()))} ns (best of {args.repeat} runs each)")
+
+
+if __name__ == "__main__":
+    main()
