@@ -74,8 +74,9 @@ def measure(cmd: list[str], *, env: dict | None = None, timeout_s: float | None 
     resident pages until it execs, which would put tens of MiB on ``zcat``. ``prlimit --as``
     applies the address-space cap; the command gets its own session so a timeout can kill all of it.
     """
-    stats_path = DATA / "last_time.txt"
-    err_path = DATA / "last_stderr.txt"
+    # Per-process names: two benchmark runs at once must not read each other's GNU time output.
+    stats_path = DATA / f"time_{os.getpid()}.txt"
+    err_path = DATA / f"stderr_{os.getpid()}.txt"
     stats_path.unlink(missing_ok=True)
     wrapped = ["/usr/bin/time", "-f", "%M %U %S", "-o", str(stats_path)]
     if mem_cap_bytes:
@@ -93,15 +94,17 @@ def measure(cmd: list[str], *, env: dict | None = None, timeout_s: float | None 
             rc = proc.wait()
             timed_out = True
         wall = time.monotonic() - t0
-    maxrss_kib, cpu = 0, 0.0
+    maxrss_bytes, cpu = None, None  # unknown (not 0) when the run was killed, GNU time with it
     lines = stats_path.read_text().strip().splitlines() if stats_path.exists() else []
-    if lines:  # empty when the run was killed, GNU time with it
+    if lines:
         last = lines[-1].split()
-        maxrss_kib, cpu = int(last[0]), float(last[1]) + float(last[2])
+        maxrss_bytes, cpu = int(last[0]) * 1024, float(last[1]) + float(last[2])
     stderr_tail = err_path.read_bytes()[-2000:].decode(errors="replace")
+    stats_path.unlink(missing_ok=True)
+    err_path.unlink(missing_ok=True)
     return {
         "cmd": cmd, "rc": rc, "timed_out": timed_out, "wall_s": wall,
-        "maxrss_bytes": maxrss_kib * 1024, "cpu_s": cpu,
+        "maxrss_bytes": maxrss_bytes, "cpu_s": cpu,
         "load1_before": load1, "stderr_tail": stderr_tail if rc else "",
     }
 
@@ -114,8 +117,8 @@ def summarize(runs: list[dict]) -> dict:
         "ok": True, "n": len(ok), "runs": runs,
         "wall_s": statistics.median(r["wall_s"] for r in ok),
         "wall_min_s": min(r["wall_s"] for r in ok), "wall_max_s": max(r["wall_s"] for r in ok),
-        "cpu_s": statistics.median(r["cpu_s"] for r in ok),
-        "maxrss_bytes": max(r["maxrss_bytes"] for r in ok),
+        "cpu_s": statistics.median(cpus) if (cpus := [r["cpu_s"] for r in ok if r["cpu_s"] is not None]) else None,
+        "maxrss_bytes": max(rss) if (rss := [r["maxrss_bytes"] for r in ok if r["maxrss_bytes"] is not None]) else None,
     }
 
 
@@ -333,10 +336,11 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     if a.profile_only:
-        results = json.loads((DATA / "ingest_results.json").read_text())
+        results_path = DATA / "ingest_results.json"
+        results = json.loads(results_path.read_text())
         stem = DATA / f"kineto_a100_{int(a.large_mib)}mib"
         results["profile"] = profile_tracestory(stem.with_suffix(".json.gz"))
-        (DATA / "ingest_results.json").write_text(json.dumps(results, indent=1) + "\n")
+        results_path.write_text(json.dumps(results, indent=1) + "\n")
         text = section(results)
         if not a.no_doc:
             write_doc(text)
@@ -344,6 +348,8 @@ def main(argv=None) -> int:
         return 0
 
     DATA.mkdir(parents=True, exist_ok=True)
+    # A trial run with --no-doc must not overwrite the results the doc was rendered from.
+    results_path = DATA / ("ingest_results.nodoc.json" if a.no_doc else "ingest_results.json")
     py_hta = None if a.skip_hta else hta_python(a.hta_venv)
     versions = {"tracestory": pkg_version(sys.executable, "tracestory"), "msgspec": pkg_version(sys.executable, "msgspec"),
                 "numpy": pkg_version(sys.executable, "numpy")}
@@ -360,11 +366,11 @@ def main(argv=None) -> int:
         t["hta_timeout_s"] = a.hta_timeout
         t["targets"] = targets(t)
         results["traces"].append(t)
-        (DATA / "ingest_results.json").write_text(json.dumps(results, indent=1) + "\n")
+        results_path.write_text(json.dumps(results, indent=1) + "\n")
     if a.profile:
         print("[large] profiling tracestory ...", file=sys.stderr, flush=True)
         results["profile"] = profile_tracestory((DATA / f"kineto_a100_{int(a.large_mib)}mib").with_suffix(".json.gz"))
-        (DATA / "ingest_results.json").write_text(json.dumps(results, indent=1) + "\n")
+        results_path.write_text(json.dumps(results, indent=1) + "\n")
     text = section(results)
     if not a.no_doc:
         write_doc(text)

@@ -18,16 +18,22 @@ def _mib(b):
     return b / MIB
 
 
+def _num(v, fmt: str) -> str:
+    """A measured value, or "n/a" when it is unknown (None)."""
+    return "n/a" if v is None else format(v, fmt)
+
+
 def _fmt_tool_row(name: str, s: dict, zcat: dict | None, ts: dict | None) -> str:
     if not s.get("ok"):
         r = s["runs"][-1]
         why = "timed out" if r["timed_out"] else f"exit {r['rc']}"
-        rss = f"{_mib(r['maxrss_bytes']):,.0f}" if r["maxrss_bytes"] else "n/a (killed)"
+        rss = f"{_mib(r['maxrss_bytes']):,.0f}" if r["maxrss_bytes"] is not None else "n/a (killed)"
         return f"| {name} | failed ({why}) after {r['wall_s']:.1f} | {rss} | | | | 1 |"
     vs_floor = f"{s['wall_s'] / zcat['wall_s']:.1f}x" if zcat and zcat.get("ok") else ""
     vs_ts = f"{s['wall_s'] / ts['wall_s']:.1f}x" if ts and ts.get("ok") else ""
     spread = f" ({s['wall_min_s']:.2f}-{s['wall_max_s']:.2f})" if s["n"] > 1 else ""
-    return (f"| {name} | {s['wall_s']:.2f}{spread} | {_mib(s['maxrss_bytes']):,.0f} | {s['cpu_s']:.2f} | "
+    rss = None if s["maxrss_bytes"] is None else _mib(s["maxrss_bytes"])
+    return (f"| {name} | {s['wall_s']:.2f}{spread} | {_num(rss, ',.0f')} | {_num(s['cpu_s'], '.2f')} | "
             f"{vs_floor} | {vs_ts} | {s['n']} |")
 
 
@@ -91,20 +97,37 @@ def section(results: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _ratio(a, b):
+    """a / b, or None when either is unknown (a run whose RSS/CPU could not be read)."""
+    return None if a is None or b is None or b == 0 else a / b
+
+
 def targets(t: dict) -> dict:
     tools, f = t["tools"], t["facts"]
     out = {}
     ts, zc, hta = tools.get("tracestory_gz"), tools.get("floor_zcat_gz"), tools.get("hta_gz")
     if ts and ts.get("ok"):
-        out["rss_over_json"] = ts["maxrss_bytes"] / f["json_bytes"]
+        out["rss_over_json"] = _ratio(ts["maxrss_bytes"], f["json_bytes"])
         if zc and zc.get("ok"):
             out["wall_over_zcat"] = ts["wall_s"] / zc["wall_s"]
-            out["cpu_over_zcat"] = ts["cpu_s"] / zc["cpu_s"]
+            out["cpu_over_zcat"] = _ratio(ts["cpu_s"], zc["cpu_s"])
         if hta and hta.get("ok"):
             out["hta_over_tracestory_wall"] = hta["wall_s"] / ts["wall_s"]
-            out["hta_over_tracestory_cpu"] = hta["cpu_s"] / ts["cpu_s"]
-            out["hta_over_tracestory_rss"] = hta["maxrss_bytes"] / ts["maxrss_bytes"]
+            out["hta_over_tracestory_cpu"] = _ratio(hta["cpu_s"], ts["cpu_s"])
+            out["hta_over_tracestory_rss"] = _ratio(hta["maxrss_bytes"], ts["maxrss_bytes"])
     return out
+
+
+def _x(v, fmt=".1f") -> str:
+    return "n/a" if v is None else f"{v:{fmt}}x"
+
+
+def _verdict(v, limit: float, at_least: bool) -> str:
+    if v is None:
+        return "unknown (not measured)"
+    if at_least:
+        return "holds" if v >= limit else f"fails (needs {limit / v:.1f}x more)"
+    return "holds" if v <= limit else f"fails by {v / limit:.2f}x"
 
 
 def targets_lines(t: dict) -> list[str]:
@@ -113,25 +136,26 @@ def targets_lines(t: dict) -> list[str]:
     lines = ["Targets (tracestory on the .json.gz):", ""]
     if "hta_over_tracestory_wall" in r:
         v = r["hta_over_tracestory_wall"]
-        lines.append(f"- faster than HTA >= 10x: **{v:.1f}x** -> {'holds' if v >= 10 else f'fails (needs {10 / v:.1f}x more)'}"
-                     f" (CPU time {r['hta_over_tracestory_cpu']:.1f}x; HTA peak RSS {r['hta_over_tracestory_rss']:.1f}x tracestory's)")
+        lines.append(f"- faster than HTA >= 10x: **{v:.1f}x** -> {_verdict(v, 10, True)}"
+                     f" (CPU time {_x(r['hta_over_tracestory_cpu'])}; HTA peak RSS {_x(r['hta_over_tracestory_rss'])} tracestory's)")
     elif hta is not None:
         run = hta["runs"][-1]
+        rss = "n/a" if run["maxrss_bytes"] is None else f"{_mib(run['maxrss_bytes']):,.0f} MiB"
         why = (f"stopped by the {t.get('hta_timeout_s', 0):.0f} s limit" if run["timed_out"]
-               else f"exited {run['rc']} after {run['wall_s']:.0f} s (peak RSS {_mib(run['maxrss_bytes']):,.0f} MiB): "
+               else f"exited {run['rc']} after {run['wall_s']:.0f} s (peak RSS {rss}): "
                f"`{run['stderr_tail'].strip().splitlines()[-1] if run['stderr_tail'].strip() else ''}`")
         lines.append(f"- faster than HTA >= 10x: HTA did not finish: {why}")
     if "rss_over_json" in r:
         v = r["rss_over_json"]
-        lines.append(f"- peak RSS <= 2x the JSON size: **{v:.2f}x** -> {'holds' if v <= 2 else f'fails by {v / 2:.2f}x'}")
+        lines.append(f"- peak RSS <= 2x the JSON size: **{_x(v, '.2f')}** -> {_verdict(v, 2, False)}")
     tj = t["tools"].get("tracestory_json")
     if tj and tj.get("ok"):
-        v = tj["maxrss_bytes"] / t["facts"]["json_bytes"]
-        lines.append(f"- (same target, tracestory on the plain .json: **{v:.2f}x** -> {'holds' if v <= 2 else f'fails by {v / 2:.2f}x'})")
+        v = _ratio(tj["maxrss_bytes"], t["facts"]["json_bytes"])
+        lines.append(f"- (same target, tracestory on the plain .json: **{_x(v, '.2f')}** -> {_verdict(v, 2, False)})")
     if "wall_over_zcat" in r:
         v = r["wall_over_zcat"]
-        lines.append(f"- within 5x of the floor (`zcat`): **{v:.1f}x** -> {'holds' if v <= 5 else f'fails by {v / 5:.1f}x'}"
-                     f" (CPU time {r['cpu_over_zcat']:.1f}x)")
+        lines.append(f"- within 5x of the floor (`zcat`): **{v:.1f}x** -> {_verdict(v, 5, False)}"
+                     f" (CPU time {_x(r['cpu_over_zcat'])})")
     return lines + [""]
 
 

@@ -17,7 +17,11 @@ def read_bytes(path: Path) -> bytes | bytearray:
             magic = f.read(2)
             f.seek(0)
             if magic != b"\x1f\x8b":
-                return f.read()
+                # readinto a buffer of the file's size: f.read() can peak at twice that.
+                out = bytearray(os.fstat(f.fileno()).st_size)
+                n = f.readinto(out)
+                del out[n:]
+                return out
             size_hint = _gzip_size_hint(path)
             out = bytearray(size_hint)
             filled = 0
