@@ -60,7 +60,7 @@ import numpy as np
 
 from ..errors import TraceFormatError, UsageError
 from ..trace import CPU_SIDE, Trace
-from .links import enclosed_by
+from .links import enclosed_by, gpu_ops_column
 
 OTHER = "other"
 BUILTIN = ("llm", "moe")
@@ -245,7 +245,7 @@ def classify(trace: Trace, tax: Taxonomy) -> Classification:
     cat_index = {c: i for i, c in enumerate(tax.categories)}
     other = cat_index[OTHER]
     nk = len(trace.kernels)
-    codes = np.concatenate([trace.kernels["name"], trace.memops["name"]]).astype(np.int64)
+    codes = gpu_ops_column(trace, "name").astype(np.int64)
     uniq, inv = np.unique(codes, return_inverse=True)
     names = [trace.name(c) for c in uniq.tolist()]
     out = np.full(len(codes), -1, dtype=np.int32)

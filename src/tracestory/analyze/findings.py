@@ -46,7 +46,7 @@ import numpy as np
 
 from ..trace import MEMOP_KINDS, Trace
 from . import intervals
-from .links import launch_index
+from .links import gpu_ops_column, launch_index
 
 SEVERITIES = ("high", "medium", "low", "info")
 SMALL_OP_CATEGORIES = ("elementwise", "norm", "reduction", "softmax", "rope", "embedding")
@@ -115,8 +115,7 @@ def category_mask(analysis, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndar
 
 def gpu_ops(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Starts and ends of every GPU op (kernels then memops)."""
-    return (np.concatenate([trace.kernels["start_ns"], trace.memops["start_ns"]]),
-            np.concatenate([trace.kernels["end_ns"], trace.memops["end_ns"]]))
+    return gpu_ops_column(trace, "start_ns"), gpu_ops_column(trace, "end_ns")
 
 
 def gap_causes(trace: Trace, *, min_ns: int = STALL_MIN_NS, limit: int = 50) -> tuple[GapCause, ...]:

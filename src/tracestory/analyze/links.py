@@ -27,13 +27,27 @@ def launch_index(trace: Trace, activity: Table) -> np.ndarray:
     return np.where(hit, order[pos_c], -1).astype(np.int64)
 
 
+def api_column(trace: Trace, api_rows: np.ndarray, column: str) -> np.ndarray:
+    """``trace.api[column]`` at ``api_rows`` (from :func:`launch_index`); -1 where a row is -1."""
+    out = np.full(len(api_rows), -1, dtype=np.int64)
+    ok = api_rows >= 0
+    out[ok] = trace.api[column][api_rows[ok]]
+    return out
+
+
+def gpu_ops_column(trace: Trace, column: str) -> np.ndarray:
+    """``column`` of every GPU op, kernels then memops: the row order of all GPU-op arrays."""
+    return np.concatenate([trace.kernels[column], trace.memops[column]])
+
+
+def gpu_ops_launch_index(trace: Trace) -> np.ndarray:
+    """:func:`launch_index` of every GPU op, kernels then memops."""
+    return np.concatenate([launch_index(trace, trace.kernels), launch_index(trace, trace.memops)])
+
+
 def _launch_column(trace: Trace, activity: Table, column: str) -> np.ndarray:
     """``trace.api[column]`` of each activity's launch call; -1 where unknown."""
-    idx = launch_index(trace, activity)
-    out = np.full(len(idx), -1, dtype=np.int64)
-    ok = idx >= 0
-    out[ok] = trace.api[column][idx[ok]]
-    return out
+    return api_column(trace, launch_index(trace, activity), column)
 
 
 def launch_start_ns(trace: Trace, activity: Table) -> np.ndarray:

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..trace import CPU_SIDE, Trace
 from . import intervals
-from .links import launch_index
+from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 
 OUTLIER_RATIO = 1.5
 MIN_FAMILY = 3
@@ -208,16 +208,14 @@ def _whole_span(trace: Trace) -> tuple[int, int] | None:
 
 def phases(trace: Trace) -> Phases:
     """Cut the trace into phases (see the module docstring) and project GPU work onto them."""
-    k, m, r = trace.kernels, trace.memops, trace.ranges
+    k, r = trace.kernels, trace.ranges
     n_k = len(k)
-    op_start = np.concatenate([k["start_ns"], m["start_ns"]]).astype(np.int64)
-    op_end = np.concatenate([k["end_ns"], m["end_ns"]]).astype(np.int64)
-    li = np.concatenate([launch_index(trace, k), launch_index(trace, m)])
+    op_start = gpu_ops_column(trace, "start_ns").astype(np.int64)
+    op_end = gpu_ops_column(trace, "end_ns").astype(np.int64)
+    li = gpu_ops_launch_index(trace)
     ok = li >= 0
-    launch = np.full(li.size, -1, dtype=np.int64)
-    launch[ok] = trace.api["start_ns"][li[ok]]
-    launch_pid = np.full(li.size, -1, dtype=np.int64)
-    launch_pid[ok] = trace.api["pid"][li[ok]]
+    launch = api_column(trace, li, "start_ns")
+    launch_pid = api_column(trace, li, "pid")
 
     cpu_rows = np.flatnonzero(r["side"] == CPU_SIDE)
     codes = np.unique(r["name"][cpu_rows])

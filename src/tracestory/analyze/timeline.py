@@ -47,7 +47,7 @@ import numpy as np
 
 from ..trace import Trace
 from . import intervals
-from .links import launch_index
+from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 
 SHORT_KERNEL_NS = 10_000
 IDLE_FRACTION_BOUND = 0.2
@@ -163,17 +163,15 @@ def timeline(trace: Trace) -> Timeline | None:
     if n_k + len(m) == 0:
         return None
 
-    starts = np.concatenate([k["start_ns"], m["start_ns"]]).astype(np.int64)
-    ends = np.concatenate([k["end_ns"], m["end_ns"]]).astype(np.int64)
-    names = np.concatenate([k["name"], m["name"]])
-    devices = np.concatenate([k["device"], m["device"]])
-    streams = np.concatenate([k["stream"], m["stream"]])
-    launch = np.concatenate([launch_index(trace, k), launch_index(trace, m)])
+    starts = gpu_ops_column(trace, "start_ns").astype(np.int64)
+    ends = gpu_ops_column(trace, "end_ns").astype(np.int64)
+    names = gpu_ops_column(trace, "name")
+    devices = gpu_ops_column(trace, "device")
+    streams = gpu_ops_column(trace, "stream")
+    launch = gpu_ops_launch_index(trace)
     has_launch = launch >= 0
-    launch_end = np.full(launch.size, -1, dtype=np.int64)
-    launch_end[has_launch] = trace.api["end_ns"][launch[has_launch]]
-    launch_start = np.full(launch.size, -1, dtype=np.int64)
-    launch_start[has_launch] = trace.api["start_ns"][launch[has_launch]]
+    launch_end = api_column(trace, launch, "end_ns")
+    launch_start = api_column(trace, launch, "start_ns")
 
     t0, t1 = int(starts.min()), int(ends.max())
     window = t1 - t0

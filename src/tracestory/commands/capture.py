@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"capture {tool}: complete -> {result.folder}")
         for path, size in result.files:
             print(f"  {path}  ({size} bytes)")
-        print(f"  manifest.json")
+        print("  manifest.json")
         return 0
     print(f"capture {tool}: FAILED ({result.error.strip() if result.error else 'unknown'}); "
           f"no {tool}/ folder written, see {result.manifest_path}", file=sys.stderr)

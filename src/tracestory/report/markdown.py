@@ -18,8 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..analyze.findings import Evidence, Finding, derive_findings
-from .ascii import (Bar, Lane, bar_chart, clip_text, fmt_bytes, fmt_ms, fmt_ns, fmt_pct,
+from ..analyze.findings import Evidence, derive_findings
+from ..analyze.links import gpu_ops_column
+from .ascii import (Bar, Lane, bar_chart, fmt_bytes, fmt_ms, fmt_ns, fmt_pct,
                     lanes_timeline, log_histogram)
 from .story import execution_story, parse_json_cell, short_name
 
@@ -298,16 +299,15 @@ def _visualizations(analyses) -> list[str]:
 
 
 def _timeline_chart(a, t0: int, t1: int) -> list[str]:
-    tr, cl, tl = a.trace, a.classification, a.timeline
+    tr, cl = a.trace, a.classification
     cats = tuple(cl.taxonomy.categories)
-    k, m = tr.kernels, tr.memops
-    dev = np.concatenate([k["device"], m["device"]])
-    stream = np.concatenate([k["stream"], m["stream"]])
-    s = np.concatenate([k["start_ns"], m["start_ns"]])
-    e = np.concatenate([k["end_ns"], m["end_ns"]])
+    dev = gpu_ops_column(tr, "device")
+    stream = gpu_ops_column(tr, "stream")
+    s = gpu_ops_column(tr, "start_ns")
+    e = gpu_ops_column(tr, "end_ns")
     c = np.concatenate([cl.kernel_category, cl.memop_category])
     lanes = []
-    pairs = sorted({(int(d), int(x)) for d, x in zip(dev, stream)}) if len(dev) < 2_000_000 else []
+    pairs = [tuple(map(int, p)) for p in np.unique(np.stack([dev, stream], axis=1), axis=0)] if len(dev) else []
     for d, x in pairs[:8]:
         sel = (dev == d) & (stream == x)
         lanes.append(Lane(f"gpu{d} s{x}", s[sel], e[sel], c[sel]))
@@ -318,7 +318,7 @@ def _timeline_chart(a, t0: int, t1: int) -> list[str]:
         markers.append(("phases(GPU)", segs, [p.name for p in phs]))
     inside = np.flatnonzero((s < t1) & (e > t0))
     hot = int(inside[np.argmax((e - s)[inside])]) if inside.size else int(np.argmax(e - s))
-    hotspot = (int(s[hot]), f"longest op: {short_name(tr.name(int(np.concatenate([k['name'], m['name']])[hot])), 40)}"
+    hotspot = (int(s[hot]), f"longest op: {short_name(tr.name(int(gpu_ops_column(tr, 'name')[hot])), 40)}"
                             f" {fmt_ns(int(e[hot] - s[hot]))}")
     lines = lanes_timeline(lanes, cats, t0, t1, hotspot=hotspot, markers=markers)
     if len(pairs) > 8:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..analyze.links import gpu_ops_column
 from ..errors import ToolNotFound
 
 
@@ -70,7 +71,8 @@ def plot_timeline(a, path: Path) -> Path:
     cats = cls.taxonomy.categories
     colors = _colors(cats)
     ops = [(tr.kernels, cls.kernel_category), (tr.memops, cls.memop_category)]
-    lanes = sorted({(int(d), int(s)) for table, _ in ops for d, s in zip(table["device"], table["stream"], strict=True)})
+    pairs = np.stack([gpu_ops_column(tr, "device"), gpu_ops_column(tr, "stream")], axis=1)
+    lanes = [tuple(map(int, p)) for p in np.unique(pairs, axis=0)]
     fig, ax = plt.subplots(figsize=(11, 1.0 + 0.5 * len(lanes)))
     for y, (dev, stream) in enumerate(lanes):
         for table, cat in ops:

@@ -30,7 +30,7 @@ import re
 import numpy as np
 
 from ..analyze.findings import gap_causes
-from ..analyze.links import launch_start_ns
+from ..analyze.links import api_column, gpu_ops_column, gpu_ops_launch_index
 from .ascii import clip_text, fmt_ms, fmt_ns
 
 WIDTH = 100
@@ -133,15 +133,14 @@ class _Ops:
 
     def __init__(self, analysis):
         tr, cl = analysis.trace, analysis.classification
-        k, m = tr.kernels, tr.memops
         self.cats = tuple(cl.taxonomy.categories)
-        start = np.concatenate([k["start_ns"], m["start_ns"]])
+        start = gpu_ops_column(tr, "start_ns")
         order = np.argsort(start, kind="stable")
         self.start = start[order]
-        self.end = np.concatenate([k["end_ns"], m["end_ns"]])[order]
-        self.name = np.concatenate([k["name"], m["name"]])[order]
+        self.end = gpu_ops_column(tr, "end_ns")[order]
+        self.name = gpu_ops_column(tr, "name")[order]
         self.cat = np.concatenate([cl.kernel_category, cl.memop_category])[order]
-        self.launch = np.concatenate([launch_start_ns(tr, k), launch_start_ns(tr, m)])[order]
+        self.launch = api_column(tr, gpu_ops_launch_index(tr), "start_ns")[order]
         self.trace = tr
 
     def of_phase(self, ph, whole: bool) -> np.ndarray:
@@ -338,7 +337,7 @@ def _family_block(analysis, ops, members, fam, number, origin, causes) -> list[s
     out.append(f"Time {fmt_ms(members[0].start_ns - origin)} ms: first step begins; "
                f"step time {fmt_ns(fam.min_ns)} .. {fmt_ns(fam.max_ns)}, mean {fmt_ns(fam.mean_ns)}")
     out.append("")
-    out.append(f"Per step (GPU span; busy = GPU op union):")
+    out.append("Per step (GPU span; busy = GPU op union):")
     top = max(int(times.max()), 1)
     for p, t in zip(members, times):
         bar = "█" * max(1, int(round(30 * t / top)))
@@ -395,7 +394,7 @@ def _summary(analysis, ops: _Ops, phases) -> list[str]:
         for p in fast:
             out.append(f"  fast step: {p.name} {fmt_ns(_step_time(p))} (< 1/1.5 of the median)")
     if not fams and len(phases) == 1:
-        out.append(f"• one phase; see its sequence above")
+        out.append("• one phase; see its sequence above")
     decode = next((f for f in fams if f.family != first.family), None)
     if decode is not None and first.family not in {f.family for f in fams}:
         out.extend(_differs(analysis, ops, first, [p for p in phases if p.family == decode.family]))
