@@ -185,17 +185,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _optional_command_modules():
-    """Subcommands that live in their own modules (capture, bench, ...)."""
+    """Subcommands that live in their own modules: every module of ``tracestory.commands``
+    with a ``register(subparsers)`` function, in name order."""
     import importlib
+    import pkgutil
+
+    from . import commands
 
     mods = []
-    for name in ("capture", "bench", "eval", "extra"):
-        try:
-            mods.append(importlib.import_module(f".commands.{name}", __package__))
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith(f"{__package__}.commands"):
-                continue
-            raise
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f".commands.{info.name}", __package__)
+        if hasattr(module, "register"):
+            mods.append(module)
     return mods
 
 
