@@ -71,6 +71,16 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "ts_ns": I8, "device": I4, "allocated_bytes": I8, "reserved_bytes": I8,
         "delta_bytes": I8, "pid": I8,
     },
+    # One row per collective (NCCL) kernel whose source recorded the collective's arguments
+    # (Kineto's "Collective name", "In msg nelems", ...). ``kernel_index`` is the row of the
+    # kernel in ``kernels`` (-1 when unknown); ``name``, ``dtype``, ``pg_name`` and ``pg_ranks``
+    # are string codes (``pg_ranks`` in the canonical form "[0, 1]"); ``seq`` is the process
+    # group's sequence number when recorded, else -1. Sizes are element counts.
+    "collectives": {
+        "kernel_index": I8, "start_ns": I8, "end_ns": I8, "name": I4, "in_nelems": I8,
+        "out_nelems": I8, "group_size": I4, "dtype": I4, "pg_name": I4, "pg_ranks": I4,
+        "seq": I8, "device": I4, "stream": I8,
+    },
 }
 
 
@@ -243,6 +253,7 @@ class Trace:
     ops: Table
     ranges: Table
     memory: Table
+    collectives: Table = field(default_factory=lambda: empty_table("collectives"))
 
     def name(self, code: int) -> str:
         return self.strings[code] if code >= 0 else ""
@@ -268,13 +279,30 @@ class Trace:
 
 
 def build_trace(meta: TraceMeta, pool: StringPool, **tables: Table) -> Trace:
-    """Assemble a Trace; absent tables are empty, each table is sorted by start time."""
+    """Assemble a Trace; absent tables are empty, each table is sorted by start time.
+
+    ``collectives["kernel_index"]`` is given as a row of the ``kernels`` table as passed in and
+    is renumbered here to the row of the same kernel after sorting."""
     out = {}
+    kernel_order = None
     for kind in SCHEMAS:
         t = tables.get(kind)
         if t is None or len(t) == 0:
             out[kind] = empty_table(kind) if t is None else t
             continue
         key = "ts_ns" if kind == "memory" else "start_ns"
+        if kind == "kernels":
+            # same order as Table.sorted_by (a stable sort on one key), kept for the renumbering
+            kernel_order = np.argsort(t["start_ns"], kind="stable")
+            out[kind] = t.take(kernel_order)
+            continue
         out[kind] = t.sorted_by(key)
+    coll = out["collectives"]
+    if len(coll) and kernel_order is not None:
+        new_row = np.empty(kernel_order.size, dtype=np.int64)
+        new_row[kernel_order] = np.arange(kernel_order.size)
+        ki = coll["kernel_index"]
+        ok = (ki >= 0) & (ki < kernel_order.size)
+        out["collectives"] = coll.with_columns(
+            kernel_index=np.where(ok, new_row[np.where(ok, ki, 0)], -1).astype(np.int64))
     return Trace(meta=meta, strings=tuple(pool.strings), **out)

@@ -139,3 +139,137 @@ def test_memory_peak_from_memory_events():
                if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {}))
     (f,) = _by_rule(H200_LLAMA, "memory")
     assert _ev(f, "peak allocated") == peak
+
+
+# ------------------------------------------------------------------ steps: first step, ITL vs KV
+
+
+def _h200_decode_steps():
+    """(name, GPU span ns, KV length) per decode_i range, from the raw events: GPU ops whose
+    launch call starts inside the range; KV length = the key's sequence dim of the range's
+    aten::scaled_dot_product_attention calls (Input Dims[1] is [B, H, S, D])."""
+    ev = _events(H200_LLAMA)
+    ns = lambda us: round(float(us) * 1000)
+    launch = {e["args"]["correlation"]: ns(e["ts"]) for e in ev
+              if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    gpu = [(launch.get(e["args"].get("correlation")), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in ev
+           if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    sdpa = [(ns(e["ts"]), e["args"]["Input Dims"][1][2]) for e in ev
+            if e.get("cat") == "cpu_op" and e["name"] == "aten::scaled_dot_product_attention"]
+    out = []
+    for r in sorted((e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("decode_")),
+                    key=lambda e: e["ts"]):
+        a, b = ns(r["ts"]), ns(r["ts"]) + ns(r["dur"])
+        mine = [(s, e) for l, s, e in gpu if l is not None and a <= l < b]
+        kv = max(k for t, k in sdpa if a <= t < b)
+        out.append((r["name"], max(e for _, e in mine) - min(s for s, _ in mine), kv))
+    return out
+
+
+def test_first_decode_step_is_the_surprise_fast_one():
+    steps = _h200_decode_steps()
+    first, rest = steps[0], [t for _, t, _ in steps[1:]]
+    med = float(np.median(rest))
+    (f,) = _by_rule(H200_LLAMA, "first_step")
+    assert first[0] == "decode_0" and "faster" in f.title
+    assert _ev(f, "first step time") == first[1]
+    assert _ev(f, "median of the other steps") == med
+    assert _ev(f, "median of the rest / first") == pytest.approx(med / first[1])
+    assert f"{med / first[1]:.1f}x faster" in f.title
+    assert (_ev(f, "first step KV length"), _ev(f, "last step KV length")) == (steps[0][2], steps[-1][2]) == (513, 528)
+
+
+def test_itl_fit_against_kv_length():
+    steps = _h200_decode_steps()
+    kv = np.array([k for _, _, k in steps], dtype=float)
+    t = np.array([s for _, s, _ in steps], dtype=float)
+    slope, intercept = np.polyfit(kv, t, 1)
+    r2 = 1 - ((t - (intercept + slope * kv)) ** 2).sum() / ((t - t.mean()) ** 2).sum()
+    (f,) = _by_rule(H200_LLAMA, "step_trend")
+    assert _ev(f, "step time added per KV token") == pytest.approx(slope)
+    assert _ev(f, "r2 of the linear fit") == pytest.approx(r2)
+    assert "no linear trend with KV length" in f.title   # r2 ~0.27: the cuDNN plan build dominates
+    assert _ev(f, "first step KV length") == 513
+
+
+def test_gpu_idle_gap_count_and_largest_gap():
+    merged = _merge(_gpu_intervals(H200_LLAMA))
+    gaps = [b[0] - a[1] for a, b in zip(merged, merged[1:]) if b[0] > a[1]]
+    (f,) = _by_rule(H200_LLAMA, "gpu_idle")
+    assert _ev(f, "idle gaps") == len(gaps)
+    assert _ev(f, "largest gap") == max(gaps)
+    assert _ev(f, "mean gap") == pytest.approx(sum(gaps) / len(gaps))
+
+
+# ------------------------------------------------------------------ hardware rules
+
+
+def test_bound_from_the_shape_estimate_names_the_decode_gemv():
+    """Without ncu the rule uses the shape estimate; the longest memory-bound kernel is the
+    decode GEMV, its time the plain sum of that kernel's durations in the raw events."""
+    (f,) = _by_rule(H200_LLAMA, "bound")
+    assert "(estimate)" in f.title and _ev(f, "source") == "estimated from op shapes"
+    name = _ev(f, "memory-bound #1")
+    assert name == "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_TNT"
+    total = sum(round(float(e["dur"]) * 1000) for e in _events(H200_LLAMA)
+                if e.get("cat") == "kernel" and e["name"] == name)
+    assert _ev(f, "memory-bound #1 time") == total
+    share = _ev(f, "memory-bound share of placed kernel time")
+    assert share + _ev(f, "compute-bound share of placed kernel time") == pytest.approx(1)
+    assert share > 0.5 and f.title.startswith("Memory-bound")
+
+
+def _ncu_raw_rows():
+    import csv
+
+    rows = list(csv.reader(open(NCU_RAW)))
+    h, data = rows[0], rows[2:]   # rows[1] holds the units
+    col = lambda name: [r[h.index(name)] for r in data]
+    return col("Kernel Name"), [float(x) for x in col("gpu__time_duration.sum")], \
+        [float(x) for x in col("sm__warps_active.avg.pct_of_peak_sustained_active")], \
+        [float(x) for x in col("sm__maximum_warps_per_active_cycle_pct")], [int(x) for x in col("launch__grid_size")]
+
+
+def test_ncu_rules_on_the_decode_kernels():
+    names, dur_us, achieved, theoretical, grid = _ncu_raw_rows()
+    fs = {f.rule: f for f in ncu_findings(load_ncu(NCU_RAW))}
+    # elementwise / reduce kernels: well under 1 FLOP per byte, far left of the H200 ridge
+    b = fs["bound"]
+    assert _ev(b, "memory-bound share of placed kernel time") == 1.0
+    i = int(np.argmax(dur_us))
+    assert _ev(b, "memory-bound #1 time") == round(dur_us[i] * 1000)
+    # every kernel: achieved < 80% of theoretical, and grids of 1-8 blocks on 132 SMs (< 1 wave)
+    gap = [a < 0.8 * t for a, t in zip(achieved, theoretical)]
+    o = fs["occupancy_achieved"]
+    assert _ev(o, "kernels with achieved < 80% of theoretical") == sum(gap) == 6
+    assert _ev(o, "of them with a grid smaller than one wave") == sum(g < 132 for g in grid)
+    assert _ev(o, "its blocks") == grid[i] and _ev(o, "its achieved occupancy") == pytest.approx(achieved[i] / 100)
+    # below one wave the grid caps occupancy, not the limiter: no limiter finding
+    assert "occupancy_limiter" not in fs
+
+
+def test_occupancy_limiter_on_the_gemm_rep():
+    """nvjet GEMM: 384 threads x 168 registers = 64512 of the SM's 65536 registers -> 1 block;
+    221420 B of dynamic shared memory -> 1 block of the 228 KiB; so 12 warps of 64 resident:
+    theoretical occupancy 18.75%, limited by registers and shared memory together."""
+    fs = {f.rule: f for f in ncu_findings(load_ncu(NCU_REP))}
+    f = fs["occupancy_limiter"]
+    assert f.title == "Occupancy of the longest limited kernel is capped at 18.8% by registers and shared memory"
+    assert _ev(f, "theoretical occupancy") == pytest.approx(12 / 64)
+    assert _ev(f, "registers per thread") == 168 and _ev(f, "threads per block") == 384
+    assert _ev(f, "blocks per SM allowed by the limiter") == 1
+    assert f.severity == "low"   # the kernel still runs at ~90% of the bf16 roof
+    assert fs["bound"].title.startswith("Compute-bound")
+
+
+def test_ncu_with_the_trace_weights_by_trace_time():
+    a = _analysis(H200_LLAMA)
+    fs = {f.rule: f for f in derive_findings(a, kernel_metrics=[("x", load_ncu(NCU_RAW)), ("y", load_ncu(NCU_REP))])}
+    b = fs["bound"]
+    assert _ev(b, "source") == "Nsight Compute counters"
+    assert _ev(b, "time weights") == "trace time per kernel name"
+    name = _ev(b, "compute-bound #1")
+    total = sum(round(float(e["dur"]) * 1000) for e in _events(H200_LLAMA)
+                if e.get("cat") == "kernel" and e["name"] == name)
+    assert _ev(b, "compute-bound #1 time") == total
+    assert "occupancy_limiter" in fs and "occupancy_achieved" in fs

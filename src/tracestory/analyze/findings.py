@@ -6,70 +6,57 @@ that support it (:class:`Evidence`, raw values in base units so the report can f
 tests can trace every printed number back to a result), the implication, a recommendation and
 a severity. Rules never print and never guess: a rule whose inputs are absent returns nothing.
 
-Rules (in report order within a severity; a dominant category is at most "medium" when the GPU
-is idle half its window, since kernel time is then not the first lever):
+Rules, in report order within a severity (a dominant category is at most "medium" when the
+GPU is idle half its window, since kernel time is then not the first lever):
 
+* ``gpu_idle`` (launch-bound): idle share of the GPU window, its split (launch wait vs other),
+  short kernels, kernels per ms, launch latency, gap count, mean and largest gap; the verdict is
+  the timeline's ``launch_bound``.
+* ``cpu_stall``: idle gaps of at least 1 ms whose cause is one CPU op. The cause of a gap
+  ``[g0, g1)`` is the innermost CPU op (same thread as the launch call) that encloses the launch
+  call of the GPU op starting at ``g1`` and lasts at least half the gap: the host was inside it
+  while the GPU waited. Gaps are grouped by that op's name.
 * ``dominant_category``: the category with the most GPU op time, its share p, the Amdahl
   ceiling ``1/(1-p)`` (that category at zero cost) and the what-if ``1/((1-p)+p/k)``. Because
   the breakdown's base is GPU op time, not wall time, the finding also gives the ceiling on the
   GPU window when idle time is kept: ``W / (W - c)`` with W the window and c the category's
   busy time inside it (its union, overlaps counted once) - the honest end-to-end bound.
-* ``gpu_idle``: idle share of the GPU window, its split (launch wait vs other), short kernels,
-  kernels per ms, launch latency; the verdict is the timeline's ``launch_bound``.
-* ``cpu_stall``: idle gaps of at least 1 ms whose cause is one CPU op. The cause of a gap
-  ``[g0, g1)`` is the innermost CPU op (same thread as the launch call) that encloses the launch
-  call of the GPU op starting at ``g1`` and lasts at least half the gap: the host was inside it
-  while the GPU waited. Gaps are grouped by that op's name.
-* ``step_outlier``: phases >= 1.5x their family median (phases.outliers), typically warm-up.
-* ``step_trend``: per family of >= 3 steps, the least-squares slope of step time vs step and
-  its r2; "grows" when r2 >= 0.5 and the fitted change over the run is >= 10% of the mean.
-  Also reports how much of the step is GPU busy time.
+* ``first_step``, ``step_outlier``, ``step_trend`` (ITL against KV length): :mod:`.rules_steps`.
+* ``bound`` (memory- vs compute-bound kernels, from ncu counters or the shape estimate),
+  ``occupancy_limiter``, ``occupancy_achieved`` (ncu only): :mod:`.rules_hardware`.
 * ``memcpy_share``: memcpy + memset >= 5% of GPU op time, split by copy kind.
 * ``communication``: communication kernels' share and the part of their time overlapped by
   other GPU ops (intersection of unions).
 * ``eager_fusion``: no Triton kernels and >= 30% of launches in small-op categories
   (elementwise, norm, reduction, softmax, rope, embedding): a fusion candidate; or, with Triton
   kernels, a note that the run is compiled.
-* ``memory``: peak allocated and reserved from ``[memory]`` samples, and a fragmentation /
-  caching note when reserved exceeds allocated by >= 1.5x and >= 1 GiB.
+* ``memory`` (peak, fragmentation, what ran at the peak): :mod:`.rules_memory`.
 
-Limits: hardware-counter findings (memory- vs compute-bound, occupancy limiter) need Nsight
-Compute input and belong to the ncu module; this engine does not invent them from names.
+The records (:class:`Finding`, :class:`Evidence`) live in :mod:`.rules_base` and are
+re-exported here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
 
 import numpy as np
 
 from ..trace import MEMOP_KINDS, Trace
 from . import intervals
 from .links import gpu_ops_column, launch_index
+from .rules_base import SEVERITIES, Evidence, Finding, capital, fmt_p, fmt_t
+from .rules_hardware import rule_bound, rule_occupancy
+from .rules_memory import rule_memory
+from .rules_steps import rule_first_step, rule_step_outlier, rule_step_trend
 
-SEVERITIES = ("high", "medium", "low", "info")
+__all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "derive_findings", "ncu_findings",
+           "gap_causes", "category_mask"]
+
 SMALL_OP_CATEGORIES = ("elementwise", "norm", "reduction", "softmax", "rope", "embedding")
 COMM_CATEGORIES = ("communication", "allreduce")
 STALL_MIN_NS = 1_000_000
 MEMCPY_SHARE = 0.05
-
-
-@dataclass(frozen=True)
-class Evidence:
-    label: str
-    value: float | int | str | None
-    unit: str  # "ns", "fraction", "x", "count", "per_ms", "ns_per_step", "bytes", "text", "ratio"
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    severity: str  # one of SEVERITIES
-    title: str
-    evidence: tuple[Evidence, ...]
-    implication: str
-    recommendation: str
 
 
 @dataclass(frozen=True)
@@ -85,20 +72,7 @@ class GapCause:
 # ------------------------------------------------------------------ small helpers
 
 
-def _t(ns: float | None) -> str:
-    """Duration for titles (the report formats evidence itself)."""
-    if ns is None:
-        return "n/a"
-    a = abs(ns)
-    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
-        if a >= scale:
-            v = ns / scale
-            return f"{v:.3g} {unit}" if abs(v) < 1000 else f"{v:.0f} {unit}"
-    return f"{ns:.0f} ns"
-
-
-def _p(fraction: float) -> str:
-    return f"{100 * fraction:.1f}%"
+_t, _p = fmt_t, fmt_p
 
 
 def _cat_names(analysis) -> tuple[str, ...]:
@@ -232,7 +206,10 @@ def rule_gpu_idle(a) -> list[Finding]:
           Evidence("launch-wait share of idle", wait_share, "fraction"),
           Evidence("kernels shorter than 10 us", tl.short_kernel_share, "fraction"),
           Evidence("kernels per ms of window", tl.kernels_per_ms, "per_ms"),
-          Evidence("launch latency p50 (call start -> GPU start)", tl.launch_latency.p50_ns, "ns"))
+          Evidence("launch latency p50 (call start -> GPU start)", tl.launch_latency.p50_ns, "ns"),
+          Evidence("idle gaps", tl.gap_count, "count"),
+          Evidence("mean gap", tl.idle_ns / tl.gap_count if tl.gap_count else None, "ns"),
+          Evidence("largest gap", tl.largest_gaps[0].dur_ns if tl.largest_gaps else None, "ns"))
     if tl.launch_bound:
         sev = "high" if tl.idle_fraction >= 0.5 else "medium"
         title = f"Launch-bound: the GPU is idle {_p(tl.idle_fraction)} of its window"
@@ -303,72 +280,6 @@ def _stall_advice(name: str) -> str:
             f"its work out of the step, cache it, or overlap it with GPU work.")
 
 
-def rule_step_outlier(a) -> list[Finding]:
-    out = []
-    for o in a.phases.outliers:
-        out.append(Finding(
-            "step_outlier", "medium",
-            f"{o.name} took {o.ratio:.1f}x its family median ({_t(o.time_ns)})",
-            (Evidence("step time", o.time_ns, "ns"),
-             Evidence("family median", o.family_median_ns, "ns"),
-             Evidence("ratio", o.ratio, "x")),
-            "A one-off slow step (warm-up: JIT compilation, autotuning, allocator growth, cold "
-            "caches) skews means and totals computed over the capture.",
-            "Warm up before profiling (torch.profiler schedule with wait/warmup steps) and "
-            "exclude this step from steady-state numbers."))
-    return out
-
-
-def rule_step_trend(a) -> list[Finding]:
-    out = []
-    by_family: dict[str, list] = {}
-    for ph in a.phases.phases:
-        by_family.setdefault(ph.family, []).append(ph)
-    for f in a.phases.families:
-        steps = by_family.get(f.family, [])
-        busy = np.array([p.gpu_busy_ns for p in steps], dtype=np.float64)
-        mean_busy = float(busy.mean()) if busy.size else None
-        change = abs(f.slope_ns_per_step) * max(f.count - 1, 1)
-        grows = f.r2 is not None and f.r2 >= 0.5 and change >= 0.1 * f.mean_ns
-        ev = [Evidence("steps", f.count, "count"),
-              Evidence("mean step time", f.mean_ns, "ns"),
-              Evidence("min step time", f.min_ns, "ns"),
-              Evidence("max step time", f.max_ns, "ns"),
-              Evidence("slope per step", f.slope_ns_per_step, "ns_per_step"),
-              Evidence("r2 of the linear fit", f.r2, "ratio")]
-        if mean_busy is not None:
-            ev.append(Evidence("mean GPU busy per step", mean_busy, "ns"))
-        busy_share = mean_busy / f.mean_ns if mean_busy is not None and f.mean_ns > 0 else None
-        if busy_share is not None:
-            ev.append(Evidence("GPU busy share of step time", busy_share, "fraction"))
-        if grows:
-            title = (f"{f.family} step time {'grows' if f.slope_ns_per_step > 0 else 'shrinks'} "
-                     f"by {_t(abs(f.slope_ns_per_step))} per step (r2 {f.r2:.2f})")
-            imp = ("Step time follows the step number: for decode, work that scales with the KV "
-                   "length (attention reads the whole cache).")
-            rec = ("Expect per-token latency to keep rising with context; a paged / split-KV "
-                   "decode kernel keeps it flatter.")
-            sev = "medium"
-        else:
-            spread = f.max_ns / f.min_ns if f.min_ns > 0 else None
-            title = (f"{f.family}: {f.count} steps, {_t(f.min_ns)}-{_t(f.max_ns)} per step, "
-                     f"no linear trend" + (f" (r2 {f.r2:.2f})" if f.r2 is not None else ""))
-            imp = "Step time does not follow the step number"
-            if spread is not None and spread >= 2:
-                imp += f"; it varies {spread:.1f}x between the fastest and the slowest step"
-            imp += "."
-            rec = "Compare the fastest and slowest steps' kernel sequences in the Execution Story."
-            sev = "low"
-            if spread is not None:
-                ev.append(Evidence("slowest / fastest step", spread, "x"))
-        if busy_share is not None and busy_share < 0.2:
-            imp += (f" The GPU is busy only {_p(busy_share)} of each step: step time is host "
-                    f"time, not kernel time.")
-            sev = "medium" if sev == "low" else sev
-        out.append(Finding("step_trend", sev, title, tuple(ev), imp, rec))
-    return out
-
-
 def rule_memcpy_share(a) -> list[Finding]:
     b, m = a.breakdown, a.trace.memops
     if len(m) == 0 or b.total_time_ns <= 0:
@@ -386,7 +297,7 @@ def rule_memcpy_share(a) -> list[Finding]:
     return [Finding("memcpy_share", "medium" if share >= 0.1 else "low",
                     f"Memory copies and sets take {_p(share)} of GPU op time", tuple(ev),
                     "Copies occupy the GPU (and host<->device copies often imply a host sync).",
-                    _ADVICE["memcpy"][:1].upper() + _ADVICE["memcpy"][1:] + ".")]
+                    capital(_ADVICE["memcpy"]) + ".")]
 
 
 def rule_communication(a) -> list[Finding]:
@@ -413,7 +324,7 @@ def rule_communication(a) -> list[Finding]:
     return [Finding("communication", sev, title, ev,
                     "Collective time that is not overlapped adds directly to the step; overlapped "
                     "time mostly does not (it still competes for SMs and memory bandwidth).",
-                    _ADVICE["communication"][:1].upper() + _ADVICE["communication"][1:] + ".")]
+                    capital(_ADVICE["communication"]) + ".")]
 
 
 def rule_eager_fusion(a) -> list[Finding]:
@@ -447,58 +358,36 @@ def rule_eager_fusion(a) -> list[Finding]:
                     _FUSE[:1].upper() + _FUSE[1:] + ".")]
 
 
-def rule_memory(a) -> list[Finding]:
-    mem = a.trace.memory
-    if len(mem) == 0:
-        return []
-    alloc = mem["allocated_bytes"]
-    alloc = alloc[alloc >= 0]
-    res = mem["reserved_bytes"]
-    res = res[res >= 0]
-    if alloc.size == 0:
-        return []
-    pa = int(alloc.max())
-    pr = int(res.max()) if res.size else None
-    ev = [Evidence("peak allocated", pa, "bytes")]
-    if pr is not None:
-        ev.append(Evidence("peak reserved", pr, "bytes"))
-    total = next((d.total_memory_bytes for d in a.trace.meta.devices if d.total_memory_bytes), None)
-    if total:
-        ev.append(Evidence("peak allocated share of device memory", pa / total, "fraction"))
-    if pr is not None and pr >= 1.5 * pa and pr - pa >= 1 << 30:
-        return [Finding("memory", "low",
-                        f"Caching allocator holds {pr / max(pa, 1):.1f}x the peak allocated memory",
-                        tuple(ev),
-                        "Reserved memory far above allocated is fragmentation or cached blocks "
-                        "from earlier, larger tensors: it is unavailable to other processes.",
-                        "Try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or "
-                        "torch.cuda.empty_cache() between phases if another process needs it.")]
-    return [Finding("memory", "info", f"Peak allocated GPU memory {_bytes(pa)}", tuple(ev),
-                    "Memory is not what limits this run.", "No action needed on memory.")]
+# Rules of one analysis; the hardware and memory rules take their optional inputs by keyword.
+RULES = (rule_gpu_idle, rule_cpu_stall, rule_dominant_category, rule_first_step, rule_step_outlier,
+         rule_step_trend, rule_bound, rule_occupancy, rule_memcpy_share, rule_communication,
+         rule_eager_fusion, rule_memory)
+_TAKES = {rule_bound: ("kernel_metrics", "peaks"), rule_occupancy: ("kernel_metrics", "peaks"),
+          rule_memory: ("memory",)}
 
 
-def _bytes(n: int) -> str:
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if v < 1024 or unit == "GiB":
-            return f"{v:.3g} {unit}"
-        v /= 1024
-    return f"{v:.3g} GiB"
-
-
-RULES: tuple[Callable[[Any], list[Finding]], ...] = (
-    rule_gpu_idle, rule_cpu_stall, rule_dominant_category, rule_step_outlier, rule_step_trend,
-    rule_memcpy_share, rule_communication, rule_eager_fusion, rule_memory,
-)
-
-
-def derive_findings(analysis) -> tuple[Finding, ...]:
+def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None) -> tuple[Finding, ...]:
     """All findings for one analysed trace, most severe first (rule order within a severity).
 
     ``analysis`` has ``trace``, ``classification``, ``breakdown``, ``timeline`` (or None) and
-    ``phases`` (``tracestory.analyze.Analysis``)."""
+    ``phases`` (``tracestory.analyze.Analysis``). Optional inputs:
+
+    * ``kernel_metrics``: Nsight Compute results (a ``KernelMetrics``, a list of them, or
+      ``Inputs.kernel_metrics`` pairs): the roofline rule uses their counters instead of the
+      shape estimate, and the occupancy rules fire;
+    * ``peaks``: a ``specs.Peaks`` (``--peaks FILE`` / a manifest's measured peaks); default
+      the built-in table for the trace's (or ncu's) device name;
+    * ``memory``: a precomputed ``analyze.memory.memory_timeline`` result (else computed)."""
+    given = {"kernel_metrics": kernel_metrics, "peaks": peaks, "memory": memory}
     found: list[Finding] = []
     for rule in RULES:
-        found.extend(rule(analysis))
+        found.extend(rule(analysis, **{k: given[k] for k in _TAKES.get(rule, ())}))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return tuple(sorted(found, key=lambda f: order[f.severity]))  # stable: rule order kept
+
+
+def ncu_findings(kernel_metrics, *, peaks=None) -> tuple[Finding, ...]:
+    """Findings for Nsight Compute results alone (no timeline trace): roofline and occupancy."""
+    found = rule_bound(None, kernel_metrics, peaks) + rule_occupancy(None, kernel_metrics, peaks)
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return tuple(sorted(found, key=lambda f: order[f.severity]))

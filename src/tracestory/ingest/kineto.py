@@ -96,6 +96,16 @@ class _Args(msgspec.Struct, gc=False):
     device_id: int = msgspec.field(default=-1, name="Device Id")
     device_type: int = msgspec.field(default=-1, name="Device Type")
     name: str = ""  # metadata events: process_name / thread_name
+    # Collective kernels (and their record_param_comms op) carry the collective's arguments.
+    coll_name: str = msgspec.field(default="", name="Collective name")
+    in_nelems: int = msgspec.field(default=-1, name="In msg nelems")
+    out_nelems: int = msgspec.field(default=-1, name="Out msg nelems")
+    group_size: int = msgspec.field(default=-1, name="Group size")
+    dtype: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="dtype")
+    pg_name: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Process Group Name")
+    pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Process Group Ranks")
+    seq: int = msgspec.field(default=-1, name="Seq")
+    seq_lower: int = msgspec.field(default=-1, name="seq")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -282,9 +292,11 @@ class _Builder:
 
     def __init__(self):
         self.pool = StringPool()
-        self.parts: dict[str, list[dict]] = {k: [] for k in ("kernels", "memops", "api", "ops", "ranges", "memory")}
+        self.parts: dict[str, list[dict]] = {k: [] for k in ("kernels", "memops", "api", "ops", "ranges", "memory",
+                                                              "collectives")}
         self.process_names: dict[int, str] = {}
         self.event_count = 0
+        self.kernel_count = 0  # kernels added so far: the row offset of the next chunk's kernels
 
     def add(self, events: list[_Event]) -> None:
         self.event_count += len(events)
@@ -335,6 +347,8 @@ class _Builder:
                     registers_per_thread=_ints(_col(a, attrgetter("registers"))),
                     shared_mem_bytes=_ints(_col(a, attrgetter("shared_memory"))),
                 ))
+                self._add_collectives(a, common)
+                self.kernel_count += len(evs)
             else:
                 if kind == _K_MEMSET:
                     mkind = np.zeros(len(evs), dtype=np.int32)
@@ -371,6 +385,30 @@ class _Builder:
                 device=device, domain=np.zeros(len(evs), dtype=np.int32),
             ))
 
+    def _add_collectives(self, a: list[_Args], common: dict) -> None:
+        """Rows of ``collectives`` for the kernels (of one chunk) that carry "Collective name"."""
+        has = np.fromiter(map(bool, _col(a, attrgetter("coll_name"))), dtype=bool, count=len(a))
+        if not has.any():
+            return
+        rows = np.flatnonzero(has)
+        ca = list(compress(a, has))  # NCCL kernels are few: per-row Python below is cheap
+        seq = _ints(_col(ca, attrgetter("seq")))
+        seq = np.where(seq >= 0, seq, _ints(_col(ca, attrgetter("seq_lower"))))
+        enc = self.pool.encode
+        self.parts["collectives"].append(dict(
+            kernel_index=rows + self.kernel_count,
+            start_ns=common["start_ns"][rows], end_ns=common["end_ns"][rows],
+            device=common["device"][rows], stream=common["stream"][rows],
+            name=enc(_col(ca, attrgetter("coll_name"))),
+            in_nelems=_ints(_col(ca, attrgetter("in_nelems"))),
+            out_nelems=_ints(_col(ca, attrgetter("out_nelems"))),
+            group_size=_ints(_col(ca, attrgetter("group_size"))),
+            dtype=enc([_raw_text(x.dtype) for x in ca]),
+            pg_name=enc([_raw_text(x.pg_name) for x in ca]),
+            pg_ranks=enc([_ranks_text(x.pg_ranks) for x in ca]),
+            seq=seq,
+        ))
+
     def _add_memory(self, evs: list[_Event]) -> None:
         a = _col(evs, attrgetter("args"))
         dev_type = _ints(_col(a, attrgetter("device_type")))
@@ -397,6 +435,29 @@ def _raw_column(raws: list) -> np.ndarray:
     out = np.empty(len(raws), dtype=object)
     out[:] = list(map(bytes, raws))
     return out
+
+
+def _raw_text(raw: msgspec.Raw) -> str:
+    """A raw JSON scalar as text: a string unquoted, a number as written, absent as ""."""
+    if len(raw) == 0:
+        return ""
+    try:
+        v = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return ""
+    return v if isinstance(v, str) else "" if v is None else str(v)
+
+
+def _ranks_text(raw: msgspec.Raw) -> str:
+    """"Process Group Ranks" (a list, or a string holding one) as the canonical "[0, 1]"; "" if absent."""
+    if len(raw) == 0:
+        return ""
+    try:
+        v = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return ""
+    ints = [int(x) for x in v] if isinstance(v, list) else [int(x) for x in re.findall(r"-?\d+", str(v))]
+    return "[" + ", ".join(map(str, ints)) + "]"
 
 
 def parse_json_field(value) -> object | None:
@@ -517,7 +578,7 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
 
     doc = header.doc
     dist = doc.distributedInfo or None
-    rank = dist.get("rank") if dist else None
+    rank = _int_or_none(dist.get("rank")) if dist else None
     if rank is None:
         m = _RANK_IN_NAME.search(path.name)
         rank = int(m.group(1)) if m else None
@@ -540,13 +601,25 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
         format_version=str(doc.schemaVersion) if doc.schemaVersion is not None else None,
         devices=_devices(doc.deviceProperties),
         rank=rank,
-        world_size=dist.get("world_size") if dist else None,
+        world_size=_int_or_none(dist.get("world_size")) if dist else None,
         process_id=main_pid,
         process_name=builder.process_names.get(main_pid) if main_pid is not None else None,
         distributed=dist,
         extra=extra,
     )
     return build_trace(meta, builder.pool, **{k: v for k, v in tables.items() if v is not None})
+
+
+def _int_or_none(v) -> int | None:
+    """distributedInfo's rank / world_size: a number, or a string holding one (on-demand traces)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    try:
+        return int(str(v).strip().strip('"'))
+    except ValueError:
+        return None
 
 
 def is_kineto(path: str | os.PathLike) -> bool:

@@ -1,7 +1,11 @@
 """Results -> JSON (schema ``tracestory.analysis/1``, documented in ``docs/JSON.md``).
 
 Values stay in base units (ns, bytes, FLOPs). Missing values are ``null``; NaN and infinities
-are written as ``null`` too, never as 0.
+are written as ``null`` too, never as 0. The document holds every result the Markdown report
+prints: breakdown, timeline, phases, findings with their evidence, memory over time, the GPU's
+peaks and the roofline (Nsight Compute rows under ``kernels``, else the shape estimate), so
+every number in the report's prose can be traced to a value here (tested in
+``tests/unit/test_report_contract.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ SCHEMA = "tracestory.analysis/1"
 
 def jsonable(obj: Any) -> Any:
     """Dataclasses, numpy scalars, tuples -> plain JSON values. Numpy arrays and fields marked
-    ``compare=False`` (row-index helpers) are left out."""
+    ``compare=False`` (row-index helpers, full sample series) are left out."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {}
         for f in dataclasses.fields(obj):
@@ -28,24 +32,36 @@ def jsonable(obj: Any) -> Any:
                 continue
             out[f.name] = jsonable(v)
         return out
-    if isinstance(obj, dict):
+    if isinstance(obj, dict) or (hasattr(obj, "items") and hasattr(obj, "keys")):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
     if isinstance(obj, (np.integer,)):
         return int(obj)
     if isinstance(obj, (float, np.floating)):
         x = float(obj)
         return x if math.isfinite(x) else None
-    if isinstance(obj, np.bool_):
-        return bool(obj)
     if isinstance(obj, np.ndarray):
         return [jsonable(v) for v in obj.tolist()]
     return obj
 
 
+def cuda_version(v) -> str | None:
+    """CUDA's integer version (12060) as ``"12.6"``; other values as text."""
+    if v is None:
+        return None
+    try:
+        v = int(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
 def source_json(trace) -> dict:
     m = trace.meta
+    ex = dict(m.extra)
     return {
         "path": m.source_path,
         "format": m.source_format,
@@ -56,13 +72,47 @@ def source_json(trace) -> dict:
         "process_name": m.process_name,
         "has_timeline": m.has_timeline,
         "devices": [jsonable(d) for d in m.devices],
-        "extra": jsonable(dict(m.extra)),
+        "cuda_runtime": cuda_version(ex.get("cuda_runtime_version")),
+        "cuda_driver": cuda_version(ex.get("cuda_driver_version")),
+        "extra": jsonable(ex),
     }
 
 
-def analysis_json(a, *, hardware: list | None = None) -> dict:
+def finding_json(f) -> dict:
+    return {"rule": f.rule, "severity": f.severity, "title": f.title,
+            "evidence": [{"label": e.label, "value": jsonable(e.value), "unit": e.unit} for e in f.evidence],
+            "implication": f.implication, "recommendation": f.recommendation}
+
+
+def peaks_json(peaks) -> dict | None:
+    if peaks is None:
+        return None
+    out = jsonable(peaks)
+    out["ridge_flop_per_byte"] = {k: peaks.ridge_flop_per_byte(k) for k in sorted(peaks.flops_per_s)}
+    return out
+
+
+def _device_peaks(trace, peaks):
+    if peaks is not None:
+        return peaks
+    from ..specs import peaks_for
+
+    devs = trace.meta.devices
+    return peaks_for(devs[0].name) if devs and devs[0].name else None
+
+
+def analysis_json(a, *, hardware: list | None = None, kernel_metrics=None, peaks=None,
+                  findings=None, memory=None) -> dict:
     """One trace's results. ``gpu`` sums: ``kernel_time_ns + memop_time_ns`` equals the sum of
-    ``categories[].time_ns``; ``busy_ns`` is the union of kernel and memop intervals."""
+    ``categories[].time_ns``; ``busy_ns`` is the union of kernel and memop intervals.
+
+    ``findings`` / ``memory`` default to ``derive_findings`` / ``memory_timeline`` of ``a`` (pass
+    the report's own to save the work); ``kernel_metrics`` and ``peaks`` are handed to
+    ``derive_findings`` and, without ncu input, to the roofline estimate."""
+    from ..analyze.findings import derive_findings
+    from ..analyze.memory import memory_timeline
+    from ..analyze.roofline import estimate_roofline
+
     b, t = a.breakdown, a.timeline
     gpu = {
         "kernel_count": b.kernel_count,
@@ -73,7 +123,18 @@ def analysis_json(a, *, hardware: list | None = None) -> dict:
         "window_ns": t.window_ns if t else None,
         "idle_ns": t.idle_ns if t else None,
         "sum_ns": t.sum_ns if t else None,
+        "busy_fraction": t.busy_ns / t.window_ns if t and t.window_ns else None,
     }
+    if memory is None:
+        memory = memory_timeline(a.trace, a.phases)
+    if findings is None:
+        findings = derive_findings(a, kernel_metrics=kernel_metrics, peaks=peaks, memory=memory)
+    dev_peaks = _device_peaks(a.trace, peaks)
+    estimate = None
+    if not kernel_metrics:
+        rf = estimate_roofline(a.trace, dev_peaks)
+        if rf.points:
+            estimate = {"note": rf.note, "points": [jsonable(p) for p in rf.points]}
     out = {
         "source": source_json(a.trace),
         "gpu": gpu,
@@ -83,16 +144,36 @@ def analysis_json(a, *, hardware: list | None = None) -> dict:
         "top_kernels": [jsonable(k) for k in b.kernels],
         "timeline": jsonable(t) if t else None,
         "phases": jsonable(a.phases),
+        "findings": [finding_json(f) for f in findings],
+        "memory": jsonable(memory) if memory is not None else None,
+        "peaks": peaks_json(dev_peaks),
+        "roofline_estimate": estimate,
     }
     if hardware is not None:
         out["kernels"] = hardware
     return out
 
 
-def document(analyses, *, hardware: list | None = None, extra: dict | None = None) -> dict:
-    doc = {"schema": SCHEMA, "traces": [analysis_json(a) for a in analyses]}
+def document(analyses, *, hardware: list | None = None, extra: dict | None = None,
+             kernel_metrics=None, peaks=None) -> dict:
+    """The whole JSON document. ``kernel_metrics``: the Nsight Compute results (``Inputs.
+    kernel_metrics`` pairs or ``KernelMetrics``) the report used, so findings match it; without
+    any trace their findings go to ``ncu_findings``."""
+    analyses = list(analyses)
+    doc = {"schema": SCHEMA,
+           "traces": [analysis_json(a, kernel_metrics=kernel_metrics, peaks=peaks) for a in analyses]}
     if hardware is not None:
         doc["kernels"] = hardware
+    if kernel_metrics:
+        from ..analyze.findings import ncu_findings
+        from ..analyze.rules_hardware import metrics_list
+        from ..specs import peaks_for
+
+        kms = metrics_list(kernel_metrics)
+        names = sorted({km.device_name for km in kms if km.device_name})
+        doc["ncu_peaks"] = {n: peaks_json(peaks or peaks_for(n)) for n in names}
+        if not analyses:
+            doc["ncu_findings"] = [finding_json(f) for f in ncu_findings(kernel_metrics, peaks=peaks)]
     if extra:
         doc.update(jsonable(extra))
     return doc

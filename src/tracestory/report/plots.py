@@ -2,10 +2,13 @@
 
 One figure per question the report answers: where the GPU time goes (category breakdown),
 when the GPU works (timeline lanes per stream, coloured by category, phases shaded), how the
-steps compare (per-phase GPU span vs busy time), and how device memory moves (allocated and
-reserved over time, peak annotated with the phase running then). Each figure has axis labels
-with units, a legend and a title naming the trace. Files are named
-``<stem>_<figure>[_<n>].png``; the function returns their paths in report order.
+steps compare (per-phase GPU span vs busy time), how device memory moves (allocated and
+reserved over time per device, peak annotated with what ran then: ``report.memory``), what warps
+wait on (stall reasons per Nsight Compute kernel) and where kernels sit on the roofline (ncu
+counters, or the estimate from op shapes). Each figure has axis labels with units, a legend
+and a title naming the trace. Files are named ``<stem>_<figure>[_<n>].png``;
+:func:`write_plots` (per trace) and :func:`write_hardware_plots` (ncu rows, or the estimated
+roofline) return their paths in report order.
 """
 
 from __future__ import annotations
@@ -113,34 +116,129 @@ def plot_phases(a, path: Path) -> Path | None:
 
 
 def plot_memory(a, path: Path) -> Path | None:
-    plt = _pyplot()
-    m = a.trace.memory
-    on_gpu = m["device"] >= 0
-    if not on_gpu.any():
+    """Allocated and reserved GPU memory over time, per device (``report.memory.plot_memory``:
+    the same series and peak annotation as the report's ASCII memory chart)."""
+    from ..analyze.memory import memory_timeline
+    from .memory import plot_memory as _plot
+
+    return _plot(memory_timeline(a.trace, a.phases), path, title=a.trace.label)
+
+
+def _short(name: str, n: int = 48) -> str:
+    from .story import short_name
+
+    return short_name(name, n)
+
+
+def plot_warp_stalls(rows, path: Path, *, top: int = 4, title: str = "") -> Path | None:
+    """Horizontal bars of each stall reason's share of stall cycles, one panel per kernel (the
+    ``top`` longest Nsight Compute kernels that carry stall metrics). ``rows``: the ``kernels[]``
+    JSON rows of ``report.hardware_glue.hardware_results``. ``None`` without stall metrics."""
+    rows = [r for r in rows or () if r.get("warp_stall_pct")]
+    rows = sorted(rows, key=lambda r: (-(r.get("duration_ns") or 0), str(r.get("name"))))[:top]
+    if not rows:
         return None
-    ts, alloc, res = m["ts_ns"][on_gpu], m["allocated_bytes"][on_gpu], m["reserved_bytes"][on_gpu]
-    t0 = int(ts[0])
-    fig, ax = plt.subplots(figsize=(10, 3.5))
-    gib = float(1 << 30)
-    ax.step((ts - t0) / 1e6, alloc / gib, where="post", label="allocated")
-    ax.step((ts - t0) / 1e6, res / gib, where="post", label="reserved (caching allocator)")
-    i = int(np.argmax(alloc))
-    when = _phase_at(a, int(ts[i]))
-    ax.annotate(f"peak {alloc[i] / gib:.2f} GiB" + (f" in {when}" if when else ""),
-                xy=((ts[i] - t0) / 1e6, alloc[i] / gib), xytext=(10, -25), textcoords="offset points",
-                arrowprops={"arrowstyle": "->"}, fontsize=8)
-    ax.set_xlabel("time since first memory sample (ms)")
-    ax.set_ylabel("device memory (GiB)")
-    ax.legend(fontsize=8)
-    ax.set_title(f"Device memory over time — {a.trace.label}")
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 0.3 * sum(min(len(r["warp_stall_pct"]), 10) + 3 for r in rows)),
+                             squeeze=False)
+    for ax, r in zip(axes[:, 0], rows):
+        items = sorted(r["warp_stall_pct"].items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = [(k, v) for k, v in items if v >= 1.0][:9]
+        rest = sum(v for k, v in items if (k, v) not in shown)
+        if rest > 0:
+            shown.append(("others", rest))
+        labels = [k for k, _ in shown][::-1]
+        vals = [v for _, v in shown][::-1]
+        bars = ax.barh(labels, vals, color="tab:red")
+        for b, v in zip(bars, vals):
+            ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {v:.1f}%", va="center", fontsize=7)
+        ax.set_xlim(0, max(vals) * 1.15)
+        dur = r.get("duration_ns")
+        ax.set_title(_short(str(r.get("name")), 70) + (f" ({dur / 1e3:.1f} us)" if dur else ""), fontsize=9)
+        ax.tick_params(labelsize=8)
+    axes[-1, 0].set_xlabel("% of stall cycles ('selected', the issuing cycle, is not a stall)")
+    fig.suptitle(f"Warp stall reasons (Nsight Compute){' — ' + title if title else ''}", fontsize=10)
+    fig.tight_layout()
     return _save(fig, path)
 
 
-def _phase_at(a, ts: int) -> str | None:
-    for p in a.phases.phases:
-        if p.start_ns <= ts < p.end_ns and a.phases.source != "none":
-            return p.name
-    return None
+def _placeable(p) -> bool:
+    ai, f = p.get("arithmetic_intensity"), p.get("achieved_flops_per_s")
+    return ai is not None and f is not None and np.isfinite(ai) and ai > 0 and f > 0
+
+
+def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False) -> Path | None:
+    """Log-log roofline: the DRAM roof and one compute roof per precision used, each kernel a
+    point (arithmetic intensity, achieved FLOP/s) coloured by its bound. ``points``: roofline
+    point dicts (``kernels[].roofline`` rows, or ``roofline_estimate.points`` of the JSON), or
+    rows holding one under ``"roofline"``. ``None`` when no point can be placed."""
+    pts = [p.get("roofline") if "roofline" in p else p for p in points or ()]
+    pts = [p for p in pts if p and _placeable(p)]
+    if not pts:
+        return None
+    pts = sorted(pts, key=lambda p: (-(p.get("duration_ns") or 0), str(p.get("label"))))[:12]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    roofs = {}
+    for p in pts:
+        peak, ridge = p.get("peak_flops_per_s"), p.get("ridge_flop_per_byte")
+        if peak and ridge and p.get("roof_dtype"):
+            roofs.setdefault(p["roof_dtype"], (peak, peak / ridge))
+    ai = np.array([p["arithmetic_intensity"] for p in pts])
+    lo = min(ai.min(), *[pk / bw for pk, bw in roofs.values()]) / 4 if roofs else ai.min() / 4
+    hi = max(ai.max(), *[pk / bw for pk, bw in roofs.values()]) * 4 if roofs else ai.max() * 4
+    x = np.logspace(np.log10(lo), np.log10(hi), 200)
+    for i, (dt, (peak, bw)) in enumerate(sorted(roofs.items())):
+        ax.plot(x, np.minimum(peak, x * bw), color="0.3", lw=1.2, ls=("-", "--", ":", "-.")[i % 4],
+                label=f"{dt} roof {peak / 1e12:.0f} TFLOP/s, DRAM {bw / 1e12:.2f} TB/s, ridge {peak / bw:.0f} FLOP/B")
+    colors = {"memory": "tab:blue", "compute": "tab:red", None: "tab:gray"}
+    for i, p in enumerate(pts, 1):
+        ax.scatter(p["arithmetic_intensity"], p["achieved_flops_per_s"], color=colors.get(p.get("bound"), "tab:gray"),
+                   zorder=3, s=30)
+        ax.annotate(str(i), (p["arithmetic_intensity"], p["achieved_flops_per_s"]), xytext=(4, 3),
+                    textcoords="offset points", fontsize=8)
+    names = [f"{i}: {_short(str(p.get('label')), 44)} ({p.get('bound') or 'n/a'}"
+             + (f", {p['pct_of_roof']:.0f}% of roof)" if p.get("pct_of_roof") is not None else ")")
+             for i, p in enumerate(pts, 1)]
+    ax.text(1.02, 1.0, "\n".join(names), transform=ax.transAxes, va="top", fontsize=7, family="monospace")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    if roofs:
+        ax.legend(fontsize=7, loc="lower right")
+    kind = "estimated from op shapes, not counters" if estimate else "Nsight Compute counters"
+    ax.set_title(f"Roofline ({kind}){' — ' + title if title else ''}", fontsize=10)
+    return _save(fig, path)
+
+
+def write_hardware_plots(hardware_rows, analyses, out_dir: Path, *, stem: str = "report",
+                         peaks_path=None, manifest=None) -> list[Path]:
+    """The hardware figures: with Nsight Compute rows, the warp-stall distribution and the
+    roofline of the profiled kernels; without them, each trace's roofline estimated from op
+    shapes (when its GPU's peaks are known). Returns the paths written."""
+    out: list[Path] = []
+    if hardware_rows:
+        for fn, name in ((plot_warp_stalls, "warp_stalls"), (plot_roofline, "roofline")):
+            p = fn(hardware_rows, out_dir / f"{stem}_{name}.png")
+            if p is not None:
+                out.append(p)
+        return out
+    from ..analyze.roofline import estimate_roofline
+    from ..specs import peaks_for
+    from .jsonout import jsonable
+
+    analyses = list(analyses)
+    for i, a in enumerate(analyses):
+        devs = a.trace.meta.devices
+        peaks = peaks_for(devs[0].name, peaks_path, manifest=manifest) if devs and devs[0].name else None
+        rf = estimate_roofline(a.trace, peaks)
+        suffix = f"_{i}" if len(analyses) > 1 else ""
+        p = plot_roofline([jsonable(q) for q in rf.points], out_dir / f"{stem}_roofline{suffix}.png",
+                          title=a.trace.label, estimate=True)
+        if p is not None:
+            out.append(p)
+    return out
 
 
 def write_plots(analyses, out_dir: Path, *, stem: str = "report") -> list[Path]:
