@@ -40,7 +40,11 @@ def test_cli_tiny_on_cpu(tmp_path):
     rc = main(["bench", "attention-decode", "--device", "cpu", "--kv-len", "8", "16", "--heads", "4", "--gqa", "2",
                "--head-dim", "8", "--dtype", "fp32", "--warmup-ms", "0", "--rep-ms", "0", "--json", str(out)])
     doc = json.loads(out.read_text())
-    assert rc == 0 and [r["kv_len"] for r in doc["results"]] == [8, 16]
+    # default implementations: SDPA as torch picks it, then the two-GEMM path; each checked
+    # against a float64 reference before it is timed
+    assert rc == 0 and [(r["impl"], r["kv_len"]) for r in doc["results"]] == [
+        ("sdpa", 8), ("sdpa", 16), ("matmul", 8), ("matmul", 16)]
     # fp32: 2 * 2 kv heads * 16 keys * 8 * 4 + 2 * 4 heads * 8 * 4 bytes
     assert doc["results"][1]["bytes"] == 2 * 2 * 16 * 8 * 4 + 2 * 4 * 8 * 4
-    assert doc["fit"] is not None and doc["peaks"]["copy_bytes_per_s"] is None
+    assert set(doc["fits"]) == {"sdpa", "matmul"} and doc["fits"]["matmul"]["fit"] is not None
+    assert doc["peaks"]["copy_bytes_per_s"] is None

@@ -91,11 +91,12 @@ def test_layer_against_reference():
     assert np.linalg.norm(y.numpy() - ref) / np.linalg.norm(ref) < 1e-10
 
 
-def test_kv_cache_decode_equals_recompute():
+@pytest.mark.parametrize("decode_attention", ["matmul", "sdpa"])
+def test_kv_cache_decode_equals_recompute(decode_attention):
     from tracestory.bench.llama import build_model
 
     cfg = LlamaConfig.from_name("tiny")
-    m = build_model(cfg, layers=2, batch=3, max_len=16, dtype=torch.float64)
+    m = build_model(cfg, layers=2, batch=3, max_len=16, dtype=torch.float64, decode_attention=decode_attention)
     x = torch.randn(3, 10, cfg.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
         full = m(x, 0, False)

@@ -64,6 +64,9 @@ def default_kv_lens(lo: int = 256, hi: int = 32768) -> list[int]:
     return out
 
 
+IMPLS = ("sdpa", "sdpa-flash", "matmul")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-len", type=int, nargs="+", default=None, help="KV lengths (default: 256..32768 doubling)")
     p.add_argument("--batch", type=int, default=1)
@@ -71,14 +74,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gqa", type=int, default=4, help="query heads per KV head (default: 4, llama-3-8b)")
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--impl", nargs="+", default=["sdpa", "matmul"], choices=IMPLS,
+                   help="sdpa: whichever backend torch picks; sdpa-flash: SDPA forced to FlashAttention; "
+                        "matmul: two batched GEMMs (default: sdpa matmul)")
     p.add_argument("--no-flush", action="store_true", help="keep L2 warm between repetitions")
     p.add_argument("--warmup-ms", type=float, default=25.0)
     p.add_argument("--rep-ms", type=float, default=100.0)
 
 
-def main(args) -> int:
+def _attention_fn(impl: str):
+    """q: [B, Hkv, G, d] (the G query heads of each KV head); k, v: [B, Hkv, L, d]."""
     import torch
     import torch.nn.functional as F
+
+    if impl == "matmul":
+        def fn(q, k, v):
+            s = torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+            return torch.matmul(torch.softmax(s.to(torch.promote_types(s.dtype, torch.float32)), -1).to(q.dtype), v)
+        return fn
+    if impl == "sdpa-flash":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def fn(q, k, v):
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k, v)
+        return fn
+    return F.scaled_dot_product_attention
+
+
+def main(args) -> int:
+    import torch
 
     from ..errors import UsageError
     from . import common, timer
@@ -93,29 +118,57 @@ def main(args) -> int:
     B, H, G, d = args.batch, args.heads, args.gqa, args.head_dim
     K = H // G
     kv_lens = args.kv_len or default_kv_lens()
+    impls = list(dict.fromkeys(getattr(args, "impl", None) or ["sdpa"]))
     print(common.header(info, pk))
     print(f"decode attention: B={B} H={H} Hkv={K} d={d} {args.dtype}, L2 flush {'off' if args.no_flush else 'on'}")
-    gen = torch.Generator(device=dev).manual_seed(0)
-    rows = []
-    for L in kv_lens:
-        q = torch.randn(B, K, G, d, device=dev, dtype=dtype, generator=gen)     # H query heads as [Hkv, G]
-        k = torch.randn(B, K, L, d, device=dev, dtype=dtype, generator=gen)     # [B, Hkv, L, d]
-        v = torch.randn(B, K, L, d, device=dev, dtype=dtype, generator=gen)
+    rows, fits = [], {}
+    for impl in impls:
+        fn = _attention_fn(impl)
+        gen = torch.Generator(device=dev).manual_seed(0)
+        impl_rows = []
+        for L in kv_lens:
+            q = torch.randn(B, K, G, d, device=dev, dtype=dtype, generator=gen)     # H query heads as [Hkv, G]
+            k = torch.randn(B, K, L, d, device=dev, dtype=dtype, generator=gen)     # [B, Hkv, L, d]
+            v = torch.randn(B, K, L, d, device=dev, dtype=dtype, generator=gen)
+            with torch.inference_mode():
+                _check(torch, fn(q, k, v), q, k, v, impl)
 
-        def call(q=q, k=k, v=v):
-            with common.region("decode"):
-                F.scaled_dot_product_attention(q, k, v)
+                def call(q=q, k=k, v=v):
+                    with common.region("decode"):
+                        fn(q, k, v)
 
-        with torch.inference_mode():
-            res = timer.measure(call, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
-                                flush_l2=not args.no_flush, device=dev, region_name="BENCHMARK")
-        nbytes = decode_attention_bytes(B, H, K, d, L, b)
-        rows.append({"kv_len": L, "median_ns": res.median_ns, "bytes": nbytes,
-                     "achieved_gbps": nbytes / res.median_ns,
-                     "copy_peak_fraction": (nbytes / res.median_ns * 1e9 / pk.copy_bytes_per_s)
-                     if pk.copy_bytes_per_s else None,
-                     "timing": res.to_dict()})
+                res = timer.measure(call, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
+                                    flush_l2=not args.no_flush, device=dev, region_name="BENCHMARK")
+            nbytes = decode_attention_bytes(B, H, K, d, L, b)
+            impl_rows.append({"impl": impl, "kv_len": L, "median_ns": res.median_ns, "bytes": nbytes,
+                              "achieved_gbps": nbytes / res.median_ns,
+                              "copy_peak_fraction": (nbytes / res.median_ns * 1e9 / pk.copy_bytes_per_s)
+                              if pk.copy_bytes_per_s else None,
+                              "timing": res.to_dict()})
+        fits[impl] = _report_impl(common, pk, impl, impl_rows, B, K, d, b)
+        rows += impl_rows
+    first = fits[impls[0]]
+    common.write_json(getattr(args, "json", None), {
+        "bench": NAME, "device": asdict(info), "peaks": asdict(pk),
+        "args": {k: v for k, v in vars(args).items() if k != "func"}, "results": rows,
+        "fits": fits, "fit": first["fit"], "marginal_gbps": first["marginal_gbps"]})
+    return 0
+
+
+def _check(torch, out, q, k, v, impl: str) -> None:
+    """Every implementation against a float64 reference before it is timed."""
+    qd, kd, vd = q.double(), k.double(), v.double()
+    ref = torch.softmax(qd @ kd.transpose(-1, -2) / q.shape[-1] ** 0.5, -1) @ vd
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    tol = 1e-5 if q.dtype == torch.float32 else 2e-2
+    if not err <= tol:
+        raise ArithmeticError(f"decode attention {impl}: relative error {err:.2e} > {tol:.0e} vs the float64 reference")
+
+
+def _report_impl(common, pk, impl, rows, B, K, d, b) -> dict:
+    """Print one implementation's table and line fit; return the fit and marginal bandwidth."""
     fit = fit_line([r["kv_len"] for r in rows], [r["median_ns"] for r in rows]) if len(rows) >= 2 else None
+    print(f"\n[{impl}]")
     table = [[r["kv_len"], f"{r['median_ns'] / 1e3:.2f}", f"{r['bytes'] / 1e6:.2f}", f"{r['achieved_gbps']:,.0f}",
               common.pct(r["achieved_gbps"] * 1e9, pk.copy_bytes_per_s),
               f"{(fit.intercept + fit.slope * r['kv_len']) / 1e3:.2f}" if fit else "-"] for r in rows]
@@ -128,8 +181,4 @@ def main(args) -> int:
         mg = f"{marginal:,.0f} GB/s" if marginal else "n/a"
         print(f"fit: ITL = {fit.intercept / 1e3:.2f} us + {fit.slope:.4f} ns x kv_len  (R^2 = {r2}); "
               f"marginal bandwidth {mg} ({common.pct(marginal * 1e9 if marginal else None, pk.copy_bytes_per_s)} of copy peak)")
-    common.write_json(getattr(args, "json", None), {
-        "bench": NAME, "device": asdict(info), "peaks": asdict(pk),
-        "args": {k: v for k, v in vars(args).items() if k != "func"}, "results": rows,
-        "fit": asdict(fit) if fit else None, "marginal_gbps": marginal})
-    return 0
+    return {"fit": asdict(fit) if fit else None, "marginal_gbps": marginal}

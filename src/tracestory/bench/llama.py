@@ -136,11 +136,21 @@ def _classes():
             return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
                                                   is_causal=True)
 
+    def decode_attention_matmul(qg, k, v):
+        # qg: [B, Hkv, G, d] (the G query heads of each KV head, one token); k, v: [B, Hkv, L, d].
+        # Two batched GEMMs with M = G read K and V once each: the memory-bound shape of decode.
+        # (SDPA on Hopper picks cuDNN's prefill kernel here, 64-row query tiles for G rows:
+        # ~0.3 TB/s on the H200, see docs/BENCHMARKS.md.)
+        s = torch.matmul(qg, k.transpose(-1, -2)) * qg.shape[-1] ** -0.5
+        p = torch.softmax(s.to(torch.promote_types(s.dtype, torch.float32)), dim=-1).to(qg.dtype)
+        return torch.matmul(p, v)
+
     class Layer(nn.Module):
-        def __init__(self, cfg, batch, max_len, device, dtype, gen):
+        def __init__(self, cfg, batch, max_len, device, dtype, gen, decode_attention="matmul"):
             super().__init__()
             D, H, K, d, I = cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim
             self.cfg = cfg
+            self.decode_attention = decode_attention
 
             def w(out_f, in_f):
                 # nn.Linear layout [out, in], scaled so activations stay O(1)
@@ -170,7 +180,11 @@ def _classes():
             if decode:
                 L = pos + S                                               # keys 0..pos
                 qg = q.reshape(B, K, cfg.group * S, d)                     # [B, Hkv, H/Hkv, d] (S == 1)
-                o = F.scaled_dot_product_attention(qg, self.k_cache[:, :, :L], self.v_cache[:, :, :L])
+                kk, vv = self.k_cache[:, :, :L], self.v_cache[:, :, :L]
+                if self.decode_attention == "sdpa":
+                    o = F.scaled_dot_product_attention(qg, kk, vv)
+                else:
+                    o = decode_attention_matmul(qg, kk, vv)
                 o = o.reshape(B, H, S, d)
             else:
                 o = sdpa_gqa_causal(q, k, v)                              # [B, H, S, d]
@@ -181,11 +195,12 @@ def _classes():
     class Stack(nn.Module):
         """``layers`` decoder layers sharing one RoPE table."""
 
-        def __init__(self, cfg, layers, batch, max_len, device, dtype, seed):
+        def __init__(self, cfg, layers, batch, max_len, device, dtype, seed, decode_attention="matmul"):
             super().__init__()
             gen = torch.Generator().manual_seed(seed)
             self.cfg = cfg
-            self.layers = nn.ModuleList(Layer(cfg, batch, max_len, device, dtype, gen) for _ in range(layers))
+            self.layers = nn.ModuleList(Layer(cfg, batch, max_len, device, dtype, gen, decode_attention)
+                                        for _ in range(layers))
             d = cfg.head_dim
             inv = 1.0 / cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
             ang = torch.outer(torch.arange(max_len, dtype=torch.float64), inv)
@@ -206,12 +221,15 @@ def _classes():
 
 
 def build_model(cfg: LlamaConfig, *, layers: int = 1, batch: int = 1, max_len: int = 128,
-                device: str = "cpu", dtype=None, seed: int = 0):
-    """A :class:`Stack` of ``layers`` random-weight layers with KV caches of ``max_len``."""
+                device: str = "cpu", dtype=None, seed: int = 0, decode_attention: str = "matmul"):
+    """A :class:`Stack` of ``layers`` random-weight layers with KV caches of ``max_len``.
+
+    ``decode_attention``: ``matmul`` (two batched GEMMs per KV head group) or ``sdpa``
+    (``F.scaled_dot_product_attention``, whichever backend torch picks)."""
     import torch
 
     _, Stack, _, _ = _classes()
-    return Stack(cfg, layers, batch, max_len, device, dtype or torch.float32, seed).eval()
+    return Stack(cfg, layers, batch, max_len, device, dtype or torch.float32, seed, decode_attention).eval()
 
 
 # --------------------------------------------------------------------------- CLI
@@ -226,6 +244,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile-mode", nargs="+", default=["default"],
                    choices=("default", "reduce-overhead", "max-autotune"))
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--decode-attention", default="matmul", choices=("matmul", "sdpa"),
+                   help="decode attention: two batched GEMMs (default) or F.scaled_dot_product_attention")
     p.add_argument("--warmup-ms", type=float, default=100.0)
     p.add_argument("--rep-ms", type=float, default=300.0)
 
@@ -251,7 +271,8 @@ def main(args) -> int:
     lens = [k + 1 for k in args.kv_len] if "decode" in args.phase else []
     lens += list(args.seq) if "prefill" in args.phase else []
     max_len = max(lens)
-    model = build_model(cfg, layers=args.layers, batch=args.batch, max_len=max_len, device=dev, dtype=dtype)
+    model = build_model(cfg, layers=args.layers, batch=args.batch, max_len=max_len, device=dev, dtype=dtype,
+                        decode_attention=getattr(args, "decode_attention", "matmul"))
     print(common.header(info, pk))
     print(f"llama {cfg.name}: D={cfg.dim} H={cfg.n_heads} Hkv={cfg.n_kv_heads} d={cfg.head_dim} I={cfg.ffn_dim}; "
           f"{args.layers} layers, {layer_params(cfg) * dbytes / 1e6:,.1f} MB of weights per layer ({args.dtype})")
