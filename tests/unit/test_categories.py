@@ -99,6 +99,10 @@ LLM_CASES = [
     ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_execute_kernel_cudnn_infer", "gemm"),
     (SPLITK_REDUCE, "gemm"),
     ("triton_tem_fused_mm_0", "gemm"),
+    # Inductor decode GEMVs lowered to reductions (names from tests/data/compare, H200 max-autotune)
+    ("triton_red_fused_mm_t_view_12", "gemm"),
+    ("triton_red_fused__to_copy__unsafe_view_add_mean_mm_mul_pow_rsqrt_t_view_7", "gemm"),
+    ("triton_red_fused__unsafe_view_mm_mul_silu_t_view_8", "gemm"),
     # attention
     (PYTORCH_FLASH, "attention"),
     (FLASH_SPLITKV, "attention"),
