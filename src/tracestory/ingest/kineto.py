@@ -16,6 +16,11 @@ A Kineto trace is one JSON object whose ``traceEvents`` array holds complete eve
 ``[memory]`` instants                ``memory`` (allocated / reserved samples)
 ===================================  =======================================
 
+Collectives: a kernel that carries "Collective name" (and the sizes, dtype, process group and
+"Seq" args) gets a ``collectives`` row; in recent torch (2.11 seen) the args sit on the ``record_param_comms``
+CPU op instead, and its NCCL kernel is found through the launch call (the launch's External id
+is the op's, its correlation the kernel's).
+
 The 2021 (PyTorch 1.9) capitalised categories (Kernel, Memcpy, Runtime, Operator) map the same
 way. Flows, python_function, overhead and the Trace span are not kept: the launch -> kernel
 link is the ``correlation`` arg, which both sides carry.
@@ -64,6 +69,7 @@ from ..trace import (
     MEMOP_KINDS,
     DeviceInfo,
     StringPool,
+    Table,
     Trace,
     TraceMeta,
     build_trace,
@@ -297,6 +303,7 @@ class _Builder:
         self.process_names: dict[int, str] = {}
         self.event_count = 0
         self.kernel_count = 0  # kernels added so far: the row offset of the next chunk's kernels
+        self.comm_ops: list[dict] = []  # collective args found on CPU ops, by External id
 
     def add(self, events: list[_Event]) -> None:
         self.event_count += len(events)
@@ -370,6 +377,7 @@ class _Builder:
                 input_dims=_raw_column(_col(a, attrgetter("input_dims"))),
                 input_types=_raw_column(_col(a, attrgetter("input_types"))),
             ))
+            self._add_comm_ops(a, ext)
         else:
             gpu = kind == _K_RANGE_GPU
             if gpu:
@@ -385,20 +393,15 @@ class _Builder:
                 device=device, domain=np.zeros(len(evs), dtype=np.int32),
             ))
 
-    def _add_collectives(self, a: list[_Args], common: dict) -> None:
-        """Rows of ``collectives`` for the kernels (of one chunk) that carry "Collective name"."""
+    def _coll_args(self, a: list[_Args]) -> tuple[np.ndarray, dict] | None:
+        """Rows (of ``a``) that carry "Collective name", and their collectives columns."""
         has = np.fromiter(map(bool, _col(a, attrgetter("coll_name"))), dtype=bool, count=len(a))
         if not has.any():
-            return
-        rows = np.flatnonzero(has)
-        ca = list(compress(a, has))  # NCCL kernels are few: per-row Python below is cheap
+            return None
+        ca = list(compress(a, has))  # collectives are few: per-row Python below is cheap
         seq = _ints(_col(ca, attrgetter("seq")))
-        seq = np.where(seq >= 0, seq, _ints(_col(ca, attrgetter("seq_lower"))))
         enc = self.pool.encode
-        self.parts["collectives"].append(dict(
-            kernel_index=rows + self.kernel_count,
-            start_ns=common["start_ns"][rows], end_ns=common["end_ns"][rows],
-            device=common["device"][rows], stream=common["stream"][rows],
+        return np.flatnonzero(has), dict(
             name=enc(_col(ca, attrgetter("coll_name"))),
             in_nelems=_ints(_col(ca, attrgetter("in_nelems"))),
             out_nelems=_ints(_col(ca, attrgetter("out_nelems"))),
@@ -406,8 +409,28 @@ class _Builder:
             dtype=enc([_raw_text(x.dtype) for x in ca]),
             pg_name=enc([_raw_text(x.pg_name) for x in ca]),
             pg_ranks=enc([_ranks_text(x.pg_ranks) for x in ca]),
-            seq=seq,
+            seq=np.where(seq >= 0, seq, _ints(_col(ca, attrgetter("seq_lower")))),
+        )
+
+    def _add_collectives(self, a: list[_Args], common: dict) -> None:
+        """Rows of ``collectives`` for the kernels (of one chunk) that carry "Collective name"."""
+        found = self._coll_args(a)
+        if found is None:
+            return
+        rows, cols = found
+        self.parts["collectives"].append(dict(
+            cols, kernel_index=rows + self.kernel_count,
+            start_ns=common["start_ns"][rows], end_ns=common["end_ns"][rows],
+            device=common["device"][rows], stream=common["stream"][rows],
         ))
+
+    def _add_comm_ops(self, a: list[_Args], ext: np.ndarray) -> None:
+        """CPU ops that carry the collective args (``record_param_comms``): since torch 2.x
+        they, not the NCCL kernels, hold them; :func:`_link_comm_ops` finds their kernels."""
+        found = self._coll_args(a)
+        if found is not None:
+            rows, cols = found
+            self.comm_ops.append(dict(cols, external_id=ext[rows]))
 
     def _add_memory(self, evs: list[_Event]) -> None:
         a = _col(evs, attrgetter("args"))
@@ -435,6 +458,44 @@ def _raw_column(raws: list) -> np.ndarray:
     out = np.empty(len(raws), dtype=object)
     out[:] = list(map(bytes, raws))
     return out
+
+
+_NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl", re.IGNORECASE)
+
+
+def _link_comm_ops(builder: _Builder, tables: dict):
+    """``collectives`` rows for NCCL kernels whose args sit on the CPU op that launched them.
+
+    kernel -> its launch call (same ``correlation``) -> the launch's External id -> the
+    ``record_param_comms`` op with that External id. Kernels that already carry the args keep
+    their own row; NCCL kernels launched before the trace began have no launch and stay
+    without args."""
+    have = tables["collectives"]
+    k, api = tables["kernels"], tables["api"]
+    if not builder.comm_ops or k is None or api is None:
+        return have
+    ops = {c: np.concatenate([p[c] for p in builder.comm_ops]) for c in builder.comm_ops[0]}
+    codes = np.unique(k["name"])
+    nccl = codes[[bool(_NCCL_KERNEL.match(builder.pool.strings[c])) for c in codes]]
+    is_nccl = np.isin(k["name"], nccl)
+    if have is not None:
+        is_nccl[have["kernel_index"]] = False
+    a_order = np.argsort(api["correlation"], kind="stable")
+    a_corr = api["correlation"][a_order]
+    pos = np.minimum(np.searchsorted(a_corr, k["correlation"]), len(a_corr) - 1)
+    launch_ext = np.where((a_corr[pos] == k["correlation"]) & (k["correlation"] >= 0) & is_nccl,
+                          api["external_id"][a_order[pos]], -1)
+    o_order = np.argsort(ops["external_id"], kind="stable")
+    o_ext = ops["external_id"][o_order]
+    opos = np.minimum(np.searchsorted(o_ext, launch_ext), len(o_ext) - 1)
+    rows = np.flatnonzero((launch_ext >= 0) & (o_ext[opos] == launch_ext))
+    if rows.size == 0:
+        return have
+    src = o_order[opos[rows]]
+    linked = make_table("collectives", kernel_index=rows, start_ns=k["start_ns"][rows], end_ns=k["end_ns"][rows],
+                        device=k["device"][rows], stream=k["stream"][rows],
+                        **{c: v[src] for c, v in ops.items() if c != "external_id"})
+    return linked if have is None else Table.concat([have, linked])
 
 
 def _raw_text(raw: msgspec.Raw) -> str:
@@ -566,6 +627,7 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
         raise TraceFormatError(path, "trace events", "an empty traceEvents list")
 
     tables = {k: builder.table(k) for k in builder.parts}
+    tables["collectives"] = _link_comm_ops(builder, tables)
     if require_gpu and tables["kernels"] is None and tables["memops"] is None:
         raise TraceFormatError(
             path, "GPU activity (kernel, gpu_memcpy or gpu_memset events)",
