@@ -1,13 +1,19 @@
 """Benchmark: Nsight Systems SQLite ingest + per-kernel breakdown, tracestory vs pandas.
 
 Builds an export with >= 2 million kernel rows by replicating the kernel rows of the public
-2024.5 CloverLeaf fixture (each copy shifted in time past the previous one, correlation ids
-offset), then runs each method in a fresh subprocess and reports wall time and peak RSS:
+2024.5 CloverLeaf fixture (copy after copy, each shifted in time past the previous one and
+written in start order as nsys writes them; correlation ids offset), then runs each method in
+a fresh subprocess and reports wall time (the imports of tracestory or pandas included) and
+memory: the bytes of the data kept (the Trace's columns; the DataFrame with its Python
+strings), and ``ru_maxrss`` at the start (interpreter + numpy), after the load and at the end:
 
 * ``tracestory``: ``load_nsys_sqlite`` (every table, all kernel columns) + ``breakdown`` with
   the llm taxonomy (classification and per-category sums);
 * ``tracestory-core``: the same with ``kernel_columns="core"`` (times, names, ids; no launch shape);
-* ``tracestory-groupby``: the full load + a plain ``np.bincount`` on the name codes;
+* ``tracestory-sqlite``: the same as ``tracestory`` with the page reader off (every column read
+  through SQLite: the fallback path);
+* ``tracestory-groupby`` (not in the default list): the full load + ``np.bincount`` on the
+  name codes;
 * ``pandas``: ``pd.read_sql`` of (start, end, name) with a ``StringIds`` join + ``groupby``.
 
 Usage: ``python benchmarks/nsys_ingest.py [--rows 2000000] [--db PATH] [--repeat 3]``.
@@ -36,8 +42,11 @@ def build(db: Path, rows: int, fixture: Path = FIXTURE) -> int:
     if db.exists():
         con = sqlite3.connect(db)
         n = con.execute(f"SELECT count(*) FROM {KERNEL}").fetchone()[0]
+        # an older build interleaved the copies (not in start order, unlike a real export)
+        back = con.execute(f"SELECT count(*) FROM (SELECT start < lag(start) OVER (ORDER BY rowid) AS b "
+                           f"FROM {KERNEL}) WHERE b").fetchone()[0]
         con.close()
-        if n >= rows:
+        if n >= rows and back == 0:
             return n
         db.unlink()
     db.parent.mkdir(parents=True, exist_ok=True)
@@ -56,11 +65,21 @@ def build(db: Path, rows: int, fixture: Path = FIXTURE) -> int:
             return f"{c} + reps.i * {span}"
         return f"{c} + reps.i * {corr}" if c == "correlationId" else c
 
-    con.execute(f"INSERT INTO {KERNEL} SELECT {', '.join(map(shifted, cols))} FROM {KERNEL}, temp.reps")
+    # copy after copy, each in the fixture's (start) order: the rows stay in start order
+    con.execute(f"INSERT INTO {KERNEL} SELECT {', '.join(map(shifted, cols))} FROM temp.reps, {KERNEL} "
+                f"ORDER BY reps.i, {KERNEL}.rowid")
     con.commit()
     n = con.execute(f"SELECT count(*) FROM {KERNEL}").fetchone()[0]
     con.close()
     return n
+
+
+def _nbytes(data) -> int:
+    """Bytes held by a DataFrame (Python strings included) or by a Trace's columns."""
+    if hasattr(data, "memory_usage"):
+        return int(data.memory_usage(deep=True).sum())
+    tables = [getattr(data, t) for t in ("kernels", "memops", "api", "ops", "ranges", "memory")]
+    return sum(t[c].nbytes for t in tables for c in t.columns)
 
 
 def run_one(method: str, db: str) -> dict:
@@ -68,6 +87,7 @@ def run_one(method: str, db: str) -> dict:
 
     import numpy as np
 
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # interpreter + numpy
     t0 = time.perf_counter()
     if method == "pandas":
         import pandas as pd
@@ -77,14 +97,18 @@ def run_one(method: str, db: str) -> dict:
                          "JOIN StringIds s ON s.id = k.demangledName", con)
         con.close()
         t1 = time.perf_counter()
+        rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         per_name = (df["end"] - df["start"]).groupby(df["name"]).sum()
         n, total = len(df), int(per_name.sum())
+        kept = df
     else:
-        from tracestory.ingest.nsys_sqlite import load_nsys_sqlite
+        from tracestory.ingest import nsys_sqlite
 
-        trace, = load_nsys_sqlite(db, kernel_columns="core" if method.endswith("-core") else "all")
+        nsys_sqlite._PAGE_READER = method != "tracestory-sqlite"
+        trace, = nsys_sqlite.load_nsys_sqlite(db, kernel_columns="core" if method.endswith("-core") else "all")
         t1 = time.perf_counter()
-        if method in ("tracestory", "tracestory-core"):
+        rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        if method in ("tracestory", "tracestory-core", "tracestory-sqlite"):
             from tracestory.analyze.breakdown import breakdown
 
             total = breakdown(trace).kernel_time_ns
@@ -92,10 +116,12 @@ def run_one(method: str, db: str) -> dict:
             per_name = np.bincount(trace.kernels["name"], weights=trace.kernels.dur_ns, minlength=len(trace.strings))
             total = int(per_name.sum())
         n = len(trace.kernels)
+        kept = trace
     t2 = time.perf_counter()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"method": method, "kernels": n, "kernel_time_ns": total, "load_s": t1 - t0, "analyze_s": t2 - t1,
-            "total_s": t2 - t0, "peak_rss_bytes": rss}
+            "total_s": t2 - t0, "peak_rss_bytes": rss, "rss_after_load_bytes": rss_load, "kept_bytes": _nbytes(kept),
+            "rss_at_start_bytes": rss0}
 
 
 def main() -> None:
@@ -103,7 +129,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--db", type=Path, default=REPO / "benchmarks" / "_data" / "nsys_2M_kernels.sqlite")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--methods", default="tracestory,tracestory-core,tracestory-groupby,pandas")
+    ap.add_argument("--methods", default="tracestory,tracestory-core,tracestory-sqlite,pandas")
     ap.add_argument("--fixture", type=Path, default=FIXTURE, help="export whose kernel rows are replicated")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -114,8 +140,9 @@ def main() -> None:
     print(f"# {args.db} ({args.db.stat().st_size / 1e6:.0f} MB, {n} kernel rows)")
     print(f"# {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.2f}")
-    print("| method | kernels | load (s) | analyze (s) | total (s) | kernels/s | peak RSS (MB) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| method | kernels | load (s) | analyze (s) | total (s) | kernels/s | data kept (MB) "
+          "| RSS at start / after load / peak (MB) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     totals = {}
     for method in args.methods.split(","):
         best = None
@@ -126,7 +153,9 @@ def main() -> None:
             best = r if best is None or r["total_s"] < best["total_s"] else best
         totals[method] = best["kernel_time_ns"]
         print(f"| {method} | {best['kernels']} | {best['load_s']:.2f} | {best['analyze_s']:.2f} | {best['total_s']:.2f} "
-              f"| {best['kernels'] / best['total_s'] / 1e6:.2f} M | {best['peak_rss_bytes'] / 1e6:.0f} |")
+              f"| {best['kernels'] / best['total_s'] / 1e6:.2f} M | {best['kept_bytes'] / 1e6:.0f} "
+              f"| {best['rss_at_start_bytes'] / 1e6:.0f} / {best['rss_after_load_bytes'] / 1e6:.0f} "
+              f"/ {best['peak_rss_bytes'] / 1e6:.0f} |")
     if len(set(totals.values())) != 1:
         raise SystemExit(f"methods disagree on the kernel time: {totals}")
     print(f"# all methods: kernel time {next(iter(totals.values()))} ns (best of {args.repeat} runs each)")

@@ -62,16 +62,31 @@ def _refuse_overwriting_inputs(args, *outputs) -> None:
             raise UsageError(f"{out}: is one of the inputs; refusing to overwrite it with output")
 
 
-def _load_and_analyze(args):
+def _split_scheduler_logs(paths):
+    """Scheduler event logs (``tracestory serve``'s JSONL, or any engine writing that format)
+    are read by the batch story, not the trace loaders."""
+    from .analyze.batching import is_scheduler_log
+
+    logs = [p for p in paths if Path(p).is_file() and is_scheduler_log(p)]
+    return [p for p in paths if p not in logs], logs
+
+
+def _load_and_analyze(args, *, allow_logs: bool = False):
     from .analyze import analyze
-    from .ingest import load_inputs
+    from .ingest import Inputs, load_inputs
 
     _refuse_overwriting_inputs(args, getattr(args, "json", None), getattr(args, "output", None))
-    inputs = load_inputs(args.inputs, progress_factory=_progress_factory(_stderr_console()))
-    if not inputs.traces and not inputs.kernel_metrics:
+    paths, logs = _split_scheduler_logs(args.inputs) if allow_logs else (args.inputs, [])
+    if logs and len(logs) > 1:
+        raise UsageError(f"{logs[1]}: one scheduler event log per report (found {len(logs)})")
+    inputs = (load_inputs(paths, progress_factory=_progress_factory(_stderr_console())) if paths
+              else Inputs())
+    if not inputs.traces and not inputs.kernel_metrics and not logs:
         raise UsageError("no trace or kernel metrics found in the inputs")
     tax = _taxonomy(args)
     analyses = [analyze(t, tax, k=args.speedup) for t in inputs.traces]
+    if allow_logs:
+        return inputs, analyses, logs
     return inputs, analyses
 
 
@@ -110,7 +125,7 @@ def cmd_analyze(args) -> int:
     if hw_json is not None:
         console.print(terminal.hardware_table(hw_json))
     if args.json:
-        doc = jsonout.document(analyses, hardware=hw_json)
+        doc = jsonout.document(analyses, hardware=hw_json, kernel_metrics=inputs.kernel_metrics or None)
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
         console.print(f"wrote {args.json}")
     return 0
@@ -119,11 +134,21 @@ def cmd_analyze(args) -> int:
 def cmd_report(args) -> int:
     from .report.build import write_report
 
-    inputs, analyses = _load_and_analyze(args)
+    inputs, analyses, logs = _load_and_analyze(args, allow_logs=True)
+    batch = None
+    if logs:
+        from .analyze.batching import analyze_batching, read_scheduler_log
+
+        batch = analyze_batching(read_scheduler_log(logs[0]), trace=inputs.traces[0] if inputs.traces else None)
     out = write_report(inputs, analyses, output=Path(args.output), goal=args.goal, questions=tuple(args.question or ()),
                        plots=args.plots, json_path=args.json, peaks_path=args.peaks,
-                       command="tracestory " + " ".join(sys.argv[1:]))
+                       command="tracestory " + " ".join(sys.argv[1:]), batch=batch,
+                       extra_inputs=tuple(logs))
     print(out)
+    if args.html:
+        from .report.html import write_html
+
+        print(write_html(out, Path(args.html) if args.html != "-" else out.with_suffix(".html")))
     return 0
 
 
@@ -166,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--question", action="append", help="a question the report must answer (repeatable)")
     p.add_argument("--plots", action="store_true", help="also write PNG plots next to the report (matplotlib)")
     p.add_argument("--json", metavar="OUT", help="also write all results as JSON")
+    p.add_argument("--html", nargs="?", const="-", metavar="OUT",
+                   help="also write the report as one self-contained HTML page (default: next to the .md)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("demo", help="report on the bundled H200 Llama trace; prints the report path")

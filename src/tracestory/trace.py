@@ -271,11 +271,14 @@ class Trace:
 
     @property
     def label(self) -> str:
-        """Short human label: file name plus rank when known."""
+        """Short human label: file name plus the rank of a distributed run (a ``rank0`` file
+        name alone, with no world size above 1, is a single process and gets no rank)."""
         import os
 
         base = os.path.basename(self.meta.source_path)
-        return f"{base} (rank {self.meta.rank})" if self.meta.rank is not None else base
+        r, w = self.meta.rank, self.meta.world_size
+        distributed = r is not None and (r > 0 or (w is not None and w > 1))
+        return f"{base} (rank {r})" if distributed else base
 
 
 def build_trace(meta: TraceMeta, pool: StringPool, **tables: Table) -> Trace:

@@ -3,10 +3,9 @@
 Three kinds of input:
 
 * every report tracestory writes for the project's fixtures (the three Kineto traces, the two
-  Nsight Systems exports, the Nsight Compute fixtures, a trace joined with ncu metrics, and the
-  two real capture folders of tests/data/capture). Each must pass every item except the ones in
-  KNOWN_GAPS, which are gaps of the REPORT (findings for the lead, with the reason); the test
-  asserts the failing set exactly, so a fixed gap fails the test until its entry is removed.
+  Nsight Systems exports, the Nsight Compute fixtures, a trace joined with ncu metrics, the two
+  real capture folders of tests/data/capture, the 2- and 4-GPU H200 captures, a memory capture
+  and a compiled trace). Each must pass every item (N/A only with the report's own reason).
 * one of those reports (H200 Llama) edited in the test: a section removed, a code fence left
   open, a chart line made wider than 100 columns, a table row broken. Each edit must fail the
   item(s) named here and change nothing else.
@@ -39,36 +38,12 @@ REPORTS = {
     "ncu_raw": [NCU_RAW], "ncu_details": [NCU_DETAILS], "ncu_rep": [NCU_REP],
     "h200_llama+ncu": [H200_LLAMA, NCU_RAW], "sdpa_ncu_rep": [NCU / "sdpa_flash.ncu-rep.gz"],
     "capture_torch": ["h200_torch"], "capture_ncu": ["h200_ncu"],
+    # real multi-GPU captures (several ranks: the multi-GPU section), a memory capture, and the
+    # compiled decode trace (CUDA graphs, Triton kernels)
+    "tp2_uneven": [TEST_DATA / "multigpu" / "tp2_uneven"], "tp4_uneven": [TEST_DATA / "multigpu" / "tp4_uneven"],
+    "memory_capture": [TEST_DATA / "memory" / "tiny_llama_memory"],
+    "compiled": [TEST_DATA / "compare" / "llama_decode_compile_max-autotune.trace.json.gz"],
 }
-
-# Items a generated report fails today, and why: gaps in what the report says (for the lead).
-_MEMORY = "13.3: the report gives peak allocated memory but draws no memory-over-time chart"
-_ROOF = "13.5: no roofline (the trace has no FLOP counts) and no line saying roofline n/a"
-_TOOLS = "14: no interactive viewer (Perfetto, chrome://tracing, TensorBoard) is named"
-_SURPRISE = "7: no finding is called out as unexpected (outlier, surprise, despite, ...)"
-_NCU_SUMMARY = "1: the ncu-only Executive Summary has no quantified insight nor a recommendation"
-KNOWN_GAPS = {
-    "h200_llama": {_MEMORY, _TOOLS},
-    "h100_bert": {_SURPRISE, _MEMORY, _TOOLS},
-    "a100_nccl": {_SURPRISE, _ROOF, _TOOLS,
-                  "13.6: rank 0 of world size 2, but no multi-GPU timeline and no n/a line for it"},
-    "nsys_2022": {_SURPRISE, _MEMORY, _ROOF, _TOOLS},
-    "nsys_2024": {_SURPRISE, _ROOF, _TOOLS,
-                  "3: without phases the story ties no CPU/launch event to the GPU timeline"},
-    "ncu_raw": {_NCU_SUMMARY, _TOOLS},
-    "ncu_details": {_NCU_SUMMARY, _TOOLS},
-    "ncu_rep": {_NCU_SUMMARY, _TOOLS},
-    "h200_llama+ncu": {_MEMORY, _TOOLS},
-    "sdpa_ncu_rep": {_NCU_SUMMARY, _TOOLS},
-    "capture_torch": {_SURPRISE, _MEMORY, _TOOLS},
-    "capture_ncu": {_NCU_SUMMARY, _TOOLS},
-}
-
-
-def _failing(gaps: set[str]) -> set[str]:
-    items = {g.split(":")[0] for g in gaps}
-    return items | ({"13"} if any(i.startswith("13.") for i in items) else set())
-
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> dict[str, Path]:
@@ -94,14 +69,11 @@ def _status(c) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("name", list(REPORTS))
-def test_generated_reports_pass_except_known_gaps(name, reports):
+def test_every_generated_report_passes(name, reports):
+    """Issue 7: every report tracestory writes passes the checklist for the inputs it has."""
     c = check_file(reports[name])
     assert [i.number for i in c.items] == [n for n, _ in ITEMS]
-    failing = {i.number for i in c.failed}
-    expected = _failing(KNOWN_GAPS[name])
-    assert failing == expected, (
-        f"{name}: failing {sorted(failing)}, known gaps {sorted(expected)}; a fixed gap is good news: "
-        f"remove it from KNOWN_GAPS. Reasons: " + "; ".join(f"{i.number} {i.reason}" for i in c.failed))
+    assert not c.failed, f"{name}: " + "; ".join(f"{i.number} {i.reason}" for i in c.failed)
     # Structure items always hold for what tracestory writes.
     assert all(_status(c)[n] == "PASS" for n in ("S1", "S2", "S3", "S4", "12"))
 
@@ -116,12 +88,18 @@ def test_na_comes_from_what_the_report_states(reports):
     assert trace_only["13.6"] == "N/A" and reasons["13.6"].startswith("single GPU")
     ncu = check_file(reports["ncu_raw"])
     for i in ncu.items:
-        if i.number in ("2", "3", "6", "7", "8", "13.1", "13.2"):
-            assert i.status == "N/A" and i.reason.startswith("n/a: the inputs hold no timeline trace"), i
+        if i.number in ("2", "3", "13.1", "13.2"):
+            assert i.status == "N/A" and "n/a: the inputs hold no timeline trace" in i.reason, i
     ncu_status = _status(ncu)
+    # Observations hold the hardware findings of the kernel metrics (roofline, occupancy).
+    assert ncu_status["6"] == ncu_status["8"] == "PASS"
     assert ncu_status["4"] == ncu_status["5"] == ncu_status["13.4"] == ncu_status["13.5"] == "PASS"
-    # The distributed fixture makes the multi-GPU item relevant (and failing: a known gap).
-    assert _status(check_file(reports["a100_nccl"]))["13.6"] == "FAIL"
+    # One rank of a 2-rank run: the multi-GPU timeline is due, and the report says why it is n/a.
+    a100 = {i.number: i for i in check_file(reports["a100_nccl"]).items}
+    assert a100["13.6"].status == "N/A" and "holds 1 of 2 ranks" in a100["13.6"].reason
+    # All ranks of a real 2-GPU run: the multi-GPU chart is there.
+    tp2 = {i.number: i for i in check_file(reports["tp2_uneven"]).items}
+    assert tp2["13.6"].status == "PASS" and "2 GPU/rank lanes" in tp2["13.6"].reason
 
 
 # ------------------------------------------------------------------ edited reports
@@ -146,9 +124,9 @@ def _cut_section(text: str, name: str) -> str:
 def test_removed_sections_fail_their_items(reports):
     text, before = _edit_baseline(reports)
     assert _changed(before, _cut_section(text, "Reproduction Guide")) == {"S1": "FAIL", "11": "FAIL"}
-    # Without Observations the memory numbers are gone too, so the memory chart is no longer due.
+    # The memory chart stays due: the Visualizations still give the memory samples and peak.
     assert _changed(before, _cut_section(text, "Observations and Insights")) == {
-        "S1": "FAIL", "6": "FAIL", "7": "FAIL", "8": "FAIL", "13.3": "N/A", "13": "PASS"}
+        "S1": "FAIL", "6": "FAIL", "7": "FAIL", "8": "FAIL"}
     changed = _changed(before, _cut_section(text, "Execution Story"))
     assert changed == {"S1": "FAIL", "2": "FAIL", "3": "FAIL"}
     swapped = text.replace("## Environment\n", "## Environment_\n").replace("## Appendix\n", "## Environment\n")
@@ -345,12 +323,16 @@ def test_pass_paths_turn_into_na_or_fail_when_data_is_absent():
 
 
 def test_check_command_exit_codes(tmp_path, reports, capsys):
-    assert main(["check", str(reports["h200_llama"])]) == 1  # known gaps: 13.3, 14
-    out = capsys.readouterr().out
-    assert "13.3  FAIL" in out and "S1  PASS" in out
+    assert main(["check", str(reports["h200_llama"])]) == 0
+    assert "S1  PASS" in capsys.readouterr().out
+    no_tools = tmp_path / "no_tools.md"   # the interactive-viewer line removed: item 14 fails
+    no_tools.write_text("\n".join(ln for ln in reports["h200_llama"].read_text().splitlines()
+                                  if "erfetto" not in ln and "Nsight" not in ln) + "\n")
+    assert main(["check", str(no_tools)]) == 1
+    assert "14  FAIL" in capsys.readouterr().out
     js = tmp_path / "c.json"
-    assert main(["check", str(reports["h200_llama"]), "--json", str(js)]) == 1
-    assert '"number": "13.3"' in js.read_text()
+    assert main(["check", str(no_tools), "--json", str(js)]) == 1
+    assert '"number": "14"' in js.read_text()
     not_report = tmp_path / "x.md"
     not_report.write_text("just text\n")
     assert main(["check", str(not_report)]) == 2

@@ -118,8 +118,12 @@ def _smi_gpus() -> tuple[list[dict[str, Any]], str | None]:
     return gpus, driver
 
 
+GIT_DIFF_MAX_CHARS = 200_000
+
+
 def git_info(path: str | Path) -> dict[str, Any]:
-    """Commit, dirty flag and top-level folder of the git repository holding ``path``."""
+    """Commit, dirty flag, top-level folder, the diff against HEAD (capped) and the untracked
+    files of the git repository holding ``path``."""
     path = Path(path)
     d = path if path.is_dir() else path.parent
     top = _run(["git", "-C", str(d), "rev-parse", "--show-toplevel"])
@@ -128,12 +132,26 @@ def git_info(path: str | Path) -> dict[str, Any]:
     commit = _run(["git", "-C", str(d), "rev-parse", "HEAD"])
     remote = _run(["git", "-C", str(d), "remote", "get-url", "origin"])
     status = _run(["git", "-C", str(d), "status", "--porcelain", "--untracked-files=no"])
-    return {
+    dirty = bool(status.strip()) if status is not None else None
+    info = {
         "repo": top.strip(),
         "commit": commit.strip() if commit else None,  # None: a repository with no commit yet
-        "dirty": bool(status.strip()) if status is not None else None,
+        "dirty": dirty,
         "remote": remote.strip() if remote else None,
     }
+    if commit:
+        # The modifications themselves, so the report can show them (seed 003: "code diffs
+        # included for all modifications"); capped so a huge diff cannot bloat the manifest.
+        diff = _run(["git", "-C", str(d), "diff", "HEAD", "--no-color", "--no-ext-diff"]) if dirty else ""
+        untracked = _run(["git", "-C", str(d), "ls-files", "--others", "--exclude-standard"])
+        if diff is not None:
+            info["diff"] = diff[:GIT_DIFF_MAX_CHARS]
+            info["diff_truncated"] = len(diff) > GIT_DIFF_MAX_CHARS
+        if untracked is not None:
+            files = untracked.splitlines()
+            info["untracked"] = files[:200]
+            info["untracked_count"] = len(files)
+    return info
 
 
 def _tool_version(tool: str) -> str | None:

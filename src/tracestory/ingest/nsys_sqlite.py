@@ -39,12 +39,13 @@ the export does not know MPI ranks) and ``meta.world_size`` their count.
 
 Speed
 -----
-Python's ``sqlite3`` creates one object per value, which caps a row fetch near 1 M rows/s
-for a handful of columns. Numeric columns are instead read as one ``group_concat`` text per
-column and chunk of rowids, parsed by ``np.fromstring`` at C speed; chunks are read by a
-small thread pool (sqlite releases the GIL while it steps). Launch dimensions are packed into
-two integers in SQL to cut the number of values. Peak memory is the kept columns plus the
-text of the chunks in flight (``_CHUNK_ROWS`` rows each).
+Columns are read by :class:`.nsys_db.Db`: straight from the table's B-tree pages with numpy
+(:mod:`.nsys_btree`), through SQLite when a page or record is outside what that reader
+verifies. No value becomes a Python object. Names are mapped id -> code through a lookup
+array. Exports are written in start order, so a table is sorted only when it is not already
+(one O(n) check). Peak memory is the kept columns plus the raw id columns (``globalPid``,
+name ids) until they are mapped, plus a few ~1 MiB reader steps in flight. Measured on 2 M
+kernels: docs/PERFORMANCE.md.
 
 Limits
 ------
@@ -58,10 +59,6 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
-import warnings
-from concurrent.futures import ThreadPoolExecutor
-from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -71,16 +68,20 @@ from ..trace import (
     API_DRIVER,
     API_RUNTIME,
     CPU_SIDE,
-    DeviceInfo,
+    SCHEMAS,
     StringPool,
+    Table,
     Trace,
     TraceMeta,
-    build_trace,
+    empty_table,
     make_table,
 )
+from .nsys_db import Db, Names, distinct, pid_of, split_global_tid
+from .nsys_meta import era, gpus, metadata
 
-_CHUNK_ROWS = 1 << 18
 _LOW24 = 0xFFFFFF
+# False: read every table through SQLite (the tests compare both readers).
+_PAGE_READER = True
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME, NVTX, MEMUSE = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUDA_GPU_MEMORY_USAGE_EVENTS"
@@ -95,295 +96,149 @@ _MEM_KINDS = ("Pageable", "Pinned", "Device", "Array", "Managed", "Device Static
 _DEVICE_MEM_KINDS = (2, 3, 5)  # device, array, device static
 _NVTX_MARK, _NVTX_PUSHPOP, _NVTX_STARTEND, _NVTX_DOMAIN = 34, 59, 60, 75
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
-# Launch shape columns, skipped by ``kernel_columns="core"``.
-_LAUNCH_COLS = {"shortName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
-                "staticSharedMemory", "dynamicSharedMemory"}
+# Launch shape: export column -> kernels column (int32 in the schema), skipped by "core".
+_LAUNCH = {"gridX": "grid_x", "gridY": "grid_y", "gridZ": "grid_z", "blockX": "block_x", "blockY": "block_y",
+           "blockZ": "block_z", "registersPerThread": "registers_per_thread"}
+_SHARED = {"staticSharedMemory": "_static", "dynamicSharedMemory": "_dynamic"}
+_I4 = np.int32
 
 
-# --------------------------------------------------------------------------- reading columns
-def _connect(uri: str) -> sqlite3.Connection:
-    con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-    # Exports carry user/host strings in the platform's encoding; never fail on them.
-    con.text_factory = lambda b: b.decode("utf-8", "replace")
-    return con
-
-
-class _Db:
-    """A read-only connection plus the schema (tables and their columns)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.uri = f"{path.resolve().as_uri()}?mode=ro"
-        try:
-            self.con = _connect(self.uri)
-            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
-        except sqlite3.DatabaseError as e:
-            raise TraceFormatError(path, "an Nsight Systems SQLite export", f"a file SQLite cannot read ({e})") from None
-        self.tables = {r[0] for r in rows}
-        self._cols: dict[str, set[str]] = {}
-
-    def columns(self, table: str) -> set[str]:
-        if table not in self._cols:
-            self._cols[table] = ({r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
-                                 if table in self.tables else set())
-        return self._cols[table]
-
-    def read(self, table: str, exprs: dict[str, str], where: str | None = None) -> dict[str, np.ndarray]:
-        """int64 columns ``name -> SQL expression`` (NULL -> -1), in rowid order."""
-        if not exprs:
-            return {}
-        try:
-            lo, hi = self.con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
-        except sqlite3.DatabaseError as e:
-            raise TraceFormatError(self.path, f"a readable {table} table", str(e)) from None
-        if lo is None:
-            return {k: np.empty(0, np.int64) for k in exprs}
-        sql = (f'SELECT count(*), {", ".join(f"group_concat(IFNULL({e}, -1))" for e in exprs.values())} '
-               f'FROM "{table}" WHERE rowid >= ? AND rowid < ?' + (f" AND ({where})" if where else ""))
-        bounds = list(range(lo, hi + 1, _CHUNK_ROWS)) + [hi + 1]
-        spans = list(pairwise(bounds))
-        if len(spans) == 1:
-            parts = [self._chunk(sql, table, *spans[0], con=self.con)]
-        else:
-            workers = max(1, min(len(spans), os.cpu_count() or 1, 4))
-            with ThreadPoolExecutor(workers) as pool:
-                parts = list(pool.map(lambda s: self._chunk(sql, table, *s), spans))
-        return {k: np.concatenate([p[i] for p in parts]) for i, k in enumerate(exprs)}
-
-    def _chunk(self, sql: str, table: str, a: int, b: int, con=None) -> list[np.ndarray]:
-        own = con is None
-        if own:
-            con = _connect(self.uri)
-        try:
-            row = con.execute(sql, (a, b)).fetchone()
-        finally:
-            if own:
-                con.close()
-        n, texts = row[0], row[1:]
-        out = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            for text in texts:
-                try:
-                    arr = np.fromstring(text, sep=",", dtype=np.int64) if text else np.empty(0, np.int64)
-                except (ValueError, DeprecationWarning):
-                    arr = None
-                if arr is None or len(arr) != n:
-                    raise TraceFormatError(self.path, f"integer columns in {table}",
-                                           f"values that are not integers near {str(text)[:40]!r}")
-                out.append(arr)
-        return out
-
-    def rows(self, sql: str) -> list[tuple]:
-        return self.con.execute(sql).fetchall()
-
-
-def _exprs(db: _Db, table: str, wanted: dict[str, str | tuple[str, ...]], cols: set[str] | None = None) -> dict[str, str]:
-    """Keep the wanted expressions whose columns exist; a tuple means the first present column."""
+def _present(db: Db, table: str, wanted: dict[str, str | tuple[str, ...]], cols: set[str] | None = None) -> dict[str, str]:
+    """``key -> column`` for the wanted columns that exist; a tuple means the first present one."""
     cols = db.columns(table) if cols is None else cols
     out = {}
-    for key, expr in wanted.items():
-        if isinstance(expr, tuple):
-            found = next((c for c in expr if c in cols), None)
-            if found is not None:
-                out[key] = found
-        elif all(c in cols for c in re.findall(r"[A-Za-z_]\w*", expr) if c != "IFNULL"):
-            out[key] = expr
+    for key, col in wanted.items():
+        found = next((c for c in col if c in cols), None) if isinstance(col, tuple) else (col if col in cols else None)
+        if found is not None:
+            out[key] = found
     return out
 
 
-def _pack_dims(cols: set[str], names: tuple[str, ...], bits: int) -> str | None:
-    """SQL packing ``(v+1)`` of each present column into ``bits``-bit fields (0 = NULL)."""
-    parts = [f"(IFNULL({c} + 1, 0) << {i * bits})" for i, c in enumerate(names) if c in cols]
-    return " | ".join(parts) if parts else None
+def _rows_of(raw: dict, n: int, keep: np.ndarray | None) -> tuple[dict, int]:
+    """Only the rows of ``keep`` (None: all)."""
+    if keep is None or keep.all():
+        return raw, n
+    return {k: v[keep] for k, v in raw.items()}, int(keep.sum())
 
 
-def _unpack_dims(packed: np.ndarray | None, names: tuple[str, ...], cols: set[str], bits: int, n: int) -> dict:
-    out = {}
-    mask = (1 << bits) - 1
-    for i, c in enumerate(names):
-        if packed is None or c not in cols:
-            out[c] = np.full(n, -1, np.int64)
-        else:
-            out[c] = ((packed >> (i * bits)) & mask) - 1
-    return out
+def _col(raw: dict, key: str, n: int, fill: int = -1, dtype=np.int64) -> np.ndarray:
+    return raw[key] if key in raw else np.full(n, fill, dtype)
 
 
-# --------------------------------------------------------------------------- names
-class _Names:
-    """``StringIds`` ids -> codes of the trace's StringPool, touching each distinct id once."""
-
-    def __init__(self, db: _Db, pool: StringPool):
-        self.pool = pool
-        self.ids = dict(db.rows("SELECT id, value FROM StringIds")) if "StringIds" in db.tables else {}
-
-    def codes(self, ids: np.ndarray, transform=None) -> np.ndarray:
-        def make(i: int) -> str:
-            s = self.ids.get(i, f"<string {i}>") if i >= 0 else ""
-            return transform(s) if transform is not None else s
-
-        return self.strings_of(ids, make)
-
-    def strings_of(self, labels: np.ndarray, make) -> np.ndarray:
-        """Codes for labels computed by ``make(label) -> str`` over the distinct labels."""
-        uniq, inv = _factorize(labels)
-        return self.pool.encode([make(int(u)) for u in uniq])[inv] if len(uniq) else np.empty(0, np.int32)
-
-
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(distinct values, index of each value in them)``; a lookup table instead of a sort when
-    the values are small non-negative-ish ids (string ids, enum keys), which is the usual case."""
-    values = np.asarray(values, dtype=np.int64)
-    if len(values) == 0:
-        return values, np.empty(0, np.intp)
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 1 << 24:
-        uniq, inv = np.unique(values, return_inverse=True)
-        return uniq, inv.reshape(-1)
-    present = np.zeros(hi - lo + 1, bool)
-    present[values - lo] = True
-    uniq = np.flatnonzero(present)
-    lut = np.zeros(hi - lo + 1, np.intp)
-    lut[uniq] = np.arange(len(uniq))
-    return uniq + lo, lut[values - lo]
-
-
-def _pid(g: np.ndarray) -> np.ndarray:
-    return np.where(g >= 0, (g >> 24) & _LOW24, -1)
-
-
-def _tid(g: np.ndarray) -> np.ndarray:
-    return np.where(g >= 0, g & _LOW24, -1)
-
-
-def _process_key(global_tid: np.ndarray) -> np.ndarray:
-    return np.where(global_tid >= 0, global_tid & ~np.int64(_LOW24), -1)
+def _nrows(raw: dict) -> int:
+    return len(next(iter(raw.values()))) if raw else 0
 
 
 # --------------------------------------------------------------------------- tables
-def _kernels(db: _Db, names: _Names, core: bool = False) -> tuple[dict, dict] | None:
+def _kernels(db: Db, names: Names, core: bool = False) -> tuple[dict, dict] | None:
     if KERNEL not in db.tables:
         return None
-    cols = db.columns(KERNEL) - (_LAUNCH_COLS if core else set())
-    want = _exprs(db, KERNEL, {
-        "start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
-        "correlation": "correlationId", "gpid": "globalPid", "name": ("demangledName", "shortName", "name"),
-        "short": ("shortName",), "grid_x": "gridX",
-        "shared_mem_bytes": "IFNULL(staticSharedMemory, 0) + IFNULL(dynamicSharedMemory, 0)",
-    }, cols)
-    if not any(c in cols for c in ("staticSharedMemory", "dynamicSharedMemory")):
-        want.pop("shared_mem_bytes", None)
-    gyz, blk = ("gridY", "gridZ"), ("blockX", "blockY", "blockZ", "registersPerThread")
-    for key, names_, bits in (("_gyz", gyz, 20), ("_blk", blk, 12)):
-        expr = _pack_dims(cols, names_, bits)
-        if expr:
-            want[key] = expr
-    raw = db.read(KERNEL, want)
-    n = len(raw["start_ns"]) if "start_ns" in raw else 0
-    out = {k: v for k, v in raw.items() if not k.startswith("_") and k not in ("short", "gpid", "name")}
-    out.update({k.replace("X", "_x").replace("Y", "_y").replace("Z", "_z"): v
-                for k, v in _unpack_dims(raw.get("_gyz"), gyz, cols, 20, n).items()})
-    b = _unpack_dims(raw.get("_blk"), blk, cols, 12, n)
-    out.update(block_x=b["blockX"], block_y=b["blockY"], block_z=b["blockZ"], registers_per_thread=b["registersPerThread"])
-    out["name"] = names.codes(raw["name"]) if "name" in raw else np.full(n, -1, np.int32)
+    cols = db.columns(KERNEL) - (set(_LAUNCH) | set(_SHARED) | {"shortName"} if core else set())
+    wanted = {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
+              "correlation": "correlationId", "gpid": "globalPid", "name": ("demangledName", "shortName", "name"),
+              "short": ("shortName",), **{v: k for k, v in _LAUNCH.items()}, **{v: k for k, v in _SHARED.items()}}
+    # int32 where the schema has int32 (no cast copy later); per-block shared memory fits too
+    dtypes = {"device": _I4, "_static": _I4, "_dynamic": _I4, **{v: _I4 for v in _LAUNCH.values()}}
+    raw = db.read(KERNEL, _present(db, KERNEL, wanted, cols), dtypes)
+    n = _nrows(raw)
+    out = {k: v for k, v in raw.items() if k not in ("short", "gpid", "name", "_static", "_dynamic")}
+    parts = [raw[k] for k in ("_static", "_dynamic") if k in raw]
+    if parts:  # static + dynamic; a NULL (-1) part counts as 0
+        shm = parts[0].astype(np.int64) if len(parts) == 1 else np.add(parts[0], parts[1], dtype=np.int64)
+        for p in parts:
+            if (p < 0).any():
+                shm += p < 0  # undo the -1 of a NULL part
+        out["shared_mem_bytes"] = shm
+    ids = raw.get("name")
+    out["name"] = names.codes(ids) if ids is not None else np.full(n, -1, _I4)
     short = {}
-    if "short" in raw and "name" in raw:
-        # the short name of each distinct kernel name, from its first row
-        first = np.full(len(names.pool.strings), -1, np.int64)
-        first[out["name"][::-1]] = np.arange(n)[::-1]
-        for code in np.flatnonzero(first >= 0):
-            sid = int(raw["short"][first[code]])
-            if sid >= 0:
-                short[names.pool.strings[code]] = names.ids.get(sid, "")
-    gpid = raw.get("gpid", np.full(n, -1, np.int64))
-    out["pid"] = _pid(gpid)
+    if "short" in raw and ids is not None and n:
+        # the short name of each distinct kernel name, from its first row (a reversed scatter:
+        # the last write wins, which is the first row)
+        first_short = np.full(len(names.pool.strings), -1, np.int64)
+        first_short[out["name"][::-1]] = raw["short"][::-1]
+        for code in np.flatnonzero(first_short >= 0).tolist():
+            short[names.pool.strings[code]] = names.ids.get(int(first_short[code]), "")
+    gpid = _col(raw, "gpid", n)
+    out["pid"] = pid_of(gpid)
     return dict(out, _key=gpid), short
 
 
-def _memops(db: _Db, names: _Names) -> dict | None:
+def _memops(db: Db, names: Names) -> dict | None:
     parts = []
+    common = {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
+              "correlation": "correlationId", "gpid": "globalPid", "bytes": "bytes"}
+    keep = ("start_ns", "end_ns", "device", "stream", "correlation", "bytes", "gpid")
     if MEMCPY in db.tables:
-        raw = db.read(MEMCPY, _exprs(db, MEMCPY, {
-            "start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
-            "correlation": "correlationId", "gpid": "globalPid", "bytes": "bytes",
-            "copy": "copyKind", "src": "srcKind", "dst": "dstKind"}))
-        n = len(raw.get("start_ns", ()))
-        copy = raw.get("copy", np.full(n, -1, np.int64))
-        src = raw.get("src", np.full(n, 7, np.int64))
-        dst = raw.get("dst", np.full(n, 7, np.int64))
+        raw = db.read(MEMCPY, _present(db, MEMCPY, {**common, "copy": "copyKind", "src": "srcKind", "dst": "dstKind"}))
+        n = _nrows(raw)
+        copy, src, dst = _col(raw, "copy", n), _col(raw, "src", n, 7), _col(raw, "dst", n, 7)
 
         def label(key: int) -> str:
             c, s, d = key // 256 - 1, (key // 16) % 16, key % 16
             cname = _COPY_NAMES[c] if 0 <= c < len(_COPY_NAMES) else "Unknown"
             return f"Memcpy {cname} ({_MEM_KINDS[min(s, 7)]} -> {_MEM_KINDS[min(d, 7)]})"
 
-        key = (np.clip(copy, -1, 254) + 1) * 256 + np.where(src >= 0, np.minimum(src, 7), 7) * 16 + np.where(dst >= 0, np.minimum(dst, 7), 7)
+        key = ((np.clip(copy, -1, 254) + 1) * 256 + np.where(src >= 0, np.minimum(src, 7), 7) * 16
+               + np.where(dst >= 0, np.minimum(dst, 7), 7))
         kind_of = np.asarray(_COPY_KIND, np.int32)
         kind = np.where((copy >= 0) & (copy < len(_COPY_KIND)), kind_of[np.clip(copy, 0, len(_COPY_KIND) - 1)], 6)
-        parts.append(dict(_take(raw, n, "start_ns", "end_ns", "device", "stream", "correlation", "bytes", "gpid"),
+        parts.append(dict({k: _col(raw, k, n) for k in keep},
                           name=names.strings_of(key, label), kind=kind.astype(np.int32)))
     if MEMSET in db.tables:
-        raw = db.read(MEMSET, _exprs(db, MEMSET, {
-            "start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
-            "correlation": "correlationId", "gpid": "globalPid", "bytes": "bytes", "mem": "memKind"}))
-        n = len(raw.get("start_ns", ()))
-        mem = raw.get("mem", np.full(n, 7, np.int64))
+        raw = db.read(MEMSET, _present(db, MEMSET, {**common, "mem": "memKind"}))
+        n = _nrows(raw)
+        mem = _col(raw, "mem", n, 7)
         label = names.strings_of(np.where((mem >= 0) & (mem < 8), mem, 7), lambda m: f"Memset ({_MEM_KINDS[m]})")
-        parts.append(dict(_take(raw, n, "start_ns", "end_ns", "device", "stream", "correlation", "bytes", "gpid"),
-                          name=label, kind=np.zeros(n, np.int32)))
+        parts.append(dict({k: _col(raw, k, n) for k in keep}, name=label, kind=np.zeros(n, np.int32)))
     if not parts:
         return None
     out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    out["pid"] = _pid(out["gpid"])
+    out["pid"] = pid_of(out["gpid"])
     out["_key"] = out.pop("gpid")
     return out
-
-
-def _take(raw: dict, n: int, *keys: str) -> dict:
-    return {k: raw.get(k, np.full(n, -1, np.int64)) for k in keys}
 
 
 def _strip_version(name: str) -> str:
     return _VERSION_SUFFIX.sub("", name)
 
 
-def _api(db: _Db, names: _Names) -> dict | None:
+def _api(db: Db, names: Names) -> dict | None:
     if RUNTIME not in db.tables:
         return None
-    cols = db.columns(RUNTIME)
-    raw = db.read(RUNTIME, _exprs(db, RUNTIME, {
-        "start_ns": "start", "end_ns": "end", "cls": "eventClass", "gtid": "globalTid",
-        "correlation": "correlationId", "name": "nameId"}),
-        where="eventClass IN (0, 1)" if "eventClass" in cols else None)
-    n = len(raw.get("start_ns", ()))
+    raw = db.read(RUNTIME, _present(db, RUNTIME, {"start_ns": "start", "end_ns": "end", "cls": "eventClass",
+                                                  "gtid": "globalTid", "correlation": "correlationId", "name": "nameId"}))
+    # eventClass 0 runtime / 1 driver only (e.g. 67 = backtrace duplicates in old exports)
+    raw, n = _rows_of(raw, _nrows(raw), np.isin(raw["cls"], (0, 1)) if "cls" in raw else None)
     name = names.codes(raw["name"], _strip_version) if "name" in raw else np.full(n, -1, np.int32)
     if "cls" in raw:
         kind = np.where(raw["cls"] == 1, API_DRIVER, API_RUNTIME)
     else:  # no eventClass column: runtime calls are the cuda* ones
         is_rt = np.fromiter((s.startswith("cuda") for s in names.pool.strings), bool, len(names.pool.strings))
         kind = np.where(is_rt[np.maximum(name, 0)], API_RUNTIME, API_DRIVER)
-    gtid = raw.get("gtid", np.full(n, -1, np.int64))
-    return dict(_take(raw, n, "start_ns", "end_ns", "correlation"), name=name, kind=kind.astype(np.int32),
-                pid=_pid(gtid), tid=_tid(gtid), _key=_process_key(gtid))
+    pid, tid, key = split_global_tid(_col(raw, "gtid", n))
+    return dict({k: _col(raw, k, n) for k in ("start_ns", "end_ns", "correlation")}, name=name,
+                kind=kind.astype(np.int32), pid=pid, tid=tid, _key=key)
 
 
-def _ranges(db: _Db, names: _Names) -> tuple[dict | None, int]:
+def _ranges(db: Db, names: Names) -> tuple[dict | None, int]:
     if NVTX not in db.tables:
         return None, 0
     cols = db.columns(NVTX)
     if "eventType" not in cols:
         return None, 0
-    types = f"eventType IN ({_NVTX_MARK}, {_NVTX_PUSHPOP}, {_NVTX_STARTEND})"
-    raw = db.read(NVTX, _exprs(db, NVTX, {"start_ns": "start", "end_ns": "end", "type": "eventType",
-                                          "gtid": "globalTid", "text_id": "textId", "domain": "domainId"}), where=types)
-    n = len(raw.get("start_ns", ()))
+    types = (_NVTX_MARK, _NVTX_PUSHPOP, _NVTX_STARTEND)
+    raw = db.read(NVTX, _present(db, NVTX, {"start_ns": "start", "end_ns": "end", "type": "eventType",
+                                            "gtid": "globalTid", "text_id": "textId", "domain": "domainId"}))
+    raw, n = _rows_of(raw, _nrows(raw), np.isin(raw["type"], types))
     # Names: `text` (unregistered strings) else the registered string `textId`.
-    texts = [r[0] for r in db.rows(f"SELECT text FROM {NVTX} WHERE {types} ORDER BY rowid")] if "text" in cols else [None] * n
+    where = f"eventType IN {types}"
+    texts = ([r[0] for r in db.rows(f"SELECT text FROM {NVTX} WHERE {where} ORDER BY rowid")]
+             if "text" in cols else [None] * n)
     if len(texts) != n:
         raise TraceFormatError(db.path, f"{NVTX} rows to read consistently", f"{len(texts)} texts for {n} rows")
-    text_id = raw.get("text_id", np.full(n, -1, np.int64))
     has_text = np.fromiter((t is not None for t in texts), bool, n)
-    name = names.codes(np.where(has_text, -1, text_id))
+    name = names.codes(np.where(has_text, -1, _col(raw, "text_id", n)))
     if has_text.any():
         name[has_text] = names.pool.encode([t for t in texts if t is not None])
     domains = {}
@@ -391,31 +246,30 @@ def _ranges(db: _Db, names: _Names) -> tuple[dict | None, int]:
         for did, text in db.rows(f"SELECT domainId, text FROM {NVTX} WHERE eventType = {_NVTX_DOMAIN}"):
             if did is not None and did not in domains:
                 domains[did] = text or f"domain {did}"
-    dom = raw.get("domain", np.full(n, -1, np.int64))
+    dom = _col(raw, "domain", n)
     domain = names.strings_of(np.where(dom > 0, dom, 0), lambda d: domains.get(d, f"domain {d}") if d > 0 else "")
-    start, end = raw["start_ns"], raw.get("end_ns", np.full(n, -1, np.int64))
-    is_mark = raw.get("type", np.full(n, -1)) == _NVTX_MARK
-    end = np.where(is_mark, start, end)
+    start, end = _col(raw, "start_ns", n), _col(raw, "end_ns", n)
+    end = np.where(_col(raw, "type", n) == _NVTX_MARK, start, end)  # marks are zero-length
     ok = end >= start
-    gtid = raw.get("gtid", np.full(n, -1, np.int64))
-    out = dict(start_ns=start, end_ns=end, name=name, domain=domain, side=np.full(n, CPU_SIDE, np.int32),
-               pid=_pid(gtid), tid=_tid(gtid), _key=_process_key(gtid))
+    pid, tid, key = split_global_tid(_col(raw, "gtid", n))
+    out = {"start_ns": start, "end_ns": end, "name": name, "domain": domain, "side": np.full(n, CPU_SIDE, np.int32),
+           "pid": pid, "tid": tid, "_key": key}
     return {k: v[ok] for k, v in out.items()}, int((~ok).sum())
 
 
-def _memory(db: _Db) -> dict | None:
+def _memory(db: Db) -> dict | None:
     if MEMUSE not in db.tables:
         return None
-    raw = db.read(MEMUSE, _exprs(db, MEMUSE, {"ts_ns": "start", "gpid": "globalPid", "device": "deviceId",
-                                              "bytes": "bytes", "kind": "memKind", "op": "memoryOperationType"}))
-    n = len(raw.get("ts_ns", ()))
-    if n == 0 or "bytes" not in raw:
+    raw = db.read(MEMUSE, _present(db, MEMUSE, {"ts_ns": "start", "gpid": "globalPid", "device": "deviceId",
+                                                "bytes": "bytes", "kind": "memKind", "op": "memoryOperationType"}))
+    n = _nrows(raw)
+    if n == 0 or "bytes" not in raw or "ts_ns" not in raw:
         return None
-    op = raw.get("op", np.zeros(n, np.int64))
+    op = _col(raw, "op", n, 0)
     delta = np.where(op == 1, -raw["bytes"], raw["bytes"])
-    on_device = np.isin(raw.get("kind", np.full(n, 2)), _DEVICE_MEM_KINDS)
-    device = np.where(on_device, raw.get("device", np.full(n, -1, np.int64)), -1)
-    gpid = raw.get("gpid", np.full(n, -1, np.int64))
+    on_device = np.isin(_col(raw, "kind", n, 2), _DEVICE_MEM_KINDS)
+    device = np.where(on_device, _col(raw, "device", n), -1)
+    gpid = _col(raw, "gpid", n)
     # running sum per (process, device) in time order
     order = np.lexsort((np.arange(n), raw["ts_ns"], device, gpid))
     d = delta[order]
@@ -425,50 +279,8 @@ def _memory(db: _Db) -> dict | None:
     base = np.maximum.accumulate(np.where(first, np.arange(n), 0))
     allocated = np.empty(n, np.int64)
     allocated[order] = csum - csum[base] + d[base]
-    return dict(ts_ns=raw["ts_ns"], device=device, allocated_bytes=allocated, delta_bytes=delta,
-                pid=_pid(gpid), _key=gpid)
-
-
-# --------------------------------------------------------------------------- meta
-def _metadata(db: _Db) -> dict[str, str]:
-    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
-        if table in db.tables and {"name", "value"} <= db.columns(table):
-            return {str(k): str(v) for k, v in db.rows(f"SELECT name, value FROM {table}")}
-    return {}
-
-
-def _gpus(db: _Db) -> dict[int, DeviceInfo]:
-    def get(row: dict, *keys, scale=1):
-        for k in keys:
-            v = row.get(k)
-            if v is not None and v != 0:
-                return v * scale if scale != 1 else v
-        return None
-
-    out: dict[int, DeviceInfo] = {}
-    for table, scale_bw, scale_clk in (("TARGET_INFO_CUDA_GPU", 1000, 1000), ("TARGET_INFO_GPU", 1, 1)):
-        if table not in db.tables:
-            continue
-        cur = db.con.execute(f"SELECT * FROM {table}")
-        keys = [d[0] for d in cur.description]
-        for values in cur.fetchall():
-            row = dict(zip(keys, values))
-            did = next((row[k] for k in ("id", "deviceId", "cuDevice") if row.get(k) is not None), None)
-            if did is None or int(did) in out:
-                continue  # the 2021 CUDA table comes first: it has the properties
-            sm = get(row, "smCount", "numMultiprocessors")
-            if sm is None and table == "TARGET_INFO_GPU" and "smCount" in row:
-                continue  # a display adapter without CUDA (Intel, Basic Render Driver)
-            out[int(did)] = DeviceInfo(
-                id=int(did), name=str(row.get("name") or "unknown"), sm_count=sm,
-                cc_major=get(row, "computeMajor", "computeCapabilityMajor"),
-                cc_minor=row.get("computeMinor", row.get("computeCapabilityMinor")),
-                total_memory_bytes=get(row, "totalMemory", "globalMemorySize"),
-                l2_cache_bytes=get(row, "l2CacheSize"),
-                memory_bandwidth_bytes_per_s=(float(v) if (v := get(row, "memoryBandwidth", "globalMemoryBandwidth", scale=scale_bw)) else None),
-                clock_hz=(float(v) if (v := get(row, "clockRate", "coreClockRate", scale=scale_clk)) else None),
-            )
-    return out
+    return {"ts_ns": raw["ts_ns"], "device": device, "allocated_bytes": allocated, "delta_bytes": delta,
+            "pid": pid_of(gpid), "_key": gpid}
 
 
 # --------------------------------------------------------------------------- entry point
@@ -487,36 +299,36 @@ def load_nsys_sqlite(path: str | os.PathLike, *, kernel_columns: str = "all") ->
         head = f.read(16)
     if head != b"SQLite format 3\x00":
         raise TraceFormatError(path, "an Nsight Systems SQLite export", f"a file starting with {head!r}")
-    db = _Db(path)
+    db = Db(path, fast=_PAGE_READER)
     try:
         return _load(db, core=kernel_columns == "core")
     finally:
-        db.con.close()
+        db.close()
 
 
-def _load(db: _Db, core: bool = False) -> list[Trace]:
+def _load(db: Db, core: bool = False) -> list[Trace]:
     known = {KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX}
     if not known & db.tables:
         listed = ", ".join(sorted(db.tables)[:6]) or "no tables"
         raise TraceFormatError(db.path, "an Nsight Systems export (CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS tables)",
                                f"a SQLite database with {listed}")
     pool = StringPool()
-    names = _Names(db, pool)
+    names = Names(db, pool)
     k = _kernels(db, names, core)
     kernels, short = k if k else (None, {})
     memops, api, memory = _memops(db, names), _api(db, names), _memory(db)
     ranges, unterminated = _ranges(db, names)
     tables = {"kernels": kernels, "memops": memops, "api": api, "ranges": ranges, "memory": memory}
+    keys_of = {kind: set(distinct(t["_key"]).tolist()) for kind, t in tables.items() if t is not None}
 
     def keys(*kinds):
-        found = [np.unique(tables[t]["_key"]) for t in kinds if tables[t] is not None]
-        return set(np.concatenate(found).tolist()) - {-1} if found else set()
+        return set().union(*(keys_of.get(kind, set()) for kind in kinds)) - {-1}
 
     procs = sorted(keys("kernels", "memops")) or sorted(keys("api", "ranges"))
     if not procs:
         raise TraceFormatError(db.path, "GPU activity, CUDA API calls or NVTX ranges", "none in any process")
-    meta_kv = _metadata(db)
-    gpus = _gpus(db)
+    meta_kv = metadata(db)
+    devices_of = gpus(db)
     process_names = {}
     if "PROCESSES" in db.tables and {"globalPid", "name"} <= db.columns("PROCESSES"):
         process_names = {g: n for g, n in db.rows("SELECT globalPid, name FROM PROCESSES")}
@@ -530,8 +342,9 @@ def _load(db: _Db, core: bool = False) -> list[Trace]:
         for kind, t in tables.items():
             if t is None:
                 continue
-            sel = t["_key"] == gpid
-            whole = bool(sel.all())  # the usual single-process export: no copy
+            # the usual single-process export: every row is this process's, no copy
+            whole = keys_of[kind] == {gpid}
+            sel = None if whole else t["_key"] == gpid
             cols = {c: (v if whole else v[sel]) for c, v in t.items() if c != "_key"}
             if kind == "ranges":
                 cols["depth"] = _depth(cols["start_ns"], cols["end_ns"], cols["tid"])
@@ -539,17 +352,34 @@ def _load(db: _Db, core: bool = False) -> list[Trace]:
         used = set()
         for kind in ("kernels", "memops"):
             if kind in parts:
-                used |= set(np.unique(parts[kind]["device"]).tolist())
-        devices = tuple(gpus[d] for d in sorted(used) if d in gpus) or tuple(gpus[d] for d in sorted(gpus))
-        extra = {"nsys_metadata": meta_kv, "export_era": _era(db, meta_kv), "global_pid": int(gpid),
+                used |= set(distinct(parts[kind]["device"]).tolist())
+        devices = (tuple(devices_of[d] for d in sorted(used) if d in devices_of)
+                   or tuple(devices_of[d] for d in sorted(devices_of)))
+        extra = {"nsys_metadata": meta_kv, "export_era": era(db), "global_pid": int(gpid),
                  "kernel_short_names": short, "nvtx_unterminated": unterminated}
         meta = TraceMeta(
             source_path=str(db.path), source_format="nsys-sqlite", format_version=fmt, devices=devices,
             rank=rank if len(procs) > 1 else None, world_size=len(procs) if len(procs) > 1 else None,
             process_id=int((gpid >> 24) & _LOW24), process_name=process_names.get(gpid), extra=extra,
         )
-        traces.append(build_trace(meta, pool, **parts))
+        traces.append(_assemble(meta, pool, parts))
     return traces
+
+
+def _assemble(meta: TraceMeta, pool: StringPool, parts: dict[str, Table]) -> Trace:
+    """The Trace, each table in start order as ``build_trace`` makes it, but a table already
+    in order (exports are written in start order) is kept as it is: one O(n) check instead of
+    a sort and a copy of every column."""
+    out = {}
+    for kind in SCHEMAS:
+        t = parts.get(kind)
+        if t is None:
+            out[kind] = empty_table(kind)
+            continue
+        key = t["ts_ns" if kind == "memory" else "start_ns"]
+        ordered = len(key) < 2 or bool((key[1:] >= key[:-1]).all())
+        out[kind] = t if ordered else t.sorted_by("ts_ns" if kind == "memory" else "start_ns")
+    return Trace(meta=meta, strings=tuple(pool.strings), **out)
 
 
 def _depth(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
@@ -565,11 +395,3 @@ def _depth(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
         closed = np.searchsorted(np.sort(e[nonempty]), s, side="right")
         depth[order] = np.maximum(opened - closed, 0)
     return depth
-
-
-def _era(db: _Db, meta_kv: dict) -> str:
-    if "META_DATA_EXPORT" in db.tables:
-        return "2024+"
-    if "EXPORT_META_DATA" in db.tables:
-        return "2022"
-    return "2021"

@@ -38,23 +38,60 @@ def extra_sections(inputs, analyses, *, peaks_path=None) -> tuple[dict[str, str]
     return sections, hw_json
 
 
+def multigpu_result(analyses):
+    """The multi-GPU analysis when the inputs hold several ranks (traces with collectives or
+    distinct ranks), else None."""
+    traces = [a.trace for a in analyses]
+    if len(traces) < 2:
+        return None
+    ranks = {t.meta.rank for t in traces if t.meta.rank is not None}
+    if len(ranks) < 2 and not any(len(t.collectives) for t in traces):
+        return None
+    from ..analyze.multigpu import combine, rank_summary
+
+    return combine([rank_summary(t) for t in traces])
+
+
 def write_report(inputs, analyses, *, output: Path, goal=None, questions=(), plots=False, json_path=None,
-                 peaks_path=None, command=None) -> Path:
+                 peaks_path=None, command=None, batch=None, extra_inputs=()) -> Path:
+    """Write the Markdown report (and the JSON and plots when asked). ``batch``: the analysed
+    scheduler event log (:func:`~tracestory.analyze.batching.analyze_batching`), whose
+    Continuous Batching story opens the Execution Story."""
     from . import jsonout
     from .markdown import render_report
 
     sections, hw_json = extra_sections(inputs, analyses, peaks_path=peaks_path)
+    multigpu = multigpu_result(analyses)
     output.parent.mkdir(parents=True, exist_ok=True)
     if plots:
         from .plots import write_plots
 
+        from .plots import write_hardware_plots
+
         images = write_plots(analyses, output.parent, stem=output.stem)
+        images += write_hardware_plots(hw_json, analyses, output.parent, stem=output.stem, peaks_path=peaks_path,
+                                       manifest=inputs.manifests[0] if inputs.manifests else None)
+        if multigpu is not None:
+            from .multigpu import plot_multigpu
+
+            img = plot_multigpu(multigpu, output.parent / f"{output.stem}_multigpu.png")
+            images = [*images, *([img] if img else [])]
         sections["_plots"] = "\n".join(f"![{p.stem}]({p.name})" for p in images)
     text = render_report(analyses, goal=goal, questions=tuple(questions), extra_sections=sections,
-                         inputs=list(inputs.paths), command=command)
+                         inputs=[*map(str, inputs.paths), *map(str, extra_inputs)], command=command,
+                         multigpu=multigpu, kernel_metrics=inputs.kernel_metrics or None, batch=batch)
     output.write_text(text)
     if json_path:
-        Path(json_path).write_text(json.dumps(jsonout.document(analyses, hardware=hw_json), indent=1) + "\n")
+        doc = jsonout.document(analyses, hardware=hw_json, kernel_metrics=inputs.kernel_metrics or None)
+        if multigpu is not None:
+            from .multigpu import multigpu_json
+
+            doc["multigpu"] = multigpu_json(multigpu)
+        if batch is not None:
+            from .batch_story import batch_json
+
+            doc["batching"] = batch_json(batch)
+        Path(json_path).write_text(json.dumps(doc, indent=1) + "\n")
     return output
 
 
@@ -63,13 +100,18 @@ def demo_trace_path() -> Path:
 
 
 def demo(output_dir: Path) -> Path:
-    """Report on the bundled H200 Llama trace into ``output_dir/report.md`` (+ analysis.json)."""
+    """Report on the bundled H200 Llama trace into ``output_dir/report.md`` (+ analysis.json and
+    report.html)."""
     from ..analyze import analyze
     from ..ingest import load_inputs
 
     inputs = load_inputs([demo_trace_path()])
     analyses = [analyze(t) for t in inputs.traces]
     output_dir.mkdir(parents=True, exist_ok=True)
-    return write_report(inputs, analyses, output=output_dir / "report.md",
-                        goal="Understand where GPU time goes in Llama prefill and decode on the H200, and what to optimize first.",
-                        json_path=output_dir / "analysis.json", command="tracestory demo")
+    out = write_report(inputs, analyses, output=output_dir / "report.md",
+                       goal="Understand where GPU time goes in Llama prefill and decode on the H200, and what to optimize first.",
+                       json_path=output_dir / "analysis.json", command="tracestory demo")
+    from .html import write_html
+
+    write_html(out, output_dir / "report.html")
+    return out

@@ -26,7 +26,8 @@ Rules per item
   ``Time <t> <unit>`` lines, tree branches ``├──``/``└──``, or numbered steps).
 * 3 Timing and event correlation, in Execution Story and Visualizations: >= 2 time stamps (or
   a chart with a time axis) and a correlation of host and GPU events: a time-stamped line about
-  the CPU/host/launches, a gap attributed to the CPU, or a chart with both a CPU and a GPU lane.
+  the CPU/host/launches, a gap attributed to the CPU, or a chart with both a CPU and a GPU lane;
+  N/A when there is no GPU timeline to correlate with (an n/a line about the kernel timeline).
 * 4 Hardware metrics interpreted: N/A when Hardware Behavior Analysis is an n/a statement (no
   hardware counters); else every ``###`` block that gives percentages also interprets them
   (bound, limit, verdict, conclusion, waiting, idle, dominates, means, because, ``→``).
@@ -41,8 +42,8 @@ Rules per item
 * 9 Actions Log: N/A when its first paragraph says n/a; else >= 1 command (a shell fence or a
   ``$ `` line) and every ``Action`` entry followed by a command before the next one.
 * 10 Code diffs: N/A when 9 is N/A; PASS with a ``diff`` fence; N/A when the report states the
-  code is unmodified or that modifications cannot be known (an n/a about the workload's
-  repository or commit); FAIL when it mentions modifications or uncommitted changes without a
+  code is unmodified, that the input holds no diff (an n/a line about the diff), or that
+  modifications cannot be known (an n/a about the workload's repository or commit); FAIL when it mentions modifications or uncommitted changes without a
   diff, or says nothing about them.
 * 11 Reproduction Guide tested: N/A when it is an n/a statement; PASS when one of its commands
   is recorded as run (verbatim in the Actions Log or the Appendix's command) or it says it was
@@ -58,8 +59,9 @@ Rules per item
   marking the memory timeline n/a; N/A when not relevant.
 * 13.4 warp stalls: N/A like 4, or when stalls are marked n/a; else a chart about stalls.
 * 13.5 roofline: a chart or image about the roofline; N/A when a line marks the roofline n/a.
-* 13.6 multi-GPU timeline: relevant when the report states world size or GPU count > 1 or
-  several ranks; then a chart with lanes of >= 2 GPUs/ranks, or a line marking it n/a.
+* 13.6 multi-GPU timeline: relevant when the report states a world size > 1 (``world size N``,
+  ``**N GPUs**``) or several ranks (not the machine's GPU count); then a chart with lanes of
+  >= 2 GPUs/ranks, or a line marking it n/a.
 * 14 interactive tools: Perfetto, chrome://tracing, TensorBoard, Nsight Systems/Compute UI
   (nsys-ui, ncu-ui) or HTA named.
 
@@ -283,18 +285,22 @@ class _Report:
         return [m for line in self.doc.lines for m in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", line)]
 
     def blocks(self, name: str) -> list[tuple[str, str]]:
-        """(heading, text) of the ``###``/``####`` blocks of a section; the section itself when none."""
-        d, out, cur, head = self.doc, [], [], None
+        """(heading, text) of the ``###``/``####`` blocks of a section; the section itself when none.
+        A heading with no text of its own, directly followed by a deeper heading, only groups
+        the blocks under it (``### rank 0`` over ``#### 1. finding``) and is not a block."""
+        d, raw, cur, head = self.doc, [], [], None
         for i in d.sections.get(name, ()):
             h = _HEAD.match(d.lines[i]) if not d.in_fence[i] else None
             if h and len(h.group(1)) >= 3:
                 if head is not None:
-                    out.append((head, "\n".join(cur)))
-                head, cur = h.group(2), []
+                    raw.append((head, "\n".join(cur)))
+                head, cur = (len(h.group(1)), h.group(2)), []
             elif head is not None:
                 cur.append(d.lines[i])
         if head is not None:
-            out.append((head, "\n".join(cur)))
+            raw.append((head, "\n".join(cur)))
+        out = [(h[1], t) for k, (h, t) in enumerate(raw)
+               if t.strip() or k + 1 == len(raw) or raw[k + 1][0][0] <= h[0]]
         return out or ([(name, self.text(name))] if self.has(name) else [])
 
 
@@ -414,6 +420,8 @@ def _i3(r: _Report):
     corr = ([ln for ln in stamps if re.search(r"\bCPU\b|host|launch", ln, re.IGNORECASE)]
             or [ln for ln in lines if re.search(r"CPU inside|waiting for launch|launch wait", ln, re.IGNORECASE)])
     if not corr and lanes != {"CPU", "GPU"}:
+        if (no_gpu := r.na_line(r"kernel timeline|timeline trace|no trace")):
+            return NA, no_gpu   # e.g. a scheduler log alone: timing, but no GPU timeline to tie to
         return FAIL, "timing given, but no host/launch event is tied to the GPU timeline"
     return PASS, f"{len(stamps)} time stamps" + (", a time axis" if axis else "") + "; host and GPU events correlated"
 
@@ -536,6 +544,8 @@ def _i10(r: _Report):
                        and re.search(r"no (code )?(modifications|changes)\b|unmodified|not modified", ln, re.IGNORECASE)), None)
     if unmodified:
         return NA, _clip(unmodified)
+    if (no_diff := r.na_line(r"\bdiff\b")):
+        return NA, no_diff   # the input holds no diff (e.g. a capture that did not record it)
     if re.search(r"uncommitted changes|modified|modification|patch", "\n".join(r.prose("Actions Log", "Environment")),
                  re.IGNORECASE):
         return FAIL, "modifications are mentioned but no diff is included"
@@ -648,9 +658,10 @@ def _i13_5(r: _Report):
 
 def _i13_6(r: _Report):
     text = "\n".join(ln for k, ln in enumerate(r.doc.lines) if not r.doc.in_fence[k])
-    sizes = [int(x or y) for x, y in re.findall(r"world size (\d+)|GPU count \| (\d+)", text, re.IGNORECASE)]
+    # The run's width, not the machine's: a host with 4 GPUs running one process is not distributed.
+    sizes = [int(x or y) for x, y in re.findall(r"world size (\d+)|(\d+) GPUs\*\*", text, re.IGNORECASE)]
     if not any(n > 1 for n in sizes) and not re.search(r"\branks? \d+\s*(-|\.\.|to|and)\s*\d+|\d+ ranks\b", text):
-        return NA, "single GPU: the report states no world size or GPU count above 1"
+        return NA, "single GPU: the report states no world size above 1"
     for f in r.charts():
         lanes = {m.group(2) for ln in f.lines for m in [re.match(r"\s*(gpu|rank)\s*(\d+)\b.*", ln, re.IGNORECASE)] if m}
         if len(lanes) >= 2:

@@ -71,7 +71,8 @@ def source_json(trace) -> dict:
         "process_id": m.process_id,
         "process_name": m.process_name,
         "has_timeline": m.has_timeline,
-        "devices": [jsonable(d) for d in m.devices],
+        "devices": [{**jsonable(d), "compute_capability": d.compute_capability} for d in m.devices],
+        "distributed": jsonable(dict(m.distributed)) if m.distributed else None,
         "cuda_runtime": cuda_version(ex.get("cuda_runtime_version")),
         "cuda_driver": cuda_version(ex.get("cuda_driver_version")),
         "extra": jsonable(ex),
@@ -99,6 +100,42 @@ def _device_peaks(trace, peaks):
 
     devs = trace.meta.devices
     return peaks_for(devs[0].name) if devs and devs[0].name else None
+
+
+def kernel_families_json(a) -> list[dict]:
+    """The report's kernel-family table (``report.markdown``'s family patterns): ops, time,
+    share of GPU op time and top kernel per family."""
+    from .markdown import _families
+
+    fams = _families(a)
+    total = sum(f[2] for f in fams) or 1
+    return [{"family": f, "ops": n, "time_ns": t, "share": t / total, "top_kernel": k} for f, n, t, k in fams]
+
+
+def launch_configs_json(a, top: int = 10) -> list[dict]:
+    """Launch configuration of the top kernels (first launch of each name), as the trace
+    records it: grid, block, registers per thread, shared memory, and blocks per SM (grid
+    blocks / the device's SM count)."""
+    k = a.trace.kernels
+    sms = next((d.sm_count for d in a.trace.meta.devices if d.sm_count), None)
+    out = []
+    for ks in a.breakdown.kernels[:top]:
+        rows = np.flatnonzero(k["name"] == a.trace.code_of(ks.name))
+        if rows.size == 0:
+            continue  # a memop
+        i = int(rows[0])
+
+        def val(c, i=i):
+            return int(k[c][i]) if k[c][i] >= 0 else None
+
+        grid = [val("grid_x"), val("grid_y"), val("grid_z")]
+        blocks = grid[0] * grid[1] * grid[2] if None not in grid else None
+        out.append({"name": ks.name, "mean_ns": ks.mean_ns, "grid": grid,
+                    "block": [val("block_x"), val("block_y"), val("block_z")],
+                    "registers_per_thread": val("registers_per_thread"),
+                    "shared_mem_bytes": val("shared_mem_bytes"),
+                    "blocks_per_sm": blocks / sms if blocks and sms else None})
+    return out
 
 
 def analysis_json(a, *, hardware: list | None = None, kernel_metrics=None, peaks=None,
@@ -135,6 +172,10 @@ def analysis_json(a, *, hardware: list | None = None, kernel_metrics=None, peaks
         rf = estimate_roofline(a.trace, dev_peaks)
         if rf.points:
             estimate = {"note": rf.note, "points": [jsonable(p) for p in rf.points]}
+    timeline = jsonable(t) if t else None
+    if timeline is not None:
+        for g in timeline["largest_gaps"]:   # the report prints where each gap is in the window
+            g["offset_ns"] = g["start_ns"] - t.start_ns
     out = {
         "source": source_json(a.trace),
         "gpu": gpu,
@@ -142,8 +183,11 @@ def analysis_json(a, *, hardware: list | None = None, kernel_metrics=None, peaks
         "speedup_factor": b.speedup_factor,
         "categories": [jsonable(c) for c in b.categories],
         "top_kernels": [jsonable(k) for k in b.kernels],
-        "timeline": jsonable(t) if t else None,
+        "timeline": timeline,
         "phases": jsonable(a.phases),
+        "phase_count": len(a.phases.phases),
+        "kernel_families": kernel_families_json(a),
+        "launch_configs": launch_configs_json(a),
         "findings": [finding_json(f) for f in findings],
         "memory": jsonable(memory) if memory is not None else None,
         "peaks": peaks_json(dev_peaks),
@@ -154,26 +198,43 @@ def analysis_json(a, *, hardware: list | None = None, kernel_metrics=None, peaks
     return out
 
 
+def _with_waves(row: dict) -> dict:
+    """An ncu ``kernels[]`` row plus ``waves`` (grid blocks / (SMs x resident blocks per SM),
+    ``analyze.hardware.waves``: CSV exports round ncu's own value to 0.00 for small grids) and
+    ``first_wave_fill_fraction`` (how full the first wave is: ``min(waves, 1)``)."""
+    from types import SimpleNamespace
+
+    from ..analyze.hardware import waves
+
+    fields = ("grid_size", "sm_count", "waves_per_sm", "occupancy_limit_registers",
+              "occupancy_limit_shared_mem", "occupancy_limit_warps", "occupancy_limit_blocks")
+    w = waves(SimpleNamespace(**{f: row.get(f) for f in fields}))
+    return {**row, "waves": w, "first_wave_fill_fraction": None if w is None else min(w, 1.0)}
+
+
 def document(analyses, *, hardware: list | None = None, extra: dict | None = None,
              kernel_metrics=None, peaks=None) -> dict:
     """The whole JSON document. ``kernel_metrics``: the Nsight Compute results (``Inputs.
     kernel_metrics`` pairs or ``KernelMetrics``) the report used, so findings match it; without
     any trace their findings go to ``ncu_findings``."""
+    from ..specs import peaks_for
+
     analyses = list(analyses)
     doc = {"schema": SCHEMA,
            "traces": [analysis_json(a, kernel_metrics=kernel_metrics, peaks=peaks) for a in analyses]}
+    names: set[str] = set()
     if hardware is not None:
-        doc["kernels"] = hardware
+        doc["kernels"] = [_with_waves(r) for r in hardware]
+        names |= {r["device_name"] for r in hardware if r.get("device_name")}
     if kernel_metrics:
         from ..analyze.findings import ncu_findings
         from ..analyze.rules_hardware import metrics_list
-        from ..specs import peaks_for
 
-        kms = metrics_list(kernel_metrics)
-        names = sorted({km.device_name for km in kms if km.device_name})
-        doc["ncu_peaks"] = {n: peaks_json(peaks or peaks_for(n)) for n in names}
+        names |= {km.device_name for km in metrics_list(kernel_metrics) if km.device_name}
         if not analyses:
             doc["ncu_findings"] = [finding_json(f) for f in ncu_findings(kernel_metrics, peaks=peaks)]
+    if names:
+        doc["ncu_peaks"] = {n: peaks_json(peaks or peaks_for(n)) for n in sorted(names)}
     if extra:
         doc.update(jsonable(extra))
     return doc

@@ -80,7 +80,7 @@ def render_environment(manifest: Mapping[str, Any]) -> str:
     gpus = env.get("gpus") or []
     rows = [
         ("GPU", _gpu_line(gpus)),
-        ("GPU count", str(env.get("gpu_count", len(gpus)))),
+        ("GPUs on the machine", str(env.get("gpu_count", len(gpus)))),
         ("Driver", _v(env.get("driver_version"), "nvidia-smi not available")),
         ("CUDA runtime (torch)", _v(env.get("cuda_runtime"), "CPU-only torch build or no torch")),
         ("cuDNN", _v(env.get("cudnn"))),
@@ -156,7 +156,47 @@ def render_actions_log(manifest: Mapping[str, Any]) -> str:
         if status != "complete":
             lines += [f"Capture failed ({_v(cap.get('error'))}); its partial output was discarded, "
                       f"no `{cap.get('tool')}/` folder was written by it.", ""]
+    lines += _modifications((manifest.get("environment") or {}).get("git"))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+DIFF_LINES_SHOWN = 400
+
+
+def _modifications(git: Mapping[str, Any] | None) -> list[str]:
+    """The workload repository's state at capture time: unmodified, or the diff and new files."""
+    git = git or {}
+    if not git.get("repo"):
+        return []
+    out = ["### Modifications", ""]
+    untracked = git.get("untracked") or []
+    if not git.get("commit"):
+        return out + ["Code diff: n/a: the workload repository had no commit at capture time, so there "
+                      "is no base to diff against.", ""]
+    if git.get("dirty") is False and not untracked:
+        files = ("no untracked files" if "untracked" in git else "untracked files not recorded")
+        return out + [f"Unmodified: the workload repository was at commit {git['commit']} with no "
+                      f"uncommitted changes ({files}).", ""]
+    diff = git.get("diff")
+    if git.get("dirty") and diff is None:
+        out += ["Code diff: n/a: the workload repository had uncommitted changes, but this capture's "
+                "manifest holds no diff of them (captured before tracestory recorded diffs).", ""]
+    elif diff:
+        body = diff.rstrip("\n").splitlines()
+        note = ""
+        if len(body) > DIFF_LINES_SHOWN or git.get("diff_truncated"):
+            note = (f"(first {min(len(body), DIFF_LINES_SHOWN)} lines shown; the full diff is in the "
+                    "manifest's environment.git.diff" + (", itself capped" if git.get("diff_truncated") else "") + ")")
+        out += [f"Uncommitted changes against {_v(git.get('commit'))} at capture time:", ""]
+        out += _fence("\n".join(body[:DIFF_LINES_SHOWN]), "diff")
+        if note:
+            out.append(note)
+        out.append("")
+    if untracked:
+        n = git.get("untracked_count", len(untracked))
+        out += [f"Untracked files in the repository ({n}; new files are not in the diff): "
+                + ", ".join(f"`{f}`" for f in untracked[:20]) + (f", and {n - 20} more" if n > 20 else "") + ".", ""]
+    return out
 
 
 def _folder(manifest: Mapping[str, Any], cap: Mapping[str, Any] | None) -> str:

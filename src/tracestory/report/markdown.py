@@ -298,6 +298,127 @@ def _visualizations(analyses) -> list[str]:
     return out
 
 
+def _visual_extras(analyses, extra, inputs, multigpu, findings) -> list[str]:
+    """Memory over time, multi-GPU timeline (or why either is n/a), roofline availability,
+    interactive viewers."""
+    from ..analyze.memory import memory_timeline
+    from .memory import memory_section
+
+    out = []
+    for a in analyses:
+        head = [f"Memory over time, {_label(a)}:", ""] if len(analyses) > 1 else ["Memory over time:", ""]
+        out += head + memory_section(memory_timeline(a.trace, a.phases)) + [""]
+    if multigpu is not None:
+        from .multigpu import render_multigpu_section
+
+        out += ["### Multi-GPU communication timeline", "",
+                render_multigpu_section(multigpu, with_findings=False), ""]
+    else:
+        ws = [a.trace.meta.world_size for a in analyses if (a.trace.meta.world_size or 1) > 1]
+        if ws:
+            out += [f"Multi-GPU timeline: n/a: the input holds {len(analyses)} of {max(ws)} ranks; pass every "
+                    "rank's trace (a folder, a glob or a `--torchrun` capture folder) for the per-GPU lanes, "
+                    "collective skew and stragglers.", ""]
+    if "Hardware Behavior Analysis" not in extra and not extra.get("_hardware_estimate", "").strip():
+        if any(f.rule == "bound" for fs in findings for f in fs):
+            out += ["Roofline chart: n/a here (no Nsight Compute metrics); the roofline estimated from op "
+                    "shapes is summarized in Observations (memory- vs compute-bound kernels).", ""]
+        else:
+            out += ["Roofline: n/a: no Nsight Compute metrics and no recorded op shapes (capture with "
+                    "`record_shapes=True`, or add an ncu report) to place kernels against the roofline.", ""]
+    ins = " ".join(inputs) if inputs else "TRACE"
+    out += ["Interactive exploration: `tracestory export perfetto " + ins + " -o timeline.json.gz` writes this "
+            "analyzed timeline (categories, phases, idle gaps as annotations) for https://ui.perfetto.dev or "
+            "chrome://tracing; the raw inputs also open there (Kineto JSON) or in the Nsight Systems / "
+            "Nsight Compute UIs (.nsys-rep, .ncu-rep).", ""]
+    return out
+
+
+def _demote(markdown: str, levels: int) -> str:
+    """Headings one or more levels deeper (outside code fences), to embed a document."""
+    out, fenced = [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,5} ", line):
+            line = "#" * levels + line
+        out.append(line)
+    return "\n".join(out)
+
+
+def _batch_summary(b) -> str:
+    """The serving run in one paragraph: load, latency, how iteration time follows the batch."""
+    n = len(b.requests)
+    parts = [f"**Serving run**: {n} requests, {sum(b.kinds.values())} scheduler iterations "
+             f"({', '.join(f'{v} {k}' for k, v in sorted(b.kinds.items()))})"]
+    if b.ttft.count:
+        parts.append(f"TTFT p50 {fmt_ns(b.ttft.p50_ns)} / p99 {fmt_ns(b.ttft.p99_ns)}, "
+                     f"end-to-end p50 {fmt_ns(b.e2e.p50_ns)}")
+    if b.iteration_ns.count:
+        parts.append(f"iteration time p50 {fmt_ns(b.iteration_ns.p50_ns)}")
+    text = "; ".join(parts) + "."
+    f = b.fit
+    if f is not None and f.r_squared is not None:
+        terms = []
+        if f.b_prefill_ns_per_token is not None:
+            terms.append(f"{fmt_ns(f.b_prefill_ns_per_token)} per prefill token")
+        if f.b_decode_ns_per_seq is not None:
+            terms.append(f"{fmt_ns(f.b_decode_ns_per_seq)} per decode sequence")
+        text += (f" Iteration time = {fmt_ns(f.a_ns)} + " + " + ".join(terms) + f" (R^2 {f.r_squared:.2f})."
+                 if terms else "")
+    if b.preemptions:
+        text += (f" {len(b.preemptions)} preemption(s): the KV cache ran out; recommendation: more KV "
+                 "blocks (memory) or a lower --max-num-seqs.")
+    elif f is not None and f.b_decode_ns_per_seq is not None and f.a_ns > 0:
+        text += (" Recommendation: raise the batch (more concurrent requests or --max-num-seqs) while "
+                 "the per-sequence cost stays below the fixed per-iteration cost.")
+    return text
+
+
+def _multigpu_summary(multigpu) -> list[str]:
+    if multigpu is None:
+        return []
+    from .multigpu import headline, multigpu_findings
+
+    h = headline(multigpu)
+    fs = multigpu_findings(multigpu)
+    rec = next((f.recommendation for f in fs if f.severity in ("high", "medium")), None)
+    line = f"**{len(multigpu.ranks)} GPUs**: " + (h[:1].upper() + h[1:] if h else "no collective was matched across ranks.")
+    return [line + (f" Recommendation: {rec}" if rec else ""), ""]
+
+
+# Findings that are surprises by nature: behaviour the run's own steady state does not predict.
+SURPRISE_RULES = ("first_step", "step_outlier", "cpu_stall", "multigpu_straggler", "multigpu_clocks")
+SURPRISE_CHECKS = "first-step/JIT outliers, step-time outliers, idle gaps caused by one host op"
+
+
+def _surprises(findings, multigpu) -> list[str]:
+    """One line ahead of the findings: what was unexpected, or which checks found nothing."""
+    fs = [f for group in findings for f in group]
+    if multigpu is not None:
+        from .multigpu import multigpu_findings
+
+        fs += multigpu_findings(multigpu)
+    hits = [f.title for f in fs if f.rule in SURPRISE_RULES]
+    if hits:
+        return ["**Surprises**: " + "; ".join(hits) + " (details below).", ""]
+    checks = SURPRISE_CHECKS + (", a straggler GPU" if multigpu is not None else "")
+    return [f"**Surprises**: none found by the checks for {checks}.", ""]
+
+
+def _multigpu_observations(multigpu) -> list[str]:
+    if multigpu is None:
+        return []
+    from .multigpu import multigpu_findings
+
+    out = ["### Multi-GPU", ""]
+    for i, f in enumerate(multigpu_findings(multigpu), 1):
+        out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
+        out += [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence]
+        out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
+    return out
+
+
 def _timeline_chart(a, t0: int, t1: int) -> list[str]:
     tr, cl = a.trace, a.classification
     cats = tuple(cl.taxonomy.categories)
@@ -441,21 +562,34 @@ def _reproduction(inputs, command) -> list[str]:
 
 def render_report(analyses: list, *, goal: str | None = None, questions: tuple[str, ...] = (),
                   extra_sections: dict[str, str] | None = None, inputs: Sequence[str] = (),
-                  command: str | None = None) -> str:
+                  command: str | None = None, multigpu=None, kernel_metrics=None, peaks=None,
+                  batch=None) -> str:
     """The whole report as Markdown text (ends with one newline).
 
     ``extra_sections`` maps a section heading to its body (replacing the trace-only body for
     Environment, Actions Log, Hardware Behavior Analysis and Reproduction Guide; prepended for
     the others); the key ``"_plots"`` holds Markdown image links appended to Visualizations and
-    ``"_hardware_estimate"`` a body appended to the trace-only Hardware Behavior Analysis."""
+    ``"_hardware_estimate"`` a body appended to the trace-only Hardware Behavior Analysis.
+    ``multigpu`` (an :class:`~tracestory.analyze.multigpu.MultiGpu`) adds the multi-GPU
+    headline, timeline, tables and findings when several ranks were given. ``kernel_metrics``
+    (Nsight Compute) and ``peaks`` feed the hardware findings (bound, occupancy). ``batch`` (a
+    :class:`~tracestory.analyze.batching.BatchingResult`) opens the Execution Story with the
+    Continuous Batching story of a serving run."""
     analyses = list(analyses)
     extra = dict(extra_sections or {})
+    if batch is not None:
+        from .batch_story import render_batch_story
+
+        story = _demote(render_batch_story(batch).strip(), 1)
+        extra["Execution Story"] = story + ("\n\n### Kernel timeline" if analyses else "")
+        extra["_batch_summary"] = _batch_summary(batch)
     if not analyses:
-        return _render_without_traces(extra, list(inputs), command)
-    findings = [derive_findings(a) for a in analyses]
+        return _render_without_traces(extra, list(inputs), command, kernel_metrics, peaks)
+    findings = [derive_findings(a, kernel_metrics=kernel_metrics, peaks=peaks) for a in analyses]
     name = _label(analyses[0]) if len(analyses) == 1 else f"{len(analyses)} traces"
     body: dict[str, list[str]] = {
-        "Executive Summary": _executive(analyses, findings),
+        "Executive Summary": ([extra["_batch_summary"], ""] if "_batch_summary" in extra else [])
+                             + _multigpu_summary(multigpu) + _executive(analyses, findings),
         "Environment": _environment(analyses),
         "Codebase Analysis Summary": _codebase(analyses),
         "Goal Interpretation": _goal(goal, questions, analyses),
@@ -463,9 +597,11 @@ def render_report(analyses: list, *, goal: str | None = None, questions: tuple[s
                         "capture's own actions log is n/a (no capture manifest given).", "",
                         *fence([command or "n/a (not given)"], "bash"), ""],
         "Execution Story": [],
-        "Visualizations": _visualizations(analyses),
+        "Visualizations": _visualizations(analyses) + _visual_extras(analyses, extra, list(inputs), multigpu,
+                                                                     findings),
         "Hardware Behavior Analysis": _hardware(analyses),
-        "Observations and Insights": _observations(findings, analyses),
+        "Observations and Insights": (_surprises(findings, multigpu) + _multigpu_observations(multigpu)
+                                      + _observations(findings, analyses)),
         "Reproduction Guide": _reproduction(list(inputs), command),
         "Appendix": _appendix(analyses, list(inputs), command),
     }
@@ -494,20 +630,43 @@ def render_report(analyses: list, *, goal: str | None = None, questions: tuple[s
     return text
 
 
-def _render_without_traces(extra: dict[str, str], inputs: list[str], command: str | None) -> str:
+def _render_without_traces(extra: dict[str, str], inputs: list[str], command: str | None,
+                           kernel_metrics=None, peaks=None) -> str:
     """A report for inputs that hold no timeline trace (an Nsight Compute capture alone): the
-    sections that need a trace say so; the others come from ``extra``."""
+    sections that need a trace say so; the others come from ``extra``; Observations hold the
+    hardware findings of the kernel metrics."""
+    from ..analyze.findings import ncu_findings
+
     missing = "n/a: the inputs hold no timeline trace (Kineto or Nsight Systems), only per-kernel metrics."
     name = ", ".join(p.rstrip("/").split("/")[-1] for p in inputs) or "inputs"
     hw = extra.get("Hardware Behavior Analysis", "").strip()
+    fs = tuple(ncu_findings(kernel_metrics, peaks=peaks)) if kernel_metrics else ()
     summary = ("Per-kernel hardware metrics only (no timeline); the key numbers are in Hardware Behavior "
                "Analysis. Add a torch.profiler or nsys capture of the same run for the execution story."
                if hw else missing)
+    key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])
+    if key:
+        summary += " Key insight: " + "; ".join(f.title for f in key) + f". Recommendation: {key[0].recommendation}"
+    if "_batch_summary" in extra:
+        summary = extra["_batch_summary"]
+        missing = "n/a: the inputs hold a scheduler event log but no timeline trace (Kineto or Nsight Systems)."
     out = [f"# Hands-On Learning Report: {name}", ""]
     for sec in SECTIONS:
         out += [f"## {sec}", ""]
         if sec == "Executive Summary":
             out += [summary, ""]
+        elif sec == "Observations and Insights" and fs:
+            out += _surprises([fs], None) + _observations([fs], [None])
+        elif sec == "Visualizations" and "_batch_summary" in extra:
+            out += ["The charts of this serving run (KV cache blocks and device memory over time) are in the "
+                    "Execution Story. Kernel timeline, breakdown and roofline: n/a (no trace; capture the "
+                    "server with `tracestory capture ... --load` to add one).", "",
+                    "Interactive exploration: add a Kineto or nsys trace of the run and open it with "
+                    "`tracestory export perfetto` in https://ui.perfetto.dev.", ""]
+        elif sec == "Visualizations" and hw:
+            out += [missing.replace("n/a:", "Timeline: n/a:"), "",
+                    "Interactive exploration: open the .ncu-rep in the Nsight Compute UI (ncu-ui) for the "
+                    "source-level and per-section views behind these numbers.", ""]
         elif extra.get(sec, "").strip():
             out += [extra[sec].strip(), ""]
         elif sec == "Appendix":

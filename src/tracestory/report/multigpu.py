@@ -314,8 +314,9 @@ def _table(headers, rows, align):
     return md_table(headers, rows, align)
 
 
-def render_multigpu_section(result: MultiGpu) -> str:
-    """Markdown body of the multi-GPU section (no heading of its own level 2)."""
+def render_multigpu_section(result: MultiGpu, *, with_findings: bool = True) -> str:
+    """Markdown body of the multi-GPU section (no heading of its own level 2). The full report
+    lists the findings in Observations and Insights instead (``with_findings=False``)."""
     out = ["```text", *render_timeline(result), "```", ""]
     h = headline(result)
     if h:
@@ -364,7 +365,7 @@ def render_multigpu_section(result: MultiGpu) -> str:
         out += _table(("step", "span (max)", "compute min / max", "max/mean compute", "most compute",
                        "comm share", "exposed", "last GPU", "wait"), rows, "lrrrlrrlr")
         out += [""]
-    fs = multigpu_findings(result)
+    fs = multigpu_findings(result) if with_findings else []
     if fs:
         out += ["#### Findings", ""]
         out += [f"- [{f.severity.upper()}] {f.title}. {f.implication} {f.recommendation}" for f in fs]

@@ -251,6 +251,12 @@ def _phase_block(analysis, ops: _Ops, ph, number: int, origin: int, causes, whol
     if ph.gpu_start_ns is None:
         return out + ["└── (no GPU ops launched in this phase)", ""]
     busy = f"{ph.gpu_busy_ns / span:.1%}" if span else "n/a"
+    first = idx[np.argmin(ops.start[idx])] if idx.size else None
+    if first is not None and ops.launch[first] >= 0:
+        # Tie the host to the GPU: the launch call of the phase's first GPU op and its latency.
+        out.append(f"Time {fmt_ms(int(ops.launch[first]) - origin)} ms: host launches the first GPU op "
+                   f"({short_name(ops.trace.name(int(ops.name[first])), 40)}); the GPU starts it "
+                   f"{fmt_ns(int(ops.start[first] - ops.launch[first]))} later")
     out.append(f"Time {fmt_ms(ph.gpu_start_ns - origin)} ms: GPU execution begins (GPU span "
                f"{fmt_ns(span)}, busy {fmt_ns(ph.gpu_busy_ns)} = {busy} of the span)")
     gap_min = max(100_000, int(0.05 * (span or 0)))

@@ -1,0 +1,273 @@
+"""Hardware rules: memory-bound vs compute-bound kernels (roofline) and the occupancy limiter.
+
+* ``bound``: kernels placed on the roofline (:mod:`.roofline`): from Nsight Compute counters
+  when ncu results are given, else estimated from the Kineto ops' shapes (labelled as an
+  estimate). Kernels are grouped by name (time-weighted; a name's kind is the kind with most of
+  its time). The finding gives the share of placed time on each side of the ridge point, the top
+  kernels of each kind with their % of the roof, and how much of the GPU kernel time is placed
+  at all. Severity: ``medium`` when the top kernel runs below ``HEADROOM`` of its roof (room to
+  gain on that kernel itself), else ``low``.
+* ``occupancy_limiter`` (ncu only): the longest kernel whose theoretical occupancy is below
+  100% and whose grid fills at least one wave (below a wave the grid, not the limiter, caps
+  occupancy): the limiter (registers, shared memory, warps/block size, blocks), the resources
+  behind it, achieved vs theoretical. ``low`` when the kernel still reaches ``HEADROOM`` of its
+  roof (low occupancy by design: large tiles, warp specialisation), else ``medium``.
+* ``occupancy_achieved`` (ncu only): kernels whose achieved occupancy is below 80% of the
+  theoretical (warps not resident for the whole kernel), with how many have a grid smaller
+  than one wave: latency-bound launches.
+
+Limits: the ncu kernels are a sample (``--launch-skip/--launch-count``); their share of the
+trace's time is not known here, so ncu kernels are ranked by their own duration.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .rules_base import Evidence, Finding, fmt_p
+
+HEADROOM = 0.6
+LATENCY_PCT = 0.1
+ACHIEVED_GAP = 0.8
+TOP = 3
+
+
+def metrics_list(kernel_metrics) -> list:
+    """``KernelMetrics``, a list of them, or ``Inputs.kernel_metrics`` ``(path, km)`` pairs -> list."""
+    if kernel_metrics is None:
+        return []
+    if hasattr(kernel_metrics, "kernels"):
+        return [kernel_metrics]
+    return [km[1] if isinstance(km, tuple) else km for km in kernel_metrics]
+
+
+def _peaks_for(name, peaks):
+    if peaks is not None or not name:
+        return peaks
+    from ..specs import peaks_for
+
+    return peaks_for(name)
+
+
+def roofline_points(a, kernel_metrics=None, peaks=None) -> tuple[list, bool]:
+    """(roofline points, estimated?) for a trace: ncu counters when given, else the estimate."""
+    from .roofline import estimate_roofline, roofline
+
+    kms = metrics_list(kernel_metrics)
+    dev = a.trace.meta.devices[0].name if a is not None and a.trace.meta.devices else None
+    if kms:
+        pts = []
+        for km in kms:
+            pts += list(roofline(km, _peaks_for(km.device_name or dev, peaks)).points)
+        return pts, False
+    if a is None:
+        return [], True
+    return list(estimate_roofline(a.trace, _peaks_for(dev, peaks)).points), True
+
+
+def trace_time_by_name(a, kernel_metrics) -> dict[str, int]:
+    """For each ncu kernel name, the trace's total time of the kernel it joins to
+    (``ncu_join``: name key and launch order; the matched trace name's summed durations).
+    Empty without a trace."""
+    if a is None or len(a.trace.kernels) == 0:
+        return {}
+    from .ncu_join import join_ncu
+
+    out: dict[str, int] = {}
+    for km in metrics_list(kernel_metrics):
+        join = join_ncu(a.trace, km)
+        for k in km.kernels:
+            m = join.for_kernel(k.id)
+            if m is not None and m.name_total_ns:
+                out.setdefault(k.name, int(m.name_total_ns))
+    return out
+
+
+def _by_name(points, weights: dict[str, int] | None = None) -> list[tuple[str, int, str, float | None]]:
+    """(name, time_ns, bound, time-weighted % of roof) per kernel name, longest first. With
+    ``weights`` (the joined trace kernel's time per ncu name), a name found there gets the
+    trace's time instead of the sum of its points' durations (ncu profiles a sample of the
+    launches)."""
+    acc: dict[str, dict] = {}
+    for p in points:
+        if p.bound is None or not p.duration_ns:
+            continue
+        d = acc.setdefault(p.label, {"t": 0, "mem": 0, "cmp": 0, "pct": 0.0, "pt": 0})
+        d["t"] += p.duration_ns
+        d["mem" if p.bound == "memory" else "cmp"] += p.duration_ns
+        if p.pct_of_roof is not None and math.isfinite(p.pct_of_roof):
+            d["pct"] += p.pct_of_roof * p.duration_ns
+            d["pt"] += p.duration_ns
+    w = weights or {}
+    out = [(n, w.get(n, d["t"]), "memory" if d["mem"] >= d["cmp"] else "compute",
+            d["pct"] / d["pt"] if d["pt"] else None) for n, d in acc.items()]
+    return sorted(out, key=lambda r: (-r[1], r[0]))
+
+
+def rule_bound(a, kernel_metrics=None, peaks=None) -> list[Finding]:
+    pts, est = roofline_points(a, kernel_metrics, peaks)
+    weights = trace_time_by_name(a, kernel_metrics) if not est else None
+    rows = _by_name(pts, weights)
+    if not rows:
+        return []
+    placed = sum(r[1] for r in rows)
+    mem = [r for r in rows if r[2] == "memory"]
+    cmp_ = [r for r in rows if r[2] == "compute"]
+    mem_t = sum(r[1] for r in mem)
+    src = "estimated from op shapes" if est else "Nsight Compute counters"
+    weighted = "trace time of the joined kernel" if weights and any(r[0] in weights for r in rows) else (
+        "kernel time in the trace" if est else "ncu kernel durations")
+    slow = sum(r[1] for r in rows if r[3] is not None and r[3] < 100 * LATENCY_PCT)
+    ev = [Evidence("source", src, "text"),
+          Evidence("time weights", weighted, "text"),
+          Evidence("kernel names placed on the roofline", len(rows), "count"),
+          Evidence("memory-bound share of placed kernel time", mem_t / placed, "fraction"),
+          Evidence("compute-bound share of placed kernel time", 1 - mem_t / placed, "fraction"),
+          Evidence("share of placed time below 10% of its roof", slow / placed, "fraction")]
+    if a is not None and a.breakdown.kernel_time_ns > 0 and (est or weights):
+        ev.append(Evidence("placed share of all kernel time",
+                           min(placed, a.breakdown.kernel_time_ns) / a.breakdown.kernel_time_ns, "fraction"))
+    for kind, group in (("memory-bound", mem), ("compute-bound", cmp_)):
+        for i, (name, t, _, pct) in enumerate(group[:TOP], 1):
+            ev += [Evidence(f"{kind} #{i}", name, "text"),
+                   Evidence(f"{kind} #{i} time", t, "ns"),
+                   Evidence(f"{kind} #{i} share of its roof", None if pct is None else pct / 100, "fraction")]
+    top = rows[0]
+    top_pct = top[3]
+    share = mem_t / placed
+    dom = "memory" if share >= 0.5 else "compute"
+    title = (f"{'Memory' if dom == 'memory' else 'Compute'}-bound kernels take "
+             f"{fmt_p(share if dom == 'memory' else 1 - share)} of the placed kernel time"
+             f"{' (estimate)' if est else ''}")
+    imp = (f"The longest kernel is {top[2]}-bound"
+           + (f" at {fmt_p(top_pct / 100)} of its roof" if top_pct is not None else "") + ". ")
+    if dom == "memory":
+        imp += ("Memory-bound kernels go faster only by moving fewer DRAM bytes: more FLOPs or "
+                "faster math do not help them.")
+        rec = ("Move fewer bytes per token: lower-precision weights and KV cache (fp8/int8/int4), "
+               "fuse element-wise chains so intermediates stay on chip, and batch more tokens per "
+               "weight read (decode GEMV -> GEMM).")
+    else:
+        imp += "Compute-bound kernels are limited by the tensor/CUDA-core FLOP rate."
+        rec = ("Use a faster math path (fp8 tensor cores where accuracy allows) or less work "
+               "(skip padding, exploit sparsity or causality).")
+    if top_pct is not None and top_pct < 100 * HEADROOM:
+        sev = "medium"
+        rec += (f" The top kernel is at {fmt_p(top_pct / 100)} of its roof: profile it with "
+                f"Nsight Compute (occupancy, stalls) before changing the algorithm.")
+    else:
+        sev = "low"
+    if slow / placed >= 0.25:
+        imp += (f" {fmt_p(slow / placed)} of the placed time is in kernels below a tenth of their roof: "
+                "they are too small to load either the memory system or the math units "
+                "(latency-bound: launch overhead, too few blocks).")
+    if est:
+        imp += (" (Estimate: FLOPs and bytes from recorded shapes, each tensor read once; confirm "
+                "with Nsight Compute.)")
+    return [Finding("bound", sev, title, tuple(ev), imp, rec)]
+
+
+def _kernels(kernel_metrics) -> list:
+    """The ncu kernel records, the longest record per name, longest first."""
+    best: dict[str, object] = {}
+    for km in metrics_list(kernel_metrics):
+        for k in km.kernels:
+            cur = best.get(k.name)
+            if cur is None or (k.duration_ns or 0) > (cur.duration_ns or 0):
+                best[k.name] = k
+    return sorted(best.values(), key=lambda k: (-(k.duration_ns or 0), k.name))
+
+
+_FIX = {
+    "registers": "cap registers per thread (__launch_bounds__ / -maxrregcount) or use smaller tiles",
+    "shared memory": "use smaller tiles or fewer pipeline stages so two blocks fit in an SM's shared memory",
+    "warps": "use smaller blocks (fewer warps per block) so more blocks fit",
+    "blocks": "use larger blocks: the SM's block-slot limit is reached before its warp limit",
+    "barriers": "use fewer named barriers per block",
+}
+
+
+def rule_occupancy(a, kernel_metrics=None, peaks=None) -> list[Finding]:
+    from .hardware import waves
+
+    ks = _kernels(kernel_metrics)
+    if not ks:
+        return []
+    pts, _ = roofline_points(a, kernel_metrics, peaks)
+    pct = {}
+    for p in pts:
+        if p.pct_of_roof is not None:
+            pct.setdefault(p.label, p.pct_of_roof)
+    out = []
+    limited = [k for k in ks if k.theoretical_occupancy_pct is not None and k.theoretical_occupancy_pct < 100
+               and k.occupancy_limiters and (waves(k) is None or waves(k) >= 1)]
+    if limited:
+        k = limited[0]
+        lim = " and ".join(k.occupancy_limiters)
+        smem = None
+        if k.static_shared_mem_bytes is not None or k.dynamic_shared_mem_bytes is not None:
+            smem = (k.static_shared_mem_bytes or 0) + (k.dynamic_shared_mem_bytes or 0)
+        roof = pct.get(k.name)
+        limits = [getattr(k, f"occupancy_limit_{f}") for f in ("registers", "shared_mem", "warps", "blocks")]
+        ev = [Evidence("kernel", k.name, "text"),
+              Evidence("duration", k.duration_ns, "ns"),
+              Evidence("theoretical occupancy", k.theoretical_occupancy_pct / 100, "fraction"),
+              Evidence("achieved occupancy", None if k.achieved_occupancy_pct is None
+                       else k.achieved_occupancy_pct / 100, "fraction"),
+              Evidence("limiter", lim, "text"),
+              Evidence("blocks per SM allowed by the limiter",
+                       min(v for v in limits if v is not None) if any(v is not None for v in limits) else None,
+                       "count"),
+              Evidence("registers per thread", k.registers_per_thread, "count"),
+              Evidence("shared memory per block", smem, "bytes"),
+              Evidence("threads per block", k.block_size, "count"),
+              Evidence("share of its roof", None if roof is None else roof / 100, "fraction"),
+              Evidence("other profiled kernels below 100% theoretical occupancy", len(limited) - 1, "count")]
+        fix = "; ".join(_FIX.get(x, x) for x in k.occupancy_limiters)
+        if roof is not None and roof >= 100 * HEADROOM:
+            sev = "low"
+            imp = (f"Occupancy is low by design here: the kernel still reaches {fmt_p(roof / 100)} of "
+                   f"its roof (large tiles, warp specialisation hide latency with few warps).")
+            rec = "No action: more resident warps would not make this kernel faster."
+        else:
+            sev = "medium"
+            imp = ("Fewer resident warps hide less memory and pipeline latency; the limiter, not the "
+                   "grid, caps how many warps each SM can keep in flight.")
+            rec = f"Raise occupancy: {fix}; then re-check achieved occupancy and stalls with ncu."
+        out.append(Finding("occupancy_limiter", sev,
+                           f"Occupancy of the longest limited kernel is capped at "
+                           f"{fmt_p(k.theoretical_occupancy_pct / 100)} by {lim}",
+                           tuple(ev), imp, rec))
+    gap = [k for k in ks if k.theoretical_occupancy_pct and k.achieved_occupancy_pct is not None
+           and k.achieved_occupancy_pct < ACHIEVED_GAP * k.theoretical_occupancy_pct]
+    if gap:
+        k = gap[0]
+        w = waves(k)
+        small = [x for x in gap if waves(x) is not None and waves(x) < 1]
+        roof = pct.get(k.name)
+        ev = (Evidence("kernels with achieved < 80% of theoretical", len(gap), "count"),
+              Evidence("profiled kernel names", len(ks), "count"),
+              Evidence("of them with a grid smaller than one wave", len(small), "count"),
+              Evidence("longest such kernel", k.name, "text"),
+              Evidence("its achieved occupancy", k.achieved_occupancy_pct / 100, "fraction"),
+              Evidence("its theoretical occupancy", k.theoretical_occupancy_pct / 100, "fraction"),
+              Evidence("its blocks", k.grid_size, "count"),
+              Evidence("its waves per SM", w, "ratio"),
+              Evidence("its share of its roof", None if roof is None else roof / 100, "fraction"))
+        if w is not None and w < 1:
+            sev = "low" if roof is not None and roof >= 100 * HEADROOM else "medium"
+            imp = ("The longest one's grid is smaller than one wave: SMs sit idle for the whole "
+                   "kernel, which is latency-bound (launch and tail), not limited by occupancy "
+                   "settings.")
+            rec = ("Give each launch more parallel work: batch requests or tokens, fuse small "
+                   "kernels, split-K or persistent kernels for skinny GEMMs; capture the sequence "
+                   "in CUDA Graphs to cut the launch cost of tiny kernels.")
+        else:
+            sev = "low"
+            imp = ("Warps are not resident for the whole kernel: a partial last wave (tail), load "
+                   "imbalance between blocks, or a kernel too short to ramp up.")
+            rec = "Check the grid against the SM count (waves per SM) and the per-block work balance."
+        out.append(Finding("occupancy_achieved", sev,
+                           f"{len(gap)} of {len(ks)} profiled kernels reach less than 80% of their "
+                           f"theoretical occupancy", ev, imp, rec))
+    return out

@@ -1,0 +1,236 @@
+"""Capture under load: start a server, wait until it is healthy, run a load against it, stop it.
+
+:func:`run_under_load` runs three phases and records each for the manifest:
+
+1. **server**: ``server_argv`` starts as a subprocess in its own session (process group), so
+   the stop signal reaches every process of it (a profiler such as ``nsys profile`` and the
+   server it launched) the way a terminal Ctrl-C would, while a Ctrl-C typed at
+   ``tracestory capture`` does not kill it before the load's records are written;
+2. **health**: ``GET <base_url>/health`` is polled until it answers 200, at most
+   ``health_timeout_s``; a server that exits first ends the wait at once;
+3. **load**: the load command runs as a subprocess (``tracestory load ...`` runs as
+   ``python -m tracestory.cli load ...`` with this interpreter, so no console script is needed;
+   a command whose first word starts with ``-`` is taken as arguments of ``tracestory load``);
+   its exit code is recorded;
+4. **stop**: SIGINT to the server's process group, then SIGTERM after ``grace_s``, then
+   SIGKILL after another ``grace_s``; the signal that ended it is recorded. The server is
+   stopped whatever happened before (failed health check, failed load, Ctrl-C).
+
+Each phase's record has the keys of a manifest step (``name``, ``argv``, ``command``, ``env``,
+``in_process``, ``started_at``, ``duration_ns``, ``exit_code``, ``status``, ``error``,
+``files``) plus ``stop_signal`` for the server and ``waited_ns`` for the health check, so the
+capture pipeline can append them to a capture's ``steps``.
+
+A server that exits 0, or dies of the SIGINT/SIGTERM it was sent, is ``ok``; one that needed
+SIGKILL, or exited on its own before it was stopped, is ``failed``. A Ctrl-C during the run
+stops everything the same way and returns the records with ``interrupted=True`` (the caller
+writes the manifest, then re-raises KeyboardInterrupt).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .manifest import now_iso
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+@dataclass(frozen=True)
+class LoadCapture:
+    """What ran: one manifest-step record per phase, and the overall outcome."""
+
+    server: dict[str, Any]
+    health: dict[str, Any]
+    load: dict[str, Any]
+    base_url: str
+    ok: bool
+    error: str | None
+    interrupted: bool = False       # Ctrl-C: the caller should re-raise KeyboardInterrupt
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        return [self.server, self.health, self.load]
+
+    def manifest(self) -> dict[str, Any]:
+        """The ``load`` block of a capture record in ``manifest.json``."""
+        return {"base_url": self.base_url, "ok": self.ok, "error": self.error, "interrupted": self.interrupted,
+                "server": self.server, "health": self.health, "load": self.load}
+
+
+def load_argv(load_command: str | Sequence[str]) -> list[str]:
+    """The argv that runs a load command (see the module docstring)."""
+    words = shlex.split(load_command) if isinstance(load_command, str) else list(load_command)
+    if not words:
+        return []
+    if words[0].startswith("-"):
+        words = ["tracestory", "load", *words]
+    if Path(words[0]).name == "tracestory":
+        return [sys.executable, "-m", "tracestory.cli", *words[1:]]
+    return words
+
+
+def url_of(load_command: str | Sequence[str], default: str = DEFAULT_URL) -> str:
+    """The ``--url`` of a load command line, else ``default``."""
+    words = shlex.split(load_command) if isinstance(load_command, str) else list(load_command)
+    for i, w in enumerate(words):
+        if w == "--url" and i + 1 < len(words):
+            return words[i + 1]
+        if w.startswith("--url="):
+            return w.split("=", 1)[1]
+    return default
+
+
+def _record(name: str, argv: Sequence[str], started: str, t0: int, code: int | None, error: str | None,
+            **extra: Any) -> dict[str, Any]:
+    return {"name": name, "argv": list(argv), "command": shlex.join(argv), "env": {}, "in_process": False,
+            "started_at": started, "duration_ns": time.perf_counter_ns() - t0, "exit_code": code,
+            "status": "ok" if error is None else "failed", "error": error, "files": [], **extra}
+
+
+def wait_for_health(base_url: str, timeout_s: float, proc: subprocess.Popen | None = None,
+                    interval_s: float = 0.1) -> tuple[bool, str]:
+    """Poll ``GET /health`` until 200: (True, "") or (False, what was seen last)."""
+    url = base_url.rstrip("/") + "/health"
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while True:
+        if proc is not None and proc.poll() is not None:
+            return False, f"the server exited with code {proc.returncode} before {url} answered 200"
+        try:
+            with urllib.request.urlopen(url, timeout=max(0.2, min(2.0, timeout_s))) as resp:
+                if resp.status == 200:
+                    return True, ""
+                last = f"HTTP {resp.status}"
+        except urllib.error.HTTPError as e:
+            last = f"HTTP {e.code}"
+        except (urllib.error.URLError, OSError) as e:
+            last = str(getattr(e, "reason", e))
+        if time.monotonic() >= deadline:
+            return False, f"{url}: expected HTTP 200 within {timeout_s:g} s, found {last}"
+        time.sleep(interval_s)
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float) -> str | None:
+    """SIGINT, then SIGTERM, then SIGKILL to the group of ``proc`` (started with
+    ``start_new_session``); returns the last signal sent, or None when it had already exited."""
+    if proc.poll() is not None:
+        return None
+    sent = None
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        sent = sig.name
+        try:
+            proc.wait(timeout=grace_s if sig != signal.SIGKILL else None)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    return sent
+
+
+def run_under_load(server_argv: Sequence[str], load_command: str | Sequence[str], *,
+                   base_url: str | None = None, health_timeout_s: float = 120.0, grace_s: float = 10.0,
+                   cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
+                   server_log: str | Path | None = None, load_timeout_s: float | None = None) -> LoadCapture:
+    """Start the server, wait for health, run the load, stop the server (see the module docstring).
+
+    ``base_url`` defaults to the load command's ``--url`` (else ``http://127.0.0.1:8000``).
+    ``server_log``: file that receives the server's stdout and stderr (else they are inherited).
+    ``load_timeout_s``: the load process is stopped (SIGINT, then SIGTERM/SIGKILL) after this long.
+    """
+    url = base_url or url_of(load_command)
+    largv = load_argv(load_command)
+    full_env = {**os.environ, **env} if env else None
+    s_started, s_t0 = now_iso(), time.perf_counter_ns()
+    try:
+        # The child keeps its own copy of the log's file descriptor; ours closes at once.
+        with open(server_log, "wb") if server_log is not None else contextlib.nullcontext() as log_fh:
+            proc = subprocess.Popen(list(server_argv), cwd=cwd, env=full_env, start_new_session=True,
+                                    stdout=log_fh, stderr=subprocess.STDOUT if log_fh else None)
+    except OSError as e:
+        err = f"{e.filename or server_argv[0]}: {e.strerror or e}"
+        server = _record("server", server_argv, s_started, s_t0, 127, err, stop_signal=None)
+        health = _record("health", ["GET", url + "/health"], now_iso(), time.perf_counter_ns(), None,
+                         "not checked: the server did not start", waited_ns=0)
+        load = _record("load", largv, now_iso(), time.perf_counter_ns(), None, "not run: the server did not start")
+        return LoadCapture(server, health, load, url, False, err)
+    health = load = None
+    server_error: str | None = None
+    stop_sig = None
+    interrupted = False
+    try:
+        h_started, h_t0 = now_iso(), time.perf_counter_ns()
+        healthy, why = wait_for_health(url, health_timeout_s, proc)
+        health = _record("health", ["GET", url.rstrip("/") + "/health"], h_started, h_t0, None,
+                         None if healthy else why, waited_ns=time.perf_counter_ns() - h_t0)
+        l_started, l_t0 = now_iso(), time.perf_counter_ns()
+        if not healthy:
+            load = _record("load", largv, l_started, l_t0, None, "not run: the server never became healthy")
+        else:
+            load = _run_load_process(largv, l_started, l_t0, cwd, full_env, load_timeout_s, grace_s)
+            interrupted = bool(load.pop("interrupted", False))
+        if proc.poll() is not None:
+            server_error = f"the server exited by itself with code {proc.returncode} before it was stopped"
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        stop_sig = stop_process_group(proc, grace_s)
+        if server_error is None and stop_sig == "SIGKILL":
+            server_error = f"the server ignored SIGINT and SIGTERM for {grace_s:g} s each: killed"
+        elif server_error is None and proc.returncode not in (0, -signal.SIGINT, -signal.SIGTERM, 130, 143):
+            server_error = f"exit code {proc.returncode} after {stop_sig}"
+        server = _record("server", server_argv, s_started, s_t0, proc.returncode, server_error,
+                         stop_signal=stop_sig, log=str(server_log) if server_log is not None else None)
+        if health is None:  # interrupted during the health check
+            health = _record("health", ["GET", url + "/health"], now_iso(), time.perf_counter_ns(), None,
+                             "interrupted", waited_ns=0)
+        if load is None:
+            load = _record("load", largv, now_iso(), time.perf_counter_ns(), None, "interrupted")
+    errors = [f"{r['name']}: {r['error']}" for r in (server, health, load) if r["error"]]
+    return LoadCapture(server, health, load, url, not errors and not interrupted,
+                       "; ".join(errors) or ("interrupted" if interrupted else None), interrupted)
+
+
+def _run_load_process(argv: list[str], started: str, t0: int, cwd, env, timeout_s: float | None,
+                      grace_s: float) -> dict[str, Any]:
+    try:
+        p = subprocess.Popen(argv, cwd=cwd, env=env)
+    except OSError as e:
+        return _record("load", argv, started, t0, 127, f"{argv[0]}: {e.strerror or e}")
+    try:
+        code = p.wait(timeout=timeout_s)
+        err = None if code == 0 else f"exit code {code}"
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGINT)  # tracestory load writes its records on SIGINT
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        code, err = p.returncode, f"stopped after --load-timeout {timeout_s:g} s (exit code {p.returncode})"
+    except KeyboardInterrupt:
+        # Ctrl-C at the capture: the load (same process group) got it too; let it write its
+        # records, then report the interrupt.
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        return _record("load", argv, started, t0, p.returncode, f"interrupted (exit code {p.returncode})",
+                       interrupted=True)
+    return _record("load", argv, started, t0, code, err)

@@ -1,0 +1,137 @@
+"""The scheduler event log: one JSON object per line (format version 1).
+
+Line types (``type``): ``meta`` (first line), ``arrival``, ``iteration``, ``first_token``,
+``finish``; the fields are those of the documented format (the serve event-log format shared
+with the batch story reader). Times are integer ns on the monotonic clock since ``t0`` (taken
+when the log is opened); ``meta.t0_unix_ns`` is the wall-clock time of ``t0``.
+
+Keys this writer adds to the format (readers ignore unknown keys): meta ``preset``, ``layers``,
+``vocab``, ``dtype``, ``capacity_tokens``; iteration ``prefill_tokens``, ``decode_tokens``,
+``schedule_ns`` (the scheduler's share of the iteration), ``forward_ns`` (the model step, from
+launch to the sampled ids on the host) and per member ``blocks`` (blocks the request holds after the iteration; 0 when it finished in
+it); arrival ``ignore_eos``. A key that was not measured is left out (never 0): ``memory`` is
+written only on CUDA.
+
+Iteration times: ``t_start_ns`` is taken before the scheduler picks the members, ``t_end_ns``
+after the model sampled and the scheduler recorded the results (the forward synchronizes the
+device when it reads the sampled ids back), so ``t_end - t_start`` is the whole iteration.
+
+Order: lines are written when known, so an ``arrival`` line can carry a ``t_ns`` earlier than
+the end of the iteration line before it (the request arrived while that iteration ran); the
+``first_token`` and ``finish`` lines of an iteration follow its ``iteration`` line. Readers that
+need time order sort by time.
+
+The file is line-buffered and flushed after every iteration; writes are serialized by a lock
+(the HTTP thread logs arrivals and failures, the engine thread logs iterations).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from .scheduler import Finish, Plan, StepResult
+
+VERSION = 1
+
+
+class EventLog:
+    """Writer of the JSONL event log; ``path=None`` gives a log that records nothing but still
+    keeps the clock (so callers need no special case)."""
+
+    def __init__(self, path: str | Path | None, meta: dict):
+        self.t0 = time.monotonic_ns()
+        t0_unix = time.time_ns()
+        self.path = Path(path) if path is not None else None
+        self._lock = threading.Lock()
+        self._fh = None
+        if self.path is not None:
+            try:
+                self._fh = open(self.path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 -- open until close()
+            except OSError as e:
+                from ..errors import UsageError
+
+                raise UsageError(f"{self.path}: expected a writable event-log path, found {e.strerror or e}") from None
+        self._write({"type": "meta", "version": VERSION, "engine": "tracestory-serve", **meta,
+                     "t0_unix_ns": t0_unix})
+
+    def now_ns(self) -> int:
+        """ns since ``t0`` on the log's clock."""
+        return time.monotonic_ns() - self.t0
+
+    def _write(self, obj: dict, flush: bool = False) -> None:
+        if self._fh is None:
+            return
+        line = json.dumps(obj, separators=(",", ":")) + "\n"
+        with self._lock:
+            if self._fh is None:
+                return
+            self._fh.write(line)
+            if flush:
+                self._fh.flush()
+
+    # ------------------------------------------------------------------ events
+    def arrival(self, t_ns: int, request_id: str, prompt_tokens: int, max_new_tokens: int,
+                ignore_eos: bool = False) -> None:
+        self._write({"type": "arrival", "t_ns": int(t_ns), "request_id": request_id,
+                     "prompt_tokens": int(prompt_tokens), "max_new_tokens": int(max_new_tokens),
+                     "ignore_eos": bool(ignore_eos)})
+
+    def iteration(self, plan: Plan, result: StepResult, t_start_ns: int, t_end_ns: int, *,
+                  kv_total: int, memory: dict | None = None, block_counts: dict | None = None,
+                  timing: dict | None = None) -> None:
+        """One ``iteration`` line; ``block_counts`` maps request id -> blocks held afterwards;
+        ``timing`` adds its keys (``schedule_ns``, ``forward_ns``) to the line."""
+        members = []
+        prefill = decode = 0
+        for m in plan.members:
+            row = {"request_id": m.request_id, "phase": m.phase, "tokens": m.tokens, "context": m.context}
+            if m.phase == "prefill":
+                row["chunked"] = m.chunked
+                prefill += m.tokens
+            else:
+                decode += m.tokens
+            if block_counts is not None:
+                row["blocks"] = int(block_counts.get(m.request_id, 0))
+            members.append(row)
+        decisions = [{"request_id": d.request_id, "action": d.action, "reason": d.reason}
+                     for d in plan.decisions + result.decisions]
+        obj = {"type": "iteration", "iter": plan.iteration, "t_start_ns": int(t_start_ns), "t_end_ns": int(t_end_ns),
+               "members": members, "decisions": decisions,
+               "kv": {"allocated": plan.blocks_allocated, "freed": plan.blocks_freed + result.blocks_freed,
+                      "in_use": result.kv_in_use, "total": int(kv_total)},
+               "prefill_tokens": prefill, "decode_tokens": decode}
+        if memory is not None:
+            obj["memory"] = memory
+        if timing:
+            obj.update({k: int(v) for k, v in timing.items()})
+        obj["waiting"], obj["running"] = result.waiting, result.running
+        self._write(obj, flush=True)
+
+    def first_token(self, t_ns: int, request_id: str) -> None:
+        self._write({"type": "first_token", "t_ns": int(t_ns), "request_id": request_id})
+
+    def finish(self, t_ns: int, fin: Finish) -> None:
+        obj = {"type": "finish", "t_ns": int(t_ns), "request_id": fin.request_id, "reason": fin.reason,
+               "prompt_tokens": fin.prompt_tokens, "output_tokens": fin.output_tokens}
+        if fin.error is not None:
+            obj["error"] = fin.error
+        self._write(obj)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.flush()
+                self._fh.close()
+                self._fh = None
+
+    @property
+    def closed(self) -> bool:
+        return self._fh is None
