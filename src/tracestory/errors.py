@@ -19,6 +19,9 @@ class TraceFormatError(TracestoryError):
         self.found = found
         super().__init__(f"{self.path}: expected {expected}, found {found}")
 
+    def __reduce__(self):  # picklable across worker processes (parallel.map_ranks)
+        return (type(self), (self.path, self.expected, self.found))
+
 
 class ToolNotFound(TracestoryError):
     """An external tool (nsys, ncu, torchrun) or optional Python package is missing."""
@@ -27,6 +30,9 @@ class ToolNotFound(TracestoryError):
         self.tool = tool
         self.hint = hint
         super().__init__(f"{tool} not found: {hint}")
+
+    def __reduce__(self):
+        return (type(self), (self.tool, self.hint))
 
 
 class UnsupportedGPU(TracestoryError):

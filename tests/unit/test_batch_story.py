@@ -287,3 +287,29 @@ def test_story_of_a_recorded_reference_server_run(tmp_path):
     assert sorted(q.output_tokens for q in r.requests) == [12] * 6
     text = render_batch_story(r)
     assert "## Execution Story: Continuous Batching" in text and "Chunk: " in text
+
+
+def test_real_h200_serving_log_counts_match_plain_json():
+    """The scheduler log of the H200 serving run (benchmarks/results/h200/s2, tracestory serve
+    llama-3-8b x4 layers under tracestory load at 4, 12 and 28 QPS): counts and token sums from
+    a plain gzip+json pass over the file."""
+    import gzip
+    import json as _json
+
+    from conftest import REPO
+    from tracestory.analyze.batching import analyze_batching, read_scheduler_log
+    from tracestory.report.batch_story import render_batch_story
+
+    path = REPO / "benchmarks" / "results" / "h200" / "s2" / "serve_sched.jsonl.gz"
+    lines = [_json.loads(x) for x in gzip.open(path, "rt") if x.strip()]
+    its = [x for x in lines if x["type"] == "iteration"]
+    arrivals = {x["request_id"] for x in lines if x["type"] == "arrival"}
+    prefill = sum(m["tokens"] for it in its for m in it["members"] if m["phase"] == "prefill")
+    decode_only = sum(1 for it in its if it["members"] and all(m["phase"] == "decode" for m in it["members"]))
+    r = analyze_batching(read_scheduler_log(path))
+    assert sum(r.kinds.values()) == len(its)
+    assert r.kinds["decode-only"] == decode_only
+    assert len(r.requests) == len(arrivals)
+    assert sum(i.prefill_tokens for i in r.log.iterations) == prefill
+    text = render_batch_story(r)
+    assert all(len(line) <= 100 for line in text.split("```text")[1].split("```")[0].splitlines())

@@ -42,7 +42,7 @@ REPORTS = {
     # compiled decode trace (CUDA graphs, Triton kernels)
     "tp2_uneven": [TEST_DATA / "multigpu" / "tp2_uneven"], "tp4_uneven": [TEST_DATA / "multigpu" / "tp4_uneven"],
     "memory_capture": [TEST_DATA / "memory" / "tiny_llama_memory"],
-    "compiled": [TEST_DATA / "compare" / "llama_decode_compile_max-autotune.trace.json.gz"],
+    "compiled": [TEST_DATA / "compare" / "decode_max-autotune_b.trace.json.gz"],
 }
 
 @pytest.fixture(scope="module")

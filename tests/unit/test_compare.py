@@ -341,3 +341,20 @@ def test_taxonomy_mismatch():
     a = _analysis(H200_LLAMA)
     with pytest.raises(UsageError, match="same taxonomy"):
         compare(a, analyze(a.trace, taxonomy("moe")))
+
+
+@pytest.mark.parametrize("pair", ["decode_default", "decode_max-autotune"])
+def test_seed001_eager_vs_compiled_on_real_h200_captures(pair):
+    """Seed 001's table on our own captures: which side is compiled, and by how much the GPU
+    op time changed, from a plain json sum of each file; the finding names the compiled side."""
+    pa, pb = TEST_DATA / "compare" / f"{pair}_a.trace.json.gz", TEST_DATA / "compare" / f"{pair}_b.trace.json.gz"
+    da, db = _doc(pa), _doc(pb)
+    c = compare(_analysis(pa), _analysis(pb), label_a="eager", label_b="compiled")
+    assert not c.a.compiled and c.b.compiled
+    assert c.b.triton_kernel_count == sum(e["cat"] == "kernel" and e["name"].startswith("triton_") for e in _gpu(db)) > 0
+    op = next(s for s in c.speedups if s.metric == "GPU op time")
+    ta, tb = sum(_ns(e["dur"]) for e in _gpu(da)), sum(_ns(e["dur"]) for e in _gpu(db))
+    assert (op.a_ns, op.b_ns) == (ta, tb) and op.speedup == pytest.approx(ta / tb)
+    assert tb < ta  # compiled is faster on the GPU here (unlike seed 001's RTX runs)
+    f = next(f for f in comparison_findings(c) if f.rule == "compiled_vs_eager")
+    assert "compiled" in f.title.lower() and "faster" in f.title.lower()

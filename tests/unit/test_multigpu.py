@@ -25,7 +25,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import A100_NCCL, NSYS_2024, TEST_DATA
+from conftest import A100_NCCL, NSYS_2024, REPO, TEST_DATA
 
 from tracestory.analyze.multigpu import combine, rank_summary
 from tracestory.errors import UsageError
@@ -406,25 +406,40 @@ def _nsys_proc(rank, kernels, world=2):
 def test_nsys_processes_share_a_clock_and_match_by_order():
     """Two processes of one (hand-built) nsys export: NCCL kernels without args, matched by
     order; the export's single clock is used as is. Process 1 reaches the second all-reduce
-    400 ns late."""
+    40 us late."""
     ar = AR_F32
-    p0 = _nsys_proc(0, [(0, 1000, "gemm"), (1000, 2000, ar), (2000, 3000, "gemm"), (3000, 4000, ar)])
-    p1 = _nsys_proc(1, [(0, 1000, "gemm"), (1000, 2000, ar), (2000, 3400, "gemm"), (3400, 4000, ar)])
+    us = 1000
+    p0 = _nsys_proc(0, [(0, 100 * us, "gemm"), (100 * us, 200 * us, ar), (200 * us, 300 * us, "gemm"),
+                        (300 * us, 400 * us, ar)])
+    p1 = _nsys_proc(1, [(0, 100 * us, "gemm"), (100 * us, 200 * us, ar), (200 * us, 340 * us, "gemm"),
+                        (340 * us, 400 * us, ar)])
     r = combine([rank_summary(p1), rank_summary(p0)])
     assert r.alignment.method == "shared_clock" and r.alignment.offsets_ns == (0, 0)
     assert r.alignment.residual_max_ns == 0 and r.alignment.matched_collectives == 2
     first, second = r.collectives
-    assert first.last_rank is None and second.last_rank == 1 and second.wait_ns == (400, 0)
+    assert first.last_rank is None and second.last_rank == 1 and second.wait_ns == (40 * us, 0)
     assert second.bytes is None and second.algorithm == "RING" and second.dtype == "f32"
-    assert r.straggler.rank == 1 and r.straggler.wait_caused_ns == 400
-    assert [b.compute_ns for b in r.per_rank] == [2000, 2400] and [b.comm_ns for b in r.per_rank] == [2000, 1600]
+    assert r.straggler.rank == 1 and r.straggler.wait_caused_ns == 40 * us
+    assert [b.compute_ns for b in r.per_rank] == [200 * us, 240 * us]
+    assert [b.comm_ns for b in r.per_rank] == [200 * us, 160 * us]
+
+
+def test_no_straggler_within_the_noise():
+    """Process 1 reaches the all-reduce 400 ns late: under STRAGGLER_MIN_LATE_NS (10 us), so
+    arrival order is noise and no GPU is named."""
+    ar = AR_F32
+    p0 = _nsys_proc(0, [(0, 1000, "gemm"), (1000, 2000, ar)])
+    p1 = _nsys_proc(1, [(0, 1400, "gemm"), (1400, 2000, ar)])
+    r = combine([rank_summary(p0), rank_summary(p1)])
+    assert r.collectives[0].last_rank == 1 and r.collectives[0].wait_ns == (400, 0)
+    assert r.straggler is None
 
 
 def test_timeline_draws_at_most_16_lanes_and_keeps_the_slowest():
     n = 20
-    late = 500  # GPU 18 computes 500 ns longer and joins the all-reduce that much later
-    procs = [_nsys_proc(r, [(0, 1000 + (late if r == 18 else 0), "gemm"), (1500 + (late if r == 18 else 0), 3000,
-                                                                           AR_F32)], world=n) for r in range(n)]
+    late = 20_000  # GPU 18 computes 20 us longer and joins the all-reduce that much later
+    procs = [_nsys_proc(r, [(0, 100_000 + (late if r == 18 else 0), "gemm"),
+                            (150_000 + (late if r == 18 else 0), 300_000, AR_F32)], world=n) for r in range(n)]
     r = combine([rank_summary(p) for p in procs])
     assert r.straggler.rank == 18 and r.straggler.wait_caused_ns == (n - 1) * late
     chart = render_timeline(r)
@@ -432,3 +447,19 @@ def test_timeline_draws_at_most_16_lanes_and_keeps_the_slowest():
     assert lanes_drawn == [f"GPU {i}" for i in range(15)] + ["GPU 18 *"]
     assert "(4 more GPUs not drawn: see the per-GPU table)" in chart
     assert all(len(line) <= 100 for line in chart)
+
+
+@pytest.mark.parametrize("capture, sweep", [("tp2_uneven", "allreduce_2gpu.json"), ("tp4_uneven", "allreduce_4gpu.json")])
+def test_trace_bus_bandwidth_agrees_with_a_direct_measurement(capture, sweep):
+    """Second source: the 16 MiB all-reduce's bus bandwidth computed from the TP traces alone
+    against the same message size timed directly on the same machine type
+    (benchmarks/gpu/allreduce_sweep.py, CUDA events over 20 back-to-back all-reduces)."""
+    import json
+
+    from tracestory.ingest.ranks import load_ranks
+
+    r = combine([rank_summary(t) for t in load_ranks([TEST_DATA / "multigpu" / capture])])
+    g = next(g for g in r.groups if g.kind == "allreduce" and g.bytes == 16 << 20)
+    rows = json.loads((REPO / "benchmarks" / "results" / "h200" / sweep).read_text())["rows"]
+    direct = next(x["busbw_bytes_per_s"] for x in rows if x["bytes"] == 16 << 20)
+    assert abs(g.busbw_median_bytes_per_s / direct - 1) < 0.05

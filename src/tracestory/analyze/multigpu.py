@@ -30,7 +30,8 @@ rank outward from the reference (median of the end differences over the collecti
 shares with already aligned ranks). The residual (median and max end spread after alignment)
 is reported either way; it is 0 by construction only in the median sense with method 3.
 
-Straggler: for every collective matched on >= 2 ranks, the last-arriving rank and the wait it
+Straggler (named only when its mean lateness is at least ``STRAGGLER_MIN_LATE_NS`` and 5x the
+clock-alignment residual): for every collective matched on >= 2 ranks, the last-arriving rank and the wait it
 caused (sum over the other ranks of last arrival - their arrival). The straggler is the rank
 that caused the most wait; its evidence is how often it arrived last, how late (its arrival -
 the median arrival of the others), the wait caused, and per step its compute and its idle time
@@ -73,6 +74,9 @@ DISPLAY_MAX = 4096
 
 # ------------------------------------------------------------------ per rank
 
+
+
+STRAGGLER_MIN_LATE_NS = 10_000  # 10 us: below it, arrival order is noise (launch jitter)
 
 @dataclass(frozen=True, eq=False)
 class RankSteps:
@@ -459,7 +463,11 @@ def combine(summaries: Sequence[RankSummary], *, clock: str = "auto") -> MultiGp
     straggler = None
     if multi:
         top = max(balances, key=lambda b: (b.wait_caused_ns, b.last_count, -b.rank))
-        if top.wait_caused_ns > 0:
+        # Named only when its lateness stands out of the clock noise: a mean lateness of at least
+        # STRAGGLER_MIN_LATE_NS and of 5x the alignment residual (ranks that all arrive within the
+        # residual have no straggler, whoever happens to be last).
+        noise = 5 * (al.residual_median_ns or 0)
+        if top.wait_caused_ns > 0 and (top.late_mean_ns or 0) >= max(STRAGGLER_MIN_LATE_NS, noise):
             ex, idle, start = [], [], []
             for st in steps:
                 if top.rank in st.ranks and len(st.ranks) > 1:
