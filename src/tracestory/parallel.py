@@ -195,16 +195,20 @@ def _check_picklable(fn: Callable) -> None:
         ) from None
 
 
+def _accept(slots: list, i: int, r, progress: Progress | None) -> None:
+    """File ``i``'s result into its slot (a failure is raised instead), then report progress."""
+    if isinstance(r, _Failed):
+        _raise(r)
+    slots[i] = r
+    if progress is not None:
+        progress(sum(x is not None for x in slots), len(slots))
+
+
 def _run_inline(files: list, fn: Callable, progress: Progress | None) -> list[_Done]:
-    out = []
+    slots: list[_Done | None] = [None] * len(files)
     for i, path in enumerate(files):
-        r = _rank_task(path, fn)
-        if isinstance(r, _Failed):
-            _raise(r)
-        out.append(r)
-        if progress is not None:
-            progress(i + 1, len(files))
-    return out
+        _accept(slots, i, _rank_task(path, fn), progress)
+    return slots  # type: ignore[return-value]
 
 
 def _run_pool(files: list, fn: Callable, n_workers: int, progress: Progress | None) -> list[_Done]:
@@ -216,7 +220,6 @@ def _run_pool(files: list, fn: Callable, n_workers: int, progress: Progress | No
     pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=multiprocessing.get_context("spawn"))
     try:
         pending = {pool.submit(_rank_task, path, fn): i for i, path in enumerate(files)}
-        done_count = 0
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
@@ -227,12 +230,7 @@ def _run_pool(files: list, fn: Callable, n_workers: int, progress: Progress | No
                     unfinished = [_display(files[j]) for j in sorted([i, *pending.values()])]
                     raise RankError(_display(files[i]), _died_message(_display(files[i]), unfinished),
                                     "BrokenProcessPool") from None
-                if isinstance(r, _Failed):
-                    _raise(r)
-                slots[i] = r
-                done_count += 1
-                if progress is not None:
-                    progress(done_count, len(files))
+                _accept(slots, i, r, progress)
     finally:
         # On success nothing is pending; on a failure, drop the queued files instead of reading them.
         pool.shutdown(wait=True, cancel_futures=True)
@@ -280,7 +278,6 @@ def _gather_dask(client, as_completed, files: list, fn: Callable, progress: Prog
     futures = client.map(_rank_task, files, fn=fn, pure=False)
     index = {f.key: i for i, f in enumerate(futures)}
     slots: list[_Done | None] = [None] * len(files)
-    done_count = 0
     try:
         for fut in as_completed(futures):
             i = index[fut.key]
@@ -291,12 +288,7 @@ def _gather_dask(client, as_completed, files: list, fn: Callable, progress: Prog
                 hint = f"dask: {type(e).__name__}: {e}"
                 raise RankError(_display(files[i]), _died_message(_display(files[i]), unfinished, hint),
                                 type(e).__name__) from None
-            if isinstance(r, _Failed):
-                _raise(r)
-            slots[i] = r
-            done_count += 1
-            if progress is not None:
-                progress(done_count, len(files))
+            _accept(slots, i, r, progress)
     finally:
         unfinished = [f for f in futures if not f.done()]
         if unfinished:

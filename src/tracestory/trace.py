@@ -282,7 +282,9 @@ class Trace:
 
 
 def build_trace(meta: TraceMeta, pool: StringPool, **tables: Table) -> Trace:
-    """Assemble a Trace; absent tables are empty, each table is sorted by start time.
+    """Assemble a Trace; absent tables are empty, each table is sorted by start time. A table
+    already in order (exports usually are) is kept as it is: one O(n) check instead of a sort
+    and a copy of every column.
 
     ``collectives["kernel_index"]`` is given as a row of the ``kernels`` table as passed in and
     is renumbered here to the row of the same kernel after sorting."""
@@ -294,6 +296,10 @@ def build_trace(meta: TraceMeta, pool: StringPool, **tables: Table) -> Trace:
             out[kind] = empty_table(kind) if t is None else t
             continue
         key = "ts_ns" if kind == "memory" else "start_ns"
+        col = t[key]
+        if len(col) < 2 or bool((col[1:] >= col[:-1]).all()):
+            out[kind] = t  # a stable sort would not move any row
+            continue
         if kind == "kernels":
             # same order as Table.sorted_by (a stable sort on one key), kept for the renumbering
             kernel_order = np.argsort(t["start_ns"], kind="stable")

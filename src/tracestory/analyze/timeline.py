@@ -154,6 +154,27 @@ def _stream_stats(device: np.ndarray, stream: np.ndarray, starts: np.ndarray, en
     return tuple(out)
 
 
+def gap_attribution(g0: np.ndarray, g1: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                    launch_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each idle gap ``[g0, g1)`` between busy periods of the GPU ops ``starts``/``ends``
+    (``launch_end``: the end of each op's launch call, -1 when unknown): the op before the gap,
+    the op after it, and the gap's launch wait in ns (from the gap's start to the end of the
+    next op's launch call, clipped to the gap; 0 when that launch is unknown).
+
+    The op after a gap is, among the ops starting at g1, the one whose launch call returned
+    first (the GPU could have started as soon as any of them was submitted); unknown launches
+    sort last. The op before it is one ending at g0 (no op of a later busy period can end
+    there, every one starts at >= g1)."""
+    known_end = np.where(launch_end >= 0, launch_end, np.iinfo(np.int64).max)
+    by_start = np.lexsort((known_end, starts))
+    after = by_start[np.searchsorted(starts[by_start], g1, side="left")]
+    by_end = np.argsort(ends, kind="stable")
+    before = by_end[np.searchsorted(ends[by_end], g0, side="left")]
+    next_launch_end = launch_end[after]
+    wait = np.where(next_launch_end >= 0, np.clip(next_launch_end - g0, 0, g1 - g0), 0).astype(np.int64)
+    return before, after, wait
+
+
 def timeline(trace: Trace) -> Timeline | None:
     """The GPU timeline of one trace; ``None`` when it has no GPU ops or no real timestamps."""
     if not trace.meta.has_timeline:
@@ -183,17 +204,7 @@ def timeline(trace: Trace) -> Timeline | None:
     # Gaps lie between consecutive merged busy periods.
     g0, g1 = busy_e[:-1], busy_s[1:]
     gdur = g1 - g0
-    # The op after a gap is, among the ops starting at g1, the one whose launch call returned
-    # first (the GPU could have started as soon as any of them was submitted); unknown launches
-    # sort last. The op before it is one ending at g0 (no op of a later busy period can end
-    # there, every one starts at >= g1).
-    known_end = np.where(launch_end >= 0, launch_end, np.iinfo(np.int64).max)
-    by_start = np.lexsort((known_end, starts))
-    after = by_start[np.searchsorted(starts[by_start], g1, side="left")]
-    by_end = np.argsort(ends, kind="stable")
-    before = by_end[np.searchsorted(ends[by_end], g0, side="left")]
-    next_launch_end = launch_end[after]
-    wait = np.where(next_launch_end >= 0, np.clip(next_launch_end - g0, 0, gdur), 0).astype(np.int64)
+    before, after, wait = gap_attribution(g0, g1, starts, ends, launch_end)
     idle_wait = int(wait.sum())
 
     hist = []

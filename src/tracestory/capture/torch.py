@@ -209,8 +209,7 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
         if captured and not written:
             export(prof)
         if not captured and error is None:
-            error = (f"region {opts.range!r} occurred {seen} time(s); expected at least "
-                     f"{opts.skip + 1} (--skip {opts.skip}) so nothing was captured")
+            error = _range_missed(opts, seen)
     elif mode == "whole":
         export(prof)
     elif not written and error is None:
@@ -219,6 +218,11 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
                  f"the workload had {controller.steps}, so nothing was captured")
     return TorchCaptureResult(code if error is None or code != 0 else 1, mode, rank,
                               str(path) if written else None, seen, captured, None, error)
+
+
+def _range_missed(opts: TorchOptions, seen: int | None) -> str:
+    return (f"region {opts.range!r} occurred {seen} time(s); expected at least "
+            f"{opts.skip + 1} (--skip {opts.skip}) so nothing was captured")
 
 
 def _run_under_external(torch, workload: Workload, opts: TorchOptions, rank: int,
@@ -251,7 +255,6 @@ def _run_under_external(torch, workload: Workload, opts: TorchOptions, rank: int
     seen = controller.seen if controller else None
     captured = controller.captured if controller else None
     if controller is not None and not captured and error is None:
-        error = (f"region {opts.range!r} occurred {seen} time(s); expected at least "
-                 f"{opts.skip + 1} (--skip {opts.skip}) so nothing was captured")
+        error = _range_missed(opts, seen)
     return TorchCaptureResult(code if error is None or code != 0 else 1, "range" if opts.range else "whole",
                               rank, None, seen, captured, external, error)

@@ -250,6 +250,7 @@ def _phase_tracks(p: _Process, a) -> None:
 
 def _gap_track(p: _Process, a) -> None:
     from ..analyze.findings import gap_causes
+    from ..analyze.timeline import gap_attribution
 
     t = a.trace
     starts = gpu_ops_column(t, "start_ns").astype(np.int64)
@@ -260,15 +261,8 @@ def _gap_track(p: _Process, a) -> None:
     dur = g1 - g0
     names = gpu_ops_column(t, "name")
     lend = api_column(t, gpu_ops_launch_index(t), "end_ns")
-    # The op after a gap: among those starting at its end, the one whose launch returned first
-    # (unknown launches last); the op before: one ending at its start. As in analyze.timeline.
-    known = np.where(lend >= 0, lend, np.iinfo(np.int64).max)
-    by_start = np.lexsort((known, starts))
-    after = by_start[np.searchsorted(starts[by_start], g1, side="left")]
-    by_end = np.argsort(ends, kind="stable")
-    before = by_end[np.searchsorted(ends[by_end], g0, side="left")]
+    before, after, wait = gap_attribution(g0, g1, starts, ends, lend)
     L = lend[after]
-    wait = np.where(L >= 0, np.clip(L - g0, 0, dur), 0)
     label = np.where(L < 0, "idle: unknown", np.where(2 * wait >= dur, "idle: launch wait", "idle: waiting"))
     cause = np.where(L < 0, "next GPU op's launch call not in the trace",
                      np.where(2 * wait >= dur, "launch wait: next GPU op not yet submitted by the host",

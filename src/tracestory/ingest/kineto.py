@@ -498,24 +498,29 @@ def _link_comm_ops(builder: _Builder, tables: dict):
     return linked if have is None else Table.concat([have, linked])
 
 
+_ABSENT = object()
+
+
+def _decoded(raw: msgspec.Raw):
+    """A raw JSON value decoded, or ``_ABSENT`` when the field is missing or not valid JSON."""
+    if len(raw) == 0:
+        return _ABSENT
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return _ABSENT
+
+
 def _raw_text(raw: msgspec.Raw) -> str:
     """A raw JSON scalar as text: a string unquoted, a number as written, absent as ""."""
-    if len(raw) == 0:
-        return ""
-    try:
-        v = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return ""
-    return v if isinstance(v, str) else "" if v is None else str(v)
+    v = _decoded(raw)
+    return v if isinstance(v, str) else "" if v is None or v is _ABSENT else str(v)
 
 
 def _ranks_text(raw: msgspec.Raw) -> str:
     """"Process Group Ranks" (a list, or a string holding one) as the canonical "[0, 1]"; "" if absent."""
-    if len(raw) == 0:
-        return ""
-    try:
-        v = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    v = _decoded(raw)
+    if v is _ABSENT:
         return ""
     ints = [int(x) for x in v] if isinstance(v, list) else [int(x) for x in re.findall(r"-?\d+", str(v))]
     return "[" + ", ".join(map(str, ints)) + "]"

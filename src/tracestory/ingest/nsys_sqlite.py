@@ -68,12 +68,10 @@ from ..trace import (
     API_DRIVER,
     API_RUNTIME,
     CPU_SIDE,
-    SCHEMAS,
     StringPool,
-    Table,
     Trace,
     TraceMeta,
-    empty_table,
+    build_trace,
     make_table,
 )
 from .nsys_db import Db, Names, distinct, pid_of, split_global_tid
@@ -362,24 +360,8 @@ def _load(db: Db, core: bool = False) -> list[Trace]:
             rank=rank if len(procs) > 1 else None, world_size=len(procs) if len(procs) > 1 else None,
             process_id=int((gpid >> 24) & _LOW24), process_name=process_names.get(gpid), extra=extra,
         )
-        traces.append(_assemble(meta, pool, parts))
+        traces.append(build_trace(meta, pool, **parts))
     return traces
-
-
-def _assemble(meta: TraceMeta, pool: StringPool, parts: dict[str, Table]) -> Trace:
-    """The Trace, each table in start order as ``build_trace`` makes it, but a table already
-    in order (exports are written in start order) is kept as it is: one O(n) check instead of
-    a sort and a copy of every column."""
-    out = {}
-    for kind in SCHEMAS:
-        t = parts.get(kind)
-        if t is None:
-            out[kind] = empty_table(kind)
-            continue
-        key = t["ts_ns" if kind == "memory" else "start_ns"]
-        ordered = len(key) < 2 or bool((key[1:] >= key[:-1]).all())
-        out[kind] = t if ordered else t.sorted_by("ts_ns" if kind == "memory" else "start_ns")
-    return Trace(meta=meta, strings=tuple(pool.strings), **out)
 
 
 def _depth(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:

@@ -269,11 +269,13 @@ def lanes_timeline(lanes: Sequence[Lane], categories: Sequence[str], t0: int, t1
     lines.extend(time_axis(t0, t1, n, label_w + 2))
     legend = [f"{glyphs[c]}={categories[c]}" for c in sorted(used)]
     legend += [f"{TRACE}=ops < {min_fill:.0%} of the bin", f"{IDLE}=idle"]
-    lines.extend(_wrap("legend: " + "  ".join(legend), width))
+    lines.extend(wrap_legend("legend: " + "  ".join(legend), width))
     return [clip_text(line, width) for line in lines]
 
 
-def _wrap(text: str, width: int) -> list[str]:
+def wrap_legend(text: str, width: int) -> list[str]:
+    """A legend whose entries are separated by two spaces, wrapped at ``width`` columns between
+    entries; continuation lines are indented under the first entry."""
     out, cur = [], ""
     for word in text.split("  "):
         if cur and len(cur) + 2 + len(word) > width:
@@ -281,7 +283,7 @@ def _wrap(text: str, width: int) -> list[str]:
             cur = "        " + word
         else:
             cur = f"{cur}  {word}" if cur else word
-    return out + [cur]
+    return out + [cur] if cur else out
 
 
 # ---------------------------------------------------------------- log axis

@@ -28,6 +28,7 @@ from .ascii import (
     fmt_ns,
     fmt_pct,
     time_axis,
+    wrap_legend,
 )
 
 COMPUTE, WAIT, COMM = "▓", "▒", "░"
@@ -144,19 +145,8 @@ def render_timeline(result: MultiGpu, width: int = WIDTH) -> list[str]:
         lines.append(f"({hidden} more GPUs not drawn: see the per-GPU table)")
     legend = (f"legend: {COMPUTE} compute  {WAIT} waiting in a collective for the last GPU  {COMM} communication  "
               f"{IDLE} idle  {BARRIER} last GPU arrives (barrier)" + ("  * slowest GPU" if slow is not None else ""))
-    lines += _wrap(legend, width)
+    lines += wrap_legend(legend, width)
     return [clip_text(x, width) for x in lines]
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    out, cur = [], ""
-    for word in text.split("  "):
-        if cur and len(cur) + 2 + len(word) > width:
-            out.append(cur)
-            cur = "        " + word
-        else:
-            cur = f"{cur}  {word}" if cur else word
-    return out + [cur] if cur else out
 
 
 # ------------------------------------------------------------------ findings
