@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,12 @@ def pytest_collection_modifyitems(config, items):
     """The shared fixtures are part of the main path: missing ones fail loudly, never skip."""
     if not SHARED_FIXTURES.is_dir():
         raise pytest.UsageError(f"{SHARED_FIXTURES} not found: clone the project with ../shared beside it")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a server a test starts)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

@@ -62,13 +62,15 @@ def _refuse_overwriting_inputs(args, *outputs) -> None:
             raise UsageError(f"{out}: is one of the inputs; refusing to overwrite it with output")
 
 
-def _split_scheduler_logs(paths):
+def _split_serving_files(paths):
     """Scheduler event logs (``tracestory serve``'s JSONL, or any engine writing that format)
-    are read by the batch story, not the trace loaders."""
+    and ``tracestory load --json`` summaries are read by the batch story, not the trace loaders."""
     from .analyze.batching import is_scheduler_log
+    from .load.stats import is_summary_file
 
     logs = [p for p in paths if Path(p).is_file() and is_scheduler_log(p)]
-    return [p for p in paths if p not in logs], logs
+    summaries = [p for p in paths if p not in logs and Path(p).is_file() and is_summary_file(p)]
+    return [p for p in paths if p not in logs and p not in summaries], logs, summaries
 
 
 def _load_and_analyze(args, *, allow_logs: bool = False):
@@ -76,17 +78,23 @@ def _load_and_analyze(args, *, allow_logs: bool = False):
     from .ingest import Inputs, load_inputs
 
     _refuse_overwriting_inputs(args, getattr(args, "json", None), getattr(args, "output", None))
-    paths, logs = _split_scheduler_logs(args.inputs) if allow_logs else (args.inputs, [])
-    if logs and len(logs) > 1:
-        raise UsageError(f"{logs[1]}: one scheduler event log per report (found {len(logs)})")
+    paths, logs, summaries = _split_serving_files(args.inputs) if allow_logs else (args.inputs, [], [])
     inputs = (load_inputs(paths, progress_factory=_progress_factory(_stderr_console())) if paths
               else Inputs())
+    logs += inputs.scheduler_logs
+    summaries += inputs.load_summaries
+    for what, found in (("scheduler event log", logs), ("load summary", summaries)):
+        if len(found) > 1:
+            raise UsageError(f"{found[1]}: one {what} per report (found {len(found)}: {', '.join(found)})")
+    if summaries and not logs:
+        raise UsageError(f"{summaries[0]}: a load summary is reported with the scheduler event log of the same "
+                         "run (`tracestory serve --event-log`), found none")
     if not inputs.traces and not inputs.kernel_metrics and not logs:
         raise UsageError("no trace or kernel metrics found in the inputs")
     tax = _taxonomy(args)
     analyses = [analyze(t, tax, k=args.speedup) for t in inputs.traces]
     if allow_logs:
-        return inputs, analyses, logs
+        return inputs, analyses, logs, summaries
     return inputs, analyses
 
 
@@ -134,16 +142,19 @@ def cmd_analyze(args) -> int:
 def cmd_report(args) -> int:
     from .report.build import write_report
 
-    inputs, analyses, logs = _load_and_analyze(args, allow_logs=True)
+    inputs, analyses, logs, summaries = _load_and_analyze(args, allow_logs=True)
     batch = None
     if logs:
         from .analyze.batching import analyze_batching, read_scheduler_log
+        from .load.stats import read_summary
 
-        batch = analyze_batching(read_scheduler_log(logs[0]), trace=inputs.traces[0] if inputs.traces else None)
+        batch = analyze_batching(read_scheduler_log(logs[0]), trace=inputs.traces[0] if inputs.traces else None,
+                                 client=read_summary(summaries[0]) if summaries else None)
     out = write_report(inputs, analyses, output=Path(args.output), goal=args.goal, questions=tuple(args.question or ()),
                        plots=args.plots, json_path=args.json, peaks_path=args.peaks,
                        command="tracestory " + " ".join(sys.argv[1:]), batch=batch,
-                       extra_inputs=tuple(logs))
+                       extra_inputs=tuple(p for p in (*logs, *summaries) if p not in inputs.scheduler_logs
+                                          and p not in inputs.load_summaries))
     print(out)
     if args.html:
         from .report.html import write_html

@@ -6,25 +6,17 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 import sys
 import textwrap
 import time
 
 import pytest
 
+from conftest import free_port
 from tracestory.capture.load import load_argv, run_under_load, url_of
 
 STEP_KEYS = {"name", "argv", "command", "env", "in_process", "started_at", "duration_ns", "exit_code", "status",
              "error", "files"}   # the keys of a manifest step (capture/manifest.py)
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def stand_in(tmp_path, port: int, *, ignore_signals: bool) -> list[str]:

@@ -115,7 +115,11 @@ def test_failed_capture_leaves_no_tool_folder(work, extra, words, capsys):
     assert not list(folder.glob(".partial-*"))
     cap = manifest(folder)["captures"][-1]
     assert cap["status"] == "failed" and cap["steps"][-1]["status"] == "failed"
-    assert cap["steps"][-1]["files"] == []
+    # what the failed run did write (the raising workload's whole-run trace) is kept apart
+    kept = folder / "failed-torch"
+    assert [f["path"] for f in cap["steps"][-1]["files"]] == (
+        [f"failed-torch/{p.name}" for p in sorted(kept.iterdir())] if kept.exists() else [])
+    assert kept.exists() == ("--fail" in words)
     assert "FAILED" in capsys.readouterr().err
 
 
@@ -144,3 +148,18 @@ def test_torchrun_every_rank_writes_its_trace(work):
         assert names["BENCHMARK"] == 1 and "iter1" in names
     (step,) = manifest(work / "artifacts" / "work")["captures"][-1]["steps"]
     assert step["argv"][:4] == ["torchrun", "--nproc_per_node=2", "-m", "tracestory.capture.runner"]
+
+
+def test_range_cut_short_fails_and_keeps_the_partial_trace(work, capsys):
+    # occurrences 4 and 5 of 0..5 exist; --count 5 wants 4..8
+    rc = main(["capture", "torch", "--range", "BENCHMARK", "--skip", "4", "--count", "5",
+               "--", "python", "work.py", "6"])
+    assert rc == 1
+    folder = work / "artifacts" / "work"
+    assert not (folder / "torch").exists()
+    names = annotations(folder / "failed-torch" / "rank0.trace.json.gz")
+    assert names["BENCHMARK"] == 2 and sorted(k for k in names if k.startswith("iter")) == ["iter4", "iter5"]
+    cap = manifest(folder)["captures"][-1]
+    assert cap["status"] == "failed" and cap["kept"] == "artifacts/work/failed-torch"
+    assert "only 2 of 5 were captured" in cap["error"]
+    assert cap["steps"][-1]["files"][0]["path"] == "failed-torch/rank0.trace.json.gz"

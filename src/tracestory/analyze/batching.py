@@ -20,6 +20,10 @@ What is derived
   vary (e.g. no iteration had prefill) is left out and its slope is ``None``; fewer than 3
   iterations, no fit. The first iterations (warm-up, kernel compilation) are included: a low
   R^2 can come from them;
+* stalls: iterations that took at least :data:`STALL_RATIO` times the median iteration and at
+  least :data:`STALL_MIN_NS` (first-iteration warm-up, a profiler starting on the engine thread,
+  a garbage-collection pause), with the requests that arrived during each and their median
+  TTFT;
 * KV blocks over time (``kv.in_use`` at each iteration end), blocks allocated and freed,
   preemptions (``preempt`` decisions), chunked prefill (prefill members with ``chunked``);
 * optionally, joined with a trace of the same run by iteration number: the server marks each
@@ -325,6 +329,20 @@ class Preemption:
     reason: str
 
 
+STALL_RATIO = 10.0
+STALL_MIN_NS = 50_000_000
+
+
+@dataclass(frozen=True)
+class Stall:
+    iter: int
+    t_start_ns: int
+    duration_ns: int
+    times_median: float
+    arrivals_during: int                # requests that arrived while it ran
+    ttft_p50_ns_of_those: float | None  # their median TTFT (from the log)
+
+
 @dataclass(frozen=True)
 class KernelShare:
     name: str
@@ -363,6 +381,8 @@ class BatchingResult:
     kv_total: int | None
     trace: TraceJoin | None = None
     finish_reasons: dict[str, int] = field(default_factory=dict)
+    client: Any = None                  # the load generator's LoadSummary of the same run, if given
+    stalls: tuple[Stall, ...] = ()
 
 
 def fit_iteration_time(iterations) -> IterationFit | None:
@@ -380,6 +400,27 @@ def fit_iteration_time(iterations) -> IterationFit | None:
     slope = dict(zip(used, (float(c) for c in coef[1:])))
     return IterationFit(float(coef[0]), slope.get("p"), slope.get("d"),
                         1.0 - ss_res / ss_tot if ss_tot > 0 else None, len(y))
+
+
+def find_stalls(log: SchedulerLog) -> tuple[Stall, ...]:
+    """Iterations far longer than the median (see the module docstring), in iteration order."""
+    its = log.iterations
+    if len(its) < 3:
+        return ()
+    dur = np.array([it.duration_ns for it in its], dtype=np.float64)
+    median = float(np.median(dur))
+    limit = max(STALL_RATIO * median, STALL_MIN_NS)
+    first = {}
+    for ft in log.first_tokens:
+        first.setdefault(ft.request_id, ft.t_ns)
+    out = []
+    for k in np.flatnonzero(dur >= limit):
+        it = its[int(k)]
+        came = [a for a in log.arrivals if it.t_start_ns <= a.t_ns < it.t_end_ns]
+        ttft = [first[a.request_id] - a.t_ns for a in came if a.request_id in first]
+        out.append(Stall(it.iter, it.t_start_ns, it.duration_ns, float(dur[k] / median) if median > 0 else float("inf"),
+                         len(came), float(np.median(ttft)) if ttft else None))
+    return tuple(out)
 
 
 def request_times(log: SchedulerLog) -> tuple[RequestTimes, ...]:
@@ -402,8 +443,9 @@ def request_times(log: SchedulerLog) -> tuple[RequestTimes, ...]:
     return tuple(out)
 
 
-def analyze_batching(log: SchedulerLog, trace=None) -> BatchingResult:
-    """Everything the batch story tells, from the log (and a trace of the same run)."""
+def analyze_batching(log: SchedulerLog, trace=None, client=None) -> BatchingResult:
+    """Everything the batch story tells, from the log (and a trace of the same run, and the
+    client's :class:`~tracestory.load.stats.LoadSummary` of it)."""
     its = log.iterations
     reqs = request_times(log)
     kinds: dict[str, int] = {}
@@ -429,7 +471,8 @@ def analyze_batching(log: SchedulerLog, trace=None) -> BatchingResult:
         kv_allocated_total=sum(alloc) if alloc else None, kv_freed_total=sum(freed) if freed else None,
         kv_peak_in_use=peak[0] if peak else None, kv_peak_t_ns=peak[1] if peak else None,
         kv_total=totals[-1] if totals else log.meta.num_blocks,
-        trace=join_trace(log, trace) if trace is not None else None, finish_reasons=reasons)
+        trace=join_trace(log, trace) if trace is not None else None, finish_reasons=reasons, client=client,
+        stalls=find_stalls(log))
 
 
 def prefill_heavy(it: Iteration) -> bool:

@@ -5,6 +5,12 @@ The folder holds ``manifest.json`` and one sub-folder per tool that completed:
 + ``<name>_raw.csv`` + ``<name>_details.csv``. Staging folders of captures in progress or
 interrupted (``.partial-*``) are ignored: only finished captures are read.
 
+A capture under load (``--load``) also holds, in its tool folder, the server's scheduler
+event log (``*.sched.jsonl``) and the load generator's ``load.summary.json`` and
+``load.requests.jsonl``; :attr:`ArtifactFolder.scheduler_logs` and
+:attr:`ArtifactFolder.load_summaries` name those of one capture (see :func:`_serving_files`)
+for the batch story.
+
 :attr:`ArtifactFolder.trace_files` is what ``tracestory report`` loads: every Kineto trace,
 each nsys SQLite (the ``.nsys-rep`` only when no SQLite export of it exists), and for Nsight
 Compute one source per report, the raw CSV (readable without the optional ``ncu_report``
@@ -18,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TraceFormatError, UsageError
+from .load import LOAD_SUMMARY
 from .manifest import MANIFEST, read_manifest
+
+TOOL_FOLDERS = ("torch", "nsys", "ncu")
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,8 @@ class ArtifactFolder:
     ncu_reports: tuple[Path, ...]      # ncu/*.ncu-rep (.gz)
     ncu_raw_csv: tuple[Path, ...]      # ncu/*_raw.csv
     ncu_details_csv: tuple[Path, ...]  # ncu/*_details.csv
+    scheduler_logs: tuple[Path, ...] = ()   # <tool>/*.sched.jsonl (captures under load)
+    load_summaries: tuple[Path, ...] = ()   # <tool>/load.summary.json
 
     @property
     def trace_files(self) -> list[Path]:
@@ -72,10 +83,22 @@ def load_artifact_folder(path: str | Path) -> ArtifactFolder:
     return ArtifactFolder(
         path=path,
         manifest=manifest,
-        torch=_glob(path / "torch", ".json.gz", ".json"),
+        torch=tuple(p for p in _glob(path / "torch", ".json.gz", ".json") if p.name != LOAD_SUMMARY),
         nsys_sqlite=_glob(path / "nsys", ".sqlite"),
         nsys_reports=_glob(path / "nsys", ".nsys-rep", ".qdrep"),
         ncu_reports=_glob(path / "ncu", ".ncu-rep", ".ncu-rep.gz"),
         ncu_raw_csv=tuple(p for p in csvs if p.name.endswith("_raw.csv")),
         ncu_details_csv=tuple(p for p in csvs if p.name.endswith("_details.csv")),
+        **_serving_files(path),
     )
+
+
+def _serving_files(path: Path) -> dict[str, tuple[Path, ...]]:
+    """The scheduler log and load summary of one capture under load: the first tool folder,
+    in the order torch, nsys, ncu, that holds a log (the torch and nsys logs go with a timeline;
+    under ncu the server ran kernel by kernel, so its log tells another run's story)."""
+    for tool in TOOL_FOLDERS:
+        logs = _glob(path / tool, ".sched.jsonl", ".sched.jsonl.gz")
+        if logs:
+            return {"scheduler_logs": logs, "load_summaries": _glob(path / tool, LOAD_SUMMARY)}
+    return {}

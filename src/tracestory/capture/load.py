@@ -82,6 +82,31 @@ def load_argv(load_command: str | Sequence[str]) -> list[str]:
     return words
 
 
+EVENT_LOG_ENV = "TRACESTORY_EVENT_LOG"   # `tracestory serve` writes its scheduler log here by default
+SCHED_LOG = "serve.sched.jsonl"
+LOAD_RECORDS = "load.requests.jsonl"
+LOAD_SUMMARY = "load.summary.json"
+
+
+def is_tracestory_load(argv: Sequence[str]) -> bool:
+    """Whether an argv from :func:`load_argv` runs ``tracestory load``."""
+    return list(argv[1:4]) == ["-m", "tracestory.cli", "load"]
+
+
+def capture_load_argv(load_command: str | Sequence[str], folder: str | Path) -> list[str]:
+    """The load command of a capture: for ``tracestory load``, ``--output`` and ``--json``
+    go into ``folder`` unless the command names them (any other program runs as given)."""
+    argv = load_argv(load_command)
+    if not is_tracestory_load(argv):
+        return argv
+    given = {w.split("=", 1)[0] for w in argv}
+    if "--output" not in given:
+        argv += ["--output", str(Path(folder) / LOAD_RECORDS)]
+    if "--json" not in given:
+        argv += ["--json", str(Path(folder) / LOAD_SUMMARY)]
+    return argv
+
+
 def url_of(load_command: str | Sequence[str], default: str = DEFAULT_URL) -> str:
     """The ``--url`` of a load command line, else ``default``."""
     words = shlex.split(load_command) if isinstance(load_command, str) else list(load_command)

@@ -53,11 +53,14 @@ class Step:
     stdout_shown: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)  # variables added for this step
     in_process: bool = False       # the torch capture runs inside tracestory
+    env_shown: Mapping[str, str] | None = None   # ``env`` with final paths (default: ``env``)
+    role: str | None = None        # with --load: "server" (the profiled step) or "load"
 
     @property
     def command(self) -> str:
         """Shell form of ``shown``: ``VAR=x cmd args > out``."""
-        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        env = self.env if self.env_shown is None else self.env_shown
+        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
         parts.append(shlex.join(self.shown))
         if self.stdout_shown:
             parts.append("> " + shlex.quote(self.stdout_shown))
@@ -138,7 +141,7 @@ def run_step(step: Step, *, cwd: str | Path | None = None,
         "name": step.name,
         "argv": list(step.shown),
         "command": step.command,
-        "env": dict(step.env),
+        "env": dict(step.env if step.env_shown is None else step.env_shown),
         "in_process": step.in_process,
         "started_at": started,
         "duration_ns": int(duration),

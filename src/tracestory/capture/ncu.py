@@ -6,7 +6,7 @@ per listed section instead), ``--target-processes all``, ``--launch-skip/--launc
 push/pop range of :func:`tracestory.region`), ``--clock-control none`` by default (leave the
 GPU's clocks as the workload would see them), ``--force-overwrite``. With ``--skip K`` (K > 0)
 the workload runs under the profiler-API runner and ncu gets ``--profile-from-start off``:
-kernels of occurrence K of NAME only.
+kernels of occurrence K of NAME only; under ``--load`` the runner's bracket alone bounds it.
 
 After the export, ``ncu --import X.ncu-rep --csv --page raw`` and ``--page details`` write the
 two CSVs the ingest reads (stdout redirected to ``X_raw.csv`` / ``X_details.csv``).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .nsys import workload_argv
+from .nsys import uses_profiler_api, workload_argv
 from .workload import Workload
 
 INSTALL_HINT = ("install NVIDIA Nsight Compute (https://developer.nvidia.com/nsight-compute, "
@@ -46,8 +46,9 @@ def profile_argv(w: Workload, v: Mapping[str, Any], out_base: str, staging: str)
     if v.get("kernel_name_base"):
         argv += ["--kernel-name-base", str(v["kernel_name_base"])]
     if v.get("range"):
-        argv += ["--nvtx", "--nvtx-include", f"{v['range']}/"]
-        if v.get("skip"):
+        if v.get("load") is None:      # a server's `iteration N` names: the runner's bracket only
+            argv += ["--nvtx", "--nvtx-include", f"{v['range']}/"]
+        if uses_profiler_api(v):
             argv += ["--profile-from-start", "off"]
     argv += ["--clock-control", str(v.get("clock_control") or "none"), "--export", out_base]
     return argv + workload_argv(w, v, staging)

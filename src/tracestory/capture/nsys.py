@@ -7,7 +7,9 @@ NAME`` the capture is bounded by the first NVTX range NAME (``--capture-range=nv
 unregistered range names match, as seed 001 does). With ``--skip K`` (K > 0) nsys itself
 cannot skip occurrences, so the workload runs under ``python -m tracestory.capture.runner
 --profiler-api`` which brackets occurrence K with cudaProfilerStart/Stop, and nsys uses
-``--capture-range=cudaProfilerApi``.
+``--capture-range=cudaProfilerApi``. The same runner brackets the first matching occurrence
+under ``--load``, where the server's regions are named ``iteration N`` and nsys's exact NVTX
+name match would miss them.
 
 Only the argv is built here; running and recording is :mod:`.pipeline`'s job. nsys could not
 be run on the project's device machine (it is not installed there), so these commands are
@@ -27,9 +29,15 @@ INSTALL_HINT = ("install NVIDIA Nsight Systems (https://developer.nvidia.com/nsi
                 "or the CUDA toolkit's nsight-systems package) and put `nsys` on PATH")
 
 
+def uses_profiler_api(v: Mapping[str, Any]) -> bool:
+    """A range that the profiler's own NVTX filter cannot express: occurrences to skip, or a
+    server's ``iteration N`` regions (``--load``), bracketed by the runner instead."""
+    return bool(v.get("range") and (v.get("skip") or v.get("load") is not None))
+
+
 def workload_argv(w: Workload, v: Mapping[str, Any], staging: str) -> list[str]:
     """The profiled command: plain, torchrun-wrapped, and/or under the profiler-API runner."""
-    if v.get("range") and v.get("skip"):
+    if uses_profiler_api(v):
         inner = ["-m", "tracestory.capture.runner",
                  *runner_argv(staging, TorchOptions(range=v["range"], skip=v["skip"], count=1),
                               profiler_api=True), "--", *w.target, *w.args]
@@ -55,7 +63,7 @@ def profile_argv(w: Workload, v: Mapping[str, Any], out_base: str, staging: str)
             f"--cuda-memory-usage={'true' if v.get('cuda_memory_usage', True) else 'false'}",
             f"--sample={v.get('sample') or 'none'}"]
     if v.get("range"):
-        if v.get("skip"):
+        if uses_profiler_api(v):
             argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
         else:
             argv += ["--capture-range=nvtx", f"--nvtx-capture={v['range']}",

@@ -7,6 +7,18 @@ torch, wrote a trace) is renamed to ``<out>/<name>/<tool>/`` (replacing an older
 failed capture leaves no ``<tool>/`` folder behind, only its failed steps in the manifest; a
 missing tool raises :class:`~tracestory.errors.ToolNotFound` before anything is created.
 
+With ``--load`` the workload is a server: its profiled step (the torch runner, ``nsys
+profile`` or ``ncu``) is started, ``GET <url>/health`` is polled, the load command runs, and
+the server is stopped with SIGINT (:mod:`.load`); the server, health and load records are all
+steps of the capture. ``tracestory serve`` writes its scheduler log and ``tracestory load``
+its records and summary into the tool folder (``serve.sched.jsonl``, ``load.requests.jsonl``,
+``load.summary.json``), so ``tracestory report artifacts/<name>`` tells the batch story with
+the trace of the same run.
+
+A failed capture whose staging folder holds files (a partial trace, a load's records) keeps
+them as ``<out>/<name>/failed-<tool>/``, named in the manifest; readers never take it for a
+complete capture.
+
 Commands are recorded as the user would type them (final paths, not staging paths), and each
 capture records ``invocation``: the ``tracestory capture`` command with every non-default
 setting as a flag, which reproduces it whatever source (flag, env, file) set the values.
@@ -18,12 +30,14 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import ToolNotFound, UsageError
+from . import load as _load
 from . import ncu as _ncu
 from . import nsys as _nsys
 from . import settings as _settings
@@ -112,28 +126,40 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
 
     def step(step_name: str, argv: list[str], stdout: str | None = None, **kw: Any) -> Step:
         shown = tuple(a.replace(sd, fd) for a in argv)
+        if kw.get("env"):
+            kw["env_shown"] = {k: x.replace(sd, fd) for k, x in kw["env"].items()}
         return Step(step_name, tuple(argv), shown, stdout,
                     stdout.replace(sd, fd) if stdout else None, **kw)
 
+    server = v.get("load") is not None
+    # The profiled step of a capture under load is the server: a subprocess we can stop.
+    prof_kw: dict[str, Any] = ({"role": "server", "env": {_load.EVENT_LOG_ENV: str(staging / _load.SCHED_LOG)}}
+                               if server else {})
     steps: list[Step] = []
     if v.get("warmup_run"):
         steps.append(step("warmup-run", w.torchrun_argv(v["torchrun"]) if v.get("torchrun") else w.argv()))
     inv = invocation(tool, st, w)
     if tool == "torch":
         opts = torch_options(v)
+        runner = ["-m", "tracestory.capture.runner", *runner_argv(sd, opts), "--", *w.target, *w.args]
         if v.get("torchrun"):
-            steps.append(step("torch-profile", ["torchrun", f"--nproc_per_node={v['torchrun']}",
-                                                "-m", "tracestory.capture.runner",
-                                                *runner_argv(sd, opts), "--", *w.target, *w.args]))
+            steps.append(step("torch-profile", ["torchrun", f"--nproc_per_node={v['torchrun']}", *runner],
+                              **prof_kw))
+        elif server:
+            steps.append(step("torch-profile", [w.python or sys.executable, *runner], **prof_kw))
         else:
             steps.append(Step("torch-profile", tuple(inv), tuple(inv), in_process=True))
     elif tool == "nsys":
         base = str(staging / name)
-        steps.append(step("nsys-profile", _nsys.profile_argv(w, v, base, sd)))
-        steps.append(step("nsys-export-sqlite", _nsys.export_argv(base)))
+        steps.append(step("nsys-profile", _nsys.profile_argv(w, v, base, sd), **prof_kw))
     else:
         base = str(staging / name)
-        steps.append(step("ncu-profile", _ncu.profile_argv(w, v, base, sd)))
+        steps.append(step("ncu-profile", _ncu.profile_argv(w, v, base, sd), **prof_kw))
+    if server:
+        steps.append(step("load", _load.capture_load_argv(v["load"], staging), role="load"))
+    if tool == "nsys":
+        steps.append(step("nsys-export-sqlite", _nsys.export_argv(base)))
+    elif tool == "ncu":
         rep = base + ".ncu-rep"
         steps.append(step("ncu-csv-raw", _ncu.import_argv(rep, "raw"), stdout=f"{base}_raw.csv"))
         steps.append(step("ncu-csv-details", _ncu.import_argv(rep, "details"),
@@ -200,17 +226,26 @@ def execute(p: CapturePlan) -> CaptureResult:
     error: str | None = None
     interrupted: BaseException | None = None
     try:
-        for s in p.steps:
+        steps = list(p.steps)
+        while steps:
+            s = steps.pop(0)
             before = snapshot(p.staging)
-            sr = run_step(s, in_process=(lambda: _run_torch(p)) if s.in_process else None)
+            if s.role == "server":
+                records = _run_under_load(p, s, steps.pop(0))
+            else:
+                records = [run_step(s, in_process=(lambda: _run_torch(p)) if s.in_process else None)]
             rank_errors = _rank_errors(p.staging)
-            sr["files"] = [{"path": f"{p.tool}/{f}", "bytes": n}
-                           for f, n in new_files(before, snapshot(p.staging))]
-            if rank_errors and sr["status"] == "ok":
-                sr["status"], sr["error"] = "failed", "; ".join(rank_errors)
-            rec["steps"].append(sr)
-            if sr["status"] != "ok":
-                error = f"step {s.name} failed: {sr['error']}"
+            _attribute_files(p, records, new_files(before, snapshot(p.staging)))
+            sr = records[0]
+            if rank_errors:   # what the workload's side reported says more than an exit code
+                sr["status"] = "failed"
+                sr["error"] = "; ".join(rank_errors + ([sr["error"]] if sr["error"] else []))
+            rec["steps"].extend(records)
+            failed = [r for r in records if r["status"] != "ok"]
+            if failed:
+                error = "; ".join(f"step {r['name']} failed: {r['error']}" for r in failed)
+                if any(r.get("interrupted") for r in records):
+                    interrupted = KeyboardInterrupt()   # re-raised once the manifest is written
                 break
         # Under nsys/ncu the torch capture deliberately records nothing itself (no nested
         # CUPTI subscriber): the outer profiler holds the trace.
@@ -232,15 +267,55 @@ def execute(p: CapturePlan) -> CaptureResult:
         files = [(f"{p.tool}/{k}", n) for k, n in snapshot(p.final).items()]
         rec["status"] = "complete"
     else:
-        shutil.rmtree(p.staging, ignore_errors=True)
-        for sr in rec["steps"]:
-            sr["files"] = []  # deleted with the staging folder
+        kept = _keep_failed(p)
+        for sr in rec["steps"]:   # deleted with the staging folder, or moved to failed-<tool>/
+            sr["files"] = [{**f, "path": f"{kept.name}/{f['path'].split('/', 1)[1]}"} for f in sr["files"]] if kept else []
         rec["status"], rec["error"] = "failed", error
+        if kept is not None:
+            rec["kept"] = _display(kept)
     manifest["captures"].append(rec)
     mpath = write_manifest(p.folder, manifest)
     if interrupted is not None and not isinstance(interrupted, Exception):
         raise interrupted
     return CaptureResult(p.tool, str(p.folder), rec["status"], tuple(files), str(mpath), error)
+
+
+def _keep_failed(p: CapturePlan) -> Path | None:
+    """A failed capture's files as ``failed-<tool>/`` (replacing an older one); None when the
+    staging folder held nothing."""
+    if not snapshot(p.staging):
+        shutil.rmtree(p.staging, ignore_errors=True)
+        return None
+    kept = p.folder / f"failed-{p.tool}"
+    shutil.rmtree(kept, ignore_errors=True)
+    os.replace(p.staging, kept)
+    return kept
+
+
+def _run_under_load(p: CapturePlan, server: Step, load: Step) -> list[dict[str, Any]]:
+    """The server step, its health check and the load step (:func:`.load.run_under_load`), as
+    manifest records showing final paths."""
+    v = p.values
+    lc = _load.run_under_load(server.argv, load.argv, base_url=_load.url_of(v["load"]),
+                              health_timeout_s=v["health_timeout"], grace_s=v["stop_timeout"],
+                              env=server.env)
+    for r, s in ((lc.server, server), (lc.load, load)):
+        r.update(name=s.name, role=s.role, argv=list(s.shown), command=s.command,
+                 env=dict((s.env_shown or s.env) if s is server else {}))
+    lc.health["role"] = "health"
+    if lc.interrupted:
+        lc.load["interrupted"] = True
+    return [lc.server, lc.health, lc.load]
+
+
+def _attribute_files(p: CapturePlan, records: list[dict[str, Any]], files: list[tuple[str, int]]) -> None:
+    """New files go to the record whose argv names them (the load's outputs), else to the first."""
+    for r in records:
+        r["files"] = []
+    for f, n in files:
+        entry = {"path": f"{p.tool}/{f}", "bytes": n}
+        owner = next((r for r in records[1:] if any(a.endswith("/" + f) for a in r["argv"])), records[0])
+        owner["files"].append(entry)
 
 
 def capture(tool: str, workload_words: Sequence[str], **flags: Any) -> CaptureResult:

@@ -54,9 +54,17 @@ OPTIONS: tuple[Option, ...] = (
            "run the workload once without any profiler first (compile/autotune warm-up)"),
     Option("torchrun", "int", None, _ALL, "wrap the workload in torchrun --nproc_per_node=N"),
     Option("range", "str", None, _ALL,
-           "region (tracestory.region / NVTX range) name that bounds the capture"),
+           "region (tracestory.region / NVTX range) name that bounds the capture; regions named "
+           "'NAME <suffix>' (the server's 'iteration 17') count as NAME"),
     Option("skip", "int", 0, _ALL, "occurrences of --range to skip before capturing"),
     Option("count", "int", 1, ("torch",), "occurrences of --range to capture (torch)"),
+    Option("load", "str", None, _ALL,
+           "the workload is a server: once GET <url>/health answers 200, run this load (arguments of "
+           "`tracestory load`, or a whole command), then stop the server with SIGINT"),
+    Option("health_timeout", "int", 300, _ALL, "with --load: seconds to wait for the server's /health"),
+    Option("stop_timeout", "int", 120, _ALL,
+           "with --load: seconds the server gets to exit after SIGINT (and again after SIGTERM); "
+           "the profiler writes its trace then"),
     Option("wait", "int", None, ("torch",),
            "ProfilerStep schedule: steps to wait (a step ends with each --range region, "
            "or each outermost region without --range)"),
@@ -189,10 +197,13 @@ def to_manifest(settings: Mapping[str, Setting]) -> dict[str, dict[str, Any]]:
 
 def validate(tool: str, v: Mapping[str, Any]) -> None:
     """Combinations that cannot work, as one UsageError."""
-    for k in ("skip", "count", "wait", "warmup", "active", "launch_skip", "launch_count", "torchrun"):
-        if k in v and v[k] is not None and v[k] < (1 if k in ("count", "torchrun", "active") else 0):
+    at_least_one = ("count", "torchrun", "active", "health_timeout", "stop_timeout")
+    for k in ("skip", "wait", "warmup", "launch_skip", "launch_count", *at_least_one):
+        if k in v and v[k] is not None and v[k] < (1 if k in at_least_one else 0):
             raise UsageError(f"option --{k.replace('_', '-')}: expected a number >= "
-                             f"{1 if k in ('count', 'torchrun', 'active') else 0}, found {v[k]}")
+                             f"{1 if k in at_least_one else 0}, found {v[k]}")
+    if v.get("load") is not None:
+        _validate_load(tool, v)
     if tool == "torch":
         sched = [v.get(k) for k in ("wait", "warmup", "active")]
         if any(x is not None for x in sched):
@@ -203,3 +214,18 @@ def validate(tool: str, v: Mapping[str, Any]) -> None:
                 raise UsageError("capture torch: a --wait/--warmup schedule needs --active N")
     if tool in ("nsys", "ncu") and v.get("skip") and not v.get("range"):
         raise UsageError(f"capture {tool}: --skip needs --range NAME")
+
+
+def _validate_load(tool: str, v: Mapping[str, Any]) -> None:
+    """``--load``: the workload is a server that runs until it is stopped."""
+    if not str(v["load"]).strip():
+        raise UsageError("option --load: expected a load command or `tracestory load` arguments, found nothing")
+    if v.get("warmup_run"):
+        raise UsageError("capture: --warmup-run cannot be used with --load (a server does not end by itself); "
+                         "skip the warm-up iterations with --range iteration --skip K instead")
+    if tool == "torch" and (not v.get("range") or v.get("active") is not None):
+        raise UsageError("capture torch --load: expected --range NAME [--skip K --count M] naming the server's "
+                         "per-iteration region (`iteration` for tracestory serve), found "
+                         + ("a --wait/--warmup/--active schedule" if v.get("range") else "no --range")
+                         + ": torch.profiler records CPU ops only on the thread that starts it, and a range "
+                         "starts it on the engine thread")

@@ -5,7 +5,16 @@ Three modes (mutually exclusive):
 * **range** (``--range NAME --skip K --count M``): the profiler starts when occurrence K of
   region NAME opens (0-based, outermost occurrences only: a NAME nested in NAME is part of
   its parent) and stops when occurrence K+M-1 closes, so the trace holds exactly M NAME
-  ranges: seed 001's "20 warm-ups, then one ranged run".
+  ranges: seed 001's "20 warm-ups, then one ranged run". A region named ``NAME <suffix>``
+  is an occurrence of NAME too (the server's ``iteration 17`` is an occurrence of
+  ``iteration``). The profiler is started and stopped on the thread that opens and closes
+  the occurrences: torch.profiler records CPU ops only on the thread that started it, so a
+  server whose engine thread marks its iterations is profiled on that thread. If that thread
+  ends with the range still running, the profiler is stopped from the thread's own teardown
+  (a thread-local guard; torch crashes at exit otherwise). A workload that ends before
+  occurrence K+M-1 closes fails the capture (its partial trace is kept, but never as a
+  complete capture). On a GPU, CUPTI is set up before the workload starts (a throw-away
+  start/stop, :func:`_prime_cupti`), so the range's own start costs about 1 ms, not 5 s.
 * **schedule** (``--wait W --warmup U --active A``): a ``torch.profiler.schedule`` (repeat=1)
   stepped at the exit of every outermost occurrence of region ``--range NAME``, or of every
   outermost region whatever its name when no ``--range`` is given; the trace holds
@@ -24,6 +33,7 @@ torch keeps ``distributedInfo`` when the workload initialised ``torch.distribute
 from __future__ import annotations
 
 import os
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,31 +79,50 @@ class TorchCaptureResult:
     error: str | None              # traceback of the workload, or why nothing was captured
 
 
+def is_occurrence(region_name: str, range_name: str) -> bool:
+    """``NAME`` and ``NAME <suffix>`` (``iteration 17``) are occurrences of range ``NAME``."""
+    return region_name == range_name or region_name.startswith(range_name + " ")
+
+
 class RangeController:
     """Calls ``start`` at outermost occurrence ``skip`` of region ``name`` and ``stop`` after
-    occurrence ``skip + count - 1`` closes."""
+    occurrence ``skip + count - 1`` closes, on the thread of the region (see the module
+    docstring); ``thread`` is the ident of the thread that started."""
 
     def __init__(self, name: str, skip: int, count: int,
-                 start: Callable[[], Any], stop: Callable[[], Any]):
+                 start: Callable[[], Any], stop: Callable[[], Any], *, same_thread_stop: bool = False):
         self.name, self.skip, self.count = name, skip, count
         self._start, self._stop = start, stop
+        self.same_thread_stop = same_thread_stop
         self.seen = 0
         self.captured = 0
         self.running = False
+        self.thread: int | None = None
+        self.thread_ended = False          # the starting thread ended with the range running
         self._depth = 0
+        self._local = threading.local()
+
+    def _thread_ending(self) -> None:
+        """Called on the starting thread as it ends (its thread-local guard is destroyed)."""
+        if self.running and self.thread == threading.get_ident():
+            self.thread_ended = True
+            self.running = False
+            self._stop()
 
     def on_enter(self, name: str) -> None:
-        if name != self.name:
+        if not is_occurrence(name, self.name):
             return
         if self._depth == 0:
             if self.seen == self.skip and not self.running:
                 self._start()
-                self.running = True
+                self.running, self.thread = True, threading.get_ident()
+                if self.same_thread_stop:
+                    self._local.guard = _ThreadEndGuard(self)
             self.seen += 1
         self._depth += 1
 
     def on_exit(self, name: str) -> None:
-        if name != self.name:
+        if not is_occurrence(name, self.name):
             return
         self._depth -= 1
         if self._depth == 0 and self.running:
@@ -101,12 +130,33 @@ class RangeController:
             if self.seen >= self.skip + self.count:
                 self._stop()
                 self.running = False
+                self._local.__dict__.pop("guard", None)
+
+    @property
+    def complete(self) -> bool:
+        return self.captured >= self.count
 
     def finish(self) -> None:
-        """Stop a profiler still running when the workload ended early."""
-        if self.running:
+        """Stop a profiler still running when the workload ended early. With
+        ``same_thread_stop`` (torch.profiler) only the thread that started it can: from any
+        other thread the profiler is left running and :attr:`running` stays True."""
+        if self.running and (not self.same_thread_stop or self.thread == threading.get_ident()):
             self._stop()
             self.running = False
+
+
+class _ThreadEndGuard:
+    """Lives in a thread-local slot of the thread that started the profiler; CPython destroys
+    it on that same thread when the thread ends."""
+
+    def __init__(self, controller: RangeController):
+        self.controller = controller
+
+    def __del__(self) -> None:
+        try:
+            self.controller._thread_ending()
+        except Exception:  # noqa: BLE001 -- a destructor must not raise; finish() reports the state
+            pass
 
 
 class StepController:
@@ -117,11 +167,11 @@ class StepController:
         self._step, self._name, self._depth, self.steps = step, name, 0, 0
 
     def on_enter(self, name: str) -> None:
-        if self._name is None or name == self._name:
+        if self._name is None or is_occurrence(name, self._name):
             self._depth += 1
 
     def on_exit(self, name: str) -> None:
-        if self._name is None or name == self._name:
+        if self._name is None or is_occurrence(name, self._name):
             self._depth -= 1
             if self._depth == 0:
                 self.steps += 1
@@ -180,10 +230,13 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
                                       active=opts.active or 1, repeat=1)
         kwargs["on_trace_ready"] = export
     prof = profile(**kwargs)
+    if mode == "range" and torch.cuda.is_available():
+        _prime_cupti(profile, activities)
 
     controller: Any = None
     if mode == "range":
-        controller = RangeController(opts.range or "", opts.skip, opts.count, prof.start, prof.stop)
+        controller = RangeController(opts.range or "", opts.skip, opts.count, prof.start, prof.stop,
+                                     same_thread_stop=True)
     elif mode == "schedule":
         controller = StepController(prof.step, opts.range)
     error = None
@@ -206,10 +259,15 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
     seen = captured = None
     if mode == "range":
         seen, captured = controller.seen, controller.captured
-        if captured and not written:
+        if controller.running:     # still open on a thread that has ended: nothing to export
+            if error is None:
+                error = _range_open(opts, captured)
+        elif captured and not written:
             export(prof)
         if not captured and error is None:
             error = _range_missed(opts, seen)
+        elif not controller.complete and error is None:
+            error = _range_short(opts, seen, captured)
     elif mode == "whole":
         export(prof)
     elif not written and error is None:
@@ -220,9 +278,36 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
                               str(path) if written else None, seen, captured, None, error)
 
 
+def _prime_cupti(profile, activities) -> None:
+    """Pay CUPTI's one-time set-up before the workload runs, not when the range opens.
+
+    The first ``start()`` of a process blocks its thread for about 5 s on an H200 (torch 2.11);
+    after a throw-away start/stop here the range's own start takes about 1 ms
+    (``benchmarks/gpu/profiler_start_cost.py``, docs/BENCHMARKS.md). For a server that matters:
+    a 5-s stall on the engine thread at the first captured iteration would fill the queue, and
+    the captured window would show the catch-up, not the steady state.
+    """
+    p = profile(activities=activities)
+    p.start()
+    p.stop()
+
+
 def _range_missed(opts: TorchOptions, seen: int | None) -> str:
     return (f"region {opts.range!r} occurred {seen} time(s); expected at least "
             f"{opts.skip + 1} (--skip {opts.skip}) so nothing was captured")
+
+
+def _range_short(opts: TorchOptions, seen: int, captured: int) -> str:
+    return (f"region {opts.range!r} occurred {seen} time(s); --skip {opts.skip} --count {opts.count} needs "
+            f"{opts.skip + opts.count}, so only {captured} of {opts.count} were captured (the partial trace "
+            f"is kept apart, not as a complete capture)")
+
+
+def _range_open(opts: TorchOptions, captured: int) -> str:
+    return (f"region {opts.range!r}: {captured} of --count {opts.count} occurrences were captured when the "
+            f"workload ended; the profiler was started on the thread that opened them and cannot be stopped "
+            f"from another, so no trace was written: lower --count or give the workload more occurrences "
+            f"(a longer --load)")
 
 
 def _run_under_external(torch, workload: Workload, opts: TorchOptions, rank: int,

@@ -53,17 +53,22 @@ class Workload:
     def stem(self) -> str:
         if self.script:
             return Path(self.script).stem
+        if self.module == "tracestory.cli" and self.args:
+            return self.args[0]           # `tracestory serve ...` -> "serve"
         return (self.module or "workload").rsplit(".", 1)[-1]
 
 
 def parse_workload(words: Sequence[str]) -> Workload:
-    """Parse ``[python] (script.py | -m module) ARGS`` (a leading ``--`` is dropped)."""
+    """Parse ``[python] (script.py | -m module) ARGS`` (a leading ``--`` is dropped);
+    ``tracestory CMD ARGS`` is ``-m tracestory.cli CMD ARGS`` with this interpreter."""
     words = list(words)
     if words and words[0] == "--":
         words = words[1:]
     if not words:
         raise UsageError("capture: expected a workload after --, e.g. "
                          "`-- python script.py ARGS` or `-- python -m module ARGS`, found nothing")
+    if Path(words[0]).name == "tracestory":   # `tracestory serve ...`: our own CLI, run by module
+        return Workload(None, None, "tracestory.cli", tuple(words[1:]))
     python = None
     if _PYTHON.match(Path(words[0]).name) or os.path.realpath(words[0]) == os.path.realpath(sys.executable):
         python, words = words[0], words[1:]

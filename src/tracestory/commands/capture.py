@@ -37,7 +37,7 @@ def _add_options(p: argparse.ArgumentParser, tool: str) -> None:
                    help=f"settings file (default ./{_settings.CONFIG_FILE} when present)")
     p.add_argument("--dry-run", action="store_true", help="print the exact commands and stop")
     p.add_argument("workload", nargs=argparse.REMAINDER,
-                   help="-- python script.py ARGS  |  -- python -m module ARGS")
+                   help="-- python script.py ARGS  |  -- python -m module ARGS  |  -- tracestory serve ARGS")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -69,9 +69,16 @@ def run(args: argparse.Namespace) -> int:
     tool = args.capture_tool
     p = pipeline.plan(tool, args.workload or [], _flags(args, tool), config=args.config)
     if args.dry_run:
+        from ..capture.load import url_of
+
         for s in p.steps:
-            prefix = "# in-process (torch.profiler inside tracestory):\n" if s.in_process else ""
-            print(prefix + s.command)
+            if s.in_process:
+                print("# in-process (torch.profiler inside tracestory):")
+            elif s.role == "server":
+                print("# the server, in its own process group (stopped with SIGINT after the load):")
+            elif s.role == "load":
+                print(f"# once GET {url_of(p.values['load']).rstrip('/')}/health answers 200:")
+            print(s.command)
         return 0
     result = pipeline.execute(p)
     if result.status == "complete":

@@ -11,6 +11,7 @@ event log closed), exit code 0.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -33,7 +34,9 @@ def register(subparsers) -> None:
                    help="CUDA: share of free memory for weights + KV cache when --num-blocks is not given")
     p.add_argument("--max-batch-tokens", type=int, default=256, help="token budget per iteration (default: 256)")
     p.add_argument("--max-num-seqs", type=int, default=32, help="most running requests (default: 32)")
-    p.add_argument("--event-log", metavar="JSONL", help="write the scheduler event log here")
+    p.add_argument("--event-log", metavar="JSONL",
+                   help="write the scheduler event log here (default: $TRACESTORY_EVENT_LOG, which "
+                        "`tracestory capture --load` sets to the capture folder)")
     p.add_argument("--vocab", type=int, help="vocabulary size (default: 512 tiny, 32000 / 128256 real presets)")
     p.add_argument("--eos-id", type=int, help="token id that ends a request (default: none)")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default: 0)")
@@ -45,6 +48,7 @@ def register(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..capture.load import EVENT_LOG_ENV
     from ..errors import UsageError
     from ..serve import ServeOptions, run_server
 
@@ -58,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     opts = ServeOptions(preset=args.preset, layers=args.layers, device=args.device, dtype=args.dtype, host=args.host,
                         port=args.port, block_size=args.block_size, num_blocks=args.num_blocks,
                         max_batch_tokens=args.max_batch_tokens, max_num_seqs=args.max_num_seqs,
-                        event_log=args.event_log, vocab=args.vocab, eos_id=args.eos_id, seed=args.seed,
+                        event_log=args.event_log or os.environ.get(EVENT_LOG_ENV) or None, vocab=args.vocab, eos_id=args.eos_id, seed=args.seed,
                         fail_rate=args.fail_rate, model_name=args.model_name,
                         gpu_memory_fraction=args.gpu_memory_fraction)
 

@@ -32,6 +32,8 @@ class Inputs:
     manifests: list[dict] = field(default_factory=list)  # capture folders' manifest.json
     artifact_dirs: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    scheduler_logs: list[str] = field(default_factory=list)   # capture folders' serving logs
+    load_summaries: list[str] = field(default_factory=list)   # capture folders' load summaries
 
 
 def sniff(path: Path) -> str:
@@ -120,6 +122,8 @@ def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | 
             out.artifact_dirs.append(str(path))
             require_gpu = bool(folder.manifest.get("environment", {}).get("gpus"))
             files = folder.trace_files
+            out.scheduler_logs += [str(p) for p in folder.scheduler_logs]
+            out.load_summaries += [str(p) for p in folder.load_summaries]
         elif path.is_dir():
             require_gpu, files = True, _expand(path)
         else:

@@ -1,10 +1,11 @@
 """Seed 003's "Continuous Batching" execution story, from a scheduler event log.
 
 :func:`render_batch_story` writes Markdown sections: the scenario and arrivals, the scheduler
-decisions per iteration with their reasons, chunked prefill, KV cache events and preemptions,
+decisions per iteration with their reasons, engine stalls, chunked prefill, KV cache events and preemptions,
 the memory timeline (ASCII, at most 100 columns), kernel behavior under batching (tokens per
 iteration and the fit of iteration time on them; with a joined trace, GPU busy time and the
-top kernels of prefill-heavy vs decode-only iterations) and request latency from the log.
+top kernels of prefill-heavy vs decode-only iterations) and request latency from the log, next to
+the client's view when the load generator's summary of the same run is given.
 :func:`batch_json` is the same content as JSON.
 
 Folding: a run of consecutive decode-only iterations with the same number of sequences whose
@@ -21,7 +22,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from ..analyze.batching import BatchingResult, Iteration
+from ..analyze.batching import STALL_MIN_NS, STALL_RATIO, BatchingResult, Iteration
 from .ascii import clip_text, fmt_bytes, fmt_ns, fmt_pct, time_axis
 
 MAX_ENTRIES = 40
@@ -320,7 +321,8 @@ def _trace_lines(r: BatchingResult) -> list[str]:
     j = r.trace
     busy, rng = np.array(j.gpu_busy_ns, dtype=np.float64), np.array(j.range_ns, dtype=np.float64)
     frac = busy.sum() / rng.sum() if rng.sum() > 0 else None
-    lines = [(f"Joined with the trace ({len(j.iterations)} `iteration N` ranges, {j.side} side): GPU busy "
+    its = f"iterations {min(j.iterations)}-{max(j.iterations)}" if j.iterations else "no iterations"
+    lines = [(f"Joined with the trace ({len(j.iterations)} `iteration N` ranges, {its}, {j.side} side): GPU busy "
               f"{fmt_ns(float(busy.mean()) if busy.size else None)} per iteration on average, "
               f"{fmt_pct(frac)} of the iteration ranges."), ""]
     for cls, top in j.top_kernels.items():
@@ -334,16 +336,64 @@ def _trace_lines(r: BatchingResult) -> list[str]:
     return lines
 
 
+def _stalls(r: BatchingResult) -> list[str]:
+    if not r.stalls:
+        return [f"No iteration took {STALL_RATIO:g}x the median iteration time ({fmt_ns(r.iteration_ns.p50_ns)}) "
+                f"and at least {fmt_ns(STALL_MIN_NS)}.", ""]
+    window = set(r.trace.iterations) if r.trace is not None else set()
+    last = max(window) if window else None
+    lines = [f"Iterations that took at least {STALL_RATIO:g}x the median ({fmt_ns(r.iteration_ns.p50_ns)}) and "
+             f"{fmt_ns(STALL_MIN_NS)}: the engine thread did nothing else meanwhile, so requests that arrived then "
+             "waited for it.", ""]
+    t0 = r.log.iterations[0].t_start_ns if r.log.iterations else 0
+    for st in r.stalls:
+        why = ("the first iteration (CUDA and library warm-up)" if r.log.iterations and st.iter == r.log.iterations[0].iter
+               else "the last traced iteration: the profiler's stop ran on the engine thread" if st.iter == last
+               else "inside the traced window" if st.iter in window else None)
+        ttft = (f"; their TTFT p50 {fmt_ns(st.ttft_p50_ns_of_those)}" if st.ttft_p50_ns_of_those is not None else "")
+        lines.append(f"- Iteration {st.iter} at T={(st.t_start_ns - t0) / 1e9:.2f} s: {fmt_ns(st.duration_ns)} "
+                     f"({st.times_median:.0f}x the median){' — ' + why if why else ''}; "
+                     f"{st.arrivals_during} request(s) arrived during it{ttft}")
+    return lines + [""]
+
+
 def _latency(r: BatchingResult) -> list[str]:
     def row(name, d):
         return [name, d.count, fmt_ns(d.p50_ns), fmt_ns(d.p90_ns), fmt_ns(d.p99_ns), fmt_ns(d.max_ns)]
 
     from .markdown import md_table
 
-    return ["Server-side latency per request (from the log; percentiles by linear interpolation):", "",
-            *md_table(["", "requests", "p50", "p90", "p99", "max"],
-                      [row("TTFT (arrival → first token)", r.ttft), row("E2E (arrival → finish)", r.e2e),
-                       row("iteration time", r.iteration_ns)], "lrrrrr"), ""]
+    lines = ["Server-side latency per request (from the log; percentiles by linear interpolation):", "",
+             *md_table(["", "requests", "p50", "p90", "p99", "max"],
+                       [row("TTFT (arrival → first token)", r.ttft), row("E2E (arrival → finish)", r.e2e),
+                        row("iteration time", r.iteration_ns)], "lrrrrr"), ""]
+    c = r.client
+    if c is None:
+        return lines
+    rate = f"{c.target_qps:g} QPS Poisson" if c.target_qps is not None else f"concurrency {c.concurrency}"
+    fails = ", ".join(f"{n} {k}" for k, n in c.failures.items()) or "none"
+    good = (f"; goodput {c.goodput_rps:.2f} req/s ({fmt_pct(c.goodput_fraction)} of requests within "
+            f"TTFT <= {fmt_ns(c.slo_ttft_ns)}, mean ITL <= {fmt_ns(c.slo_itl_ns)})" if c.goodput_rps is not None else "")
+    lines += [(f"Client side, as the load generator measured it ({rate} for {c.duration_s:g} s): {c.ok} of "
+               f"{c.planned} requests OK, failures: {fails}; achieved {_num(c.achieved_qps, '.2f')} req/s, "
+               f"{_num(c.input_tokens_per_s, ',.0f')} input and {_num(c.output_tokens_per_s, ',.0f')} output "
+               f"tokens/s{good}."
+               + (" The run was interrupted." if c.interrupted else "")), "",
+              *md_table(["", "samples", "p50", "p90", "p99", "max"],
+                        [row("TTFT (send → first token)", c.ttft), row("ITL (between tokens)", c.itl),
+                         row("E2E (send → last token)", c.e2e)], "lrrrrr"), ""]
+    if c.ttft.p50_ns is not None and r.ttft.p50_ns is not None:
+        gap = c.ttft.p50_ns - r.ttft.p50_ns
+        lines += [f"Client TTFT p50 minus server TTFT p50: {'-' if gap < 0 else ''}{fmt_ns(abs(gap))}, the time a "
+                  "first token spends outside the engine loop (HTTP, JSON, the hand-off to the engine thread and "
+                  "the stream back).", ""]
+    if len(r.log.arrivals) != c.sent:
+        lines += [f"The client sent {c.sent} requests and the server logged {len(r.log.arrivals)} arrivals.", ""]
+    return lines
+
+
+def _num(x: float | None, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
 
 
 def render_batch_story(result: BatchingResult) -> str:
@@ -355,6 +405,7 @@ def render_batch_story(result: BatchingResult) -> str:
            ("Per iteration: the batch, the decisions with the scheduler's reasons, KV blocks and memory. Runs of "
             "steady-state decode iterations are folded into one line."), "",
            "```text", *decision_lines(r.log.iterations), "```", "",
+           "### Engine stalls", "", *_stalls(r),
            "### Chunked prefill", "", *_chunked(r),
            "### KV cache events", "", *_kv(r),
            "### Memory timeline", "", *_memory_section(r),
@@ -387,4 +438,6 @@ def batch_json(result: BatchingResult) -> dict:
         "preemptions": [asdict(p) for p in r.preemptions], "finish_reasons": r.finish_reasons,
         "requests": [asdict(q) for q in r.requests], "per_iteration": per_iter,
         "trace": asdict(r.trace) if r.trace is not None else None,
+        "client": asdict(r.client) if r.client is not None else None,
+        "stalls": [asdict(x) for x in r.stalls],
     }

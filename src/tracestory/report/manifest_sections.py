@@ -139,13 +139,12 @@ def render_actions_log(manifest: Mapping[str, Any]) -> str:
         lines += _settings_lines(cap.get("settings") or {})
         lines.append("")
         for j, step in enumerate(cap.get("steps") or [], 1):
-            how = " (in-process: tracestory runs the workload under torch.profiler)" \
-                if step.get("in_process") else ""
+            how = _ROLE.get(step.get("role"), "") or (
+                " (in-process: tracestory runs the workload under torch.profiler)" if step.get("in_process") else "")
             lines += [f"**Action {i}.{j}: {step.get('name')}**{how}", ""]
             lines += _fence(step.get("command") or " ".join(step.get("argv") or []), "bash")
-            result = f"exit code {step.get('exit_code')}" if step.get("exit_code") is not None else NA
             lines.append(f"Started {_v(step.get('started_at'))}, took {_duration(step.get('duration_ns'))}, "
-                         f"{result}.")
+                         f"{_step_result(step)}.")
             if step.get("status") != "ok" and step.get("error"):
                 err = str(step["error"]).strip().splitlines()[-1]
                 lines.append(f"Failed: {err}")
@@ -154,10 +153,25 @@ def render_actions_log(manifest: Mapping[str, Any]) -> str:
             if fl:
                 lines += fl + [""]
         if status != "complete":
-            lines += [f"Capture failed ({_v(cap.get('error'))}); its partial output was discarded, "
+            kept = (f"its partial output was kept apart in `{cap['kept']}`" if cap.get("kept")
+                    else "its partial output was discarded")
+            lines += [f"Capture failed ({_v(cap.get('error'))}); {kept}, "
                       f"no `{cap.get('tool')}/` folder was written by it.", ""]
     lines += _modifications((manifest.get("environment") or {}).get("git"))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+_ROLE = {"server": " (the server, profiled; stopped after the load)",
+         "health": " (wait until the server answers)", "load": " (the load against the server)"}
+
+
+def _step_result(step: dict) -> str:
+    if step.get("role") == "health":
+        return "answered HTTP 200" if step.get("status") == "ok" else "no HTTP 200"
+    result = f"exit code {step['exit_code']}" if step.get("exit_code") is not None else NA
+    if step.get("stop_signal"):
+        result = f"stopped with {step['stop_signal']}, {result}"
+    return result
 
 
 DIFF_LINES_SHOWN = 400

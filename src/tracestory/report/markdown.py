@@ -357,6 +357,16 @@ def _batch_summary(b) -> str:
     if b.iteration_ns.count:
         parts.append(f"iteration time p50 {fmt_ns(b.iteration_ns.p50_ns)}")
     text = "; ".join(parts) + "."
+    c = b.client
+    if c is not None and c.achieved_qps is not None:
+        good = f", goodput {fmt_pct(c.goodput_fraction)}" if c.goodput_fraction is not None else ""
+        text += (f" The load generator achieved {c.achieved_qps:.2f} req/s with {c.failed} failed{good}; "
+                 f"its TTFT p50 {fmt_ns(c.ttft.p50_ns)}, ITL p50 {fmt_ns(c.itl.p50_ns)}.")
+    if b.stalls:
+        worst = max(b.stalls, key=lambda x: x.duration_ns)
+        text += (f" {len(b.stalls)} engine stall(s); the longest, iteration {worst.iter}, took "
+                 f"{fmt_ns(worst.duration_ns)} ({worst.times_median:.0f}x the median) while "
+                 f"{worst.arrivals_during} request(s) arrived (Execution Story: Engine stalls).")
     f = b.fit
     if f is not None and f.r_squared is not None:
         terms = []
