@@ -37,3 +37,16 @@ def free_port() -> int:
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+@pytest.fixture
+def clean_cwd(tmp_path, monkeypatch):
+    """An empty current folder with no TRACESTORY_* variables (capture settings come from
+    flags only) and no tracestory.toml."""
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("TRACESTORY_"):
+            monkeypatch.delenv(k)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -7,12 +7,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 LOG="$OUT/bench.log"
 TS="python3 -m tracestory.cli bench"
-step() {  # step NAME SECONDS CMD...
-    local name=$1 secs=$2; shift 2
-    echo "=== [$name] $(date +%T) \$ $*" | tee -a "$LOG"
-    timeout "$secs" "$@" 2>&1 | tee -a "$LOG"
-    echo "=== [$name] rc=${PIPESTATUS[0]} $(date +%T)" | tee -a "$LOG"
-}
+source "$(dirname "$0")/steps.sh"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())'

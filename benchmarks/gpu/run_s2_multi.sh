@@ -9,12 +9,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 LOG="$OUT/run.log"
 TS="python3 -m tracestory.cli"
-step() {  # step NAME SECONDS CMD...
-    local name=$1 secs=$2; shift 2
-    echo "=== [$name] $(date +%T) \$ $*" | tee -a "$LOG"
-    timeout "$secs" "$@" 2>&1 | tail -40 | tee -a "$LOG"
-    echo "=== [$name] rc=${PIPESTATUS[0]} $(date +%T)" | tee -a "$LOG"
-}
+source "$(dirname "$0")/steps.sh"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>&1 | tee -a "$LOG"
 nvidia-smi topo -m 2>&1 | head -8 | tee -a "$LOG"
 TP="--range step --wait 2 --warmup 2 --active 4 -- python3 examples/tp_llama.py --layers 2 --steps 10"

@@ -8,12 +8,7 @@ W=/tmp/s2s; mkdir -p "$OUT" $W/traces $W/json $W/ncu
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 LOG="$OUT/run.log"
 TS="python3 -m tracestory.cli"
-step() {  # step NAME SECONDS CMD...
-    local name=$1 secs=$2; shift 2
-    echo "=== [$name] $(date +%T) \$ $*" | tee -a "$LOG"
-    timeout "$secs" "$@" 2>&1 | grep -v Warning | tail -30 | tee -a "$LOG"
-    echo "=== [$name] rc=${PIPESTATUS[0]} $(date +%T)" | tee -a "$LOG"
-}
+source "$(dirname "$0")/steps.sh"
 B="llama --preset llama-3-8b --layers 4 --phase decode --batch 1"
 step llama-decode 170 $TS bench $B --kv-len 4096 --mode eager compile --compile-mode default reduce-overhead max-autotune --json $W/json/llama_decode_matmul.json
 step attention 70 $TS bench attention-decode --batch 1 --heads 32 --gqa 4 --head-dim 128 --impl sdpa sdpa-flash matmul --json $W/json/attention_decode_impls.json

@@ -14,12 +14,7 @@ OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 LOG="$OUT/run.log"
 TS="python3 -m tracestory.cli"
-step() {  # step NAME SECONDS CMD...
-    local name=$1 secs=$2; shift 2
-    echo "=== [$name] $(date +%T) \$ $*" | tee -a "$LOG"
-    timeout "$secs" "$@" 2>&1 | grep -v Warning | tail -40 | tee -a "$LOG"
-    echo "=== [$name] rc=${PIPESTATUS[0]} $(date +%T)" | tee -a "$LOG"
-}
+source "$(dirname "$0")/steps.sh"
 # SERVE/LOAD/SKIP can be overridden for a CPU rehearsal of this script.
 SERVE=${SERVE:-"tracestory serve --preset llama-3-8b --layers 4 --device cuda --port 8000"}
 LOAD=${LOAD:-"--model m --target-qps 12 --duration 15 --prompt-len-min 512 --prompt-len-max 1024 --max-new-tokens 128 --ignore-eos --no-progress --timeout 60"}

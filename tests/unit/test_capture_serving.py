@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -22,12 +21,8 @@ from tracestory.cli import main
 
 
 @pytest.fixture
-def work(tmp_path, monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("TRACESTORY_"):
-            monkeypatch.delenv(k)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def work(clean_cwd):
+    return clean_cwd
 
 
 def load_words(port: int, n: int = 6) -> str:

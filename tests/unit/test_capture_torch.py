@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -34,14 +33,10 @@ if "--fail" in sys.argv:
 
 
 @pytest.fixture
-def work(tmp_path, monkeypatch):
+def work(clean_cwd):
     """A clean folder with the workload; no TRACESTORY_* variables, no tracestory.toml."""
-    for k in list(os.environ):
-        if k.startswith("TRACESTORY_"):
-            monkeypatch.delenv(k)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "work.py").write_text(WORKLOAD)
-    return tmp_path
+    (clean_cwd / "work.py").write_text(WORKLOAD)
+    return clean_cwd
 
 
 def annotations(path: Path) -> collections.Counter:
