@@ -8,7 +8,7 @@ Each mode runs in a fresh process (CUPTI is initialized once per process). A thr
 [skip, skip+count). Prints one JSON line per mode: start/stop durations, the longest
 iteration outside the window, kernels in the trace, peak host RSS.
 """
-import argparse, gzip, json, os, resource, subprocess, sys, threading, time
+import argparse, gzip, json, resource, subprocess, sys, threading, time
 
 
 def child(mode: str, iters: int, kernels: int, skip: int, count: int, out: str) -> None:

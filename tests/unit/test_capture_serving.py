@@ -173,3 +173,14 @@ def test_report_refuses_a_load_summary_without_its_log(work, capsys):
     Path("s.json").write_text(json.dumps({"config": {}, "summary": {"mode": "poisson", "ttft": {}}}))
     assert main(["report", "s.json", "-o", "r.md"]) == 2
     assert "s.json: a load summary is reported with the scheduler event log" in capsys.readouterr().err
+
+
+def test_report_names_a_broken_load_summary(work, capsys):
+    from conftest import TEST_DATA
+
+    log = TEST_DATA / "serving" / "h200_serve_q12" / "torch" / "serve.sched.jsonl.gz"
+    Path("s.json").write_text(json.dumps({"config": {}, "summary": {"mode": "poisson", "ttft": {}}}))
+    assert main(["report", str(log), "s.json", "-o", "r.md"]) == 2
+    err = capsys.readouterr().err
+    assert "s.json: expected a `tracestory load --json` summary, found no key 'target_qps' in \"summary\"" in err
+    assert not Path("r.md").exists()

@@ -8,7 +8,6 @@ import json
 import os
 import re
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -74,3 +74,27 @@ def test_report_of_the_capture_passes_the_checklist(report, tmp_path, capsys):
     path.write_text(report[0])
     assert main(["check", str(path)]) == 0
     assert "0 FAIL" in capsys.readouterr().out
+
+
+def test_traced_iterations_against_untraced_ones(log_lines, report):
+    its = [x for x in log_lines if x["type"] == "iteration"]
+
+    def kind(x):
+        p = sum(m["tokens"] for m in x["members"] if m["phase"] == "prefill")
+        d = sum(1 for m in x["members"] if m["phase"] == "decode")
+        return ("decode-only" if not p else "prefill-only" if not d else "mixed"), p, d
+
+    stalls = {0, 615}
+    traced = [x for x in its if 600 <= x["iter"] <= 615 and x["iter"] not in stalls]
+    window = {w["kind"]: w for w in report[1]["batching"]["window"]}
+    for k in ("mixed", "decode-only"):
+        mine = [x for x in traced if kind(x)[0] == k]
+        ps, ds = [kind(x)[1] for x in mine], [kind(x)[2] for x in mine]
+        others = [x["t_end_ns"] - x["t_start_ns"] for x in its
+                  if not 600 <= x["iter"] <= 615 and x["iter"] not in stalls and kind(x)[0] == k
+                  and min(ps) <= kind(x)[1] <= max(ps) and min(ds) <= kind(x)[2] <= max(ds)]
+        w = window[k]
+        assert (w["traced"], w["others"]) == (len(mine), len(others))
+        assert w["traced_median_ns"] == statistics.median(x["t_end_ns"] - x["t_start_ns"] for x in mine)
+        assert w["others_median_ns"] == statistics.median(others)
+        assert w["traced_median_ns"] > 1.4 * w["others_median_ns"]   # the profiler's cost, seen on the H200

@@ -24,6 +24,8 @@ What is derived
   least :data:`STALL_MIN_NS` (first-iteration warm-up, a profiler starting on the engine thread,
   a garbage-collection pause), with the requests that arrived during each and their median
   TTFT;
+* with a trace, the traced iterations of each kind against untraced ones of the same kind and
+  batch (median wall time; stalls left out): the profiler's own cost on the iterations it records;
 * KV blocks over time (``kv.in_use`` at each iteration end), blocks allocated and freed,
   preemptions (``preempt`` decisions), chunked prefill (prefill members with ``chunked``);
 * optionally, joined with a trace of the same run by iteration number: the server marks each
@@ -344,6 +346,18 @@ class Stall:
 
 
 @dataclass(frozen=True)
+class WindowCompare:
+    """Traced iterations of one kind against the untraced ones of the same kind and batch
+    (decode sequences and prefill tokens within the traced ones' range), stalls left out."""
+
+    kind: str
+    traced: int
+    traced_median_ns: float
+    others: int
+    others_median_ns: float | None
+
+
+@dataclass(frozen=True)
 class KernelShare:
     name: str
     total_ns: int
@@ -383,6 +397,7 @@ class BatchingResult:
     finish_reasons: dict[str, int] = field(default_factory=dict)
     client: Any = None                  # the load generator's LoadSummary of the same run, if given
     stalls: tuple[Stall, ...] = ()
+    window: tuple[WindowCompare, ...] = ()   # traced vs untraced iterations (with a trace)
 
 
 def fit_iteration_time(iterations) -> IterationFit | None:
@@ -420,6 +435,25 @@ def find_stalls(log: SchedulerLog) -> tuple[Stall, ...]:
         ttft = [first[a.request_id] - a.t_ns for a in came if a.request_id in first]
         out.append(Stall(it.iter, it.t_start_ns, it.duration_ns, float(dur[k] / median) if median > 0 else float("inf"),
                          len(came), float(np.median(ttft)) if ttft else None))
+    return tuple(out)
+
+
+def compare_window(log: SchedulerLog, traced: tuple[int, ...], stalls: tuple[Stall, ...]) -> tuple[WindowCompare, ...]:
+    """How much slower the traced iterations ran than comparable untraced ones (profiler cost)."""
+    inside = set(traced)
+    skip = {st.iter for st in stalls}
+    out = []
+    for kind in ("prefill-only", "mixed", "decode-only"):
+        mine = [it for it in log.iterations if it.iter in inside and it.kind == kind and it.iter not in skip]
+        if not mine:
+            continue
+        d_lo, d_hi = min(i.decode_seqs for i in mine), max(i.decode_seqs for i in mine)
+        p_lo, p_hi = min(i.prefill_tokens for i in mine), max(i.prefill_tokens for i in mine)
+        others = [it.duration_ns for it in log.iterations
+                  if it.iter not in inside and it.iter not in skip and it.kind == kind
+                  and d_lo <= it.decode_seqs <= d_hi and p_lo <= it.prefill_tokens <= p_hi]
+        out.append(WindowCompare(kind, len(mine), float(np.median([i.duration_ns for i in mine])), len(others),
+                                 float(np.median(others)) if others else None))
     return tuple(out)
 
 
@@ -462,6 +496,8 @@ def analyze_batching(log: SchedulerLog, trace=None, client=None) -> BatchingResu
     reasons: dict[str, int] = {}
     for f in log.finishes:
         reasons[f.reason] = reasons.get(f.reason, 0) + 1
+    joined = join_trace(log, trace) if trace is not None else None
+    stalls = find_stalls(log)
     return BatchingResult(
         log=log, requests=reqs,
         ttft=distribution([r.ttft_ns for r in reqs if r.ttft_ns is not None]),
@@ -471,8 +507,8 @@ def analyze_batching(log: SchedulerLog, trace=None, client=None) -> BatchingResu
         kv_allocated_total=sum(alloc) if alloc else None, kv_freed_total=sum(freed) if freed else None,
         kv_peak_in_use=peak[0] if peak else None, kv_peak_t_ns=peak[1] if peak else None,
         kv_total=totals[-1] if totals else log.meta.num_blocks,
-        trace=join_trace(log, trace) if trace is not None else None, finish_reasons=reasons, client=client,
-        stalls=find_stalls(log))
+        trace=joined, finish_reasons=reasons, client=client, stalls=stalls,
+        window=compare_window(log, joined.iterations, stalls) if joined is not None else ())
 
 
 def prefill_heavy(it: Iteration) -> bool:

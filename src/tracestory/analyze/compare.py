@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
+from .families import SMALL_OP_FAMILIES, kernel_family
 from .findings import Evidence, Finding
 
 LAUNCH_API = re.compile(r"^cu(da)?(LaunchKernel|LaunchCooperativeKernel|GraphLaunch)", re.IGNORECASE)
@@ -60,24 +61,6 @@ _TRITON_INDEX = re.compile(r"_\d+$")
 _FUSED_STOP = {"fused", "view", "clone", "default", "tensor", "scalar", "copy", "unsafe", "expand",
                "squeeze", "unsqueeze", "permute", "transpose", "reshape", "slice", "select", "alias"}
 
-# (family, regex searched in the kernel name); first match wins.
-FAMILIES: tuple[tuple[str, str], ...] = (
-    ("NCCL", r"nccl"),
-    ("Triton template (matmul)", r"^triton_tem_|^triton_.*_mm(_|$)"),
-    ("Triton fused pointwise", r"^triton_poi_"),
-    ("Triton fused reduction", r"^triton_(red|per)_"),
-    ("Triton other", r"^triton_"),
-    ("FlashAttention", r"flash_fwd|flash_bwd|flash::|pytorch_flash|fmha|flashinfer"),
-    ("cuDNN", r"cudnn|^sm\d+_xmma_(fprop|dgrad|wgrad)"),
-    ("cuBLAS/nvjet", r"^nvjet|cublas|^sm\d+_xmma_gemm|^ampere_.*gemm|^volta_.*gemm|gemv"),
-    ("CUTLASS", r"cutlass"),
-    ("ATen elementwise", r"elementwise_kernel|CatArrayBatchedCopy"),
-    ("ATen reduction", r"reduce_kernel|at::native::.*reduce"),
-    ("ATen other", r"at::native|at::cuda"),
-    ("memcpy", r"^Memcpy"),
-    ("memset", r"^Memset"),
-)
-SMALL_OP_FAMILIES = ("ATen elementwise", "ATen reduction", "ATen other")
 
 
 # ------------------------------------------------------------------ results
@@ -223,10 +206,6 @@ def normalize_name(name: str) -> str:
     if s.startswith("triton_"):
         s = _TRITON_INDEX.sub("", s)
     return s
-
-
-def kernel_family(name: str) -> str:
-    return next((f for f, p in FAMILIES if re.search(p, name)), "other")
 
 
 def fused_ops(name: str) -> tuple[str, ...]:

@@ -243,9 +243,11 @@ def _op_costs(trace, rows: np.ndarray):
     cache: dict = {}
     names, dims, types, ff = ops["name"], ops["input_dims"], ops["input_types"], ops["flops"]
     for r in rows.tolist():
-        key = (int(names[r]), bytes(dims[r] or b""), bytes(types[r] or b""), float(ff[r]))
+        f = float(ff[r])
+        # NaN (no flops field) never equals itself: key it as None, or every lookup misses
+        key = (int(names[r]), bytes(dims[r] or b""), bytes(types[r] or b""), f if f == f else None)
         got = cache.get(key)
         if got is None:
-            got = cache[key] = _cost(trace.name(key[0]), dims[r], types[r], key[3])
+            got = cache[key] = _cost(trace.name(key[0]), dims[r], types[r], f)
         flops[r], byts[r], prec[r] = got
     return flops, byts, prec

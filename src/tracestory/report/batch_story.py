@@ -26,6 +26,7 @@ from ..analyze.batching import STALL_MIN_NS, STALL_RATIO, BatchingResult, Iterat
 from .ascii import clip_text, fmt_bytes, fmt_ns, fmt_pct, time_axis
 
 MAX_ENTRIES = 40
+MAX_TRACED_ROWS = 24
 MAX_ARRIVALS = 12
 WIDTH = 100
 
@@ -325,6 +326,27 @@ def _trace_lines(r: BatchingResult) -> list[str]:
     lines = [(f"Joined with the trace ({len(j.iterations)} `iteration N` ranges, {its}, {j.side} side): GPU busy "
               f"{fmt_ns(float(busy.mean()) if busy.size else None)} per iteration on average, "
               f"{fmt_pct(frac)} of the iteration ranges."), ""]
+    by_iter = {it.iter: it for it in r.log.iterations}
+    rows = []
+    for n, b, rg in list(zip(j.iterations, j.gpu_busy_ns, j.range_ns))[:MAX_TRACED_ROWS]:
+        it = by_iter.get(n)
+        rows.append([n, it.kind if it else "n/a", it.prefill_tokens if it else "n/a", it.decode_seqs if it else "n/a",
+                     fmt_ns(it.duration_ns) if it else "n/a", fmt_ns(rg), fmt_ns(b), fmt_pct(b / rg if rg else None)])
+    for w in r.window:
+        if w.others_median_ns:
+            lines.append(f"- {w.kind}: the {w.traced} traced iterations took {fmt_ns(w.traced_median_ns)} (median) against "
+                         f"{fmt_ns(w.others_median_ns)} for {w.others} untraced ones of the same batch "
+                         f"({w.traced_median_ns / w.others_median_ns:.2f}x)")
+    if any(w.others_median_ns for w in r.window):
+        lines += ["", "The difference is the profiler's own cost (every op recorded on the engine thread): read the "
+                  "trace's iteration times with it in mind; the untraced iterations are the reference.", ""]
+    lines += ["Traced iterations (wall: the scheduler log's iteration; range: the trace's `iteration N`; GPU busy: "
+              "union of its GPU ops):", ""]
+    lines += md_table(["iteration", "kind", "prefill tokens", "decode seqs", "wall", "range", "GPU busy", "busy"],
+                      rows, "llrrrrrr")
+    if len(j.iterations) > MAX_TRACED_ROWS:
+        lines.append(f"… {len(j.iterations) - MAX_TRACED_ROWS} more traced iterations in the JSON (`trace`).")
+    lines.append("")
     for cls, top in j.top_kernels.items():
         if not top:
             continue
@@ -440,4 +462,5 @@ def batch_json(result: BatchingResult) -> dict:
         "trace": asdict(r.trace) if r.trace is not None else None,
         "client": asdict(r.client) if r.client is not None else None,
         "stalls": [asdict(x) for x in r.stalls],
+        "window": [asdict(x) for x in r.window],
     }

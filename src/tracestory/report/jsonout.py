@@ -103,11 +103,11 @@ def _device_peaks(trace, peaks):
 
 
 def kernel_families_json(a) -> list[dict]:
-    """The report's kernel-family table (``report.markdown``'s family patterns): ops, time,
+    """The report's kernel-family table (:mod:`tracestory.analyze.families`): ops, time,
     share of GPU op time and top kernel per family."""
-    from .markdown import _families
+    from ..analyze.families import family_table
 
-    fams = _families(a)
+    fams = family_table(a.trace)
     total = sum(f[2] for f in fams) or 1
     return [{"family": f, "ops": n, "time_ns": t, "share": t / total, "top_kernel": k} for f, n, t, k in fams]
 

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..analyze.families import family_table, is_generated
 from ..analyze.findings import Evidence, derive_findings
 from ..analyze.links import gpu_ops_column
 from .ascii import (Bar, Lane, bar_chart, fmt_bytes, fmt_ms, fmt_ns, fmt_pct,
@@ -28,18 +29,6 @@ SECTIONS = ("Executive Summary", "Environment", "Codebase Analysis Summary", "Go
             "Actions Log", "Execution Story", "Visualizations", "Hardware Behavior Analysis",
             "Observations and Insights", "Reproduction Guide", "Appendix")
 
-# Kernel families, first match wins (names as the libraries emit them).
-FAMILIES: tuple[tuple[str, str], ...] = (
-    ("NCCL", r"^nccl|nccl(Dev)?Kernel"),
-    ("FlashAttention", r"flash_fwd|flash_bwd|flash::|pytorch_flash|fmha|flashinfer"),
-    ("cuDNN", r"cudnn|^sm\d+_xmma_(fprop|dgrad|wgrad)"),
-    ("Triton/Inductor", r"^triton_"),
-    ("cuBLAS/nvjet", r"^nvjet|cublas|^sm\d+_xmma_gemm|^ampere_.*gemm|^volta_.*gemm|gemv"),
-    ("CUTLASS", r"cutlass"),
-    ("ATen elementwise", r"elementwise_kernel"),
-    ("ATen other", r"at::native|at::cuda"),
-    ("memcpy/memset", r"^Memcpy|^Memset"),
-)
 _PRECISIONS: tuple[tuple[str, str], ...] = (
     ("fp8", r"fp8|e4m3|e5m2|Float8"),
     ("bf16", r"bf16|BFloat16|bfloat16"),
@@ -94,25 +83,6 @@ def _label(a) -> str:
     return a.trace.label
 
 
-def _families(a) -> list[tuple[str, int, int, str]]:
-    """(family, ops, time_ns, top kernel) over kernels and memops, by time desc."""
-    tr = a.trace
-    names = np.concatenate([tr.kernels["name"], tr.memops["name"]])
-    dur = np.concatenate([tr.kernels.dur_ns, tr.memops.dur_ns])
-    codes, inv = np.unique(names, return_inverse=True)
-    fam_of_code = []
-    for c in codes:
-        n = tr.name(int(c))
-        fam_of_code.append(next((f for f, p in FAMILIES if re.search(p, n)), "other"))
-    fam = np.array(fam_of_code, dtype=object)[inv]
-    per_name = np.bincount(inv, weights=dur)
-    out = []
-    for f in sorted(set(fam_of_code)):
-        m = fam == f
-        cm = np.array([x == f for x in fam_of_code])
-        top = int(codes[cm][np.argmax(per_name[cm])])
-        out.append((f, int(m.sum()), int(dur[m].sum()), tr.name(top)))
-    return sorted(out, key=lambda x: (-x[2], x[0]))
 
 
 def _precisions(a) -> tuple[list[str], list[str]]:
@@ -214,14 +184,14 @@ def _codebase(analyses) -> list[str]:
     for a in analyses:
         if len(analyses) > 1:
             out += [f"### {_label(a)}", ""]
-        fams = _families(a)
+        fams = family_table(a.trace)
         total = sum(f[2] for f in fams) or 1
         out += md_table(("kernel family", "ops", "time", "share", "top kernel"),
                         [(f, n, fmt_ns(t), fmt_pct(t / total), f"`{short_name(k, 60)}`")
                          for f, n, t, k in fams], "lrrrl")
         out.append("")
         names = {f[0] for f in fams}
-        triton = "Triton/Inductor" in names
+        triton = any(is_generated(n) for n in names)
         out.append(f"- Execution mode: {'compiled (Triton/Inductor kernels present)' if triton else 'eager (no Triton/Inductor kernels)'}")
         kp, op = _precisions(a)
         out.append(f"- Precisions in GEMM/attention op inputs: {', '.join(op) if op else 'n/a (shapes/types not recorded)'}; "
