@@ -153,8 +153,7 @@ def cmd_report(args) -> int:
     out = write_report(inputs, analyses, output=Path(args.output), goal=args.goal, questions=tuple(args.question or ()),
                        plots=args.plots, json_path=args.json, peaks_path=args.peaks,
                        command="tracestory " + " ".join(sys.argv[1:]), batch=batch,
-                       extra_inputs=tuple(p for p in (*logs, *summaries) if p not in inputs.scheduler_logs
-                                          and p not in inputs.load_summaries))
+                       extra_inputs=tuple(p for p in (*logs, *summaries) if p in args.inputs))
     print(out)
     if args.html:
         from .report.html import write_html

@@ -417,22 +417,20 @@ def fit_iteration_time(iterations) -> IterationFit | None:
                         1.0 - ss_res / ss_tot if ss_tot > 0 else None, len(y))
 
 
-def find_stalls(log: SchedulerLog) -> tuple[Stall, ...]:
-    """Iterations far longer than the median (see the module docstring), in iteration order."""
+def find_stalls(log: SchedulerLog, requests: tuple[RequestTimes, ...]) -> tuple[Stall, ...]:
+    """Iterations far longer than the median (see the module docstring), in iteration order;
+    ``requests`` from :func:`request_times` give the TTFT of those that arrived during each."""
     its = log.iterations
     if len(its) < 3:
         return ()
     dur = np.array([it.duration_ns for it in its], dtype=np.float64)
     median = float(np.median(dur))
     limit = max(STALL_RATIO * median, STALL_MIN_NS)
-    first = {}
-    for ft in log.first_tokens:
-        first.setdefault(ft.request_id, ft.t_ns)
     out = []
     for k in np.flatnonzero(dur >= limit):
         it = its[int(k)]
-        came = [a for a in log.arrivals if it.t_start_ns <= a.t_ns < it.t_end_ns]
-        ttft = [first[a.request_id] - a.t_ns for a in came if a.request_id in first]
+        came = [r for r in requests if r.arrival_ns is not None and it.t_start_ns <= r.arrival_ns < it.t_end_ns]
+        ttft = [r.ttft_ns for r in came if r.ttft_ns is not None]
         out.append(Stall(it.iter, it.t_start_ns, it.duration_ns, float(dur[k] / median) if median > 0 else float("inf"),
                          len(came), float(np.median(ttft)) if ttft else None))
     return tuple(out)
@@ -497,7 +495,7 @@ def analyze_batching(log: SchedulerLog, trace=None, client=None) -> BatchingResu
     for f in log.finishes:
         reasons[f.reason] = reasons.get(f.reason, 0) + 1
     joined = join_trace(log, trace) if trace is not None else None
-    stalls = find_stalls(log)
+    stalls = find_stalls(log, reqs)
     return BatchingResult(
         log=log, requests=reqs,
         ttft=distribution([r.ttft_ns for r in reqs if r.ttft_ns is not None]),

@@ -57,10 +57,14 @@ class Step:
     role: str | None = None        # with --load: "server" (the profiled step) or "load"
 
     @property
+    def env_display(self) -> Mapping[str, str]:
+        """``env`` as recorded and shown: with final paths."""
+        return self.env if self.env_shown is None else self.env_shown
+
+    @property
     def command(self) -> str:
         """Shell form of ``shown``: ``VAR=x cmd args > out``."""
-        env = self.env if self.env_shown is None else self.env_shown
-        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+        parts = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env_display.items())]
         parts.append(shlex.join(self.shown))
         if self.stdout_shown:
             parts.append("> " + shlex.quote(self.stdout_shown))
@@ -141,7 +145,7 @@ def run_step(step: Step, *, cwd: str | Path | None = None,
         "name": step.name,
         "argv": list(step.shown),
         "command": step.command,
-        "env": dict(step.env if step.env_shown is None else step.env_shown),
+        "env": dict(step.env_display),
         "in_process": step.in_process,
         "started_at": started,
         "duration_ns": int(duration),

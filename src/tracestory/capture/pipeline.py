@@ -230,8 +230,9 @@ def execute(p: CapturePlan) -> CaptureResult:
         while steps:
             s = steps.pop(0)
             before = snapshot(p.staging)
+            stopped_by_user = False
             if s.role == "server":
-                records = _run_under_load(p, s, steps.pop(0))
+                records, stopped_by_user = _run_under_load(p, s, steps.pop(0))
             else:
                 records = [run_step(s, in_process=(lambda: _run_torch(p)) if s.in_process else None)]
             rank_errors = _rank_errors(p.staging)
@@ -244,7 +245,7 @@ def execute(p: CapturePlan) -> CaptureResult:
             failed = [r for r in records if r["status"] != "ok"]
             if failed:
                 error = "; ".join(f"step {r['name']} failed: {r['error']}" for r in failed)
-                if any(r.get("interrupted") for r in records):
+                if stopped_by_user:
                     interrupted = KeyboardInterrupt()   # re-raised once the manifest is written
                 break
         # Under nsys/ncu the torch capture deliberately records nothing itself (no nested
@@ -292,20 +293,18 @@ def _keep_failed(p: CapturePlan) -> Path | None:
     return kept
 
 
-def _run_under_load(p: CapturePlan, server: Step, load: Step) -> list[dict[str, Any]]:
+def _run_under_load(p: CapturePlan, server: Step, load: Step) -> tuple[list[dict[str, Any]], bool]:
     """The server step, its health check and the load step (:func:`.load.run_under_load`), as
-    manifest records showing final paths."""
+    manifest records showing final paths, and whether a Ctrl-C stopped them."""
     v = p.values
     lc = _load.run_under_load(server.argv, load.argv, base_url=_load.url_of(v["load"]),
                               health_timeout_s=v["health_timeout"], grace_s=v["stop_timeout"],
                               env=server.env)
     for r, s in ((lc.server, server), (lc.load, load)):
         r.update(name=s.name, role=s.role, argv=list(s.shown), command=s.command,
-                 env=dict((s.env_shown or s.env) if s is server else {}))
+                 env=dict(s.env_display))
     lc.health["role"] = "health"
-    if lc.interrupted:
-        lc.load["interrupted"] = True
-    return [lc.server, lc.health, lc.load]
+    return [lc.server, lc.health, lc.load], lc.interrupted
 
 
 def _attribute_files(p: CapturePlan, records: list[dict[str, Any]], files: list[tuple[str, int]]) -> None:

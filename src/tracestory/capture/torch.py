@@ -98,14 +98,12 @@ class RangeController:
         self.captured = 0
         self.running = False
         self.thread: int | None = None
-        self.thread_ended = False          # the starting thread ended with the range running
         self._depth = 0
         self._local = threading.local()
 
     def _thread_ending(self) -> None:
         """Called on the starting thread as it ends (its thread-local guard is destroyed)."""
         if self.running and self.thread == threading.get_ident():
-            self.thread_ended = True
             self.running = False
             self._stop()
 
