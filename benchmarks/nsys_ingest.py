@@ -109,7 +109,7 @@ def run_one(method: str, db: str) -> dict:
         t1 = time.perf_counter()
         rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         if method in ("tracestory", "tracestory-core", "tracestory-sqlite"):
-            from tracestory.analyze.breakdown import breakdown
+            from tracestory.analysis.breakdown import breakdown
 
             total = breakdown(trace).kernel_time_ns
         else:

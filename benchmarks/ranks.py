@@ -22,7 +22,7 @@ Every configuration is one child process (``python3 benchmarks/ranks.py --child 
   ``get_temporal_breakdown(visualize=False)``: the analyses of HTA that read every rank.
   Run with the Python of ``benchmarks/_data/hta-venv`` (``pip install traceinsight``).
 
-``rank_summary``/``combine`` are ``tracestory.analyze.multigpu``'s when that module exists; without
+``rank_summary``/``combine`` are ``tracestory.analysis.multigpu``'s when that module exists; without
 it a stand-in (kernel count and kernel time per rank, summed) is used and the results say so.
 Rank files come from ``tracestory.ingest.ranks.rank_sources`` (discovery: a sniff and a peek at
 each file's head for ``distributedInfo.rank``, timed as part of the run) when it exists, else the
@@ -69,10 +69,10 @@ SECTION = "## Many ranks (issue 8)"
 def _summary_functions():
     """(rank_summary, combine, label): helper A's module when present, else the stand-in."""
     try:
-        from tracestory.analyze.multigpu import combine, rank_summary
+        from tracestory.analysis.multigpu import combine, rank_summary
     except ImportError:
         return _standin_summary, _standin_combine, "stand-in (kernel count and time per rank)"
-    return rank_summary, combine, "tracestory.analyze.multigpu.rank_summary + combine"
+    return rank_summary, combine, "tracestory.analysis.multigpu.rank_summary + combine"
 
 
 def _standin_summary(trace):

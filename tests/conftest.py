@@ -1,4 +1,4 @@
-"""Shared test fixtures: paths to the real profiler outputs in ../shared/fixtures."""
+"""Test fixtures: paths to the real profiler outputs in tests/data (PROVENANCE.md there)."""
 
 from __future__ import annotations
 
@@ -8,26 +8,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 TEST_DATA = REPO / "tests" / "data"
 
-H200_LLAMA = SHARED_FIXTURES / "h200" / "llama2layer_eager_decode.trace.json.gz"
-H100_BERT = SHARED_FIXTURES / "public" / "kineto_h100_bert-small_1rank.json.gz"
-A100_NCCL = SHARED_FIXTURES / "public" / "kineto_a100_nccl_allreduce_rank0of2.json.gz"
+H200_LLAMA = TEST_DATA / "h200" / "llama2layer_eager_decode.trace.json.gz"
+H100_BERT = TEST_DATA / "public" / "kineto_h100_bert-small_1rank.json.gz"
+A100_NCCL = TEST_DATA / "public" / "kineto_a100_nccl_allreduce_rank0of2.json.gz"
 KINETO_FIXTURES = [H200_LLAMA, H100_BERT, A100_NCCL]
 
-NSYS_2022 = SHARED_FIXTURES / "public" / "nsys_2022.1_gtx1060_concurrent_nvtx.sqlite"
-NSYS_2024 = SHARED_FIXTURES / "public" / "nsys_2024.5_a100_cloverleaf.sqlite"
+NSYS_2022 = TEST_DATA / "public" / "nsys_2022.1_gtx1060_concurrent_nvtx.sqlite"
+NSYS_2024 = TEST_DATA / "public" / "nsys_2024.5_a100_cloverleaf.sqlite"
 
-NCU_RAW = SHARED_FIXTURES / "h200" / "llama1layer_ncu_raw.csv"
-NCU_DETAILS = SHARED_FIXTURES / "h200" / "llama1layer_ncu_details.csv"
-NCU_REP = SHARED_FIXTURES / "h200" / "llama_gemm_2kernels.ncu-rep.gz"
-
-
-def pytest_collection_modifyitems(config, items):
-    """The shared fixtures are part of the main path: missing ones fail loudly, never skip."""
-    if not SHARED_FIXTURES.is_dir():
-        raise pytest.UsageError(f"{SHARED_FIXTURES} not found: clone the project with ../shared beside it")
+NCU_RAW = TEST_DATA / "h200" / "llama1layer_ncu_raw.csv"
+NCU_DETAILS = TEST_DATA / "h200" / "llama1layer_ncu_details.csv"
+NCU_REP = TEST_DATA / "h200" / "llama_gemm_2kernels.ncu-rep.gz"
 
 
 def free_port() -> int:

@@ -60,6 +60,6 @@ fi
 if [ -f src/tracestory/bench/moe.py ]; then
   step moe 90 $TS moe --json "$OUT/moe.json"
 fi
-# 7. GPU tests (no conftest: ../shared does not travel to the device)
+# 7. GPU tests
 step gpu-tests 90 python3 -m pytest -q -p no:cacheprovider --noconftest -m gpu tests/gpu/test_bench_gpu.py
 ls -la "$OUT" | tee -a "$LOG"

@@ -26,7 +26,7 @@ step capture-torch 200 $TS capture torch --name serve_q12 --load "$LOAD" --range
 step capture-ncu 200 $TS capture ncu --name serve_q12 --load "$LOAD --duration 10" --range iteration --skip $((SKIP / 2)) --launch-count 4 --kernel-name "gemm|nvjet|xmma" -- $SERVE --gpu-memory-fraction 0.05
 mkdir -p artifacts/plain_q12
 step plain 90 python3 -c 'import shlex, sys
-from tracestory.capture.load import run_under_load
+from tracestory.capture.under_load import run_under_load
 r = run_under_load(shlex.split(sys.argv[1]), sys.argv[2], health_timeout_s=120)
 print("ok" if r.ok else r.error)' "python3 -m ${SERVE/tracestory /tracestory.cli } --event-log artifacts/plain_q12/serve.sched.jsonl" "tracestory load $LOAD --output artifacts/plain_q12/load.requests.jsonl --json artifacts/plain_q12/load.summary.json"
 tar czf "$OUT/s3_serve.tar.gz" artifacts

@@ -15,7 +15,7 @@ when a function needs them.
 
 from __future__ import annotations
 
-from .analyze import Analysis, analyze
+from .analysis import Analysis, analyze
 from .capture.region import region
 
 __all__ = ["Analysis", "analyze", "load", "region", "report"]
@@ -34,7 +34,7 @@ def report(analyses, output, *, goal=None, questions=()):
     from pathlib import Path
 
     from .ingest import Inputs
-    from .report.build import write_report
+    from .render.build import write_report
 
     analyses = list(analyses)
     inputs = Inputs(traces=[a.trace for a in analyses], paths=[a.trace.meta.source_path for a in analyses])

@@ -117,7 +117,7 @@ SPECS = (
          fp32=12.7, tf32=12.7, bf16=25.5, fp16=25.5),
 )
 
-# Measured on the project's H200 (../shared/fixtures/PROVENANCE.md): D2D copy 4.27 TB/s
+# Measured on the project's H200 (tests/data/PROVENANCE.md): D2D copy 4.27 TB/s
 # (read + write), bf16 8192^3 matmul 689-790 TFLOP/s (790 used as the roof), fp8 e4m3
 # torch._scaled_mm 8192^3 1258 TFLOP/s; triton.testing.do_bench medians.
 MEASURED: tuple[tuple[re.Pattern, dict], ...] = (

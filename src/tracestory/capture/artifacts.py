@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TraceFormatError, UsageError
-from .load import LOAD_SUMMARY
+from .under_load import LOAD_SUMMARY
 from .manifest import MANIFEST, read_manifest
 
 TOOL_FOLDERS = ("torch", "nsys", "ncu")

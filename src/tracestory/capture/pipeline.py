@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import ToolNotFound, UsageError
-from . import load as _load
+from . import under_load as _load
 from . import ncu as _ncu
 from . import nsys as _nsys
 from . import settings as _settings

@@ -8,7 +8,7 @@ export PYTHONPATH=$W/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/capture_out}
 mkdir -p "$OUT"
 rm -rf /tmp/cap && mkdir /tmp/cap && cd /tmp/cap || exit 1
-T="python3 -m tracestory.commands.capture capture"
+T="python3 -m tracestory.cli.capture capture"
 EX="$W/examples/tiny_llama.py"
 {
   nvidia-smi -L; ncu --version | tail -1
@@ -24,7 +24,7 @@ EX="$W/examples/tiny_llama.py"
   #    must bracket occurrence 1 of BENCHMARK with cudaProfilerStart/Stop.
   ncu --profile-from-start off --clock-control none --target-processes all \
       --metrics gpu__time_duration.sum \
-      python3 -m tracestory.commands.capture capture torch --name nested --out /tmp/cap/nested_art \
+      python3 -m tracestory.cli.capture capture torch --name nested --out /tmp/cap/nested_art \
       --range BENCHMARK --skip 1 -- python3 "$EX" --device cuda --iters 3
   echo "nested rc=$?"
   # 4. What ncu puts in the environment of its child (for external_profiler()).

@@ -1,0 +1,551 @@
+"""Two runs side by side (eager vs compiled, bf16 vs fp8, before vs after): what changed.
+
+Model
+-----
+Each side is one analysed trace (:class:`tracestory.analysis.Analysis`, same taxonomy on both
+sides). Every quantity below is computed per side from that side's results, then paired:
+
+* **GPU op time**: ``breakdown.total_time_ns``, the plain sum of kernel + memop durations
+  (the base of every category share). **GPU busy**: the union of those intervals
+  (``timeline.busy_ns``). **GPU window**: first GPU op start to last GPU op end.
+* **Wall time**: from the first phase's CPU start to the later of the last phase's CPU end and
+  the last end of a GPU op launched inside a phase (host time before the first kernel counts,
+  so does GPU work still running after the range closed). Without phases (source ``none``) or
+  without a timeline, the GPU window, or ``None``.
+* **Iteration time**: per phase, the same latency, ``max(range end, last GPU op end) - range
+  start``: what a caller timing the range with a device sync would measure (seed 001 timed its
+  NVTX range this way). The iteration family is ``ProfilerStep`` when the phases come from it,
+  else a family whose name contains ``decode``, else the most numerous family of >= 2 phases.
+  Its median is the headline (robust to a first-iteration JIT outlier); the mean is kept too.
+* **Launches**: runtime/driver API calls that launch GPU work (``cu[da]LaunchKernel*``,
+  ``cu[da]LaunchCooperativeKernel*``, ``cu[da]GraphLaunch``); ``None`` when the trace has no API
+  calls (a summary-only input). One ``cudaGraphLaunch`` replays many kernels, which is why a
+  CUDA-graph run has far fewer launches than kernels.
+* **Compiled**: a side is compiled when it has Inductor kernels (names starting ``triton_``)
+  or CUDA graph launches; the evidence string says which.
+* **Speedup B vs A** for a metric: ``a / b`` (> 1: B is faster). The headline speedup is the
+  first metric both sides have among: iteration median, wall time, GPU busy, GPU op time.
+
+Kernels are matched by a normalized name: whitespace collapsed, a leading ``void`` dropped,
+and for Inductor kernels the trailing ``_<n>`` index dropped (two compilations number their
+kernels differently). Kernel families (cuBLAS/nvjet, CUTLASS, FlashAttention, cuDNN, Triton
+pointwise / reduction / template, ATen elementwise / reduction, NCCL, copies) come from the
+same kind of name patterns as the report's codebase summary.
+
+Fusion: an Inductor kernel is named after the ATen ops it fuses
+(``triton_red_fused_add_mean_mul_pow_rsqrt_0``). For each such kernel on one side, the ops in
+its name (words of >= 3 letters) are looked up in the names of the small-op kernels (ATen
+elementwise / reduction families) found only on the other side; those it covers are listed as
+what it replaces. This explains a fusion; it is not a proof (an op word can match a kernel that
+another fused kernel replaced, and one eager kernel may be replaced by several fused ones).
+
+Limits: one trace per side (one rank); both sides should use the same taxonomy (categories
+are matched by name). Numbers are only as comparable as the captures: same workload, same
+phases, warm-up outside the capture.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UsageError
+from .families import SMALL_OP_FAMILIES, kernel_family
+from .findings import Evidence, Finding
+
+LAUNCH_API = re.compile(r"^cu(da)?(LaunchKernel|LaunchCooperativeKernel|GraphLaunch)", re.IGNORECASE)
+GRAPH_API = re.compile(r"^cu(da)?GraphLaunch", re.IGNORECASE)
+_TRITON_INDEX = re.compile(r"_\d+$")
+_FUSED_STOP = {"fused", "view", "clone", "default", "tensor", "scalar", "copy", "unsafe", "expand",
+               "squeeze", "unsqueeze", "permute", "transpose", "reshape", "slice", "select", "alias"}
+
+
+
+# ------------------------------------------------------------------ results
+
+
+@dataclass(frozen=True)
+class Iteration:
+    family: str  # phase family, e.g. "decode", "ProfilerStep"
+    count: int
+    median_ns: float
+    mean_ns: float
+    min_ns: int
+    max_ns: int
+    total_ns: int
+    gpu_busy_median_ns: float  # median union of the GPU ops launched in one iteration
+    slowest: str  # name of the slowest phase of the family
+    slowest_ratio: float | None  # max / median; >= 1.5 flags a warm-up outlier (JIT, autotuning)
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str
+    source: str  # the trace's label (file name, rank)
+    device: str | None
+    compiled: bool
+    compile_evidence: str
+    triton_kernel_count: int  # Inductor kernel executions (names starting "triton_")
+    graph_launch_count: int | None  # cudaGraphLaunch calls; None without API calls
+    kernel_count: int
+    memop_count: int
+    launch_count: int | None  # API calls that launch GPU work; None without API calls
+    gpu_time_ns: int  # kernel + memop durations summed
+    kernel_time_ns: int
+    busy_ns: int | None  # union of GPU ops
+    window_ns: int | None  # first GPU op start -> last GPU op end
+    wall_ns: int | None  # see the module docstring
+    idle_fraction: float | None  # of the GPU window
+    phase_source: str
+    iteration: Iteration | None
+
+
+@dataclass(frozen=True)
+class CategoryDelta:
+    name: str
+    a_time_ns: int
+    b_time_ns: int
+    a_share: float  # of that side's GPU op time, 0..1
+    b_share: float
+    a_count: int
+    b_count: int
+    delta_ns: int  # b - a
+    ratio: float | None  # b / a; None when a is 0
+
+
+@dataclass(frozen=True)
+class KernelDelta:
+    key: str  # normalized name (the match key)
+    name: str  # full name as the trace has it (side B's when on both sides)
+    category: str
+    family: str
+    a_time_ns: int
+    b_time_ns: int
+    a_count: int
+    b_count: int
+    delta_ns: int  # b - a
+    only_in: str | None  # "a", "b" or None (on both sides)
+
+
+@dataclass(frozen=True)
+class FamilyDelta:
+    name: str
+    a_time_ns: int
+    b_time_ns: int
+    a_count: int
+    b_count: int
+
+
+@dataclass(frozen=True)
+class PhaseDelta:
+    family: str
+    a_count: int
+    b_count: int
+    a_median_ns: float | None
+    b_median_ns: float | None
+    speedup: float | None  # a_median / b_median
+
+
+@dataclass(frozen=True)
+class FusedKernel:
+    side: str  # "a" or "b": where the fused kernel runs
+    name: str
+    ops: tuple[str, ...]  # op words in its name
+    time_ns: int
+    count: int
+    replaces: tuple[str, ...]  # normalized names of the other side's small-op kernels it covers
+    replaced_time_ns: int
+    replaced_count: int
+
+
+@dataclass(frozen=True)
+class Speedup:
+    metric: str  # "iteration median", "iteration mean", "wall", "GPU busy", "GPU op time"
+    a_ns: float
+    b_ns: float
+    speedup: float | None  # a / b (> 1: B faster); None when b is 0
+
+
+@dataclass(frozen=True)
+class Changes:
+    grew: tuple[CategoryDelta, ...]  # categories with more time in B, largest increase first
+    shrank: tuple[CategoryDelta, ...]  # less time in B, largest decrease first
+    only_a_kernels: int  # distinct kernel names only in A
+    only_a_time_ns: int
+    only_b_kernels: int
+    only_b_time_ns: int
+    kernel_count_delta: int  # b - a
+    launch_delta: int | None  # b - a
+    launch_reduction: float | None  # (a - b) / a
+    idle_fraction_delta: float | None  # b - a
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Side
+    b: Side
+    taxonomy: str
+    speedups: tuple[Speedup, ...]
+    headline: Speedup | None  # first of iteration median, wall, GPU busy, GPU op time
+    categories: tuple[CategoryDelta, ...]  # by max(a, b) time, largest first
+    kernels: tuple[KernelDelta, ...]  # top by max(a, b) time
+    families: tuple[FamilyDelta, ...]
+    phases: tuple[PhaseDelta, ...]  # phase families of either side, A's order first
+    fused: tuple[FusedKernel, ...]
+    changes: Changes
+
+
+# ------------------------------------------------------------------ per side
+
+
+def normalize_name(name: str) -> str:
+    """The match key of a kernel name (see the module docstring)."""
+    s = " ".join(name.split()).removeprefix("void ")
+    if s.startswith("triton_"):
+        s = _TRITON_INDEX.sub("", s)
+    return s
+
+
+def fused_ops(name: str) -> tuple[str, ...]:
+    """Op words of an Inductor kernel name: ``triton_red_fused_add_mean_0`` -> ("add", "mean")."""
+    if not name.startswith("triton_") or "fused_" not in name:
+        return ()
+    tail = _TRITON_INDEX.sub("", name.split("fused_", 1)[1])
+    words = [w for w in tail.split("_") if len(w) >= 3 and w.isalpha() and w not in _FUSED_STOP]
+    return tuple(dict.fromkeys(words))
+
+
+def _api_counts(trace) -> tuple[int | None, int | None]:
+    api = trace.api
+    if len(api) == 0:
+        return None, None
+    codes, counts = np.unique(api["name"], return_counts=True)
+    launches = graphs = 0
+    for c, n in zip(codes.tolist(), counts.tolist(), strict=True):
+        name = trace.name(int(c))
+        if LAUNCH_API.match(name):
+            launches += n
+            if GRAPH_API.match(name):
+                graphs += n
+    return launches, graphs
+
+
+def _latency(ph) -> int:
+    end = max(ph.end_ns, ph.gpu_end_ns) if ph.gpu_end_ns is not None else ph.end_ns
+    return int(end - ph.start_ns)
+
+
+def _iteration_family(phases) -> str | None:
+    if phases.source == "none" or not phases.phases:
+        return None
+    fams = [p.family for p in phases.phases]
+    if phases.source == "ProfilerStep":
+        return "ProfilerStep"
+    decode = [f for f in dict.fromkeys(fams) if "decode" in f.lower()]
+    if decode:
+        return max(decode, key=fams.count)
+    counts = {f: fams.count(f) for f in dict.fromkeys(fams)}
+    best = max(counts, key=counts.get)
+    return best if counts[best] >= 2 else None
+
+
+def _family_stats(phases, family: str) -> Iteration | None:
+    members = [p for p in phases.phases if p.family == family]
+    if not members:
+        return None
+    t = np.array([_latency(p) for p in members], dtype=np.int64)
+    busy = np.array([p.gpu_busy_ns for p in members], dtype=np.float64)
+    med = float(np.median(t))
+    return Iteration(family=family, count=int(t.size), median_ns=med, mean_ns=float(t.mean()),
+                     min_ns=int(t.min()), max_ns=int(t.max()), total_ns=int(t.sum()),
+                     gpu_busy_median_ns=float(np.median(busy)), slowest=members[int(np.argmax(t))].name,
+                     slowest_ratio=float(t.max() / med) if med > 0 else None)
+
+
+def _wall(a) -> int | None:
+    ph, tl = a.phases, a.timeline
+    if ph.source != "none" and ph.phases and tl is not None:
+        start = min(p.start_ns for p in ph.phases)
+        end = max(max(p.end_ns, p.gpu_end_ns if p.gpu_end_ns is not None else p.end_ns) for p in ph.phases)
+        return int(end - start)
+    return tl.window_ns if tl is not None else None
+
+
+def side_summary(a, label: str) -> Side:
+    """The per-side numbers of the module docstring for one analysis."""
+    tr, b, tl = a.trace, a.breakdown, a.timeline
+    k = tr.kernels
+    codes, counts = np.unique(k["name"], return_counts=True)
+    triton = sum(n for c, n in zip(codes.tolist(), counts.tolist(), strict=True) if tr.name(int(c)).startswith("triton_"))
+    launches, graphs = _api_counts(tr)
+    evidence = []
+    if triton:
+        evidence.append(f"{triton} Triton/Inductor kernel executions")
+    if graphs:
+        evidence.append(f"{graphs} CUDA graph launches")
+    if not evidence:
+        evidence.append("no Triton/Inductor kernels" + (", no CUDA graph launches" if graphs == 0 else ""))
+    fam = _iteration_family(a.phases)
+    return Side(
+        label=label, source=tr.label,
+        device=tr.meta.devices[0].name if tr.meta.devices else None,
+        compiled=bool(triton or graphs), compile_evidence=", ".join(evidence),
+        triton_kernel_count=int(triton), graph_launch_count=graphs,
+        kernel_count=b.kernel_count, memop_count=b.memop_count, launch_count=launches,
+        gpu_time_ns=b.total_time_ns, kernel_time_ns=b.kernel_time_ns,
+        busy_ns=tl.busy_ns if tl is not None else None,
+        window_ns=tl.window_ns if tl is not None else None,
+        wall_ns=_wall(a), idle_fraction=tl.idle_fraction if tl is not None else None,
+        phase_source=a.phases.source,
+        iteration=_family_stats(a.phases, fam) if fam else None,
+    )
+
+
+def _kernel_table(a) -> dict[str, dict]:
+    """Normalized name -> {name, category, family, time, count} over kernels and memops."""
+    tr, cl = a.trace, a.classification
+    cats = cl.taxonomy.categories
+    names = np.concatenate([tr.kernels["name"], tr.memops["name"]]).astype(np.int64)
+    cat = np.concatenate([cl.kernel_category, cl.memop_category]).astype(np.int64)
+    dur = np.concatenate([tr.kernels.dur_ns, tr.memops.dur_ns]).astype(np.int64)
+    key = (names + 1) * len(cats) + cat
+    uniq, inv = np.unique(key, return_inverse=True)
+    t = np.zeros(len(uniq), dtype=np.int64)
+    np.add.at(t, inv, dur)
+    n = np.bincount(inv, minlength=len(uniq))
+    out: dict[str, dict] = {}
+    # One Python step per distinct (name, category) pair, never per op. When several pairs
+    # share a key, the name and category shown are those of the pair with the most time.
+    for u, tt, nn in sorted(zip(uniq.tolist(), t.tolist(), n.tolist(), strict=True), key=lambda r: -r[1]):
+        full = tr.name(u // len(cats) - 1)
+        row = out.setdefault(normalize_name(full), {"name": full, "category": cats[u % len(cats)],
+                                                        "family": kernel_family(full), "time": 0, "count": 0})
+        row["time"] += tt
+        row["count"] += nn
+    return out
+
+
+# ------------------------------------------------------------------ pairing
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _categories(a, b) -> tuple[CategoryDelta, ...]:
+    ca = {c.name: c for c in a.breakdown.categories}
+    cb = {c.name: c for c in b.breakdown.categories}
+    ta, tb = a.breakdown.total_time_ns, b.breakdown.total_time_ns
+    out = []
+    for name in dict.fromkeys(list(ca) + list(cb)):
+        x, y = ca.get(name), cb.get(name)
+        at, bt = (x.time_ns if x else 0), (y.time_ns if y else 0)
+        out.append(CategoryDelta(
+            name=name, a_time_ns=at, b_time_ns=bt,
+            a_share=at / ta if ta else 0.0, b_share=bt / tb if tb else 0.0,
+            a_count=x.count if x else 0, b_count=y.count if y else 0,
+            delta_ns=bt - at, ratio=bt / at if at else None))
+    return tuple(sorted(out, key=lambda c: (-max(c.a_time_ns, c.b_time_ns), c.name)))
+
+
+def _kernels(ka: dict, kb: dict) -> list[KernelDelta]:
+    out = []
+    for key in dict.fromkeys(list(ka) + list(kb)):
+        x, y = ka.get(key), kb.get(key)
+        ref = y or x
+        out.append(KernelDelta(
+            key=key, name=ref["name"], category=ref["category"], family=ref["family"],
+            a_time_ns=x["time"] if x else 0, b_time_ns=y["time"] if y else 0,
+            a_count=x["count"] if x else 0, b_count=y["count"] if y else 0,
+            delta_ns=(y["time"] if y else 0) - (x["time"] if x else 0),
+            only_in=None if (x and y) else ("a" if x else "b")))
+    return sorted(out, key=lambda k: (-max(k.a_time_ns, k.b_time_ns), k.key))
+
+
+def _families(kernels: list[KernelDelta]) -> tuple[FamilyDelta, ...]:
+    acc: dict[str, list[int]] = {}
+    for k in kernels:
+        r = acc.setdefault(k.family, [0, 0, 0, 0])
+        r[0] += k.a_time_ns
+        r[1] += k.b_time_ns
+        r[2] += k.a_count
+        r[3] += k.b_count
+    rows = [FamilyDelta(f, *v) for f, v in acc.items()]
+    return tuple(sorted(rows, key=lambda f: (-max(f.a_time_ns, f.b_time_ns), f.name)))
+
+
+def _fusions(kernels: list[KernelDelta]) -> tuple[FusedKernel, ...]:
+    out = []
+    for side, other in (("a", "b"), ("b", "a")):
+        candidates = [k for k in kernels if k.only_in == other and k.family in SMALL_OP_FAMILIES]
+        for k in kernels:
+            count = k.a_count if side == "a" else k.b_count
+            ops = fused_ops(k.name) if count else ()
+            if not ops:
+                continue
+            hit = [c for c in candidates if any(op in c.key.lower() for op in ops)]
+            out.append(FusedKernel(
+                side=side, name=k.name, ops=ops, time_ns=k.a_time_ns if side == "a" else k.b_time_ns,
+                count=count, replaces=tuple(c.key for c in hit),
+                replaced_time_ns=sum(c.a_time_ns + c.b_time_ns for c in hit),
+                replaced_count=sum(c.a_count + c.b_count for c in hit)))
+    return tuple(sorted(out, key=lambda f: (f.side, -f.time_ns, f.name)))
+
+
+def _phases(a, b) -> tuple[PhaseDelta, ...]:
+    fa = [p.family for p in a.phases.phases] if a.phases.source != "none" else []
+    fb = [p.family for p in b.phases.phases] if b.phases.source != "none" else []
+    out = []
+    for fam in dict.fromkeys(fa + fb):
+        x = _family_stats(a.phases, fam) if fam in fa else None
+        y = _family_stats(b.phases, fam) if fam in fb else None
+        out.append(PhaseDelta(fam, x.count if x else 0, y.count if y else 0,
+                              x.median_ns if x else None, y.median_ns if y else None,
+                              _ratio(x.median_ns if x else None, y.median_ns if y else None)))
+    return tuple(out)
+
+
+def _speedups(sa: Side, sb: Side) -> tuple[Speedup, ...]:
+    pairs = []
+    ia, ib = sa.iteration, sb.iteration
+    if ia is not None and ib is not None and ia.family == ib.family:
+        pairs += [("iteration median", ia.median_ns, ib.median_ns), ("iteration mean", ia.mean_ns, ib.mean_ns)]
+    pairs += [("wall", sa.wall_ns, sb.wall_ns), ("GPU busy", sa.busy_ns, sb.busy_ns),
+              ("GPU op time", sa.gpu_time_ns, sb.gpu_time_ns)]
+    return tuple(Speedup(m, float(x), float(y), _ratio(x, y)) for m, x, y in pairs
+                 if x is not None and y is not None)
+
+
+def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15) -> Comparison:
+    """Side-by-side comparison of two analyses (see the module docstring)."""
+    if a.classification.taxonomy.name != b.classification.taxonomy.name:
+        raise UsageError(f"compare: both sides need the same taxonomy, got {a.classification.taxonomy.name!r} "
+                         f"and {b.classification.taxonomy.name!r}")
+    if top < 1:
+        raise UsageError(f"compare: top must be >= 1, got {top}")
+    sa, sb = side_summary(a, label_a), side_summary(b, label_b)
+    cats = _categories(a, b)
+    kernels = _kernels(_kernel_table(a), _kernel_table(b))
+    speedups = _speedups(sa, sb)
+    only_a = [k for k in kernels if k.only_in == "a"]
+    only_b = [k for k in kernels if k.only_in == "b"]
+    launch_delta = (sb.launch_count - sa.launch_count
+                    if sa.launch_count is not None and sb.launch_count is not None else None)
+    changes = Changes(
+        grew=tuple(sorted((c for c in cats if c.delta_ns > 0), key=lambda c: -c.delta_ns)),
+        shrank=tuple(sorted((c for c in cats if c.delta_ns < 0), key=lambda c: c.delta_ns)),
+        only_a_kernels=len(only_a), only_a_time_ns=sum(k.a_time_ns for k in only_a),
+        only_b_kernels=len(only_b), only_b_time_ns=sum(k.b_time_ns for k in only_b),
+        kernel_count_delta=sb.kernel_count - sa.kernel_count,
+        launch_delta=launch_delta,
+        launch_reduction=(-launch_delta / sa.launch_count) if launch_delta is not None and sa.launch_count else None,
+        idle_fraction_delta=(sb.idle_fraction - sa.idle_fraction
+                             if sa.idle_fraction is not None and sb.idle_fraction is not None else None),
+    )
+    return Comparison(
+        a=sa, b=sb, taxonomy=a.classification.taxonomy.name, speedups=speedups,
+        headline=speedups[0] if speedups else None, categories=cats,
+        kernels=tuple(kernels[:top]), families=_families(kernels), phases=_phases(a, b),
+        fused=_fusions(kernels), changes=changes)
+
+
+# ------------------------------------------------------------------ findings
+
+
+def _dur(ns: float) -> str:
+    """3 significant digits in the unit that fits, as the report prints durations."""
+    a = abs(ns)
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if a >= scale:
+            v = ns / scale
+            return f"{v:.3g} {unit}" if abs(v) < 100 else f"{v:.0f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def comparison_findings(c: Comparison) -> tuple[Finding, ...]:
+    """"Compiled slower than eager" (or faster), or a plain "B vs A" verdict when both sides
+    are compiled or both eager. Evidence in base units; the report formats it."""
+    h = c.headline
+    if h is None or h.speedup is None:
+        return ()
+    a, b = c.a, c.b
+    ev = [Evidence(f"{a.label}: {h.metric}", h.a_ns, "ns"), Evidence(f"{b.label}: {h.metric}", h.b_ns, "ns"),
+          Evidence(f"speedup of {b.label} vs {a.label} ({h.metric})", h.speedup, "x"),
+          Evidence(f"{a.label}: compile evidence", a.compile_evidence, "text"),
+          Evidence(f"{b.label}: compile evidence", b.compile_evidence, "text"),
+          Evidence(f"{a.label}: kernels", a.kernel_count, "count"),
+          Evidence(f"{b.label}: kernels", b.kernel_count, "count")]
+    if a.launch_count is not None and b.launch_count is not None:
+        ev += [Evidence(f"{a.label}: launches", a.launch_count, "count"),
+               Evidence(f"{b.label}: launches", b.launch_count, "count")]
+    if a.busy_ns is not None and b.busy_ns is not None:
+        ev += [Evidence(f"{a.label}: GPU busy", a.busy_ns, "ns"), Evidence(f"{b.label}: GPU busy", b.busy_ns, "ns")]
+    if a.idle_fraction is not None and b.idle_fraction is not None:
+        ev += [Evidence(f"{a.label}: idle share of GPU window", a.idle_fraction, "fraction"),
+               Evidence(f"{b.label}: idle share of GPU window", b.idle_fraction, "fraction")]
+    s = h.speedup
+    same = abs(s - 1.0) < 0.005
+    faster = s >= 1.0
+    factor = s if faster else 1.0 / s
+    why = _why(c)
+    if a.compiled != b.compiled:
+        comp, eager = (b, a) if b.compiled else (a, b)
+        comp_faster = faster == (comp is b)
+        verdict = "as fast as" if same else f"{factor:.2f}x {'faster' if comp_faster else 'slower'} than"
+        title = f"Compiled ({comp.label}) is {verdict} eager ({eager.label}) by {h.metric}"
+        if same:
+            sev = "low"
+            imp = f"torch.compile changes little end to end here: {why}"
+            rec = ("When the GPU idles most of its window, host time hides what fusion saves: capture "
+                   "the step in CUDA graphs (torch.compile mode='reduce-overhead') or cut host work; "
+                   "otherwise compare the top kernels of both runs.")
+        elif comp_faster:
+            sev = "info"
+            imp = f"torch.compile pays off here: {why}"
+            rec = ("Keep the compiled path. What is left: "
+                   + ("host overhead (idle GPU): CUDA graphs (mode='reduce-overhead') remove per-launch cost."
+                      if not comp.graph_launch_count else "the largest remaining category (per-category table)."))
+        else:
+            sev = "high" if factor >= 1.1 else "medium"
+            imp = f"torch.compile costs time here: {why}"
+            rec = ("Find the kernels that got slower in the top-kernels table. Try "
+                   "torch.compile(mode='reduce-overhead') (CUDA graphs) when the GPU idles between "
+                   "launches, mode='max-autotune' or keeping cuBLAS GEMMs (no Triton matmul templates) "
+                   "when the compiled kernels are slower, and measure the first iterations apart "
+                   "(recompilation).")
+        rule = "compiled_vs_eager"
+    else:
+        verdict = "as fast as" if same else f"{factor:.2f}x {'faster' if faster else 'slower'} than"
+        title = f"{b.label} is {verdict} {a.label} by {h.metric}"
+        sev = "info" if faster or factor < 1.1 else "medium"
+        imp = "What moved: " + why
+        rec = ("Read the categories that changed most (per-category table) to see where the difference "
+               "comes from.")
+        rule = "run_comparison"
+    return (Finding(rule, sev, title, tuple(ev), imp, rec),)
+
+
+def _why(c: Comparison) -> str:
+    """One sentence of facts: GPU busy vs the rest, the category that moved most, launches."""
+    a, b, ch = c.a, c.b, c.changes
+    parts = []
+    ia, ib = a.iteration, b.iteration
+    if c.headline is not None and c.headline.metric.startswith("iteration") and ia and ib:
+        parts.append(f"per {ia.family} iteration (median) the GPU is busy {_dur(ia.gpu_busy_median_ns)} of "
+                     f"{_dur(ia.median_ns)} in {a.label} and {_dur(ib.gpu_busy_median_ns)} of "
+                     f"{_dur(ib.median_ns)} in {b.label}")
+    elif a.busy_ns is not None and b.busy_ns is not None:
+        parts.append(f"GPU busy {_dur(a.busy_ns)} -> {_dur(b.busy_ns)}")
+    if ch.idle_fraction_delta is not None:
+        parts.append(f"idle share {100 * a.idle_fraction:.1f}% -> {100 * b.idle_fraction:.1f}%")
+    moved = sorted(ch.grew + ch.shrank, key=lambda d: -abs(d.delta_ns))
+    if moved:
+        d = moved[0]
+        parts.append(f"{d.name} {'+' if d.delta_ns > 0 else '-'}{_dur(abs(d.delta_ns))}")
+    if ch.launch_delta is not None:
+        parts.append(f"launches {a.launch_count} -> {b.launch_count}")
+    return "; ".join(parts) + "." if parts else "no timeline to explain it."

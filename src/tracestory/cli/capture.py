@@ -1,0 +1,110 @@
+"""``tracestory capture {torch,nsys,ncu} [options] -- python script.py ARGS``.
+
+Parses, calls :mod:`tracestory.capture.pipeline`, prints. Every option can also come from
+``TRACESTORY_<OPTION>`` or ``tracestory.toml`` (see :mod:`tracestory.capture.settings`); flags
+default to ``None`` here so the resolver can tell "given" from "not given".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+from ..capture import settings as _settings
+
+_HELP = {
+    "torch": "run the workload in-process under torch.profiler",
+    "nsys": "run the workload under Nsight Systems, then export SQLite",
+    "ncu": "run the workload under Nsight Compute, then export raw and details CSV",
+}
+
+
+def _add_options(p: argparse.ArgumentParser, tool: str) -> None:
+    for opt in _settings.options_for(tool):
+        flag = "--" + opt.name.replace("_", "-")
+        env = _settings.env_var(opt.name)
+        default = "" if opt.default is None else f"; default {opt.default}"
+        help_ = f"{opt.help} (env {env}{default})"
+        if opt.type == "bool":
+            p.add_argument(flag, dest=opt.name, action=argparse.BooleanOptionalAction,
+                           default=None, help=help_)
+        elif opt.type == "int":
+            p.add_argument(flag, dest=opt.name, type=int, default=None, metavar="N", help=help_)
+        else:
+            p.add_argument(flag, dest=opt.name, default=None, help=help_)
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help=f"settings file (default ./{_settings.CONFIG_FILE} when present)")
+    p.add_argument("--dry-run", action="store_true", help="print the exact commands and stop")
+    p.add_argument("workload", nargs=argparse.REMAINDER,
+                   help="-- python script.py ARGS  |  -- python -m module ARGS  |  -- tracestory serve ARGS")
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``capture`` (with ``torch``/``nsys``/``ncu``) to the top-level subparsers."""
+    cap = subparsers.add_parser("capture", help="capture traces of a workload into artifacts/<name>/",
+                                description=__doc__.splitlines()[0])
+    tools = cap.add_subparsers(dest="capture_tool", metavar="{torch,nsys,ncu}")
+    tools.required = True
+    for tool in _settings.TOOLS:
+        p = tools.add_parser(tool, help=_HELP[tool], description=_HELP[tool])
+        _add_options(p, tool)
+        p.set_defaults(func=run)
+    return cap
+
+
+def _flags(args: argparse.Namespace, tool: str) -> dict[str, Any]:
+    flags: dict[str, Any] = {}
+    for opt in _settings.options_for(tool):
+        val = getattr(args, opt.name, None)
+        if val is not None and opt.type == "list":
+            val = _settings.convert(opt, val, "command line")
+        flags[opt.name] = val
+    return flags
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..capture import pipeline
+
+    tool = args.capture_tool
+    p = pipeline.plan(tool, args.workload or [], _flags(args, tool), config=args.config)
+    if args.dry_run:
+        from ..capture.under_load import url_of
+
+        for s in p.steps:
+            if s.in_process:
+                print("# in-process (torch.profiler inside tracestory):")
+            elif s.role == "server":
+                print("# the server, in its own process group (stopped with SIGINT after the load):")
+            elif s.role == "load":
+                print(f"# once GET {url_of(p.values['load']).rstrip('/')}/health answers 200:")
+            print(s.command)
+        return 0
+    result = pipeline.execute(p)
+    if result.status == "complete":
+        print(f"capture {tool}: complete -> {result.folder}")
+        for path, size in result.files:
+            print(f"  {path}  ({size} bytes)")
+        print("  manifest.json")
+        return 0
+    print(f"capture {tool}: FAILED ({result.error.strip() if result.error else 'unknown'}); "
+          f"no {tool}/ folder written, see {result.manifest_path}", file=sys.stderr)
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry (``python -m tracestory.cli.capture torch -- ...``)."""
+    from ..errors import TracestoryError
+
+    parser = argparse.ArgumentParser(prog="tracestory")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except TracestoryError as e:
+        print(f"tracestory: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

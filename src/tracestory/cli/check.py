@@ -1,0 +1,34 @@
+"""``tracestory check report.md``: seed 003's checklist against a Markdown report.
+
+Prints one line per item (PASS / FAIL / N/A with the reason; rules in
+:mod:`tracestory.render.checklist`). Exit code 0 when no item fails, 1 when any fails, 2 when
+the input is not a readable Markdown report.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def cmd_check(args) -> int:
+    from ..render.checklist import check_file, render_text
+    from ..render.jsonout import jsonable
+
+    results = [check_file(p) for p in args.reports]
+    for i, c in enumerate(results):
+        if i:
+            print()
+        print("\n".join(render_text(c)))
+    if args.json:
+        Path(args.json).write_text(json.dumps([jsonable(c) for c in results], indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 1 if any(c.failed for c in results) else 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("check", help="evaluate seed 003's checklist against a Markdown report",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("reports", nargs="+", metavar="REPORT", help="Markdown report(s) written by tracestory report")
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    p.set_defaults(func=cmd_check)

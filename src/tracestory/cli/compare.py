@@ -1,0 +1,121 @@
+"""``tracestory compare A B``: two runs side by side (eager vs compiled, bf16 vs fp8, ...).
+
+Each of A and B is one trace file or a capture folder holding one trace (one rank). Prints
+the comparison as tables; ``-o`` writes it as Markdown, ``--json`` as JSON
+(:mod:`tracestory.analysis.compare` has the model, :mod:`tracestory.render.compare` the
+rendering).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _label(path: str) -> str:
+    name = Path(path.rstrip("/")).name
+    for suffix in (".gz", ".json", ".trace", ".pt", ".sqlite", ".nsys-rep", ".csv", ".ncu-rep"):
+        name = name.removesuffix(suffix)
+    return name or path
+
+
+def _load_one(path: str, taxonomy):
+    from ..analysis import analyze
+    from ..errors import UsageError
+    from ..ingest import load_inputs
+
+    inputs = load_inputs([path])
+    if len(inputs.traces) != 1:
+        raise UsageError(f"{path}: compare takes one trace per side, found {len(inputs.traces)} "
+                         f"(pass one rank's trace file)")
+    return analyze(inputs.traces[0], taxonomy)
+
+
+def _renderables(c, findings):
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..render.ascii import fmt_ns, fmt_pct
+    from ..render.story import short_name
+
+    a, b = c.a, c.b
+    sign = lambda ns: ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
+    na = lambda v: "n/a" if v is None else f"{v:,}"
+    out = [Text(f"A = {a.label}: {a.source} ({'compiled' if a.compiled else 'eager'}: {a.compile_evidence})"),
+           Text(f"B = {b.label}: {b.source} ({'compiled' if b.compiled else 'eager'}: {b.compile_evidence})")]
+    t = Table(title="B vs A (speedup = A time / B time; > 1: B is faster)", title_justify="left")
+    for col in ("metric", "A", "B", "speedup"):
+        t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
+    for s in c.speedups:
+        t.add_row(s.metric, fmt_ns(s.a_ns), fmt_ns(s.b_ns), "n/a" if s.speedup is None else f"{s.speedup:.2f}x")
+    t.add_row("kernels", f"{a.kernel_count:,}", f"{b.kernel_count:,}", "")
+    t.add_row("launches", na(a.launch_count), na(b.launch_count), "")
+    t.add_row("GPU idle share", fmt_pct(a.idle_fraction), fmt_pct(b.idle_fraction), "")
+    out.append(t)
+    t = Table(title="GPU op time by category", title_justify="left")
+    for col in ("category", "A", "A %", "B", "B %", "B - A"):
+        t.add_column(col, justify="left" if col == "category" else "right", no_wrap=True)
+    for d in c.categories:
+        t.add_row(d.name, fmt_ns(d.a_time_ns), fmt_pct(d.a_share), fmt_ns(d.b_time_ns), fmt_pct(d.b_share),
+                  sign(d.delta_ns))
+    out.append(t)
+    t = Table(title="Top kernels", title_justify="left")
+    for col in ("kernel", "in", "A", "A runs", "B", "B runs"):
+        t.add_column(col, justify="left" if col in ("kernel", "in") else "right", no_wrap=True)
+    where = {"a": "only A", "b": "only B", None: "both"}
+    for k in c.kernels:
+        t.add_row(short_name(k.name, 50), where[k.only_in], fmt_ns(k.a_time_ns), f"{k.a_count:,}",
+                  fmt_ns(k.b_time_ns), f"{k.b_count:,}")
+    out.append(t)
+    for f in findings:
+        out.append(Text.assemble((f"[{f.severity.upper()}] ", "bold"), f.title, "\n  ", f.implication,
+                                 "\n  ", f.recommendation))
+    return out
+
+
+def cmd_compare(args) -> int:
+    from rich.console import Console
+
+    from ..analysis.categories import load_rules, taxonomy
+    from ..analysis.compare import compare, comparison_findings
+    from ..errors import UsageError
+    from ..render.compare import comparison_json, render_comparison
+
+    for out in (args.output, args.json):
+        if out and Path(out).resolve() in {Path(p).resolve() for p in (args.a, args.b)}:
+            raise UsageError(f"{out}: is one of the inputs; refusing to overwrite it with output")
+    tax = taxonomy(args.taxonomy)
+    if args.rules:
+        tax = load_rules(args.rules, tax)
+    label_a = args.label_a or _label(args.a)
+    label_b = args.label_b or _label(args.b)
+    if label_a == label_b:
+        label_a, label_b = f"A {label_a}", f"B {label_b}"
+    c = compare(_load_one(args.a, tax), _load_one(args.b, tax),
+                label_a=label_a, label_b=label_b, top=args.top)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    for r in _renderables(c, comparison_findings(c)):
+        console.print(r)
+    if args.output:
+        Path(args.output).write_text(render_comparison(c))
+        console.print(f"wrote {args.output}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(comparison_json(c), indent=1) + "\n")
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("compare", help="two runs side by side: time, categories, kernels, speedup",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("a", metavar="A", help="baseline: a trace file or a capture folder (one trace)")
+    p.add_argument("b", metavar="B", help="the run compared against A")
+    p.add_argument("--label-a", help="name of A in tables (default: its file name)")
+    p.add_argument("--label-b", help="name of B in tables (default: its file name)")
+    p.add_argument("-o", "--output", metavar="MD", help="write the comparison as Markdown")
+    p.add_argument("--json", metavar="OUT", help="write the comparison as JSON")
+    p.add_argument("--taxonomy", default="llm", choices=("llm", "moe"), help="kernel categories (default: llm)")
+    p.add_argument("--rules", metavar="FILE", help="TOML file of category rules to add or replace")
+    p.add_argument("--top", type=int, default=15, help="kernels in the top-kernels table (default: 15)")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,51 @@
+"""``tracestory ranks``: the multi-GPU analysis of many rank traces, in parallel.
+
+Each rank is read and summarized in a worker (a local process pool by default, or a
+dask.distributed cluster with ``--dask ADDRESS``; ``--dask local`` starts a LocalCluster); only
+the small per-rank summaries come back to be combined. Prints the headline and writes the
+multi-GPU section (timeline, per-GPU and per-collective tables, findings) as Markdown with
+``-o`` and as JSON with ``--json``. ``tracestory report`` on the same inputs gives the whole
+report, with every rank analysed in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("ranks", help="multi-GPU analysis of many rank traces (process pool or dask)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="rank traces: files, folders, globs, a --torchrun capture")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU; 1: in-process)")
+    p.add_argument("--dask", metavar="ADDRESS", help="dask.distributed scheduler address, or 'local' for a LocalCluster")
+    p.add_argument("-o", "--output", help="write the multi-GPU section as Markdown")
+    p.add_argument("--json", metavar="OUT", help="write the multi-GPU results as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.multigpu import combine, rank_summary
+    from ..errors import UsageError
+    from ..ingest.ranks import rank_sources
+    from ..parallel import map_ranks
+    from ..render.multigpu import headline, multigpu_json, render_multigpu_section
+
+    sources = rank_sources(args.inputs)
+    if len(sources) < 2:
+        raise UsageError(f"{' '.join(args.inputs)}: expected the traces of at least 2 ranks, found {len(sources)}")
+    summaries = map_ranks(sources, rank_summary, workers=args.workers, dask_address=args.dask)
+    result = combine(summaries)
+    h = headline(result)
+    print(f"{len(result.ranks)} ranks: " + (h if h else "no collective matched across ranks."))
+    if args.output:
+        Path(args.output).write_text(f"# Multi-GPU analysis: {len(result.ranks)} ranks\n\n"
+                                     + render_multigpu_section(result) + "\n")
+        print(f"wrote {args.output}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(multigpu_json(result), indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,197 @@
+"""Markdown body of ``## Hardware Behavior Analysis`` and its ASCII charts (<= 100 columns).
+
+Everything shown comes from :mod:`tracestory.ingest.ncu` records, :mod:`..analyze.roofline` points
+and :mod:`..analyze.hardware` interpretations; a missing number prints ``n/a``. Output is
+deterministic (no clocks, no dict-order surprises: rows are sorted).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..analysis.hardware import hardware_analysis
+
+_MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _na(v, fmt="{:.1f}", unit="") -> str:
+    return "n/a" if v is None else fmt.format(v) + unit
+
+
+def _si(v: float, unit: str) -> str:
+    for p, s in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= p:
+            return f"{v / p:.3g} {s}{unit}"
+    return f"{v:.3g} {unit}"
+
+
+def _t(ns) -> str:
+    if ns is None:
+        return "n/a"
+    return f"{ns / 1e3:.2f} us" if ns < 1e6 else f"{ns / 1e6:.3f} ms"
+
+
+def _short(name: str, n: int) -> str:
+    return name if len(name) <= n else name[: n - 3] + "..."
+
+
+# ------------------------------------------------------------------------- warp stalls
+def render_warp_stalls_ascii(kernel_metrics_row, width: int = 100) -> str:
+    """Horizontal bars: each stall reason's share of stall cycles for one kernel."""
+    k = kernel_metrics_row
+    title = f"Warp stall reasons, % of stall cycles: {_short(k.name, width - 41)}"
+    if not k.warp_stall_pct:
+        return title + "\n  n/a: this input has no warp-stall metrics (the details page lacks them)"
+    rows = sorted(((v, r) for r, v in k.warp_stall_pct.items() if v >= 0.5), key=lambda x: (-x[0], x[1]))
+    rest = sum(v for v in k.warp_stall_pct.values() if v < 0.5)
+    label_w = max([len(r) for _, r in rows] + [len("others (<0.5% each)")]) + 2
+    bar_w = max(10, width - label_w - 8)
+    top = rows[0][0] if rows else 1.0
+    lines = [title]
+    for v, r in rows + ([(rest, "others (<0.5% each)")] if rest > 0 else []):
+        n = round(bar_w * v / top) if top > 0 else 0
+        lines.append(f"  {r:<{label_w - 2}}{'#' * n} {v:5.1f}%")
+    lines.append(f"  legend: # = {top / bar_w:.2f}% of stall cycles (longest bar = {top:.1f}%); "
+                 "'selected' (issuing) is not a stall")
+    return "\n".join(line[:width] for line in lines)
+
+
+# -------------------------------------------------------------------------- roofline
+def _placeable(p) -> bool:
+    return (p.arithmetic_intensity is not None and math.isfinite(p.arithmetic_intensity)
+            and p.arithmetic_intensity > 0 and p.achieved_flops_per_s)
+
+
+def render_roofline_ascii(roofline, peaks, width: int = 100) -> str:
+    """Log-log roofline: the DRAM roof, one flat roof per precision used, kernels as letters."""
+    pts = list(roofline.points)
+    head = "Roofline (log-log)" + (" - ESTIMATE from op shapes, not counters" if roofline.estimate else "")
+    if peaks is None:
+        return head + "\n  n/a: no peak FLOP/s or bandwidth for this GPU (pass --peaks FILE)"
+    placed = [p for p in pts if _placeable(p)]
+    dtypes = sorted({p.roof_dtype for p in placed if p.roof_dtype})
+    if not placed or not dtypes:
+        dtypes = dtypes or [d for d in ("bf16", "fp32") if peaks.flops(d)][:1]
+    roofs = [(d, peaks.flops(d)) for d in dtypes if peaks.flops(d)]
+    bw = peaks.dram_bytes_per_s
+    xs = [p.arithmetic_intensity for p in placed] + [r / bw for _, r in roofs]
+    ys = [p.achieved_flops_per_s for p in placed] + [r for _, r in roofs]
+    x0 = math.floor(math.log10(min(xs)))
+    x1 = max(math.ceil(math.log10(max(xs))), x0 + 2)
+    if x1 - math.log10(max(xs)) < 0.3:
+        x1 += 1  # keep the rightmost point and the ridge off the border
+    y0 = math.floor(math.log10(min(ys)))
+    y1 = max(math.log10(max(ys)) + 0.2, y0 + 2)
+    lab_w, H = 9, 18
+    W = width - lab_w - 2
+    grid = [[" "] * W for _ in range(H)]
+
+    def col(ai):
+        return round((math.log10(ai) - x0) / (x1 - x0) * (W - 1))
+
+    def row(f):
+        return H - 1 - round((math.log10(f) - y0) / (y1 - y0) * (H - 1))
+
+    for c in range(W):  # roofs: min(peak, AI * bw) per precision
+        ai = 10 ** (x0 + c / (W - 1) * (x1 - x0))
+        for i, (_, peak) in enumerate(roofs):
+            r = row(min(peak, ai * bw))
+            if 0 <= r < H and grid[r][c] == " ":
+                grid[r][c] = "/" if ai * bw < peak else ("=" if i == 0 else "-")
+    for i, p in enumerate(placed[: len(_MARKS)]):
+        r, c = row(p.achieved_flops_per_s), col(p.arithmetic_intensity)
+        if 0 <= r < H and 0 <= c < W:
+            grid[r][c] = "*" if grid[r][c] in _MARKS else _MARKS[i]
+    labels = {row(10.0 ** e): _si(10.0 ** e, "") for e in range(y0, math.floor(y1) + 1)}
+    lines = [head, "FLOP/s"]
+    for r in range(H):
+        lines.append(f"{labels.get(r, ''):>{lab_w}}|" + "".join(grid[r]).rstrip())
+    axis = [" "] * W
+    ticks = [" "] * W
+    for e in range(x0, x1 + 1):
+        c = col(10 ** e)
+        axis[min(c, W - 1)] = "+"
+        text = f"{10.0 ** e:g}"
+        start = max(0, min(c - len(text) // 2, W - len(text)))
+        if all(ch == " " for ch in ticks[max(0, start - 1): start + len(text) + 1]):
+            ticks[start: start + len(text)] = text
+    lines.append(" " * lab_w + "+" + "".join(axis))
+    lines.append(" " * (lab_w + 1) + "".join(ticks).rstrip())
+    lines.append(" " * (lab_w + 1) + "arithmetic intensity (FLOP per DRAM byte)")
+    lines.append(f"legend: / = DRAM roof {bw / 1e12:.2f} TB/s; * = several kernels in one cell")
+    for i, (d, r) in enumerate(roofs):
+        lines.append(f"        {'=' if i == 0 else '-'} = {d} roof {_si(r, 'FLOP/s')}, "
+                     f"ridge point at AI {r / bw:.0f} FLOP/byte")
+    for i, p in enumerate(placed[: len(_MARKS)]):
+        lines.append(f"  {_MARKS[i]} {_short(p.label, 44):44} AI {p.arithmetic_intensity:8.3g} "
+                     f"{_si(p.achieved_flops_per_s, 'FLOP/s'):>13} {p.bound or 'n/a'}"
+                     f" {_na(p.pct_of_roof, '{:.0f}', '% of roof')}")
+    for p in pts:
+        if not _placeable(p):
+            why = "no FLOP counters" if p.flops is None else ("no FLOPs counted" if not p.flops else
+                                                               "no DRAM bytes or time")
+            lines.append(f"  - {_short(p.label, 60)}: not placed ({why})")
+    lines.append(f"peaks: {_short(peaks.source, width - 7)}")
+    return "\n".join(line[:width] for line in lines)
+
+
+# --------------------------------------------------------------------------- section
+def _block(title: str, rows: list[str], notes) -> list[str]:
+    out = [f"**{title}**", ""] + [f"- {r}" for r in rows]
+    out += [f"- _{n}_" for n in notes] if notes else ["- _no rule fired on these numbers_"]
+    return out + [""]
+
+
+def render_hardware_section(km, join, roofline, peaks, top: int = 5) -> str:
+    """Markdown body for ``## Hardware Behavior Analysis`` (no heading line)."""
+    analysis = hardware_analysis(km, join, roofline, peaks, top=top)
+    by_id = {k.id: k for k in km.kernels}
+    points = {p.kernel_id: p for p in roofline.points} if roofline is not None else {}
+    dev = km.device_name or "unknown GPU"
+    out = [f"Source: `{km.source_path}` ({km.source_format}, {len(km)} kernels, {dev}). "
+           f"Top {len(analysis)} kernels by "
+           + ("share of the trace's GPU time." if join is not None and join.matched else "ncu duration."), ""]
+    if join is not None:
+        amb = f", {join.candidates} equally good alignments" if join.ambiguous else ""
+        out += [(f"Join to the trace: {join.matched}/{len(km)} kernels matched by name and launch order"
+                f"{' (in order' + amb + ')' if join.aligned else ' (by name only)'}."), ""]
+    if peaks is None:
+        out += ["Peaks: n/a for this GPU; roofline percentages are n/a.", ""]
+    for h in analysis:
+        k = by_id[h.kernel_id]
+        p = points.get(k.id)
+        out += [f"### `{_short(k.name, 90)}`", "",
+                f"Verdict: {h.verdict}.", "",
+                (f"Launch: grid={k.grid or 'n/a'}, block={k.block or 'n/a'}, registers/thread "
+                f"{_na(k.registers_per_thread, '{}')}, shared memory static {_na(k.static_shared_mem_bytes, '{}', ' B')}"
+                f" + dynamic {_na(k.dynamic_shared_mem_bytes, '{}', ' B')}, waves/SM {_na(k.waves_per_sm, '{:.2f}')}, "
+                f"duration {_t(k.duration_ns)}."), ""]
+        limits = ", ".join(f"{lab} {_na(getattr(k, f), '{:.0f}')}" for lab, f in (
+            ("registers", "occupancy_limit_registers"), ("shared memory", "occupancy_limit_shared_mem"),
+            ("warps", "occupancy_limit_warps"), ("blocks", "occupancy_limit_blocks")))
+        out += _block("Occupancy", [
+            (f"theoretical {_na(k.theoretical_occupancy_pct, '{:.1f}', '%')}, achieved "
+            f"{_na(k.achieved_occupancy_pct, '{:.1f}', '%')}"),
+            f"blocks per SM allowed by each limit: {limits}"], h.occupancy)
+        flops = ", ".join(f"{p_}: {_si(v, 'FLOP')}" for p_, v in sorted((k.flops_by_precision or {}).items()) if v)
+        out += _block("Compute utilization", [
+            (f"SM throughput {_na(k.sm_throughput_pct, '{:.1f}', '%')} of peak; tensor pipe "
+            f"{_na(k.tensor_pipe_pct, '{:.1f}', '%')}, FP32 pipe {_na(k.fp32_pipe_pct, '{:.1f}', '%')}, "
+            f"FP64 pipe {_na(k.fp64_pipe_pct, '{:.1f}', '%')} of active cycles"),
+            (f"FLOPs: {flops or 'n/a'}; achieved "
+            f"{'n/a' if k.achieved_flops_per_s is None else _si(k.achieved_flops_per_s, 'FLOP/s')}")], h.compute)
+        bps = None if p is None else p.achieved_bytes_per_s
+        out += _block("Memory behavior", [
+            (f"DRAM throughput {_na(k.dram_throughput_pct, '{:.1f}', '%')} of peak "
+            f"({'n/a' if bps is None else _si(bps, 'B/s')}); memory throughput "
+            f"{_na(k.memory_throughput_pct, '{:.1f}', '%')}"),
+            (f"DRAM read {_na(k.dram_bytes_read, '{:.4g}', ' B')}, written {_na(k.dram_bytes_written, '{:.4g}', ' B')};"
+            f" arithmetic intensity {_na(k.arithmetic_intensity, '{:.3g}', ' FLOP/B')}"),
+            (f"L1 hit {_na(k.l1_hit_rate_pct, '{:.1f}', '%')}, L2 hit {_na(k.l2_hit_rate_pct, '{:.1f}', '%')}, "
+            f"shared bank conflicts {_na(k.shared_bank_conflicts, '{:.0f}')}")], h.memory)
+        out += ["**Warp stall reasons**", "", "```", render_warp_stalls_ascii(k), "```", ""]
+        out += [f"- _{s}_" for s in h.stalls] or ["- n/a"]
+        out.append("")
+    if roofline is not None:
+        out += ["### Roofline", "", "```", render_roofline_ascii(roofline, peaks), "```", ""]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,256 @@
+"""Results -> PNG figures (matplotlib, imported lazily: the ``plots`` extra).
+
+One figure per question the report answers: where the GPU time goes (category breakdown),
+when the GPU works (timeline lanes per stream, coloured by category, phases shaded), how the
+steps compare (per-phase GPU span vs busy time), how device memory moves (allocated and
+reserved over time per device, peak annotated with what ran then: ``report.memory``), what warps
+wait on (stall reasons per Nsight Compute kernel) and where kernels sit on the roofline (ncu
+counters, or the estimate from op shapes). Each figure has axis labels with units, a legend
+and a title naming the trace. Files are named ``<stem>_<figure>[_<n>].png``;
+:func:`write_plots` (per trace) and :func:`write_hardware_plots` (ncu rows, or the estimated
+roofline) return their paths in report order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..analysis.links import gpu_ops_column
+from ..errors import ToolNotFound
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ToolNotFound("matplotlib", "pip install 'tracestory[plots]' to write PNG plots") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # Deterministic output: no timestamps or software version in the PNG metadata.
+    plt.rcParams["svg.hashsalt"] = "tracestory"
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def _colors(categories) -> dict[str, tuple]:
+    plt = _pyplot()
+    cmap = plt.get_cmap("tab20")
+    return {c: cmap(i % 20) for i, c in enumerate(categories)}
+
+
+def plot_breakdown(a, path: Path) -> Path:
+    plt = _pyplot()
+    cats = a.breakdown.categories
+    fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(cats), 3) + 1.2))
+    names = [c.name for c in cats][::-1]
+    ms = [c.time_ns / 1e6 for c in cats][::-1]
+    colors = _colors(a.classification.taxonomy.categories)
+    bars = ax.barh(names, ms, color=[colors[n] for n in names])
+    for bar, c in zip(bars, cats[::-1], strict=True):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {c.percent:.1f}%", va="center", fontsize=8)
+    ax.set_xlabel("GPU time (ms, sum of kernel + memop durations)")
+    ax.set_title(f"GPU time by category — {a.trace.label}")
+    ax.margins(x=0.15)
+    return _save(fig, path)
+
+
+def plot_timeline(a, path: Path) -> Path:
+    """Lanes per (device, stream); each op a bar coloured by category; phases shaded."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    tr, cls = a.trace, a.classification
+    t0 = a.timeline.start_ns
+    cats = cls.taxonomy.categories
+    colors = _colors(cats)
+    ops = [(tr.kernels, cls.kernel_category), (tr.memops, cls.memop_category)]
+    pairs = np.stack([gpu_ops_column(tr, "device"), gpu_ops_column(tr, "stream")], axis=1)
+    lanes = [tuple(map(int, p)) for p in np.unique(pairs, axis=0)]
+    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.5 * len(lanes)))
+    for y, (dev, stream) in enumerate(lanes):
+        for table, cat in ops:
+            on = (table["device"] == dev) & (table["stream"] == stream)
+            if not on.any():
+                continue
+            starts = (table["start_ns"][on] - t0) / 1e6
+            widths = np.maximum((table["end_ns"][on] - table["start_ns"][on]) / 1e6, 1e-4)
+            ax.broken_barh(list(zip(starts, widths, strict=True)), (y - 0.4, 0.8),
+                           facecolors=[colors[cats[c]] for c in cat[on]])
+    for p in a.phases.phases if a.phases.source != "none" else ():
+        if p.gpu_start_ns is not None:
+            ax.axvspan((p.gpu_start_ns - t0) / 1e6, (p.gpu_end_ns - t0) / 1e6, color="0.9", zorder=0)
+    ax.set_yticks(range(len(lanes)), [f"GPU {d} stream {s}" for d, s in lanes])
+    ax.set_xlabel("time since first GPU op (ms)")
+    used = [c for c in cats if any((cat == cats.index(c)).any() for _, cat in ops)]
+    ax.legend(handles=[Patch(color=colors[c], label=c) for c in used], loc="center left",
+              bbox_to_anchor=(1.01, 0.5), fontsize=8, title="category")
+    ax.set_title(f"GPU timeline (grey: phases) — {tr.label}")
+    return _save(fig, path)
+
+
+def plot_phases(a, path: Path) -> Path | None:
+    plt = _pyplot()
+    ph = [p for p in a.phases.phases if p.gpu_span_ns is not None]
+    if len(ph) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(ph) + 2), 3.5))
+    x = np.arange(len(ph))
+    ax.bar(x, [p.gpu_span_ns / 1e6 for p in ph], color="0.75", label="GPU span (first op start to last op end)")
+    ax.bar(x, [p.gpu_busy_ns / 1e6 for p in ph], color="tab:blue", label="GPU busy (union of ops)")
+    ax.set_xticks(x, [p.name for p in ph], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("time (ms)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Per-phase GPU span vs busy time — {a.trace.label}")
+    return _save(fig, path)
+
+
+def plot_memory(a, path: Path) -> Path | None:
+    """Allocated and reserved GPU memory over time, per device (``report.memory.plot_memory``:
+    the same series and peak annotation as the report's ASCII memory chart)."""
+    from ..analysis.memory import memory_timeline
+    from .memory import plot_memory as _plot
+
+    return _plot(memory_timeline(a.trace, a.phases), path, title=a.trace.label)
+
+
+def _short(name: str, n: int = 48) -> str:
+    from .story import short_name
+
+    return short_name(name, n)
+
+
+def plot_warp_stalls(rows, path: Path, *, top: int = 4, title: str = "") -> Path | None:
+    """Horizontal bars of each stall reason's share of stall cycles, one panel per kernel (the
+    ``top`` longest Nsight Compute kernels that carry stall metrics). ``rows``: the ``kernels[]``
+    JSON rows of ``report.hardware_glue.hardware_results``. ``None`` without stall metrics."""
+    rows = [r for r in rows or () if r.get("warp_stall_pct")]
+    rows = sorted(rows, key=lambda r: (-(r.get("duration_ns") or 0), str(r.get("name"))))[:top]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 0.3 * sum(min(len(r["warp_stall_pct"]), 10) + 3 for r in rows)),
+                             squeeze=False)
+    for ax, r in zip(axes[:, 0], rows):
+        items = sorted(r["warp_stall_pct"].items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = [(k, v) for k, v in items if v >= 1.0][:9]
+        rest = sum(v for k, v in items if (k, v) not in shown)
+        if rest > 0:
+            shown.append(("others", rest))
+        labels = [k for k, _ in shown][::-1]
+        vals = [v for _, v in shown][::-1]
+        bars = ax.barh(labels, vals, color="tab:red")
+        for b, v in zip(bars, vals):
+            ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {v:.1f}%", va="center", fontsize=7)
+        ax.set_xlim(0, max(vals) * 1.15)
+        dur = r.get("duration_ns")
+        ax.set_title(_short(str(r.get("name")), 70) + (f" ({dur / 1e3:.1f} us)" if dur else ""), fontsize=9)
+        ax.tick_params(labelsize=8)
+    axes[-1, 0].set_xlabel("% of stall cycles ('selected', the issuing cycle, is not a stall)")
+    fig.suptitle(f"Warp stall reasons (Nsight Compute){' — ' + title if title else ''}", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _placeable(p) -> bool:
+    ai, f = p.get("arithmetic_intensity"), p.get("achieved_flops_per_s")
+    return ai is not None and f is not None and np.isfinite(ai) and ai > 0 and f > 0
+
+
+def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False) -> Path | None:
+    """Log-log roofline: the DRAM roof and one compute roof per precision used, each kernel a
+    point (arithmetic intensity, achieved FLOP/s) coloured by its bound. ``points``: roofline
+    point dicts (``kernels[].roofline`` rows, or ``roofline_estimate.points`` of the JSON), or
+    rows holding one under ``"roofline"``. ``None`` when no point can be placed."""
+    pts = [p.get("roofline") if "roofline" in p else p for p in points or ()]
+    pts = [p for p in pts if p and _placeable(p)]
+    if not pts:
+        return None
+    pts = sorted(pts, key=lambda p: (-(p.get("duration_ns") or 0), str(p.get("label"))))[:12]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    roofs = {}
+    for p in pts:
+        peak, ridge = p.get("peak_flops_per_s"), p.get("ridge_flop_per_byte")
+        if peak and ridge and p.get("roof_dtype"):
+            roofs.setdefault(p["roof_dtype"], (peak, peak / ridge))
+    ai = np.array([p["arithmetic_intensity"] for p in pts])
+    lo = min(ai.min(), *[pk / bw for pk, bw in roofs.values()]) / 4 if roofs else ai.min() / 4
+    hi = max(ai.max(), *[pk / bw for pk, bw in roofs.values()]) * 4 if roofs else ai.max() * 4
+    x = np.logspace(np.log10(lo), np.log10(hi), 200)
+    for i, (dt, (peak, bw)) in enumerate(sorted(roofs.items())):
+        ax.plot(x, np.minimum(peak, x * bw), color="0.3", lw=1.2, ls=("-", "--", ":", "-.")[i % 4],
+                label=f"{dt} roof {peak / 1e12:.0f} TFLOP/s, DRAM {bw / 1e12:.2f} TB/s, ridge {peak / bw:.0f} FLOP/B")
+    colors = {"memory": "tab:blue", "compute": "tab:red", None: "tab:gray"}
+    for i, p in enumerate(pts, 1):
+        ax.scatter(p["arithmetic_intensity"], p["achieved_flops_per_s"], color=colors.get(p.get("bound"), "tab:gray"),
+                   zorder=3, s=30)
+        ax.annotate(str(i), (p["arithmetic_intensity"], p["achieved_flops_per_s"]), xytext=(4, 3),
+                    textcoords="offset points", fontsize=8)
+    names = [f"{i}: {_short(str(p.get('label')), 44)} ({p.get('bound') or 'n/a'}"
+             + (f", {p['pct_of_roof']:.0f}% of roof)" if p.get("pct_of_roof") is not None else ")")
+             for i, p in enumerate(pts, 1)]
+    ax.text(1.02, 1.0, "\n".join(names), transform=ax.transAxes, va="top", fontsize=7, family="monospace")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    if roofs:
+        ax.legend(fontsize=7, loc="lower right")
+    kind = "estimated from op shapes, not counters" if estimate else "Nsight Compute counters"
+    ax.set_title(f"Roofline ({kind}){' — ' + title if title else ''}", fontsize=10)
+    return _save(fig, path)
+
+
+def write_hardware_plots(hardware_rows, analyses, out_dir: Path, *, stem: str = "report",
+                         peaks_path=None, manifest=None) -> list[Path]:
+    """The hardware figures: with Nsight Compute rows, the warp-stall distribution and the
+    roofline of the profiled kernels; without them, each trace's roofline estimated from op
+    shapes (when its GPU's peaks are known). Returns the paths written."""
+    out: list[Path] = []
+    if hardware_rows:
+        for fn, name in ((plot_warp_stalls, "warp_stalls"), (plot_roofline, "roofline")):
+            p = fn(hardware_rows, out_dir / f"{stem}_{name}.png")
+            if p is not None:
+                out.append(p)
+        return out
+    from ..analysis.roofline import estimate_roofline
+    from ..specs import peaks_for
+    from .jsonout import jsonable
+
+    analyses = list(analyses)
+    for i, a in enumerate(analyses):
+        devs = a.trace.meta.devices
+        peaks = peaks_for(devs[0].name, peaks_path, manifest=manifest) if devs and devs[0].name else None
+        rf = estimate_roofline(a.trace, peaks)
+        suffix = f"_{i}" if len(analyses) > 1 else ""
+        p = plot_roofline([jsonable(q) for q in rf.points], out_dir / f"{stem}_roofline{suffix}.png",
+                          title=a.trace.label, estimate=True)
+        if p is not None:
+            out.append(p)
+    return out
+
+
+def write_plots(analyses, out_dir: Path, *, stem: str = "report") -> list[Path]:
+    """Write every applicable figure for every analysis; returns the paths written."""
+    out: list[Path] = []
+    for i, a in enumerate(analyses):
+        suffix = f"_{i}" if len(analyses) > 1 else ""
+        out.append(plot_breakdown(a, out_dir / f"{stem}_breakdown{suffix}.png"))
+        if a.timeline is not None:
+            out.append(plot_timeline(a, out_dir / f"{stem}_timeline{suffix}.png"))
+        for fn, name in ((plot_phases, "phases"), (plot_memory, "memory")):
+            p = fn(a, out_dir / f"{stem}_{name}{suffix}.png")
+            if p is not None:
+                out.append(p)
+    return out

@@ -1,0 +1,109 @@
+"""The one place that turns numbers into text: durations, percentages, bytes, SI rates.
+
+Every renderer, finding title and command prints through these functions, so a value reads the
+same wherever it appears. The unit is chosen *after* rounding: 999,999 ns is ``1.00 ms``, never
+``1000 us`` or ``1e+03 us``. ``None`` and NaN print as ``n/a``.
+"""
+
+from __future__ import annotations
+
+import math
+
+NA = "n/a"
+
+_TIME_UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "us"), (1.0, "ns"))
+_SI_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def sig(v: float, digits: int = 3) -> str:
+    """``v`` with ``digits`` significant digits, never in exponent form; the integer part is
+    always kept (``1234.5`` with 3 digits is ``1235``)."""
+    a = abs(v)
+    if a == 0:
+        return "0"
+    int_digits = int(math.floor(math.log10(a))) + 1 if a >= 1 else 1
+    decimals = max(0, digits - int_digits)
+    return f"{v:.{decimals}f}"
+
+
+def _scaled(v: float, scales, digits: int) -> tuple[str, str]:
+    """``v`` in the largest unit of ``scales`` whose rounded value is at least 1."""
+    a = abs(v)
+    for i, (scale, unit) in enumerate(scales):
+        if a >= scale or i == len(scales) - 1:
+            text = sig(v / scale, digits)
+            # 999.9996 us rounds to "1000": that is the next unit up.
+            if i > 0 and abs(float(text)) >= 1000 and scales[i - 1][0] == scale * 1000:
+                return sig(v / scales[i - 1][0], digits), scales[i - 1][1]
+            return text, unit
+    raise AssertionError("unreachable")
+
+
+def fmt_ns(ns: float | int | None, *, digits: int = 3) -> str:
+    """A duration in the unit that fits it: ``850 ns``, ``12.4 us``, ``3.21 ms``, ``1.50 s``.
+    ``digits`` significant digits; below 1 us whole nanoseconds."""
+    if _missing(ns):
+        return NA
+    v = float(ns)
+    if abs(v) < 1e3:
+        return f"{v:.0f} ns" if abs(round(v)) < 1000 else f"{sig(v / 1e3, digits)} us"
+    text, unit = _scaled(v, _TIME_UNITS[:3], digits)
+    return f"{text} {unit}"
+
+
+def fmt_ms(ns: float | int | None, decimals: int = 3) -> str:
+    """A duration in milliseconds with fixed decimals (table columns that must line up)."""
+    if _missing(ns):
+        return NA
+    return f"{float(ns) / 1e6:.{decimals}f}"
+
+
+def fmt_pct(fraction: float | None, decimals: int = 1) -> str:
+    """A fraction 0.523 as ``52.3%``."""
+    if _missing(fraction):
+        return NA
+    return f"{100.0 * fraction:.{decimals}f}%"
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    """Bytes in binary units with 3 significant digits: ``512 B``, ``1.50 KiB``, ``3.21 GiB``."""
+    if _missing(n):
+        return NA
+    v = float(n)
+    if abs(v) < 1024:
+        return f"{v:.0f} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        v /= 1024
+        text = sig(v, 3)
+        if abs(float(text)) < 1024 or unit == "TiB":
+            return f"{text} {unit}"
+    raise AssertionError("unreachable")
+
+
+def fmt_si(v: float | None, unit: str, digits: int = 3) -> str:
+    """A rate or count with an SI prefix: ``4.27 TB/s``, ``790 TFLOP/s``, ``12.0 k``."""
+    if _missing(v):
+        return NA
+    text, prefix = _scaled(float(v), _SI_PREFIXES, digits)
+    return f"{text} {prefix}{unit}" if unit or prefix else text
+
+
+def fmt_count(v: float) -> str:
+    """A count as an integer when it is one, else with 3 significant digits."""
+    return f"{int(v)}" if float(v).is_integer() else sig(float(v), 3)
+
+
+def clip_text(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns, with ``…`` when cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + "…"
+
+
+def capital(text: str) -> str:
+    """The first letter upper-cased, the rest untouched."""
+    return text[:1].upper() + text[1:]

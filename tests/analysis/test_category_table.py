@@ -1,0 +1,71 @@
+"""seed002_categories: totals against direct SQL / plain json sums, the Amdahl ceiling by hand."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+
+import pytest
+from conftest import H200_LLAMA, NSYS_2022, NSYS_2024, TEST_DATA
+
+from tracestory.analysis.categories import Rule, Taxonomy
+from tracestory.analysis.category_table import seed002_categories, seed002_table
+from tracestory.ingest.kineto import load_kineto
+from tracestory.ingest.nsys_csv import load_nsys_csv
+from tracestory.ingest.nsys_sqlite import load_nsys_sqlite
+
+MOE = ("expert_gemm", "attention_gemm", "gate_gemm", "routing_permute", "quant_dequant", "norm", "allreduce", "other")
+
+
+@pytest.mark.parametrize("path", [NSYS_2022, NSYS_2024], ids=["2022", "2024"])
+def test_sqlite_totals_match_sql(path):
+    con = sqlite3.connect(path)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+    parts = [t for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables]
+    total = sum(con.execute(f"SELECT sum(end - start) FROM {t}").fetchone()[0] for t in parts)
+    (n_kernels,), = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    con.close()
+    res = seed002_categories(load_nsys_sqlite(path))
+    assert [c["category"] for c in res["categories"]] == list(MOE)
+    assert res["total_time_ns"] == total == sum(c["time_ns"] for c in res["categories"])
+    assert res["kernel_count"] == n_kernels
+    assert res["total_time_ms"] == pytest.approx(total / 1e6)
+    json.dumps(res)  # JSON-ready
+
+
+def test_kineto_totals_match_plain_json():
+    with gzip.open(H200_LLAMA) as f:
+        doc = json.load(f)
+    evs = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    total = sum(round(e["dur"] * 1000) for e in evs)
+    res = seed002_categories(load_kineto(H200_LLAMA))
+    assert res["total_time_ns"] == total
+    assert sum(c["kernel_count"] for c in res["categories"]) == len(evs)
+    assert abs(sum(c["percent"] for c in res["categories"]) - 100.0) < 1e-9
+
+
+def test_amdahl_by_hand_on_a_summary_csv():
+    # cuda_gpu_kern_sum.csv: fused_moe 1000 ns (3), nvjet 500 ns (2), rms_norm 7 ns (1)
+    tax = Taxonomy(name="t", categories=("expert_gemm", "gate_gemm", "other"),
+                   rules=(Rule("expert_gemm", "fused_moe"), Rule("gate_gemm", "nvjet")))
+    res = seed002_categories(load_nsys_csv(TEST_DATA / "nsys" / "cuda_gpu_kern_sum.csv"), tax, samples=1)
+    cats = {c["category"]: c for c in res["categories"]}
+    assert cats["expert_gemm"]["time_ns"] == 1000 and cats["expert_gemm"]["kernel_count"] == 3
+    assert cats["gate_gemm"]["sample_kernels"] == ["nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NNT"]
+    assert cats["expert_gemm"]["percent"] == pytest.approx(100 * 1000 / 1507)
+    a = res["amdahl"]
+    assert a["max_speedup"] == pytest.approx(1507 / 507)  # 1 / (1 - 1000/1507)
+    assert "2.97x" in a["explanation"]
+    assert res["has_timeline"] is False
+    text = seed002_table(res)
+    assert "expert_gemm" in text and "Amdahl" in text
+
+
+def test_amdahl_edge_cases():
+    csv = load_nsys_csv(TEST_DATA / "nsys" / "cuda_gpu_kern_sum.csv")
+    all_expert = Taxonomy(name="t", categories=("expert_gemm", "other"), rules=(Rule("expert_gemm", "."),))
+    res = seed002_categories(csv, all_expert)
+    assert res["amdahl"]["max_speedup"] is None and "unbounded" in res["amdahl"]["explanation"]
+    none = Taxonomy(name="t", categories=("expert_gemm", "other"), rules=(Rule("expert_gemm", "^nothing$"),))
+    assert seed002_categories(csv, none)["amdahl"]["max_speedup"] == pytest.approx(1.0)

@@ -1,0 +1,250 @@
+"""Tests of analyze.timeline: hand-built traces with hand-computed numbers, and the real Kineto
+fixtures checked against a plain json computation written here."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from conftest import A100_NCCL, H100_BERT, H200_LLAMA, KINETO_FIXTURES
+from tracestory.analysis.timeline import Distribution, Gap, StreamStat, timeline
+from tracestory.trace import StringPool, TraceMeta, build_trace, make_table
+
+META = TraceMeta(source_path="hand.json", source_format="kineto")
+
+
+def _trace(kernels, memops=(), api=(), meta=META):
+    """kernels/memops: (name, device, stream, start, end, corr); api: (corr, start, end)."""
+    pool = StringPool()
+    tables = {}
+    for kind, rows in (("kernels", kernels), ("memops", memops)):
+        if rows:
+            names, dev, st, s, e, corr = zip(*rows)
+            tables[kind] = make_table(kind, name=pool.encode(list(names)), device=dev, stream=st,
+                                      start_ns=s, end_ns=e, correlation=corr)
+    if api:
+        corr, s, e = zip(*api)
+        tables["api"] = make_table("api", correlation=corr, start_ns=s, end_ns=e,
+                                   name=pool.encode(["cudaLaunchKernel"] * len(corr)))
+    return build_trace(meta, pool, **tables)
+
+
+# Two overlapping streams, three gaps of known length and cause:
+#   A [100,200) s7   B [150,300) s8        -> busy [100,300)
+#   C [1300,1400) s7                         gap1 [300,1300)    1000 ns
+#   D [21400,31400) s7, M [21450,21600) s9 (memop, inside D), E [31400,31405) s7 (touches D)
+#                                            gap2 [1400,21400) 20000 ns
+#   F [31905,32005) s7                       gap3 [31405,31905)   500 ns
+KERNELS = [
+    ("A", 0, 7, 100, 200, 1),
+    ("B", 0, 8, 150, 300, 2),
+    ("C", 0, 7, 1300, 1400, 3),
+    ("D", 0, 7, 21400, 31400, 4),
+    ("E", 0, 7, 31400, 31405, -1),  # no launch call known
+    ("F", 0, 7, 31905, 32005, 7),
+]
+MEMOPS = [("Memset", 0, 9, 21450, 21600, 5)]
+API = [
+    (1, 0, 50),
+    (2, 60, 100),
+    (3, 1000, 1100),  # returns 800 ns into gap1 -> 800 ns launch wait
+    (4, 100, 130),  # D launched long before gap2 -> 0 ns launch wait
+    (5, 21300, 21420),
+    (7, 31000, 32500),  # returns after F started -> the whole gap3 (500 ns) is launch wait
+]
+
+
+@pytest.fixture(scope="module")
+def hand():
+    return timeline(_trace(KERNELS, MEMOPS, API))
+
+
+def test_hand_busy_sum_idle(hand):
+    assert hand.start_ns == 100
+    assert hand.end_ns == 32005
+    assert hand.window_ns == 32005 - 100
+    # union: [100,300) + [1300,1400) + [21400,31405) + [31905,32005)
+    assert hand.busy_ns == 200 + 100 + 10005 + 100
+    assert hand.sum_ns == 100 + 150 + 100 + 10000 + 150 + 5 + 100
+    assert hand.idle_ns == 1000 + 20000 + 500
+    assert hand.idle_fraction == pytest.approx(21500 / 31905)
+    assert hand.gap_count == 3
+
+
+def test_hand_idle_split(hand):
+    assert hand.idle_launch_wait_ns == 800 + 0 + 500
+    assert hand.idle_other_ns == 21500 - 1300
+    # 1300 / 21500 of the idle time is launch wait: not launch-bound
+    assert hand.launch_bound is False
+
+
+def test_hand_gaps_and_histogram(hand):
+    assert hand.largest_gaps == (
+        Gap(start_ns=1400, dur_ns=20000, before="C", after="D", launch_wait_ns=0),
+        Gap(start_ns=300, dur_ns=1000, before="B", after="C", launch_wait_ns=800),
+        Gap(start_ns=31405, dur_ns=500, before="E", after="F", launch_wait_ns=500),
+    )
+    assert hand.gap_histogram == (
+        ("<1us", 1, 500),
+        ("1-10us", 1, 1000),  # 1000 ns exactly falls in the upper bin
+        ("10-100us", 1, 20000),
+        ("100us-1ms", 0, 0),
+        (">=1ms", 0, 0),
+    )
+
+
+def test_hand_launch_latency(hand):
+    # GPU start - launch start, E has no launch: A 100, B 90, C 300, D 21300, M 150, F 905
+    lat = sorted([100, 90, 300, 21300, 150, 905])
+    assert hand.launch_latency == Distribution(
+        count=6,
+        mean_ns=pytest.approx(sum(lat) / 6),
+        p50_ns=pytest.approx((lat[2] + lat[3]) / 2),
+        p90_ns=pytest.approx(lat[4] + 0.5 * (lat[5] - lat[4])),  # rank 0.9 * 5 = 4.5
+        p99_ns=pytest.approx(lat[4] + 0.95 * (lat[5] - lat[4])),  # rank 4.95
+        min_ns=90,
+        max_ns=21300,
+    )
+
+
+def test_hand_kernel_rates_and_streams(hand):
+    assert hand.kernels_per_ms == pytest.approx(6 / (31905 / 1e6))
+    assert hand.short_kernel_ns == 10_000
+    assert hand.short_kernel_share == pytest.approx(5 / 6)  # D lasts exactly 10 us: not short
+    assert hand.streams == (
+        StreamStat(device=0, stream=7, busy_ns=100 + 100 + 10005 + 100, op_count=5),
+        StreamStat(device=0, stream=8, busy_ns=150, op_count=1),
+        StreamStat(device=0, stream=9, busy_ns=150, op_count=1),
+    )
+
+
+def test_same_stream_number_on_two_devices_is_two_streams():
+    tl = timeline(_trace([("a", 0, 7, 0, 100, -1), ("b", 1, 7, 50, 250, -1)]))
+    assert tl.busy_ns == 250
+    assert tl.sum_ns == 300
+    assert tl.streams == (StreamStat(0, 7, 100, 1), StreamStat(1, 7, 200, 1))
+    assert tl.gap_count == 0 and tl.idle_ns == 0 and tl.largest_gaps == ()
+    assert tl.launch_latency == Distribution(0, None, None, None, None, None, None)
+
+
+def test_launch_bound_when_idle_is_launch_wait():
+    # gap [120, 920) = 800 ns; K2's launch returns at 900 -> 780 ns launch wait
+    tl = timeline(_trace([("k1", 0, 7, 20, 120, 1), ("k2", 0, 7, 920, 1020, 2)],
+                         api=[(1, 0, 10), (2, 500, 900)]))
+    assert tl.idle_ns == 800 and tl.idle_launch_wait_ns == 780 and tl.idle_other_ns == 20
+    assert tl.idle_fraction == pytest.approx(0.8)
+    assert tl.launch_bound is True
+
+
+def test_gap_after_simultaneous_ops_uses_earliest_launch():
+    # x and y both start at 1000 after the gap [100, 1000); y's launch returned first (400)
+    tl = timeline(_trace([("w", 0, 7, 0, 100, 1), ("x", 0, 7, 1000, 1100, 2), ("y", 0, 8, 1000, 1050, 3)],
+                         api=[(1, 0, 5), (2, 0, 900), (3, 0, 400)]))
+    assert tl.largest_gaps == (Gap(start_ns=100, dur_ns=900, before="w", after="y", launch_wait_ns=300),)
+
+
+def test_launch_bound_fallback_without_launch_calls():
+    short = timeline(_trace([("k", 0, 7, 0, 1000, -1), ("k", 0, 7, 5000, 6000, -1)]))
+    assert short.idle_fraction == pytest.approx(4000 / 6000)
+    assert short.idle_launch_wait_ns == 0  # unknown launches are never counted as launch wait
+    assert short.launch_bound is True  # all kernels < 10 us and 2/3 idle
+    long = timeline(_trace([("k", 0, 7, 0, 20_000, -1), ("k", 0, 7, 30_000, 50_000, -1)]))
+    assert long.launch_bound is False
+
+
+def test_memop_only_trace_has_no_kernel_share():
+    tl = timeline(_trace([], [("Memcpy", 0, 7, 0, 100, -1)]))
+    assert tl.short_kernel_share is None
+    assert tl.kernels_per_ms == 0.0
+    assert tl.busy_ns == 100
+
+
+def test_none_without_gpu_ops_or_timestamps():
+    assert timeline(_trace([], api=[(1, 0, 10)])) is None
+    meta = TraceMeta(source_path="sum.csv", source_format="nsys-csv", has_timeline=False)
+    assert timeline(_trace(KERNELS, meta=meta)) is None
+
+
+# ----------------------------------------------------------------------------- real fixtures
+def _plain(path):
+    """GPU op intervals and launch-call end times from a plain json read (ns, as round(us*1000))."""
+    events = json.load(gzip.open(path))["traceEvents"]
+    ops, launch_end = [], {}
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = e.get("cat")
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            start = round(e["ts"] * 1000)
+            ops.append((start, start + round(e["dur"] * 1000), e.get("args", {}).get("correlation", -1)))
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            start = round(e["ts"] * 1000)
+            launch_end[e["args"]["correlation"]] = start + round(e["dur"] * 1000)
+    return ops, launch_end
+
+
+def _plain_gaps(ops, launch_end):
+    """Merge intervals in plain Python; per gap (start, end, launch wait)."""
+    ops = sorted(ops)
+    merged = [[ops[0][0], ops[0][1]]]
+    for s, e, _ in ops[1:]:
+        if s > merged[-1][1]:
+            merged.append([s, e])
+        else:
+            merged[-1][1] = max(merged[-1][1], e)
+    by_start: dict[int, list[int]] = {}
+    for s, _, c in ops:
+        by_start.setdefault(s, []).append(c)
+    gaps = []
+    for (_, g0), (g1, _) in zip(merged, merged[1:]):
+        ends = [launch_end[c] for c in by_start[g1] if c in launch_end]
+        wait = min(max(min(ends) - g0, 0), g1 - g0) if ends else 0
+        gaps.append((g0, g1, wait))
+    return merged, gaps
+
+
+@pytest.mark.parametrize("path", KINETO_FIXTURES, ids=lambda p: p.name)
+def test_fixture_against_plain_json(path):
+    from tracestory.ingest.kineto import load_kineto
+
+    tl = timeline(load_kineto(path))
+    ops, launch_end = _plain(path)
+    merged, gaps = _plain_gaps(ops, launch_end)
+    assert tl.busy_ns == sum(e - s for s, e in merged)
+    assert tl.sum_ns == sum(e - s for s, e, _ in ops)
+    assert tl.window_ns == max(e for _, e, _ in ops) - min(s for s, _, _ in ops)
+    assert tl.idle_ns == sum(g1 - g0 for g0, g1, _ in gaps)
+    assert tl.gap_count == len(gaps)
+    assert tl.idle_launch_wait_ns == sum(w for _, _, w in gaps)
+    assert sum(c for _, c, _ in tl.gap_histogram) == len(gaps)
+    longest = sorted(gaps, key=lambda g: (-(g[1] - g[0]), g[0]))[:5]
+    assert [(g.start_ns, g.dur_ns, g.launch_wait_ns) for g in tl.largest_gaps] == \
+        [(g0, g1 - g0, w) for g0, g1, w in longest]
+    assert tl.launch_latency.count == sum(1 for _, _, c in ops if c in launch_end)
+
+
+def test_fixture_streams_h100_and_a100():
+    from tracestory.ingest.kineto import load_kineto
+
+    for path in (H100_BERT, A100_NCCL):
+        events = json.load(gzip.open(path))["traceEvents"]
+        per_stream: dict[tuple, int] = {}
+        for e in events:
+            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+                key = (e["args"]["device"], e["args"]["stream"])
+                per_stream[key] = per_stream.get(key, 0) + 1
+        tl = timeline(load_kineto(path))
+        assert [(s.device, s.stream, s.op_count) for s in tl.streams] == \
+            [(d, s, n) for (d, s), n in sorted(per_stream.items())]
+
+
+def test_fixture_h200_short_kernels():
+    from tracestory.ingest.kineto import load_kineto
+
+    events = json.load(gzip.open(H200_LLAMA))["traceEvents"]
+    durs = [round(e["dur"] * 1000) for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    tl = timeline(load_kineto(H200_LLAMA))
+    assert tl.short_kernel_share == pytest.approx(sum(d < 10_000 for d in durs) / len(durs))
+    assert tl.kernels_per_ms == pytest.approx(len(durs) / (tl.window_ns / 1e6))

@@ -1,0 +1,211 @@
+"""The Markdown story report: structure, widths, determinism, golden files, numbers in prose.
+
+Golden files live in tests/golden/; rewrite them with TRACESTORY_UPDATE_GOLDEN=1.
+"""
+
+import gzip
+import json
+import os
+import re
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from conftest import H200_LLAMA, KINETO_FIXTURES, REPO
+
+from tracestory.analysis import analyze
+from tracestory.ingest.kineto import load_kineto
+from tracestory.render.markdown import SECTIONS, render_report
+from tracestory.render.story import best_repeat, fold, short_name
+
+GOLDEN = REPO / "tests" / "golden"
+
+
+@lru_cache(maxsize=None)
+def _analysis(path):
+    return analyze(load_kineto(path))
+
+
+@lru_cache(maxsize=None)
+def _report(path):
+    return render_report([_analysis(path)], inputs=[path.name],
+                         command=f"tracestory report {path.name} -o report.md")
+
+
+def _fenced_blocks(text):
+    blocks, cur = [], None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if cur is None:
+                cur = []
+            else:
+                blocks.append(cur)
+                cur = None
+        elif cur is not None:
+            cur.append(line)
+    return blocks, cur is None
+
+
+def _section(text, name):
+    m = re.search(rf"^## {re.escape(name)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    return m.group(1)
+
+
+ids = [p.name[:20] for p in KINETO_FIXTURES]
+
+
+@pytest.mark.parametrize("path", KINETO_FIXTURES, ids=ids)
+def test_golden(path):
+    text = _report(path)
+    golden = GOLDEN / (path.name.split(".")[0] + ".md")
+    if os.environ.get("TRACESTORY_UPDATE_GOLDEN") == "1":
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text, encoding="utf-8")
+    assert golden.read_text(encoding="utf-8") == text
+
+
+@pytest.mark.parametrize("path", KINETO_FIXTURES, ids=ids)
+def test_headings_exact_and_in_order(path):
+    text = _report(path)
+    lines = text.splitlines()
+    assert lines[0] == f"# Hands-On Learning Report: {_analysis(path).trace.label}"
+    blocks_ok = []
+    inside = False
+    for line in lines:  # headings outside code fences only
+        if line.startswith("```"):
+            inside = not inside
+        elif not inside and line.startswith("## "):
+            blocks_ok.append(line[3:])
+    assert blocks_ok == list(SECTIONS)
+
+
+@pytest.mark.parametrize("path", KINETO_FIXTURES, ids=ids)
+def test_fences_closed_and_charts_within_100_columns(path):
+    blocks, closed = _fenced_blocks(_report(path))
+    assert closed
+    assert len(blocks) >= 5   # actions, story, bar chart, timeline, histogram, commands
+    for block in blocks:
+        assert all(len(line) <= 100 for line in block), max(block, key=len)
+
+
+@pytest.mark.parametrize("path", KINETO_FIXTURES, ids=ids)
+def test_tables_well_formed(path):
+    text = _report(path)
+    _, _ = _fenced_blocks(text)
+    inside = False
+    table: list[str] = []
+    tables = []
+    for line in text.splitlines() + [""]:
+        if line.startswith("```"):
+            inside = not inside
+        if not inside and line.startswith("|"):
+            table.append(line)
+        elif table:
+            tables.append(table)
+            table = []
+    assert tables
+    for t in tables:
+        cols = [len(re.findall(r"(?<!\\)\|", row)) for row in t]
+        assert len(set(cols)) == 1, t
+        assert re.fullmatch(r"\|( -+:? \|)+", t[1].replace("---:", "---:")), t[1]
+
+
+def test_deterministic():
+    a = _analysis(H200_LLAMA)
+    assert render_report([a], inputs=["x"]) == render_report([a], inputs=["x"])
+
+
+def test_extra_sections_and_goal():
+    a = _analysis(H200_LLAMA)
+    text = render_report([a], goal="Why is decode slow?", questions=("Is attention the bottleneck?",),
+                         extra_sections={"Hardware Behavior Analysis": "NCU BODY HERE",
+                                         "Environment": "ENV BODY",
+                                         "_plots": "![timeline](r_timeline.png)"})
+    assert "![timeline](r_timeline.png)" in _section(text, "Visualizations")
+    hw = _section(text, "Hardware Behavior Analysis")
+    assert hw.strip() == "NCU BODY HERE"
+    assert _section(text, "Environment").strip() == "ENV BODY"
+    goal = _section(text, "Goal Interpretation")
+    assert "**Original Goal**: Why is decode slow?" in goal
+    assert "1. Is attention the bottleneck?" in goal
+    # without extras the hardware section says why it has no counters
+    assert _section(_report(H200_LLAMA), "Hardware Behavior Analysis").strip().startswith(
+        "n/a: no Nsight Compute input")
+
+
+def test_executive_summary_counts_match_the_json():
+    events = json.load(gzip.open(H200_LLAMA))["traceEvents"]
+    kernels = sum(1 for e in events if e.get("cat") == "kernel")
+    memops = sum(1 for e in events if e.get("cat") in ("gpu_memcpy", "gpu_memset"))
+    summary = _section(_report(H200_LLAMA), "Executive Summary")
+    assert f"holds {kernels} kernels and {memops} memory ops" in summary
+
+
+def _numbers(text):
+    return set(re.findall(r"\d+(?:\.\d+)?(?: ?(?:%|ms|us|ns|s|x|GiB|MiB))?", text))
+
+
+@pytest.mark.parametrize("path", KINETO_FIXTURES, ids=ids)
+def test_numbers_in_prose_come_from_results(path):
+    """Every number in the Executive Summary and in the Observations' titles and implications is
+    a formatting of a value in the analysis results (breakdown, timeline, phases, findings)."""
+    from tracestory.analysis.findings import derive_findings
+    from tracestory.render.ascii import fmt_bytes, fmt_ns, fmt_pct
+
+    a = _analysis(path)
+    values = []
+    for obj in (a.breakdown, a.timeline, *a.breakdown.categories, *a.phases.families,
+                *a.phases.outliers, *a.phases.phases):
+        values += [v for v in vars(obj).values() if isinstance(v, (int, float, np.integer, np.floating))]
+    for f in derive_findings(a):
+        values += [e.value for e in f.evidence if isinstance(e.value, (int, float, np.integer, np.floating))]
+    b, tl = a.breakdown, a.timeline
+    values += [b.kernel_count, b.memop_count, len(a.phases.phases)]
+    if tl is not None:
+        values.append(tl.busy_ns / tl.window_ns)
+    allowed = set()
+    for v in values:
+        v = float(v)
+        allowed |= {fmt_ns(v), fmt_pct(v), f"{100 * v:.1f}%", f"{v:.2f}", f"{v:.1f}x", f"{v:.2f}x",
+                    str(int(v)) if v.is_integer() else "", f"{v:.1f}"}
+        allowed |= {x.split(" ")[0] for x in (fmt_ns(v),)} | {fmt_bytes(v)}
+    allowed |= {"2", "1", "0", "10", "16"}   # k=2 what-if, "1/1.5", "10 us" short-kernel bound
+    text = _report(path)
+    prose = _section(text, "Executive Summary")
+    obs = _section(text, "Observations and Insights")
+    prose += "\n".join(l for l in obs.splitlines() if l.startswith(("####", "**Implication")))
+    prose = re.sub(r"`[^`]*`|aten::\S+|#### \d+\.|decode_\d+|ProfilerStep#\d+|sm\d+|fp8|bf16|fp16|\d+/\d+|r2", "", prose)
+    missing = {n for n in _numbers(prose) if n not in allowed and n.split(" ")[0] not in allowed}
+    assert not missing, missing
+
+
+def test_short_name():
+    assert short_name("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add"
+                      "<c10::BFloat16>, std::array<char*, 3> >(int, at::native::CUDAFunctor_add"
+                      "<c10::BFloat16>, std::array<char*, 3>)") == "vectorized_elementwise_kernel[CUDAFunctor_add]"
+    assert short_name("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2"
+                      "_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8"
+                      "::Params)", 80) == "cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8"
+    assert short_name("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16,"
+                      " float>(int, float)") == "vectorized_layer_norm_kernel"
+    assert short_name("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_TNT") == "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_TNT"
+    assert short_name("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
+
+
+def test_fold_finds_the_layer_loop():
+    # prefix 7, then the block (1 2 3 4) three times, then 9
+    keys = np.array([7, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 9])
+    assert best_repeat(keys) == (1, 4, 3)
+    assert fold(keys, 0, len(keys)) == [("run", 0, 1), ("loop", 1, 4, 3), ("run", 13, 14)]
+    assert best_repeat(np.arange(10)) is None
+
+
+def test_story_shows_the_prefill_layer_loop_and_decode_steps():
+    story = _section(_report(H200_LLAMA), "Execution Story")
+    # 2 decoder layers in the prefill: a loop of two iterations
+    assert re.search(r"LOOP \(x2 of \d+ ops", story)
+    assert "PHASE 2: decode x16 steps (decode_0 .. decode_15)" in story
+    assert story.count("<- MOST TIME HERE") == 2   # prefill and the representative decode step
+    assert "CPU inside aten::_cudnn_attention_forward" in story
+    # the prefill GEMMs take 512 rows (aten::mm input [512, 4096]), decode GEMMs 1 row
+    assert "GEMM rows M: prefill 512..512 (matrix-matrix), decode 1..1" in story
