@@ -1,0 +1,108 @@
+"""Graph replays: which kernels came from a CUDA/HIP graph launch, and which were launched one by
+one.
+
+Model
+-----
+CUPTI (and roctracer) give a kernel replayed from a graph the correlation id of the
+``cudaGraphLaunch`` / ``hipGraphLaunch`` call that replayed it, so the launch call found through
+the correlation id (:func:`~tracestory.analysis.links.launch_index`) tells each kernel's origin:
+
+* **graph**: launched by a graph-launch call; one call replays many kernels, so host launch cost
+  is paid once per graph, and a gap between two kernels of one replay is a device-side dependency
+  or a wait inside the graph, not launch overhead;
+* **direct**: launched by a kernel-launch call (``cudaLaunchKernel``, ``cuLaunchKernel``,
+  ``hipLaunchKernel``, ``hipExtModuleLaunchKernel``, ...); the only kernels whose
+  launch-to-start latency measures launch overhead;
+* **unlinked**: no launch call in the trace (work queued before the capture began, or a source
+  without API calls).
+
+Limits: a trace without API calls has only unlinked kernels, and then nothing can be said about
+graphs; a graph captured by hand and replayed through a driver API with another name is counted
+as direct only when its launch name is a kernel-launch name, else as unlinked-by-name ("other").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Trace
+from .links import launch_index
+
+GRAPH_LAUNCH = re.compile(r"^(cuda|cu|hip)GraphLaunch", re.IGNORECASE)
+KERNEL_LAUNCH = re.compile(
+    r"^(cuda|cu|hip)(Ext)?(Module)?(LaunchKernel|LaunchCooperativeKernel|LaunchKernelEx|LaunchKernelExC)"
+    r"|^hipExtLaunchKernel|^hipExtModuleLaunchKernel|^hipModuleLaunchKernel|^cuLaunchGrid",
+    re.IGNORECASE,
+)
+
+GRAPH, DIRECT, UNLINKED, OTHER = 0, 1, 2, 3
+ORIGINS = ("graph", "direct", "unlinked", "other")
+
+
+@dataclass(frozen=True)
+class GraphReplays:
+    """Kernel origins of one trace; times are summed kernel durations."""
+
+    kernel_count: int
+    graph_launches: int            # graph-launch calls in the trace
+    graph_kernels: int             # kernels replayed by them
+    graph_kernel_time_ns: int
+    direct_kernels: int
+    direct_kernel_time_ns: int
+    unlinked_kernels: int          # no launch call in the trace
+    unlinked_kernel_time_ns: int
+    other_kernels: int             # launched by a call that is neither (unrecognised API name)
+    kernel_time_ns: int
+    max_kernels_per_graph_launch: int
+
+    @property
+    def graph_time_fraction(self) -> float | None:
+        return None if self.kernel_time_ns == 0 else self.graph_kernel_time_ns / self.kernel_time_ns
+
+    @property
+    def replays_graphs(self) -> bool:
+        """True when graph replays carry most of the linked kernel time."""
+        linked = self.graph_kernel_time_ns + self.direct_kernel_time_ns
+        return self.graph_kernels > 0 and self.graph_kernel_time_ns * 2 >= linked
+
+
+def _name_mask(trace: Trace, codes: np.ndarray, pattern: re.Pattern) -> np.ndarray:
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    hit = np.array([c >= 0 and bool(pattern.search(trace.strings[c])) for c in uniq], dtype=bool)
+    return hit[inverse] if len(codes) else np.zeros(0, dtype=bool)
+
+
+def kernel_origins(trace: Trace) -> np.ndarray:
+    """Per kernel row: GRAPH, DIRECT, UNLINKED or OTHER (indices into :data:`ORIGINS`)."""
+    rows = launch_index(trace, trace.kernels)
+    out = np.full(len(rows), UNLINKED, dtype=np.int8)
+    linked = rows >= 0
+    if linked.any():
+        names = trace.api["name"][rows[linked]]
+        graph = _name_mask(trace, names, GRAPH_LAUNCH)
+        direct = _name_mask(trace, names, KERNEL_LAUNCH)
+        out[linked] = np.where(graph, GRAPH, np.where(direct, DIRECT, OTHER))
+    return out
+
+
+def graph_replays(trace: Trace) -> GraphReplays:
+    """Count kernels and kernel time by origin (see the module docstring)."""
+    k = trace.kernels
+    dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
+    origin = kernel_origins(trace)
+    api_names = trace.api["name"]
+    graph_calls = int(_name_mask(trace, api_names, GRAPH_LAUNCH).sum()) if len(api_names) else 0
+    per_launch = 0
+    if (origin == GRAPH).any():
+        rows = launch_index(trace, k)[origin == GRAPH]
+        per_launch = int(np.unique(rows, return_counts=True)[1].max())
+
+    def part(o):
+        m = origin == o
+        return int(m.sum()), int(dur[m].sum())
+
+    g, d, u, o = part(GRAPH), part(DIRECT), part(UNLINKED), part(OTHER)
+    return GraphReplays(len(k), graph_calls, g[0], g[1], d[0], d[1], u[0], u[1], o[0], int(dur.sum()), per_launch)
