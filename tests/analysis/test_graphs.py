@@ -48,3 +48,13 @@ def test_eager_trace_has_no_graphs():
     assert graph_calls == 0 and g.graph_launches == 0 and g.graph_kernels == 0
     assert (g.direct_kernels, g.unlinked_kernels) == (kinds["direct"], kinds["unlinked"])
     assert not g.replays_graphs
+
+
+def test_compiled_cuda_graph_run_matches_plain_reading():
+    path = TEST_DATA / "compare" / "decode_max-autotune_b.trace.json.gz"   # torch.compile max-autotune
+    graph_calls, kinds = _plain(path)
+    (t,) = load_inputs([path]).traces
+    g = graph_replays(t)
+    assert graph_calls >= 1 and kinds["graph"] > kinds["direct"]
+    assert (g.graph_launches, g.graph_kernels, g.direct_kernels) == (graph_calls, kinds["graph"], kinds["direct"])
+    assert g.replays_graphs

@@ -1,0 +1,136 @@
+"""What produced the trace: framework, serving engine, compiler, graph replays, training or
+inference, and the GPU platform, each with the names that show it.
+
+Recommendations carry preconditions on this record (CUDA-graph advice needs a PyTorch program
+that does not already replay graphs; torch.compile advice needs PyTorch; gradient advice needs a
+training step), so advice is only given to programs it fits.
+
+Signals (names only; no timing):
+
+* **PyTorch**: CPU ops named ``aten::*`` / ``autograd::*`` or a ``ProfilerStep#N`` range.
+* **torch.compile**: Inductor kernels (``triton_poi_*``, ``triton_red_*``, ``triton_per_*``,
+  ``triton_tem_*``) or ``CompiledFxGraph`` / ``Torch-Compiled Region`` ranges.
+* **graph replays**: :mod:`.graphs` (kernels launched by ``cudaGraphLaunch`` / ``hipGraphLaunch``).
+* **serving engine**: vLLM ops (``vllm::*``) or ``execute_context_*`` ranges with vLLM ops;
+  SGLang kernels (``sgl_kernel``, ``sgl_hip``) or ``step[DECODE|EXTEND ...]`` ranges; TensorRT-LLM
+  op or range names (``tensorrt_llm``). Kernel libraries alone (trtllm-gen GEMMs run inside vLLM)
+  never name the engine.
+* **training**: backward ops (``*Backward*``, ``autograd::engine::evaluate_function``) or an
+  optimizer step (``Optimizer.step``); **inference** when PyTorch ops exist and none of those do.
+* **platform**: HIP API names (``hip*``) or AMD kernel libraries mean ROCm; CUDA API names mean CUDA.
+
+Limits: a trace without CPU ops (nsys without NVTX, a kernel-only export) says nothing about the
+framework or the mode: they are ``unknown``, never guessed; python stack names are not read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Trace
+from .graphs import GraphReplays, graph_replays
+
+_PYTORCH_OP = re.compile(r"^(aten|autograd|c10d|profiler)::|^ProfilerStep#\d+$")
+_INDUCTOR_KERNEL = re.compile(r"^triton_(poi|red|per|tem)_")
+_COMPILED_RANGE = re.compile(r"CompiledFxGraph|Torch-Compiled Region")
+_BACKWARD = re.compile(r"Backward|^autograd::engine::evaluate_function|_backward(_data)?$")
+_OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)")
+_ENGINES = (
+    ("vLLM", re.compile(r"^vllm::|^_C::|^vllm\.")),
+    ("SGLang", re.compile(r"^sgl_kernel::|^sglang::|^step\[(DECODE|EXTEND|PREFILL|MIXED)")),
+    ("TensorRT-LLM", re.compile(r"tensorrt_llm|^trtllm::")),
+)
+_SGLANG_KERNEL = re.compile(r"sgl_kernel|sgl_hip")
+_ROCM_KERNEL = re.compile(r"^Cijk_|^_ZN5aiter|^void ck::|mfma", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Producer:
+    framework: str               # "pytorch", "none" (a plain CUDA/HIP program), "unknown"
+    engine: str | None           # "vLLM", "SGLang", "TensorRT-LLM" or None
+    compiled: bool               # torch.compile (Inductor) kernels or regions present
+    graphs: GraphReplays
+    mode: str                    # "training", "inference", "unknown"
+    platform: str                # "CUDA", "ROCm", "unknown"
+    evidence: tuple[str, ...]    # one short phrase per conclusion
+
+    @property
+    def is_pytorch(self) -> bool:
+        return self.framework == "pytorch"
+
+    @property
+    def replays_graphs(self) -> bool:
+        return self.graphs.replays_graphs
+
+    def __repr__(self) -> str:
+        what = [self.framework, self.engine or "", "compiled" if self.compiled else "",
+                "graphs" if self.replays_graphs else "", self.mode, self.platform]
+        return f"Producer({', '.join(w for w in what if w)})"
+
+
+def _names(trace: Trace, codes: np.ndarray) -> list[str]:
+    return [trace.strings[c] for c in np.unique(codes) if c >= 0]
+
+
+def _first(names, pattern: re.Pattern) -> str | None:
+    return next((n for n in names if pattern.search(n)), None)
+
+
+def detect_producer(trace: Trace) -> Producer:
+    """The :class:`Producer` of one trace (see the module docstring for the signals)."""
+    ops = _names(trace, trace.ops["name"])
+    ranges = _names(trace, trace.ranges["name"])
+    kernels = _names(trace, trace.kernels["name"])
+    apis = _names(trace, trace.api["name"])
+    cpu_names = ops + ranges
+    evidence = []
+
+    torch_name = _first(cpu_names, _PYTORCH_OP)
+    if torch_name:
+        framework = "pytorch"
+        evidence.append(f"PyTorch ops ({torch_name})")
+    elif apis or cpu_names:
+        framework = "none"
+        evidence.append("no PyTorch ops among the CPU-side names: a program without PyTorch")
+    else:
+        framework = "unknown"
+
+    engine = None
+    for label, pattern in _ENGINES:
+        hit = _first(cpu_names, pattern) or (label == "SGLang" and _first(kernels, _SGLANG_KERNEL))
+        if hit:
+            engine = label
+            evidence.append(f"{label} ({hit[:60]})")
+            break
+
+    inductor = _first(kernels, _INDUCTOR_KERNEL)
+    region = _first(cpu_names, _COMPILED_RANGE)
+    compiled = bool(inductor or region)
+    if compiled:
+        evidence.append(f"torch.compile ({(inductor or region)[:60]})")
+
+    graphs = graph_replays(trace)
+    if graphs.graph_kernels:
+        evidence.append(f"{graphs.graph_kernels} of {graphs.kernel_count} kernels replayed by "
+                        f"{graphs.graph_launches} graph launch{'es' if graphs.graph_launches != 1 else ''}")
+
+    backward = _first(ops + ranges, _BACKWARD)
+    optimizer = _first(ops + ranges, _OPTIMIZER)
+    if backward or optimizer:
+        mode = "training"
+        evidence.append(f"training ({(backward or optimizer)[:60]})")
+    elif framework == "pytorch":
+        mode = "inference"
+    else:
+        mode = "unknown"
+
+    if any(a.lower().startswith("hip") for a in apis) or _first(kernels, _ROCM_KERNEL):
+        platform = "ROCm"
+    elif any(a.lower().startswith("cu") for a in apis) or kernels:
+        platform = "CUDA" if not _first(kernels, _ROCM_KERNEL) else "ROCm"
+    else:
+        platform = "unknown"
+    return Producer(framework, engine, compiled, graphs, mode, platform, tuple(evidence))
