@@ -1,0 +1,209 @@
+"""The critical path of a window over CPU and GPU, and which bound dominates it.
+
+Model
+-----
+Walk backwards from the GPU op that ends last in the window, asking of each event what it was
+waiting for when it started:
+
+* a **GPU op** (kernel or memop) is ready at the latest of: the end of the previous op on its
+  stream, the end of the latest op of another stream of the same device that ended before it
+  started (a cross-stream dependency such as an event wait, inferred from timing since traces do
+  not record events), and the start of its own launch call (the host began submitting it). If
+  the launch call is the latest, the path jumps to the CPU (the GPU waited for the host);
+  otherwise it stays on the GPU. An op that starts more than ``WAIT_NS`` after it was ready
+  waited for something the trace does not show (an event recorded by work outside the trace,
+  another process, a stream wait): that stretch is ``wait``.
+* a **CPU API call** (launch, copy, synchronisation) starts after the API call that ended last
+  before it, on any thread of the process (the host read as one sequence, so the path follows
+  autograd's backward thread back into the forward thread); the time between them is host work
+  (framework, Python). A synchronisation call
+  (``*Synchronize``, blocking ``cudaMemcpy``, ``hipMemcpyWithStream``) that ended after a GPU op
+  finished inside it was waiting for that op, and so was any call longer than ``WAIT_NS`` that
+  returned within ``WAIT_NS`` of a GPU op's end (a pageable ``cudaMemcpyAsync``, a launch call
+  blocked by a full launch queue): the path jumps back to the GPU there.
+
+Each step of the walk labels the stretch of time it covers, so the labels tile the path from its
+start to its end: ``gpu`` (kernel/memop time and device-side waits between dependent ops),
+``communication`` (the taxonomy's communication category), ``launch`` (a GPU op waiting for the
+launch call that submitted it), ``host`` (CPU time between API calls, and API calls that are
+not launches or syncs), ``sync`` (a host wait that outlasted the GPU work it waited for) and
+``wait`` (a submitted op that waited for an unrecorded dependency). The
+**dominant bound** is the label with the most time.
+
+Limits: dependencies are inferred from timing and stream order (events, host-side Python and
+other processes are not in the trace); ops without a launch call stay on the GPU chain; the walk
+visits at most one node per event, so its cost is linear in the window's events — callers pass a
+step-sized window on big traces.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Trace
+from .categories import Classification
+from .links import gpu_ops_launch_index
+
+LABELS = ("gpu", "communication", "launch", "host", "sync", "wait")
+WAIT_NS = 20_000  # a ready op that starts later than this waited for something the trace does not show
+SYNC_API = re.compile(r"Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^cuMemcpy[DH]to[DH]$|^hipMemcpy$|"
+                      r"^hipMemcpyWithStream$|^hipStreamSynchronize|^hipDeviceSynchronize", re.IGNORECASE)
+COMM_NAMES = ("communication",)
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    start_ns: int
+    end_ns: int
+    by_label: tuple[tuple[str, int], ...]   # (label, ns) for every label, in LABELS order
+    gpu_ops_on_path: int
+    cpu_calls_on_path: int
+
+    @property
+    def span_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def dominant(self) -> str | None:
+        nonzero = [(ns, label) for label, ns in self.by_label if ns > 0]
+        return max(nonzero)[1] if nonzero else None
+
+    def share(self, label: str) -> float | None:
+        total = sum(ns for _, ns in self.by_label)
+        return None if total == 0 else dict(self.by_label)[label] / total
+
+
+def _prev_in_group(keys: np.ndarray, order_key: np.ndarray) -> np.ndarray:
+    """For each row, the row before it in its group (same key) by ``order_key``; -1 for the first."""
+    order = np.lexsort((order_key, keys))
+    prev = np.full(len(keys), -1, dtype=np.int64)
+    same = keys[order][1:] == keys[order][:-1]
+    prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
+def critical_path(trace: Trace, cls: Classification, window: tuple[int, int] | None = None) -> CriticalPath | None:
+    """The critical path of ``window`` (default: the whole trace), or None without GPU ops."""
+    k, m = trace.kernels, trace.memops
+    g_start = np.concatenate([k["start_ns"], m["start_ns"]]).astype(np.int64)
+    g_end = np.concatenate([k["end_ns"], m["end_ns"]]).astype(np.int64)
+    g_dev = np.concatenate([k["device"], m["device"]]).astype(np.int64)
+    g_stream = np.concatenate([k["stream"], m["stream"]]).astype(np.int64)
+    g_cat = np.concatenate([cls.kernel_category, cls.memop_category]).astype(np.int64)
+    g_launch = gpu_ops_launch_index(trace)
+    if g_start.size == 0:
+        return None
+    lo, hi = window if window is not None else (int(g_start.min()), int(g_end.max()))
+    inside = (g_start >= lo) & (g_end <= hi) & (g_end >= g_start)
+    if not inside.any():
+        return None
+    comm = {i for i, n in enumerate(cls.taxonomy.categories) if n in COMM_NAMES}
+
+    # Previous op on the same (device, stream), and per device the op with the latest end before
+    # a given time (ends sorted per device).
+    stream_key = g_dev * (1 << 40) + (g_stream & ((1 << 40) - 1))
+    stream_prev = _prev_in_group(stream_key, g_start)
+    by_end = np.lexsort((g_end, g_dev))
+    dev_sorted, end_sorted = g_dev[by_end], g_end[by_end]
+
+    a = trace.api
+    a_start, a_end = a["start_ns"].astype(np.int64), a["end_ns"].astype(np.int64)
+    a_by_end = np.argsort(a_end, kind="stable")
+    a_ends_sorted = a_end[a_by_end]
+    uniq, inv = np.unique(a["name"], return_inverse=True) if len(a) else (np.zeros(0, int), np.zeros(0, int))
+    sync_name = np.array([c >= 0 and bool(SYNC_API.search(trace.strings[c])) for c in uniq], dtype=bool)
+    a_sync = sync_name[inv] if len(a) else np.zeros(0, dtype=bool)
+    launches = np.zeros(len(a), dtype=bool)
+    launches[g_launch[g_launch >= 0]] = True
+
+    def latest_gpu_end_before(dev: int, t: int) -> int:
+        """Row of the op on ``dev`` with the latest end <= t, or -1."""
+        lo_i = np.searchsorted(dev_sorted, dev, side="left")
+        hi_i = np.searchsorted(dev_sorted, dev, side="right")
+        j = lo_i + np.searchsorted(end_sorted[lo_i:hi_i], t, side="right") - 1
+        return int(by_end[j]) if j >= lo_i else -1
+
+    in_rows = np.flatnonzero(inside)
+    in_by_end = in_rows[np.argsort(g_end[in_rows], kind="stable")]
+    in_ends = g_end[in_by_end]
+
+    def latest_gpu_end_any(t0: int, t1: int) -> int:
+        """Row of the op of any device with the latest end in [t0, t1], or -1."""
+        j = int(np.searchsorted(in_ends, t1, side="right")) - 1
+        return int(in_by_end[j]) if j >= 0 and in_ends[j] >= t0 else -1
+
+    totals = dict.fromkeys(LABELS, 0)
+    cand = np.flatnonzero(inside)
+    node, on_gpu = int(cand[np.argmax(g_end[cand])]), True
+    t = int(g_end[node])
+    end_ns = t
+    gpu_nodes = cpu_nodes = 0
+    seen_gpu, seen_cpu = set(), set()
+    while True:
+        if on_gpu:
+            if node in seen_gpu:
+                break
+            seen_gpu.add(node)
+            gpu_nodes += 1
+            s = max(int(g_start[node]), lo)
+            totals["communication" if g_cat[node] in comm else "gpu"] += max(0, t - s)
+            t = s
+            if s <= lo:
+                break
+            sp = int(stream_prev[node])
+            ready_stream = int(g_end[sp]) if sp >= 0 and g_end[sp] <= s else -1
+            xs = latest_gpu_end_before(int(g_dev[node]), s)
+            ready_cross = int(g_end[xs]) if xs >= 0 and xs != node else -1
+            la = int(g_launch[node])
+            # The op exists from its launch call's start (a blocking copy's op may wait inside
+            # its own call for the stream).
+            ready_launch = int(a_start[la]) if la >= 0 and a_start[la] <= s else -1
+            best = max(ready_stream, ready_cross, ready_launch)
+            if best < 0:
+                break
+            waited = "wait" if s - best > WAIT_NS else None
+            if best == ready_launch:
+                totals[waited or "launch"] += s - ready_launch
+                t, node, on_gpu = ready_launch, la, False
+                continue
+            prev = sp if best == ready_stream else xs
+            totals[waited or ("communication" if g_cat[prev] in comm else "gpu")] += s - best
+            t, node = best, prev
+        else:
+            if node in seen_cpu:
+                break
+            seen_cpu.add(node)
+            cpu_nodes += 1
+            s = max(int(a_start[node]), lo)
+            if s < t:
+                totals["host" if not launches[node] else "launch"] += t - s
+                t = s
+            if s <= lo:
+                break
+            # The host call that ended last before this one started, on any thread: the host is
+            # read as one sequence, so a thread that starts work when another finishes (autograd's
+            # backward thread after the forward) continues the path on that other thread.
+            j = int(np.searchsorted(a_ends_sorted, t, side="right")) - 1
+            while j >= 0 and a_by_end[j] == node:
+                j -= 1
+            if j < 0:
+                break
+            q = int(a_by_end[j])
+            end_q = max(int(a_end[q]), lo)
+            totals["host"] += t - end_q
+            t = end_q
+            if t <= lo:
+                break
+            if a_sync[q] or a_end[q] - a_start[q] > WAIT_NS:
+                # A synchronising call, or a long call that returned right after GPU work ended
+                # (a pageable copy, a full launch queue): the host waited for the GPU.
+                waited = latest_gpu_end_any(int(a_start[q]), t)
+                if waited >= 0 and (a_sync[q] or t - g_end[waited] <= WAIT_NS):
+                    totals["sync"] += t - int(g_end[waited])
+                    t, node, on_gpu = int(g_end[waited]), waited, True
+                    continue
+            node = q
+    return CriticalPath(max(t, lo), end_ns, tuple((lab, int(totals[lab])) for lab in LABELS), gpu_nodes, cpu_nodes)
