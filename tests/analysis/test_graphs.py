@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
 from conftest import TEST_DATA
 
 from tracestory.analysis.graphs import graph_replays
@@ -50,11 +51,23 @@ def test_eager_trace_has_no_graphs():
     assert not g.replays_graphs
 
 
-def test_compiled_cuda_graph_run_matches_plain_reading():
-    path = TEST_DATA / "compare" / "decode_max-autotune_b.trace.json.gz"   # torch.compile max-autotune
+GRAPH_RUNS = [TEST_DATA / "compare" / "decode_max-autotune_b.trace.json.gz",   # torch.compile max-autotune
+              *(TEST_DATA / "graphs" / f"{n}.trace.json.gz" for n in ("reduce_overhead_decode", "manual_graph_decode",
+                                                                    "mixed_graph_eager"))]
+
+
+@pytest.mark.parametrize("path", GRAPH_RUNS, ids=[p.name.split(".")[0] for p in GRAPH_RUNS])
+def test_graph_runs_match_plain_reading(path):
     graph_calls, kinds = _plain(path)
     (t,) = load_inputs([path]).traces
     g = graph_replays(t)
     assert graph_calls >= 1 and kinds["graph"] > kinds["direct"]
     assert (g.graph_launches, g.graph_kernels, g.direct_kernels) == (graph_calls, kinds["graph"], kinds["direct"])
     assert g.replays_graphs
+
+
+def test_flex_attention_run_has_no_graphs():
+    path = TEST_DATA / "graphs" / "flex_prefill_decode.trace.json.gz"
+    graph_calls, kinds = _plain(path)
+    g = graph_replays(load_inputs([path]).traces[0])
+    assert graph_calls == 0 == g.graph_kernels and g.direct_kernels == kinds["direct"] > 0

@@ -29,6 +29,11 @@ CASES = [
     (F / "extra-p_extrap__a100_exgpu_s10_old_nsys.sqlite", ("none", None, False, "unknown", "CUDA")),
     # DDP on A100: autograd::engine::evaluate_function: *Backward0 ops.
     (TEST_DATA / "public" / "kineto_a100_nccl_allreduce_rank0of2.json.gz", ("pytorch", None, False, "training", "CUDA")),
+    # Our H100 captures (tests/data/graphs/README.md): reduce-overhead has Inductor kernels and
+    # cudaGraphLaunch; the manual graph has aten ops (no Triton); FlexAttention is compiled.
+    (TEST_DATA / "graphs" / "reduce_overhead_decode.trace.json.gz", ("pytorch", None, True, "inference", "CUDA")),
+    (TEST_DATA / "graphs" / "manual_graph_decode.trace.json.gz", ("pytorch", None, False, "inference", "CUDA")),
+    (TEST_DATA / "graphs" / "flex_prefill_decode.trace.json.gz", ("pytorch", None, True, "inference", "CUDA")),
     # Our H200 eager Llama decode: aten ops, no Triton kernels, no graphs.
     (TEST_DATA / "h200" / "llama2layer_eager_decode.trace.json.gz", ("pytorch", None, False, "inference", "CUDA")),
 ]
