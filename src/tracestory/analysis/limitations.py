@@ -1,0 +1,124 @@
+"""What the inputs could not support: each analysis that was skipped or weakened, and why.
+
+A report states these next to its conclusions ("Limitations") so that a reader knows which
+claims the trace could not make, instead of reading silence as "nothing to see". Each entry is
+computed from what the inputs hold, never assumed:
+
+* **ranks**: traces that declare a world size (Kineto ``distributedInfo``) and fewer distinct
+  ranks given: "k of N ranks", and multi-GPU claims cover only those ranks.
+* **phases**: no step markers (ProfilerStep, NVTX, ``record_function``), or phases that cover
+  less than 90% of GPU op time (GPU ops launched outside every phase, such as a previous step's
+  queued work whose launches precede the capture).
+* **op shapes**: CPU ops present but no recorded input shapes, so shape-based FLOP/byte estimates
+  are skipped; a trace without CPU ops says that instead.
+* **launches**: no runtime API calls, so launch latency, graph replays and the critical path are
+  unknown.
+* **timeline**: summaries only (``nsys stats`` CSV): no idle time, phases or critical path.
+* **kernel metrics**: no Nsight Compute input, so occupancy, stalls and measured roofline are
+  not analysed.
+* **categories**: more than 5% of GPU op time in kernels the taxonomy does not name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..trace import Trace
+from ..units import fmt_ns, fmt_pct
+
+PHASE_COVERAGE_FLOOR = 0.9
+OTHER_SHARE_CEILING = 0.05
+
+
+@dataclass(frozen=True)
+class Limitation:
+    analysis: str   # short name of the analysis affected
+    reason: str     # one sentence, true for these inputs
+
+
+@dataclass(frozen=True)
+class RankCoverage:
+    given: int                 # distinct ranks among the traces (or traces, when none has a rank)
+    declared: int | None       # the largest world size the traces declare
+
+    @property
+    def partial(self) -> bool:
+        return self.declared is not None and self.given < self.declared
+
+    def phrase(self) -> str:
+        return f"{self.given} of {self.declared} ranks" if self.declared else f"{self.given} ranks"
+
+
+def rank_coverage(traces: Sequence[Trace]) -> RankCoverage:
+    ranks = {t.meta.rank for t in traces if t.meta.rank is not None}
+    sizes = [t.meta.world_size for t in traces if t.meta.world_size]
+    return RankCoverage(len(ranks) or len(traces), max(sizes) if sizes else None)
+
+
+def phase_coverage(trace: Trace, phases) -> tuple[float | None, int, int]:
+    """(share of GPU op time inside phases, GPU ops outside, their time in ns)."""
+    dur = np.concatenate([trace.kernels.dur_ns, trace.memops.dur_ns]).astype(np.int64)
+    total = int(dur.sum())
+    if total == 0 or phases.source == "none":
+        return None, 0, 0
+    inside = np.zeros(len(trace.kernels) + len(trace.memops), dtype=bool)
+    for p in phases.phases:
+        inside[p.kernel_rows] = True
+    if hasattr(phases.phases[0] if phases.phases else None, "memop_rows"):
+        for p in phases.phases:
+            inside[len(trace.kernels) + p.memop_rows] = True
+    else:
+        # Phases record kernel rows only: judge coverage on kernels.
+        dur = dur[: len(trace.kernels)]
+        inside = inside[: len(trace.kernels)]
+        total = int(dur.sum())
+        if total == 0:
+            return None, 0, 0
+    outside = ~inside
+    return float(dur[inside].sum()) / total, int(outside.sum()), int(dur[outside].sum())
+
+
+def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metrics: bool) -> tuple[Limitation, ...]:
+    """The limitations of one set of inputs (``analyses``: one :class:`~tracestory.analysis.Analysis`
+    per trace, same order)."""
+    out: list[Limitation] = []
+    cov = rank_coverage(traces)
+    if cov.partial:
+        out.append(Limitation("multi-GPU", f"{cov.phrase()} given (the traces declare a world size of "
+                              f"{cov.declared}): balance, straggler and collective claims cover only these ranks."))
+    if traces and not has_kernel_metrics:
+        out.append(Limitation("hardware counters", "no Nsight Compute input: occupancy, warp stalls and the "
+                              "measured roofline are not analysed."))
+    for t, a in zip(traces, analyses):
+        who = f"{t.meta.source_path}: " if len(traces) > 1 else ""
+        if not t.meta.has_timeline:
+            out.append(Limitation("timeline", f"{who}summary tables only (no per-event timeline): idle time, "
+                                  "phases and the critical path cannot be computed."))
+            continue
+        if len(t.api) == 0 and len(t.kernels):
+            out.append(Limitation("launches", f"{who}no runtime API calls in this input: launch latency, "
+                                  "graph replays and the critical path are unknown."))
+        if a.phases.source == "none" and len(t.kernels):
+            out.append(Limitation("phases", f"{who}no step markers (ProfilerStep, NVTX or record_function "
+                                  "ranges): the trace is told as one phase, with no per-step trend."))
+        else:
+            share, n_out, ns_out = phase_coverage(t, a.phases)
+            if share is not None and share < PHASE_COVERAGE_FLOOR:
+                out.append(Limitation("phases", f"{who}the phases cover {fmt_pct(share)} of kernel time: {n_out} "
+                                      f"kernels ({fmt_ns(ns_out)}) were launched outside every phase (before the "
+                                      "first marker, e.g. a previous step's queued work, or between steps)."))
+        if len(t.ops) == 0:
+            if len(t.kernels):
+                out.append(Limitation("op shapes", f"{who}no CPU operators in this input: no GPU time per "
+                                      "operator and no shape-based FLOP/byte estimates."))
+        elif not any(d is not None and d != "" and d != "[]" for d in t.ops["input_dims"][:100_000]):
+            out.append(Limitation("op shapes", f"{who}no recorded op shapes: shape-based FLOP/byte estimates are "
+                                  "skipped (capture with record_shapes=True)."))
+        other = next((c for c in a.breakdown.categories if c.name == "other"), None)
+        if other is not None and other.percent / 100 > OTHER_SHARE_CEILING:
+            out.append(Limitation("categories", f"{who}{other.percent:.1f}% of GPU op time is in kernels the "
+                                  f"'{a.breakdown.taxonomy}' taxonomy does not name ('other')."))
+    return tuple(out)
