@@ -2,10 +2,13 @@
 
 Phase source, first that exists wins:
 
-1. ``"ProfilerStep"``: CPU ranges named ``ProfilerStep#N`` (torch.profiler's step marker).
+1. ``"ProfilerStep"``: CPU ranges named ``ProfilerStep#N`` (torch.profiler's step marker), or,
+   in traces written before 2022 where the marker is an ``Operator`` event, CPU ops so named.
 2. ``"user_annotation"`` (Kineto) or ``"nvtx"`` (Nsight Systems): the outermost CPU-side ranges.
-   Within each thread the outermost nesting level with more than one range is taken (a single
-   wrapping range such as ``main`` says nothing about steps), else the top level (depth 0).
+   Within each thread the outermost nesting level is taken, unless the first deeper level with
+   more than one range holds at least 90% of its GPU ops (then the deeper, repeated level: a
+   single wrapping range such as ``main`` says nothing about steps, while a single range that
+   holds the real step, such as vLLM's ``execute_context_*``, is kept).
    When several threads carry such ranges, the thread whose ranges enclose the most GPU-op
    launches wins. GPU-side ranges (``gpu_user_annotation``) are never used.
 3. ``"none"``: one phase ``"whole trace"`` holding every GPU op.
@@ -27,7 +30,13 @@ Families: a phase's name with a trailing step number stripped (``decode_3`` -> `
 least squares: ``slope = cov(step, t) / var(step)``, ``r2 = 1 - SS_res / SS_tot`` (``None``
 when every time is equal or every step is equal). Outliers: in a family of >= 3 phases, a phase
 whose time is >= 1.5x the family median, typically the first iteration paying for JIT
-compilation, autotuning, allocator growth or cold caches.
+compilation, autotuning, allocator growth or cold caches. Outside ProfilerStep, a numbered
+family counts as steps (trend, outliers) only when at least half of its members launch the same
+kernels in the same order: a loop, not a set of differently numbered tests.
+
+Sub-phases: CPU ranges nested inside the phases (the outermost ones inside each phase, such as
+``decode_graph`` and ``decode_eager`` inside ``ProfilerStep#N``), grouped by name, with the
+kernels launched inside them on the same thread.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 
 OUTLIER_RATIO = 1.5
 MIN_FAMILY = 3
+HOLDS_THE_WORK = 0.9  # an inner level replaces the outermost one when it holds this share of its GPU ops
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 _STEP = re.compile(r"^(.*?)[\s_#:.\-]*(\d+)$")
 
@@ -87,12 +97,23 @@ class Outlier:
 
 
 @dataclass(frozen=True)
+class SubPhase:
+    """CPU ranges of one name nested inside the phases, with the kernels launched in them."""
+
+    name: str
+    count: int             # occurrences
+    kernel_count: int
+    kernel_time_ns: int    # summed durations of those kernels
+
+
+@dataclass(frozen=True)
 class Phases:
     source: str  # "ProfilerStep", "user_annotation", "nvtx" or "none"
     phases: tuple[Phase, ...]  # in time order
     families: tuple[FamilyTrend, ...]
     outliers: tuple[Outlier, ...]
     unassigned_kernel_count: int  # GPU ops (kernels + memops) launched outside every phase
+    subphases: tuple[SubPhase, ...] = ()  # largest kernel time first
 
 
 def split_step(name: str) -> tuple[str, int | None]:
@@ -156,15 +177,38 @@ def _pick_ranges(trace: Trace, rows: np.ndarray, launch: np.ndarray, ok: np.ndar
         on = thread == th
         d = depth[on]
         levels, counts = np.unique(d, return_counts=True)
+
+        def level_rows(level):
+            c = rows[on][d == level]
+            c = c[np.argsort(r["start_ns"][c], kind="stable")]
+            return c, int((_assign(launch, ok, r["start_ns"][c], r["end_ns"][c]) >= 0).sum())
+
+        # The outermost level, unless a deeper level that repeats holds (nearly) the same work:
+        # a lone wrapping range such as ``main`` says nothing about steps, but a lone range that
+        # holds the step (vLLM's ``execute_context_*``) must not be traded for inner ranges that
+        # hold a sliver of it.
+        chosen, held = level_rows(d.min())
         repeated = levels[counts > 1]
-        level = repeated.min() if repeated.size else d.min()
-        chosen = rows[on][d == level]
-        chosen = chosen[np.argsort(r["start_ns"][chosen], kind="stable")]
-        assigned = _assign(launch, ok, r["start_ns"][chosen], r["end_ns"][chosen])
-        key = (int((assigned >= 0).sum()), chosen.size, -int(th))
+        if repeated.size and repeated.min() != d.min():
+            inner, inner_held = level_rows(repeated.min())
+            if inner_held >= HOLDS_THE_WORK * held:
+                chosen, held = inner, inner_held
+        key = (held, chosen.size, -int(th))
         if best_key is None or key > best_key:
             best, best_key = chosen, key
     return best
+
+
+def _profiler_step_ops(trace: Trace) -> np.ndarray:
+    """Rows of ``trace.ops`` named ``ProfilerStep#N``, by start: torch.profiler before 2022
+    wrote its step markers in the ``Operator`` category, which readers load as CPU ops."""
+    names = trace.ops["name"]
+    if len(names) == 0:
+        return np.zeros(0, dtype=np.int64)
+    codes = np.unique(names)
+    step_codes = [c for c in codes if c >= 0 and _PROFILER_STEP.match(trace.name(int(c)))]
+    rows = np.flatnonzero(np.isin(names, step_codes))
+    return rows[np.argsort(trace.ops["start_ns"][rows], kind="stable")]
 
 
 def _segment_union(seg: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_seg: int) -> np.ndarray:
@@ -197,6 +241,67 @@ def _trend(family: str, steps: np.ndarray, times: np.ndarray) -> FamilyTrend:
                        slope_ns_per_step=slope, intercept_ns=intercept, r2=r2)
 
 
+_COMPILED_CALL = re.compile(r"^## Call CompiledFxGraph \w+ ##$")
+
+
+def _subphases(trace: Trace, chosen: np.ndarray | None, p_start: np.ndarray, p_end: np.ndarray,
+               launch_rows: np.ndarray) -> tuple[SubPhase, ...]:
+    """The outermost CPU ranges inside each phase (not the phases themselves), by name."""
+    r = trace.ranges
+    cpu = np.flatnonzero(r["side"] == CPU_SIDE)
+    if chosen is not None:
+        cpu = np.setdiff1d(cpu, chosen)
+    if cpu.size == 0 or p_start.size == 0:
+        return ()
+    s, e = r["start_ns"][cpu].astype(np.int64), r["end_ns"][cpu].astype(np.int64)
+    ph = _assign(s, np.ones(s.size, dtype=bool), p_start, p_end)
+    inside = (ph >= 0) & (e <= p_end[np.maximum(ph, 0)])
+    names = [trace.name(int(c)) for c in r["name"][cpu]]
+    inside &= ~np.array([bool(_PROFILER_STEP.match(n)) for n in names], dtype=bool)
+    rows = cpu[inside]
+    if rows.size == 0:
+        return ()
+    tid = r["tid"][rows].astype(np.int64)
+    depth = _nesting_depth(r["start_ns"][rows].astype(np.int64), r["end_ns"][rows].astype(np.int64), tid)
+    rows, tid = rows[depth == 0], tid[depth == 0]
+    # Kernels launched inside each range, same thread.
+    k = trace.kernels
+    kl = launch_rows[: len(k)]
+    known = kl >= 0
+    k_launch = np.where(known, trace.api["start_ns"][np.maximum(kl, 0)], -1)
+    k_tid = np.where(known, trace.api["tid"][np.maximum(kl, 0)], -1)
+    dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
+    agg: dict[str, list[int]] = {}
+    for th in np.unique(tid):
+        mine = rows[tid == th]
+        mine = mine[np.argsort(r["start_ns"][mine], kind="stable")]
+        on = known & (k_tid == th)
+        at = _assign(k_launch, on, r["start_ns"][mine].astype(np.int64), r["end_ns"][mine].astype(np.int64))
+        n_k = np.bincount(at[at >= 0], minlength=mine.size)
+        t_k = np.bincount(at[at >= 0], weights=dur[at >= 0], minlength=mine.size)
+        for j, row in enumerate(mine):
+            name = trace.name(int(r["name"][row]))
+            name = "CompiledFxGraph call" if _COMPILED_CALL.match(name) else name
+            a = agg.setdefault(name, [0, 0, 0])
+            a[0] += 1
+            a[1] += int(n_k[j])
+            a[2] += int(t_k[j])
+    subs = [SubPhase(n, c, kc, kt) for n, (c, kc, kt) in agg.items()]
+    return tuple(sorted(subs, key=lambda x: (-x.kernel_time_ns, x.name)))
+
+
+def _repeats_a_loop(trace: Trace, members: list[Phase]) -> bool:
+    """True when at least half of a family's members launch the same kernels in the same order
+    (names ending in digits such as ``computeNBody11`` and ``computeNBody15`` are not steps of
+    one loop unless they run the same work)."""
+    names = trace.kernels["name"]
+    seqs = [tuple(names[p.kernel_rows].tolist()) for p in members]
+    if not any(seqs):
+        return True  # CPU-only ranges: nothing to compare, keep the names' word
+    _, counts = np.unique(np.array([hash(q) for q in seqs]), return_counts=True)
+    return int(counts.max()) * 2 >= len(seqs)
+
+
 def _whole_span(trace: Trace) -> tuple[int, int] | None:
     lo, hi = [], []
     for t in (trace.kernels, trace.memops, trace.api, trace.ops, trace.ranges):
@@ -222,15 +327,19 @@ def phases(trace: Trace) -> Phases:
     step_codes = np.array([c for c in codes if _PROFILER_STEP.match(trace.name(int(c)))], dtype=np.int64)
     step_rows = cpu_rows[np.isin(r["name"][cpu_rows], step_codes)]
 
+    op_steps = _profiler_step_ops(trace) if not step_rows.size else None
     if step_rows.size:
         source = "ProfilerStep"
         chosen = step_rows[np.argsort(r["start_ns"][step_rows], kind="stable")]
+    elif op_steps is not None and op_steps.size:
+        source, chosen = "ProfilerStep", op_steps
     elif cpu_rows.size:
         source = "nvtx" if trace.meta.source_format.startswith("nsys") else "user_annotation"
         chosen = _pick_ranges(trace, cpu_rows, launch, ok)
     else:
         source, chosen = "none", cpu_rows[:0]
 
+    table = r
     if source == "none":
         span = _whole_span(trace)
         if span is None:
@@ -239,12 +348,13 @@ def phases(trace: Trace) -> Phases:
         p_names = ["whole trace"]
         assign = np.zeros(op_start.size, dtype=np.int64)  # every GPU op, launch known or not
     else:
-        p_start = r["start_ns"][chosen].astype(np.int64)
-        p_end = r["end_ns"][chosen].astype(np.int64)
-        p_names = [trace.name(int(c)) for c in r["name"][chosen]]
+        table = trace.ops if op_steps is not None and op_steps.size else r
+        p_start = table["start_ns"][chosen].astype(np.int64)
+        p_end = table["end_ns"][chosen].astype(np.int64)
+        p_names = [trace.name(int(c)) for c in table["name"][chosen]]
         assign = _assign(launch, ok, p_start, p_end)
         # Same process as the launch call when both sides know their pid.
-        ph_pid = r["pid"][chosen].astype(np.int64)
+        ph_pid = table["pid"][chosen].astype(np.int64)
         a = np.flatnonzero(assign >= 0)
         other = (launch_pid[a] >= 0) & (ph_pid[assign[a]] >= 0) & (launch_pid[a] != ph_pid[assign[a]])
         assign[a[other]] = -1
@@ -290,6 +400,8 @@ def phases(trace: Trace) -> Phases:
         if members.size < MIN_FAMILY:
             continue
         numbered = np.array([i for i in members if out[i].step is not None], dtype=np.int64)
+        if source != "ProfilerStep" and not _repeats_a_loop(trace, [out[i] for i in members]):
+            continue
         if numbered.size >= MIN_FAMILY:
             steps = np.array([out[i].step for i in numbered], dtype=np.int64)
             trends.append(_trend(fam, steps, times[numbered]))
@@ -301,5 +413,6 @@ def phases(trace: Trace) -> Phases:
                 outliers.append(Outlier(phase_index=int(i), name=out[i].name, time_ns=int(times[i]),
                                         family_median_ns=median, ratio=float(times[i] / median)))
 
+    subs = _subphases(trace, chosen if table is r else None, p_start, p_end, li) if source != "none" else ()
     return Phases(source=source, phases=tuple(out), families=tuple(trends),
-                  outliers=tuple(outliers), unassigned_kernel_count=int((~inside).sum()))
+                  outliers=tuple(outliers), unassigned_kernel_count=int((~inside).sum()), subphases=subs)
