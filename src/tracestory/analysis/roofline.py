@@ -18,7 +18,12 @@ duration is ncu's ``gpu__time_duration`` (kernel replay, clocks as captured).
 ``with_flops``) or from input shapes, bytes from shapes (each input read once, the output written
 once), for GEMM/linear, SDPA/attention, norms, reductions and elementwise ops. Each op's numbers
 are split over the kernels it launched (same External id) in proportion to their durations, and
-kernels are grouped by name. Every point is flagged ``estimate=True``.
+kernels are grouped by name. Every point is flagged ``estimate=True``. An estimate above its
+roof (over 100%) is physically impossible, so it is an estimate error (a shape read wrongly, an op
+whose kernels do less work than its shapes say): it is dropped from the points, counted in
+``dropped`` and named in the note, and no finding is built on it. Causal masking is not known
+from shapes, so attention FLOPs count the full score matrix (twice the work of a causal
+prefill): a causal prefill's attention is placed at up to 2x its true FLOP/s.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..specs import Peaks
+
+# An estimated point above this share of its roof is an estimate error and is dropped.
+ROOF_TOLERANCE_PCT = 100.0
 
 # precision of a FLOP counter -> peaks key, with fallbacks
 _ROOF_KEY = {
@@ -65,6 +73,9 @@ class Roofline:
     peaks: Peaks | None
     estimate: bool
     note: str = ""
+    # Shape-based estimates that came out above a roof: estimate errors (a mis-read shape, an op
+    # whose kernels do less than its shapes say), dropped from ``points``: (label, % of roof).
+    dropped: tuple[tuple[str, float], ...] = ()
 
     def ridge(self, dtype: str) -> float | None:
         return None if self.peaks is None else self.peaks.ridge_flop_per_byte(dtype)
@@ -158,8 +169,14 @@ def estimate_roofline(trace, peaks: Peaks | None) -> Roofline:
         points.append(place(trace.name(int(code)), None, precs[0], float(kf[m].sum()), float(kb[m].sum()),
                             int(dur[m].sum()), peaks, estimate=True, count=int(m.sum())))
     points.sort(key=lambda p: -(p.duration_ns or 0))
-    return Roofline(points=tuple(points), peaks=peaks, estimate=True,
-                    note="estimate: FLOPs and bytes from op shapes (Kineto), not hardware counters")
+    # Physics: no kernel runs above its roof. An estimate that does is wrong, not fast.
+    dropped = tuple((p.label, p.pct_of_roof) for p in points if p.pct_of_roof is not None and p.pct_of_roof > ROOF_TOLERANCE_PCT)
+    kept = tuple(p for p in points if p.pct_of_roof is None or p.pct_of_roof <= ROOF_TOLERANCE_PCT)
+    note = "estimate: FLOPs and bytes from op shapes (Kineto), not hardware counters"
+    if dropped:
+        note += (f"; {len(dropped)} kernel{'s' if len(dropped) != 1 else ''} whose estimate came out above "
+                 "the roof dropped as estimate errors")
+    return Roofline(points=kept, peaks=peaks, estimate=True, note=note, dropped=dropped)
 
 
 # --------------------------------------------------------------------------- op costs
@@ -229,7 +246,8 @@ def _cost(name: str, dims_raw, types_raw, flops_field: float) -> tuple[float, fl
         w_row = math.prod(tensors[0][0][1:])  # only the selected rows are read
         return 0.0, float(2 * numel[1] * w_row * elt[0] + nbytes[1]), "fp32"
     if op == "copy_":
-        return 0.0, float(2 * nbytes[1 if len(nbytes) > 1 else 0]), "fp32"
+        # copy_(dst, src): dst written, src read, each in its own dtype (fp32 -> bf16: 4 + 2 bytes)
+        return 0.0, float(nbytes[0] + nbytes[1] if len(nbytes) > 1 else 2 * nbytes[0]), "fp32"
     flops = 0.0 if op in _MOVE else float(out)
     return flops, float(sum(nbytes) + out * elt[0]), "fp32"
 
