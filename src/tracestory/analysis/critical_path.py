@@ -207,3 +207,21 @@ def critical_path(trace: Trace, cls: Classification, window: tuple[int, int] | N
                     continue
             node = q
     return CriticalPath(max(t, lo), end_ns, tuple((lab, int(totals[lab])) for lab in LABELS), gpu_nodes, cpu_nodes)
+
+
+MAX_EVENTS = 400_000  # above this many GPU ops + API calls, the path is taken over one step
+
+
+def step_critical_path(trace: Trace, cls: Classification, phases) -> tuple[CriticalPath | None, str]:
+    """The critical path over the whole trace when it is small, else over its median step
+    (by GPU span) of the phases; returns the path and the scope it covers in words."""
+    n = len(trace.kernels) + len(trace.memops) + len(trace.api)
+    if n <= MAX_EVENTS or not phases.phases:
+        scope = "the whole trace" if n <= MAX_EVENTS else "the whole trace (no steps to narrow it to)"
+        return critical_path(trace, cls), scope
+    with_gpu = [p for p in phases.phases if p.gpu_span_ns]
+    if not with_gpu:
+        return critical_path(trace, cls), "the whole trace (no step launched GPU work)"
+    ordered = sorted(with_gpu, key=lambda p: p.gpu_span_ns)
+    mid = ordered[len(ordered) // 2]
+    return critical_path(trace, cls, (mid.gpu_start_ns, mid.gpu_end_ns)), f"the median step ({mid.name})"
