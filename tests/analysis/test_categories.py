@@ -133,7 +133,7 @@ LLM_CASES = [
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>,", "elementwise"),
     # reduction
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::BFloat16, at::native::MeanOps<c10::BFloat16, float, float, c10::BFloat16>, unsigned int, c10::BFloat16, 4, 8> >(at::native::ReduceOp<c1", "reduction"),
-    ("void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*, float*, float*, float*, float*, float const*, float*, float*, float*, float*, float*, unsigned int, unsigned int, unsigned int, un", "reduction"),
+    ("void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*, float*, float*, float*, float*, float const*, float*, float*, float*, float*, float*, unsigned int, unsigned int, unsigned int, un", "attention"),  # cuDNN launches it inside SDPA
     ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, long, long, long, int, int, int, int, int, int, int, int, int, int, float*, long*)", "reduction"),
     ("void at_cuda_detail::DeviceScanKernel<at_cuda_detail::Dev", "reduction"),
     ("par_reduce_kernel", "reduction"),
@@ -172,8 +172,9 @@ LLM_CASES = [
     (MEMSET, "memset"),
     # other
     ("test0(double *, unsigned long long, unsigned long long)", "other"),
-    ("void clover::par_ranged2d_kernel<build_field(global_variables &)::[lambda(int, int) (instance 1)]>(clover::Range2d, T1)", "other"),
-    ("void cask_cudnn_infer::computeOffsetsKernel<false, false>(cask_cudnn_infer::ComputeOffsetsParams)", "other"),
+    # a CloverLeaf parallel-for loop body (one cell per index) and cuDNN's convolution offset table
+    ("void clover::par_ranged2d_kernel<build_field(global_variables &)::[lambda(int, int) (instance 1)]>(clover::Range2d, T1)", "elementwise"),
+    ("void cask_cudnn_infer::computeOffsetsKernel<false, false>(cask_cudnn_infer::ComputeOffsetsParams)", "gemm"),
     ("", "other"),
 ]
 

@@ -16,13 +16,17 @@ The first matching rule gives the category; an activity no rule matches is ``"ot
 (every taxonomy has it, last). Memops (``Memcpy HtoD (Pageable -> Device)``,
 ``Memset (Device)``) go through the same rules by name.
 
-Built-in taxonomies (TOML files in ``tracestory/data/taxonomies/``, each rule with a note
-that says why it sits where it sits):
+Built-in taxonomies are read from the kernel knowledge base
+(:mod:`tracestory.analysis.kernel_rules`): one rule per entry, in the table's order, with the
+entry's category in that taxonomy and its note (why it sits where it sits):
 
 * ``llm`` (default): gemm, attention, norm, elementwise, reduction, softmax, embedding, rope,
   quantization, moe_routing, communication, memcpy, memset, other.
 * ``moe``: the eight categories of the MoE precision study: expert_gemm, attention_gemm,
   gate_gemm, routing_permute, quant_dequant, norm, allreduce, other. Memops are "other".
+  Two range rules (:data:`~tracestory.analysis.kernel_rules.MOE_RANGE_RULES`) go before the
+  library GEMM rules: a GEMM launched inside a router range is gate_gemm, inside an expert
+  range expert_gemm.
 
 User rules (:func:`load_rules`, the CLI's ``--rules FILE``)::
 
@@ -53,13 +57,13 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import TraceFormatError, UsageError
 from ..trace import CPU_SIDE, Trace
+from .kernel_rules import MOE_RANGE_RULES, MOE_RANGE_RULES_BEFORE, RULES
 from .links import enclosed_by, gpu_ops_column
 
 OTHER = "other"
@@ -182,16 +186,33 @@ def _from_document(doc: dict, path: object, base: Taxonomy | None, default_name:
 
 _BUILTIN_CACHE: dict[str, Taxonomy] = {}
 
+# Display order of the built-in categories ("other" last).
+BUILTIN_CATEGORIES = {
+    "llm": ("gemm", "attention", "norm", "elementwise", "reduction", "softmax", "embedding", "rope",
+            "quantization", "moe_routing", "communication", "memcpy", "memset", OTHER),
+    "moe": ("expert_gemm", "attention_gemm", "gate_gemm", "routing_permute", "quant_dequant", "norm",
+            "allreduce", OTHER),
+}
+
+
+def _builtin_rules(name: str) -> tuple[Rule, ...]:
+    """The knowledge base's rules with their category in taxonomy ``name`` (moe: plus its range rules)."""
+    rules = []
+    for kr in RULES:
+        if name == "moe" and kr.implementation == MOE_RANGE_RULES_BEFORE:
+            rules += [Rule(category=c, kernel=k, range=r, note=n) for c, k, r, n in MOE_RANGE_RULES]
+        rules.append(Rule(category=getattr(kr, name), kernel=kr.pattern, note=kr.note))
+    return tuple(rules)
+
 
 def taxonomy(name: str = "llm") -> Taxonomy:
-    """A built-in taxonomy: ``"llm"`` (default) or ``"moe"``."""
+    """A built-in taxonomy: ``"llm"`` (default) or ``"moe"``, read from the kernel knowledge base."""
     if name not in BUILTIN:
         raise UsageError(f"unknown taxonomy {name!r}: expected one of {', '.join(BUILTIN)}")
     tax = _BUILTIN_CACHE.get(name)
     if tax is None:
-        res = resources.files("tracestory") / "data" / "taxonomies" / f"{name}.toml"
-        doc = tomllib.loads(res.read_text(encoding="utf-8"))
-        tax = _BUILTIN_CACHE[name] = _from_document(doc, res, None, name)
+        tax = _BUILTIN_CACHE[name] = Taxonomy(name=name, categories=BUILTIN_CATEGORIES[name],
+                                              rules=_builtin_rules(name))
     return tax
 
 
