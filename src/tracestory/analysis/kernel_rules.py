@@ -46,6 +46,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Example names: copied from the trace fixtures in tests/data (tests/data/kernel_names/labels.tsv
+# lists every fixture name with its source), except these, as printed in public profiles:
+# triton_tem_fused_flex_attention_backward_2, the DeepGEMM, CK, Marlin and aiter fmoe names,
+# _matmul_ogs_*_swiglu, flashinfer::BatchPrefillWithPagedKVCacheKernel, fused_moe_kernel,
+# aiter::reduce_scatter_cross_device_store (profiles and notes found through public GitHub
+# text); cross_device_reduce_1stage/2stage (vllm-project/vllm#57042, sgl-project/sglang#6067);
+# dpsk::ep::internode::dispatch_ll/combine_ll (deepseek-ai/profile-data#19);
+# masked_multihead_attention_kernel (TensorRT-LLM/FasterTransformer MMHA); _w8a8_block_fp8_matmul
+# (vLLM/SGLang Triton kernel). Some are a real name's leading part, where only that was printed.
+
 # GEMM words of every library in this table: the moe range rules use them to find GEMMs
 # launched inside a router or expert range, whoever wrote them.
 GEMM_WORDS = r"gemm|gemv|nvjet|xmma|cublas|cutlass|^Cijk_|^bmm_|matmul|deep_?gemm"
@@ -99,21 +109,19 @@ RULES: tuple[KernelRule, ...] = (
       ("void dpsk::ep::internode::dispatch_ll", "void dpsk::ep::internode::combine_ll"),
       "Expert-parallel all-to-all: DeepEP dispatch/combine (normal and low-latency) move tokens between "
       "ranks. The moe taxonomy's 'allreduce' is its communication category."),
-    R(r"nvshmem", "communication", "allreduce", "NVSHMEM", "NVIDIA", "NVSHMEM",
-      ("nvshmemi_transfer_rma_nbi_translate_kernel",),
-      "NVSHMEM device-initiated transfers."),
-    R(r"all_?reduce|reduce_?scatter|all_?gather|all_?to_?all|sendrecv", "communication", "allreduce",
+    R(r"all_?reduce|reduce_?scatter|all_?gather|all_?to_?all|sendrecv|nvshmem", "communication", "allreduce",
       "", "", "collective (named)",
-      ("void allreduce_kernel", "all_gather_kernel"),
-      "Any other kernel that says it is a collective. After the named libraries so they keep their names."),
+      ("aiter::reduce_scatter_cross_device_store<bf16,8>",),
+      "Any other kernel that says it is a collective (aiter's reduce-scatter, NVSHMEM kernels). After "
+      "the named libraries so they keep their names."),
     # ------------------------------------------------------------------ Inductor (torch.compile)
     R(r"^triton_tem_fused_\w*flex_(attention|decoding)|^triton_tem_\w*flex", "attention", "attention_gemm",
       "Triton template (attention)", "PyTorch", "FlexAttention (Inductor template)",
-      ("triton_tem_fused_flex_attention_0", "triton_tem_fused_flex_decoding_1"),
+      ("triton_tem_fused_flex_attention_0", "triton_tem_fused_flex_attention_backward_2"),
       "torch.compile's FlexAttention: an attention template, not a matmul template."),
     R(r"^triton_tem_\w*(mm|addmm|bmm|conv)(_\d+)?$|^triton_tem_fused_(add|b)?mm", "gemm", "gate_gemm",
       "Triton template (matmul)", "PyTorch", "Inductor mm template",
-      ("triton_tem_fused_mm_0", "triton_tem_fused_addmm_1"),
+      ("triton_tem_fused_mm_0",),
       "max-autotune matmul templates."),
     R(r"^triton_(red|per)_fused\w*_(add|b)?mm(_|$)", "gemm", "gate_gemm",
       "Triton fused reduction", "PyTorch", "Inductor decode GEMV (reduction)",
@@ -156,12 +164,14 @@ RULES: tuple[KernelRule, ...] = (
        "void flash::FlashAttnFwdSm90<int>(flash::Params)"),
       "FlashAttention 2 (pytorch_flash:: inside PyTorch SDPA, flash_fwd_* in flash-attn and vLLM) and 3 "
       "(flash::FlashAttnFwdSm90). Before GEMMs: their template arguments say cutlass."),
-    R(r"flashinfer::|BatchPrefillWith|BatchDecodeWith|SinglePrefillWith|SingleDecodeWith|flashinfer",
+    R(r"flashinfer::\w*(Prefill|Decode|Attention|MLA|Cascade|Merge)|BatchPrefillWith|BatchDecodeWith|"
+      r"SinglePrefillWith|SingleDecodeWith|create_flashinfer_kv_indices",
       "attention", "attention_gemm", "FlashInfer", "FlashInfer", "FlashInfer",
       ("create_flashinfer_kv_indices_triton",
-       "void flashinfer::BatchPrefillWithPagedKVCacheKernel"),
+       "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::"),
       "FlashInfer attention and the page-index kernels that feed it (SGLang's "
-      "create_flashinfer_kv_indices_triton builds its KV page table)."),
+      "create_flashinfer_kv_indices_triton builds its KV page table). Not every kernel that names "
+      "flashinfer: TRT-LLM's FP4/MXFP8 quantizers take a flashinfer::QuantizationSFLayout argument."),
     R(r"^fmhaSm\d+|fmha_v2_|fmhaKernel|xqa", "attention", "attention_gemm", "FlashAttention", "NVIDIA",
       "trtllm-gen FMHA / XQA",
       ("fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext",
@@ -184,9 +194,6 @@ RULES: tuple[KernelRule, ...] = (
        "float const*, float*, float*, float*, float*, float*, unsigned int, unsigned int, unsigned int, unsigned int"),
       "cuDNN's fused attention (SDPA cudnn backend) and the fusion-engine kernels it launches with it "
       "(lean_reduction_kernel computes the softmax statistics inside the attention op)."),
-    R(r"flex_attention|flex_decoding", "attention", "attention_gemm", "Triton template (attention)", "PyTorch",
-      "FlexAttention", ("flex_attention_kernel",),
-      "FlexAttention kernels outside Inductor's triton_tem_ naming."),
     R(r"ck_tile::Fmha|fmha_fwd|fmha_bwd|aiter::mha|mha_fwd|mha_bwd|^attn_fwd|^_attn_fwd|attn_bwd",
       "attention", "attention_gemm", "FlashAttention", "AMD", "CK/aiter/Triton FMHA (ROCm)",
       ("attn_fwd",),
@@ -211,7 +218,7 @@ RULES: tuple[KernelRule, ...] = (
       "Writes of new keys and values (and their page indices) into the paged KV cache: part of the "
       "attention layer's cost in a serving engine."),
     R(r"mha|attention|attn|sdpa", "attention", "attention_gemm", "", "", "attention (named)",
-      ("void fused_attention_kernel",),
+      ("void mmha::masked_multihead_attention_kernel",),
       "Any other kernel that says it is attention."),
     # ------------------------------------------------------------------ MoE routing
     R(r"moe::dev::routing|moe::dev::finalize|moe_align|count_and_sort_expert|topkGating|moe_sum|moe_fused_gate|"
@@ -237,15 +244,16 @@ RULES: tuple[KernelRule, ...] = (
       "TensorRT-LLM's generated batched GEMMs (bmm_<A>_<B><C>_<acc>_t<tile>..._dynBatch): the MoE expert "
       "GEMMs of FlashInfer/vLLM on Blackwell. MxE2m1 weights are MXFP4, but a low-precision GEMM is a GEMM."),
     R(r"_matmul_ogs|matmul_ogs", "gemm", "expert_gemm", "Triton (triton_kernels)", "OpenAI Triton",
-      "matmul_ogs", ("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1_swiglu",),
+      "matmul_ogs", ("_matmul_ogs_NNT_bf16xbf16xmxfp4_32x256x256x1_swiglu",),
       "triton_kernels' matmul_ogs (outer-gather-scatter): the MoE expert GEMM of gpt-oss in vLLM, often MXFP4."),
     R(r"deep_?gemm|fp8_gemm_kernel|m_grouped|sm90_fp8_gemm|sm100_fp8_gemm|fp8_gemm_1d", "gemm", "expert_gemm",
       "DeepGEMM", "DeepSeek", "DeepGEMM",
-      ("void deep_gemm::fp8_gemm_kernel",),
+      ("void deep_gemm::fp8_gemm_kernel<4096u, 7168u, 128u, 160u, 128u, 0u, 64u, 9u, 4u, 128u, 128u, 1u, true, "
+       "(deep_gemm::GemmType)1>(__nv", "deep_gemm::fp8_gemm_kernel_swapAB"),
       "DeepSeek's FP8 GEMMs (dense and grouped for MoE)."),
     R(r"fused_moe_kernel|(^|[^a-z])fmoe|moe_?gemm|moefcgemm|grouped_?(gemm|mm)|group_?gemm|moe_wna16|"
       r"fused_moe|nvfp4_gemm|fp4_gemm|ck_moe|kernel_moe_gemm", "gemm", "expert_gemm", "", "", "grouped/fused MoE GEMM",
-      ("fused_moe_kernel", "aiter::fmoe_bf16_blockscaleFp8"),
+      ("fused_moe_kernel", "_ZN5aiter52fmoe_bf16_blockscaleFp8_g1u1_novs_silu_1tg_ps_32x256E"),
       "Names that say they are MoE or grouped GEMMs (vLLM/SGLang fused_moe_kernel, aiter fmoe, TRT-LLM "
       "MoeFCGemm, grouped FP8/NVFP4 GEMMs): gemm in llm, expert_gemm in moe."),
     R(r"^nvjet", "gemm", "gate_gemm", "cuBLAS/nvjet", "NVIDIA", "cuBLAS (nvjet)",
@@ -273,12 +281,14 @@ RULES: tuple[KernelRule, ...] = (
        "LBSPPM0_LPA16_LPB8_LPM0_LRVW4_LWPM"),
       "AMD's GEMMs (rocBLAS and hipBLASLt both run Tensile kernels): Cijk_<A index order>_<B index order>_"
       "<types>_..._MT<tile>_MI<matrix instruction>_..._ISA942 (MI300X)."),
-    R(r"ck::kernel_gemm|ck_tile::\w*Gemm|device_gemm|ck::\w*gemm|aiter::\w*gemm|gemm_a8w8|gemm_a16w16",
+    R(r"ck::kernel_gemm|_ZN2ck\d+kernel_gemm|ck_tile::\w*Gemm|device_gemm|aiter::\w*gemm|gemm_a8w8|gemm_a16w16",
       "gemm", "gate_gemm", "CK/aiter", "AMD", "Composable Kernel / aiter GEMM",
-      ("void ck::kernel_gemm_xdl_cshuffle_v3",),
+      ("void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemmMultiD_ABScale_xdl_cshuffle_v3<ck::tensor_layout::"
+       "gemm::RowMajor, c",
+       "_ZN2ck59kernel_gemm_xdl_cshuffle_v3_multi_d_blockscale_b_preshuffleINS_58GridwiseGemm"),
       "AMD Composable Kernel and aiter GEMMs."),
     R(r"marlin", "gemm", "gate_gemm", "Marlin", "IST Austria/vLLM", "Marlin",
-      ("void marlin::Marlin",),
+      ("void marlin::Marlin<(long)1125899906910725, (long)1125899906843648, (long)1125899906910725",),
       "Marlin weight-only quantized GEMMs (GPTQ/AWQ int4, fp8)."),
     R(r"^sm\d+_xmma_(fprop|dgrad|wgrad)|scudnn|convolve_sgemm|cudnn::cnn::|cudnn::detail::(dgrad|wgrad)|"
       r"winograd|cutlass_cudnn|cutlass_tensorop_\w*(fprop|dgrad|wgrad)|cask_cudnn|im2col|dgrad_engine|wgrad_alg",
@@ -302,7 +312,7 @@ RULES: tuple[KernelRule, ...] = (
       "CUTLASS GEMMs. In moe they are expert GEMMs (the MoE precision study's rule: serving stacks run "
       "expert GEMMs in CUTLASS and dense projections in cuBLAS); split them with a range rule when not."),
     R(r"gemm|matmul|wgmma|_mm_kernel|scaled_mm", "gemm", "gate_gemm", "", "", "GEMM (named)",
-      ("void gemm_kernel",),
+      ("_w8a8_block_fp8_matmul",),
       "Any other kernel that says it is a matrix multiply."),
     # ------------------------------------------------------------------ norms
     R(r"layer_?norm|rms_?norm|group_?norm|batch_?norm|instance_?norm|rowwisemoments|computefusedparams|"
@@ -424,8 +434,9 @@ NAMESPACES: tuple[tuple[str, str, str], ...] = (
     ("FlashInfer", "FlashInfer", r"flashinfer"),
     ("cuDNN", "NVIDIA", r"cudnn"),
     ("CUB/rocPRIM", "NVIDIA/AMD", r"\bcub::|rocprim::|at_cuda_detail::"),
-    ("ATen", "PyTorch", r"at::|c10::|\bcunn_|softmax_warp_|elementwise_kernel|reduce_kernel<|"
-                        r"^void \(anonymous namespace\)::(clamp_position|resolve_future|multimem|store_kvcache)"),
+    # ATen: the at:: namespace, or the bare names ncu and older Kineto print for ATen kernels.
+    ("ATen", "PyTorch", r"at::|\bcunn_|^void \(anonymous namespace\)::softmax_warp_|"
+                        r"^void (vectorized_|unrolled_)?elementwise_kernel|^void reduce_kernel<"),
 )
 ATEN_FAMILY_BY_CATEGORY = {"elementwise": "ATen elementwise", "reduction": "ATen reduction"}  # else "ATen other"
 
@@ -433,16 +444,18 @@ ATEN_FAMILY_BY_CATEGORY = {"elementwise": "ATen elementwise", "reduction": "ATen
 # narrowest type its name states (PRECISION_ORDER, narrowest first); no token: "" (unknown).
 PRECISION_ORDER = ("nvfp4", "mxfp4", "mxfp8", "fp8", "int8", "fp16", "bf16", "tf32", "fp32", "fp64")
 PRECISION_TOKENS: tuple[tuple[str, str], ...] = (
-    ("nvfp4", r"nvfp4|NVFP4|NvE2m1"),
+    ("nvfp4", r"nvfp4|NVFP4|NvE2m1|BlockScaleQuantizationType\)[01]\b"),
     ("mxfp4", r"mxfp4|MXFP4|MxE2m1"),
-    ("mxfp8", r"mxfp8|MXFP8|MxE4m3|MxE5m2"),
+    ("mxfp8", r"mxfp8|MXFP8|MxE4m3|MxE5m2|BlockScaleQuantizationType\)2\b"),
     ("fp8", r"(?<!Mx)E4m3|(?<!Mx)E5m2|e4m3|e5m2|[Ff]loat8|fp8|FP8|Fp8(?!KVCacheDataType)|__nv_fp8|"
-            r"Fp8KVCacheDataType\)[12]|^nvjet_(sm\d+_)?q|Cijk_\w+?_F8"),
-    ("int8", r"int8_t|\bint8\b|Int8|s8s8|a8w8|i8i8"),
-    ("fp16", r"c10::Half|half_t|\bhalf\b|__half|^nvjet_(sm\d+_)?h|Cijk_\w+?_HHS|fp16|FP16|Float16|_f16f16"),
+            r"Fp8KVCacheDataType\)[12]|^nvjet_(sm\d+_)?q|^Cijk_A\w+?_B\w+?_F8"),
+    ("int8", r"int8_t|\bint8\b|Int8|s8s8|a8w8|i8i8|^Cijk_A\w+?_B\w+?_(4xi8|I8)"),
+    ("fp16", r"c10::Half|half_t|\bhalf\b|__half|_half\b|^nvjet_(sm\d+_)?h|^Cijk_A\w+?_B\w+?_H(HS|B)_|fp16|FP16|"
+             r"(?<!B)Float16|_f16f16"),
     ("bf16", r"BFloat16|[Bb]float16|__nv_bfloat16|__hip_bfloat16|bf16|BF16|DF16b|^nvjet_(sm\d+_)?t|"
-             r"Cijk_\w+?_BBS|Cijk_\w+?_B_BS"),
-    ("tf32", r"tf32|_s1688"),
-    ("fp32", r"\bfloat\b|float2|f32|sgemm|_ffma|_scudnn_|Cijk_\w+?_S_B_|fp32|Fp32|FP32"),
-    ("fp64", r"\bdouble\b|dgemm|fp64|FP64"),
+             r"^Cijk_A\w+?_B\w+?_(BBS|B_BS)_"),
+    ("tf32", r"tf32|tfloat32|_s1688"),
+    ("fp32", r"(?<![A-Za-z])float(?![A-Za-z0-9])|float2|f32|sgemm|_ffma|_scudnn_|^Cijk_A\w+?_B\w+?_S(B|_B)_|fp32|"
+             r"Fp32|FP32"),
+    ("fp64", r"(?<![A-Za-z])double(?![A-Za-z0-9])|dgemm|fp64|FP64|^Cijk_A\w+?_B\w+?_DB_"),
 )
