@@ -505,3 +505,25 @@ def test_bad_rules_files_raise_one_line_trace_format_errors(tmp_path, text, expe
 def test_missing_rules_file_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="nope.toml"):
         load_rules(tmp_path / "nope.toml")
+
+
+# ------------------------------------------------------------------ fast case-insensitive matching
+
+
+def test_name_matcher_agrees_with_ignorecase_search_on_every_labelled_name():
+    """The lowered fast path gives re.IGNORECASE's answer for every rule and fixture name."""
+    import csv
+
+    from conftest import TEST_DATA
+
+    from tracestory.analysis.categories import NameMatcher
+    from tracestory.analysis.kernel_rules import RULES
+
+    with open(TEST_DATA / "kernel_names" / "labels.tsv", newline="", encoding="utf-8") as f:
+        names = [r["name"] for r in csv.DictReader(f, delimiter="\t")]
+    names += ["ÄBC nvjet", "İstanbul_gemm"]  # non-ASCII names take the IGNORECASE path
+    patterns = [r.pattern for r in RULES] + [r"\D+", r"(?i)GEMM", r"(?P<x>nvjet)", r"[A-Z]{5}"]
+    for p in patterns:
+        m, rx = NameMatcher(p), re.compile(p, re.IGNORECASE)
+        for n in names:
+            assert m.search(n) == bool(rx.search(n)), (p, n[:60])

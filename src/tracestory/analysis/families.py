@@ -30,9 +30,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from .categories import NameMatcher
 from .kernel_rules import ATEN_FAMILY_BY_CATEGORY, NAMESPACES, PRECISION_ORDER, PRECISION_TOKENS, RULES, KernelRule
 
-_COMPILED = tuple((re.compile(r.pattern, re.IGNORECASE), r) for r in RULES)
+_COMPILED = tuple((NameMatcher(r.pattern), r) for r in RULES)
 _NAMESPACES = tuple((f, v, re.compile(p)) for f, v, p in NAMESPACES)
 _PRECISIONS = tuple((p, re.compile(rx)) for p, rx in PRECISION_TOKENS)
 
@@ -56,7 +57,8 @@ class KernelInfo:
 @lru_cache(maxsize=65536)
 def matching_rule(name: str) -> KernelRule | None:
     """The first rule of the knowledge base whose pattern is found in ``name`` (None: no rule)."""
-    return next((r for rx, r in _COMPILED if rx.search(name)), None)
+    lowered = name.lower()
+    return next((r for rx, r in _COMPILED if rx.search(name, lowered)), None)
 
 
 def _namespace(name: str) -> tuple[str, str] | None:
