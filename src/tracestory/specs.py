@@ -84,8 +84,17 @@ SPECS = (
          "https://www.nvidia.com/en-us/data-center/h200/; non-tensor FP16 as H100 SXM5 (same GH100 "
          "SXM configuration, H100 architecture whitepaper)",
          fp16_simt=133.8, fp64=34, fp64_tensor=67, fp32=67, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9),
+    _row(r"H800.*PCIe", "NVIDIA H800 PCIe", 2.0,
+         "NVIDIA H800 Tensor Core GPU datasheet (H800 PCIe column; sparse tensor figures halved): the H100 "
+         "PCIe tensor rates with FP64 cut to 0.8 TFLOPS",
+         fp64=0.8, fp64_tensor=0.8, fp32=51, tf32=378, bf16=756, fp16=756, fp8=1513),
+    _row(r"H800", "NVIDIA H800 SXM", 3.35,
+         "NVIDIA H800 Tensor Core GPU datasheet (H800 SXM column; sparse tensor figures halved): the H100 "
+         "SXM tensor rates and bandwidth with FP64 cut to 1 TFLOPS (and NVLink to 400 GB/s)",
+         fp64=1, fp64_tensor=1, fp32=67, tf32=494.7, bf16=989.4, fp16=989.4, fp8=1978.9),
     _row(r"B200", "NVIDIA B200", 8.0,
-         "NVIDIA HGX B200 datasheet (8-GPU totals / 8; sparse tensor figures halved), "
+         "NVIDIA HGX B200 datasheet (8-GPU totals / 8: FP64 296 TF, FP32 600 TF, TF32 18 PF, FP16/BF16 "
+         "36 PF, FP8 72 PF, FP4 144 PF sparse -> halved, HBM3e 64 TB/s), "
          "https://www.nvidia.com/en-us/data-center/hgx/",
          fp64=37, fp64_tensor=37, fp32=75, tf32=1125, bf16=2250, fp16=2250, fp8=4500, fp4=9000),
     _row(r"A100.*(80GB.*PCIe|PCIe.*80GB)", "NVIDIA A100 80GB PCIe", 1.935,
@@ -98,6 +107,31 @@ SPECS = (
     _row(r"A100", "NVIDIA A100 40GB", 1.555,
          "NVIDIA A100 Tensor Core GPU datasheet (40GB PCIe/SXM columns)",
          fp64=9.7, fp64_tensor=19.5, fp32=19.5, tf32=156, bf16=312, fp16=312),
+    _row(r"V100S", "NVIDIA V100S PCIe", 1.134,
+         "NVIDIA V100S Tensor Core GPU datasheet (PCIe 32GB): FP64 8.2, FP32 16.4, tensor (FP16 in, FP32 "
+         "accumulate) 130 TFLOPS, HBM2 1134 GB/s; Volta has no BF16",
+         fp64=8.2, fp32=16.4, fp16=130),
+    _row(r"V100.*PCIE", "NVIDIA V100 PCIe", 0.9,
+         "NVIDIA Tesla V100 GPU Accelerator datasheet (PCIe column): FP64 7, FP32 14, tensor (FP16 in, FP32 "
+         "accumulate) 112 TFLOPS, HBM2 900 GB/s, "
+         "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf",
+         fp64=7, fp32=14, fp16=112),
+    _row(r"V100", "NVIDIA V100 SXM2", 0.9,
+         "NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2/NVLink column): FP64 7.8, FP32 15.7, tensor (FP16 "
+         "in, FP32 accumulate) 125 TFLOPS, HBM2 900 GB/s; Volta has no BF16 or TF32",
+         fp64=7.8, fp32=15.7, fp16=125),
+    _row(r"MI300X", "AMD Instinct MI300X", 5.3,
+         "AMD Instinct MI300X accelerator data sheet (peak theoretical, without sparsity: FP64 vector 81.7, "
+         "FP64/FP32 matrix 163.4, TF32 653.7, FP16/BF16 1307.4, FP8 2614.9 TFLOPS; HBM3 5.3 TB/s), "
+         "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/"
+         "amd-instinct-mi300x-data-sheet.pdf",
+         fp64=81.7, fp64_tensor=163.4, fp32=163.4, tf32=653.7, bf16=1307.4, fp16=1307.4, fp8=2614.9),
+    _row(r"MI250", "AMD Instinct MI250X (one GCD)", 1.6,
+         "AMD Instinct MI250X data sheet (per OAM module: FP64/FP32 vector 47.9, FP64 matrix 95.7, FP16/BF16 "
+         "383 TFLOPS, HBM2e 3.2 TB/s) halved: ROCm shows each of its two GCDs as one GPU (AMD's MI250 "
+         "microarchitecture page: 1.6 TB/s per GCD). ROCm names both parts 'AMD Instinct MI250X/MI250', so an "
+         "MI250 (about 5% lower rates) gets this row too",
+         fp64=23.95, fp64_tensor=47.85, fp32=23.95, bf16=191.5, fp16=191.5),
     _row(r"L40S", "NVIDIA L40S", 0.864,
          "NVIDIA L40S GPU datasheet (sparse tensor figures halved), https://www.nvidia.com/en-us/data-center/l40s/",
          fp32=91.6, tf32=183, bf16=362.05, fp16=362.05, fp8=733),

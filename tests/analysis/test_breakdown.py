@@ -174,7 +174,7 @@ def test_h200_llm_breakdown_matches_json():
         ("nvjet_", "gemm"),
         ("splitKreduce_kernel", "gemm"),  # cuBLAS split-K epilogue
         ("_sdpa_", "attention"),  # cuDNN SDPA
-        ("lean_reduction_kernel", "reduction"),
+        ("lean_reduction_kernel", "attention"),  # cuDNN launches it inside SDPA
         ("reduce_kernel", "reduction"),  # the mean of the eager RMSNorm
         ("elementwise_kernel", "elementwise"),
         ("Memcpy", "memcpy"),
@@ -192,6 +192,7 @@ def test_h200_moe_breakdown_matches_json():
         ("nvjet_", "gate_gemm"),
         ("splitKreduce_kernel", "gate_gemm"),
         ("_sdpa_", "attention_gemm"),
+        ("lean_reduction_kernel", "attention_gemm"),  # cuDNN launches it inside SDPA
         ("", "other"),
     ])
     trace = load_kineto(H200_LLAMA)

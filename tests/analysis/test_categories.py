@@ -133,7 +133,7 @@ LLM_CASES = [
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>,", "elementwise"),
     # reduction
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::BFloat16, at::native::MeanOps<c10::BFloat16, float, float, c10::BFloat16>, unsigned int, c10::BFloat16, 4, 8> >(at::native::ReduceOp<c1", "reduction"),
-    ("void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*, float*, float*, float*, float*, float const*, float*, float*, float*, float*, float*, unsigned int, unsigned int, unsigned int, un", "reduction"),
+    ("void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*, float*, float*, float*, float*, float const*, float*, float*, float*, float*, float*, unsigned int, unsigned int, unsigned int, un", "attention"),  # cuDNN launches it inside SDPA
     ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, long, long, long, int, int, int, int, int, int, int, int, int, int, float*, long*)", "reduction"),
     ("void at_cuda_detail::DeviceScanKernel<at_cuda_detail::Dev", "reduction"),
     ("par_reduce_kernel", "reduction"),
@@ -172,8 +172,9 @@ LLM_CASES = [
     (MEMSET, "memset"),
     # other
     ("test0(double *, unsigned long long, unsigned long long)", "other"),
-    ("void clover::par_ranged2d_kernel<build_field(global_variables &)::[lambda(int, int) (instance 1)]>(clover::Range2d, T1)", "other"),
-    ("void cask_cudnn_infer::computeOffsetsKernel<false, false>(cask_cudnn_infer::ComputeOffsetsParams)", "other"),
+    # a CloverLeaf parallel-for loop body (one cell per index) and cuDNN's convolution offset table
+    ("void clover::par_ranged2d_kernel<build_field(global_variables &)::[lambda(int, int) (instance 1)]>(clover::Range2d, T1)", "elementwise"),
+    ("void cask_cudnn_infer::computeOffsetsKernel<false, false>(cask_cudnn_infer::ComputeOffsetsParams)", "gemm"),
     ("", "other"),
 ]
 
@@ -504,3 +505,25 @@ def test_bad_rules_files_raise_one_line_trace_format_errors(tmp_path, text, expe
 def test_missing_rules_file_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="nope.toml"):
         load_rules(tmp_path / "nope.toml")
+
+
+# ------------------------------------------------------------------ fast case-insensitive matching
+
+
+def test_name_matcher_agrees_with_ignorecase_search_on_every_labelled_name():
+    """The lowered fast path gives re.IGNORECASE's answer for every rule and fixture name."""
+    import csv
+
+    from conftest import TEST_DATA
+
+    from tracestory.analysis.categories import NameMatcher
+    from tracestory.analysis.kernel_rules import RULES
+
+    with open(TEST_DATA / "kernel_names" / "labels.tsv", newline="", encoding="utf-8") as f:
+        names = [r["name"] for r in csv.DictReader(f, delimiter="\t")]
+    names += ["ÄBC nvjet", "İstanbul_gemm"]  # non-ASCII names take the IGNORECASE path
+    patterns = [r.pattern for r in RULES] + [r"\D+", r"(?i)GEMM", r"(?P<x>nvjet)", r"[A-Z]{5}"]
+    for p in patterns:
+        m, rx = NameMatcher(p), re.compile(p, re.IGNORECASE)
+        for n in names:
+            assert m.search(n) == bool(rx.search(n)), (p, n[:60])

@@ -41,7 +41,7 @@ DROPPED = ("MeanOps", "rsqrt_kernel_cuda", "CUDAFunctorOnSelf_add")
 # Category of every kernel of these traces, by name substring, written here (first match wins).
 NEEDLES = [("triton_", "norm"),  # Inductor names a fused RMSNorm after its rsqrt
            ("nvjet_", "gemm"), ("splitKreduce_kernel", "gemm"), ("_sdpa_", "attention"),
-           ("lean_reduction_kernel", "reduction"), ("reduce_kernel", "reduction"),
+           ("lean_reduction_kernel", "attention"), ("reduce_kernel", "reduction"),  # cuDNN runs it inside SDPA
            ("elementwise_kernel", "elementwise"), ("Memcpy", "memcpy"), ("Memset", "memset")]
 
 

@@ -16,13 +16,17 @@ The first matching rule gives the category; an activity no rule matches is ``"ot
 (every taxonomy has it, last). Memops (``Memcpy HtoD (Pageable -> Device)``,
 ``Memset (Device)``) go through the same rules by name.
 
-Built-in taxonomies (TOML files in ``tracestory/data/taxonomies/``, each rule with a note
-that says why it sits where it sits):
+Built-in taxonomies are read from the kernel knowledge base
+(:mod:`tracestory.analysis.kernel_rules`): one rule per entry, in the table's order, with the
+entry's category in that taxonomy and its note (why it sits where it sits):
 
 * ``llm`` (default): gemm, attention, norm, elementwise, reduction, softmax, embedding, rope,
   quantization, moe_routing, communication, memcpy, memset, other.
 * ``moe``: the eight categories of the MoE precision study: expert_gemm, attention_gemm,
   gate_gemm, routing_permute, quant_dequant, norm, allreduce, other. Memops are "other".
+  Two range rules (:data:`~tracestory.analysis.kernel_rules.MOE_RANGE_RULES`) go before the
+  library GEMM rules: a GEMM launched inside a router range is gate_gemm, inside an expert
+  range expert_gemm.
 
 User rules (:func:`load_rules`, the CLI's ``--rules FILE``)::
 
@@ -53,13 +57,13 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import TraceFormatError, UsageError
 from ..trace import CPU_SIDE, Trace
+from .kernel_rules import MOE_RANGE_RULES, MOE_RANGE_RULES_BEFORE, RULES
 from .links import enclosed_by, gpu_ops_column
 
 OTHER = "other"
@@ -182,16 +186,33 @@ def _from_document(doc: dict, path: object, base: Taxonomy | None, default_name:
 
 _BUILTIN_CACHE: dict[str, Taxonomy] = {}
 
+# Display order of the built-in categories ("other" last).
+BUILTIN_CATEGORIES = {
+    "llm": ("gemm", "attention", "norm", "elementwise", "reduction", "softmax", "embedding", "rope",
+            "quantization", "moe_routing", "communication", "memcpy", "memset", OTHER),
+    "moe": ("expert_gemm", "attention_gemm", "gate_gemm", "routing_permute", "quant_dequant", "norm",
+            "allreduce", OTHER),
+}
+
+
+def _builtin_rules(name: str) -> tuple[Rule, ...]:
+    """The knowledge base's rules with their category in taxonomy ``name`` (moe: plus its range rules)."""
+    rules = []
+    for kr in RULES:
+        if name == "moe" and kr.implementation == MOE_RANGE_RULES_BEFORE:
+            rules += [Rule(category=c, kernel=k, range=r, note=n) for c, k, r, n in MOE_RANGE_RULES]
+        rules.append(Rule(category=getattr(kr, name), kernel=kr.pattern, note=kr.note))
+    return tuple(rules)
+
 
 def taxonomy(name: str = "llm") -> Taxonomy:
-    """A built-in taxonomy: ``"llm"`` (default) or ``"moe"``."""
+    """A built-in taxonomy: ``"llm"`` (default) or ``"moe"``, read from the kernel knowledge base."""
     if name not in BUILTIN:
         raise UsageError(f"unknown taxonomy {name!r}: expected one of {', '.join(BUILTIN)}")
     tax = _BUILTIN_CACHE.get(name)
     if tax is None:
-        res = resources.files("tracestory") / "data" / "taxonomies" / f"{name}.toml"
-        doc = tomllib.loads(res.read_text(encoding="utf-8"))
-        tax = _BUILTIN_CACHE[name] = _from_document(doc, res, None, name)
+        tax = _BUILTIN_CACHE[name] = Taxonomy(name=name, categories=BUILTIN_CATEGORIES[name],
+                                              rules=_builtin_rules(name))
     return tax
 
 
@@ -219,11 +240,35 @@ def load_rules(path, base: Taxonomy | None = None) -> Taxonomy:
 
 # ----------------------------------------------------------------------------- matching
 
+# Case-insensitive search, made fast: CPython's IGNORECASE matching of long alternations is about
+# four times slower than a case-sensitive search of the lowered pattern in the lowered name. The
+# two agree for ASCII names and patterns without uppercase escapes (\D, \W, \S, \B, \A, \Z, \N)
+# named groups or inline flags; anything else takes the IGNORECASE path.
+_UNSAFE_TO_LOWER = re.compile(r"\\[A-Z]|\(\?P|\(\?[a-zA-Z]+-?[a-zA-Z]*[:)]|\(\?-[a-zA-Z]+:")
+
+
+class NameMatcher:
+    """``search(name)``: is ``pattern`` found in ``name``, case-insensitively (first match semantics)."""
+
+    __slots__ = ("_lower", "_icase")
+
+    def __init__(self, pattern: str):
+        self._icase = re.compile(pattern, _FLAGS)
+        self._lower = None if _UNSAFE_TO_LOWER.search(pattern) else re.compile(pattern.lower())
+
+    def search(self, name: str, lowered: str | None = None) -> bool:
+        """``lowered``: ``name.lower()`` when the caller has it (ASCII names only)."""
+        if self._lower is not None and name.isascii():
+            return self._lower.search(name.lower() if lowered is None else lowered) is not None
+        return self._icase.search(name) is not None
+
+
 
 def classify_name(name: str, tax: Taxonomy) -> str:
     """Category of one name. Range rules are skipped: one name has no launch context."""
+    lowered = name.lower()
     for rule in tax.rules:
-        if rule.range is None and re.search(rule.kernel, name, _FLAGS):
+        if rule.range is None and NameMatcher(rule.kernel).search(name, lowered):
             return rule.category
     return OTHER
 
@@ -248,6 +293,7 @@ def classify(trace: Trace, tax: Taxonomy) -> Classification:
     codes = gpu_ops_column(trace, "name").astype(np.int64)
     uniq, inv = np.unique(codes, return_inverse=True)
     names = [trace.name(c) for c in uniq.tolist()]
+    lowered = [n.lower() for n in names]
     out = np.full(len(codes), -1, dtype=np.int32)
 
     rules = tax.rules
@@ -258,11 +304,12 @@ def classify(trace: Trace, tax: Taxonomy) -> Classification:
             j = i
             while j < len(rules) and rules[j].range is None:
                 j += 1
-            compiled = [(re.compile(r.kernel, _FLAGS), cat_index[r.category]) for r in rules[i:j]]
+            compiled = [(NameMatcher(r.kernel), cat_index[r.category]) for r in rules[i:j]]
             per_name = np.full(len(uniq), -1, dtype=np.int32)
             for k, name in enumerate(names):
+                low = lowered[k]
                 for rx, c in compiled:
-                    if rx.search(name):
+                    if rx.search(name, low):
                         per_name[k] = c
                         break
             cand = per_name[inv]
@@ -272,8 +319,9 @@ def classify(trace: Trace, tax: Taxonomy) -> Classification:
             continue
         rule = rules[i]
         i += 1
-        rx = re.compile(rule.kernel, _FLAGS)
-        name_hit = np.fromiter((bool(rx.search(n)) for n in names), dtype=bool, count=len(names))
+        rx = NameMatcher(rule.kernel)
+        name_hit = np.fromiter((rx.search(n, low) for n, low in zip(names, lowered, strict=True)), dtype=bool,
+                               count=len(names))
         mask = (out < 0) & name_hit[inv]
         if not mask.any():
             continue

@@ -17,8 +17,8 @@ sides). Every quantity below is computed per side from that side's results, then
   NVTX range this way). The iteration family is ``ProfilerStep`` when the phases come from it,
   else a family whose name contains ``decode``, else the most numerous family of >= 2 phases.
   Its median is the headline (robust to a first-iteration JIT outlier); the mean is kept too.
-* **Launches**: runtime/driver API calls that launch GPU work (``cu[da]LaunchKernel*``,
-  ``cu[da]LaunchCooperativeKernel*``, ``cu[da]GraphLaunch``); ``None`` when the trace has no API
+* **Launches**: runtime/driver API calls that launch GPU work, CUDA or HIP (kernel and graph
+  launches, named in :mod:`tracestory.analysis.launch_apis`); ``None`` when the trace has no API
   calls (a summary-only input). One ``cudaGraphLaunch`` replays many kernels, which is why a
   CUDA-graph run has far fewer launches than kernels.
 * **Compiled**: a side is compiled when it has Inductor kernels (names starting ``triton_``)
@@ -53,10 +53,9 @@ import numpy as np
 
 from ..errors import UsageError
 from .families import SMALL_OP_FAMILIES, kernel_family
+from .launch_apis import is_graph_launch, is_launch_name
 from .findings import Evidence, Finding
 
-LAUNCH_API = re.compile(r"^cu(da)?(LaunchKernel|LaunchCooperativeKernel|GraphLaunch)", re.IGNORECASE)
-GRAPH_API = re.compile(r"^cu(da)?GraphLaunch", re.IGNORECASE)
 _TRITON_INDEX = re.compile(r"_\d+$")
 _FUSED_STOP = {"fused", "view", "clone", "default", "tensor", "scalar", "copy", "unsafe", "expand",
                "squeeze", "unsqueeze", "permute", "transpose", "reshape", "slice", "select", "alias"}
@@ -225,9 +224,9 @@ def _api_counts(trace) -> tuple[int | None, int | None]:
     launches = graphs = 0
     for c, n in zip(codes.tolist(), counts.tolist(), strict=True):
         name = trace.name(int(c))
-        if LAUNCH_API.match(name):
+        if is_launch_name(name):
             launches += n
-            if GRAPH_API.match(name):
+            if is_graph_launch(name):
                 graphs += n
     return launches, graphs
 
