@@ -158,8 +158,9 @@ LLM_CASES = [
     (MOE_ALIGN, "moe_routing"),
     ("count_and_sort_expert_tokens_kernel", "moe_routing"),
     ("void vllm::moe::topkGatingSoftmax", "moe_routing"),
-    (TOPK_GATHER, "moe_routing"),
-    ("void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<unsigned long, unsigned int, int>::Policy800, false, unsigned long, unsigned int, int, int>(int*, int*, int*, int const*, u", "moe_routing"),
+    # generic top-k and sorts: sampling or routing, a name cannot tell; a selection (reduction) in llm
+    (TOPK_GATHER, "reduction"),
+    ("void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<unsigned long, unsigned int, int>::Policy800, false, unsigned long, unsigned int, int, int>(int*, int*, int*, int const*, u", "reduction"),
     # communication
     (NCCL_OLD, "communication"),
     (NCCL_NEW, "communication"),

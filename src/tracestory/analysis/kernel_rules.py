@@ -135,11 +135,12 @@ RULES: tuple[KernelRule, ...] = (
        "triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_cat_mul_neg_slice_transpose_view_3"),
       "Inductor kernels that compute cos/sin tables or rotate_half (cat(-x2, x1): cat with neg) are RoPE, "
       "even when the attention op they feed is named in them."),
-    R(r"^triton_\w*(rsqrt|var_mean|native_layer_norm|native_group_norm|native_batch_norm)", "norm", "norm",
-      "Triton fused reduction", "PyTorch", "Inductor reduction",
-      ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "triton_red_fused__to_copy__unsafe_view_add_mean_mul_pow_rsqrt_4"),
+    R(r"^triton_\w*(rsqrt|var_mean|native_layer_norm|native_group_norm|native_batch_norm|rms_norm|layer_norm)",
+      "norm", "norm", "Triton fused reduction", "PyTorch", "Inductor reduction",
+      ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "triton_red_fused__to_copy__unsafe_view_add_mean_mul_pow_rsqrt_4",
+       "triton_red_fused__fused_rms_norm__unsafe_view_add_3"),
       "Inductor kernels are named after the ops they fuse: rsqrt with mean/pow is RMSNorm, var_mean + rsqrt "
-      "is LayerNorm."),
+      "is LayerNorm, and torch 2.11 names the fused RMSNorm op itself (_fused_rms_norm)."),
     R(r"^triton_\w*softmax", "softmax", "other", "Triton fused reduction", "PyTorch", "Inductor reduction",
       ("triton_per_fused__softmax_2",),
       "Inductor softmax (a reduction over the row)."),
@@ -355,12 +356,13 @@ RULES: tuple[KernelRule, ...] = (
       "Token embedding lookups: ATen indexSelectLargeIndex/SmallIndex and embedding kernels. In moe an "
       "indexed gather is routing/permutation work."),
     # ------------------------------------------------------------------ reductions
-    R(r"sbtopk|topk|top_k|radixsort|sort|gatherTopK", "moe_routing", "routing_permute", "", "", "top-k / sort",
+    R(r"sbtopk|topk|top_k|radixsort|sort|gatherTopK", "reduction", "routing_permute", "", "", "top-k / sort",
       ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float "
        "const, unsigned",
        "void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<unsigned long, unsigned int, int>"
        "::Policy800, false, unsigned long, unsigned int, int, int>(int*, int*, int*, int const*, u"),
-      "Top-k and sorts: MoE routing in a MoE model; in a dense model they are sampling's top-k and sort."),
+      "Top-k and sorts: a selection, so reduction in llm (in a dense model they are sampling's top-k and sort, "
+      "and the name cannot tell routing from sampling); routing in the moe taxonomy, which is for MoE models."),
     R(r"reduce_kernel|reduction|devicescan|devicereduce|scan_impl|wrapped_scan|cumsum|cumprod|argmax|argmin|"
       r"welford|pool|par_reduce|vector_dot|ClassNLLCriterion_updateOutput|nll_loss_forward|reduce_",
       "reduction", "other", "", "", "reduction",
