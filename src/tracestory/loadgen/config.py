@@ -42,6 +42,8 @@ def validate_base_url(url: str, flag: str = "--base-url") -> str:
         raise bad("empty")
     if any(c.isspace() or ord(c) < 32 for c in url):
         raise bad("it contains whitespace or control characters")
+    if "://" not in url:
+        raise bad("no scheme: add http://")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise bad(f"scheme {parts.scheme!r}" if parts.scheme else "no scheme")

@@ -16,8 +16,9 @@ random
 Request ``i`` asks for an input length from ``default_rng([seed, 1])`` and an output length
 (``max_tokens``) from ``default_rng([seed, 2])``, uniform integers in the configured inclusive
 ranges, drawn in index order (vLLM's ``--random-input-len L --random-range-ratio r`` is the
-range ``[floor(L (1 - r)), floor(L (1 + r))]``). Its text, with a tokenizer: random ids of the
-vocabulary (special tokens left out) from ``default_rng([seed, 3, i])``, decoded and re-encoded;
+range ``[floor(L (1 - r)), floor(L (1 + r))]``). Its text, with a tokenizer: random ids from ``default_rng([seed, 3, i])`` among the
+vocabulary's word tokens (:func:`word_token_ids`; every non-special id when it has too few),
+decoded and re-encoded;
 when the round trip changes the count, the re-encoded ids are cut or extended and the round
 trip repeated (at most 10 times); a prompt still not exact keeps its real count as its length
 and is counted in :attr:`PromptSource.inexact`. Without a tokenizer:
@@ -80,7 +81,7 @@ def load_tokenizer(name: str | None) -> TokenizerChoice:
     try:
         tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
     except Exception as e:  # noqa: BLE001  (transformers raises OSError, ValueError, ... by cause)
-        why = " ".join(str(e).split())[:160]
+        why = " ".join(str(e).split()).split(". ")[0][:160]
         return TokenizerChoice(None, name, False, f"--tokenizer {name}: cannot be loaded offline "
                                                   f"({type(e).__name__}: {why}): {fallback}")
     return TokenizerChoice(tok, name, True, f"--tokenizer {name}: prompt and output lengths are exact token counts")
@@ -119,16 +120,31 @@ class _Draws:
         return int(self._values[i])
 
 
+def word_token_ids(tok, sample: int = 20_000, least: int = 8) -> list[int]:
+    """Ids to build prompts from: tokens that decode to a space and a word of letters and
+    encode back to themselves alone (such tokens, joined, usually re-encode to the same ids);
+    checked over at most ``sample`` ids of the vocabulary. Fewer than ``least`` of them: every
+    id but the special ones."""
+    special = set(tok.all_special_ids)
+    ids = [t for t in range(len(tok)) if t not in special]
+    step = max(1, len(ids) // sample)
+    words = []
+    for t in ids[::step]:
+        text = tok.decode([t])
+        if len(text) > 1 and text[0] == " " and text[1:].isalpha() and \
+                list(tok.encode(text, add_special_tokens=False)) == [t]:
+            words.append(t)
+    return words if len(words) >= least else ids
+
+
 class RandomPrompts(PromptSource):
     def __init__(self, cfg: LoadConfig, tokenizer: TokenizerChoice):
         super().__init__(tokenizer)
         self.seed = cfg.seed
         self.inputs = _Draws(cfg.prompt_len_min, cfg.prompt_len_max, [cfg.seed, 1])
         self.outputs = _Draws(cfg.min_output, cfg.max_new_tokens, [cfg.seed, 2])
-        tok = tokenizer.tokenizer
-        if tok is not None:
-            special = set(tok.all_special_ids)
-            self._ids = np.array([t for t in range(len(tok)) if t not in special], dtype=np.int64)
+        if tokenizer.tokenizer is not None:
+            self._ids = np.array(word_token_ids(tokenizer.tokenizer), dtype=np.int64)
 
     def __getitem__(self, i: int) -> Prompt:
         n, out = self.inputs[i], self.outputs[i]
