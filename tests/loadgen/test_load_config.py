@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import socket
 import subprocess
 import sys
 
@@ -112,3 +115,42 @@ def test_bad_values_are_usage_errors():
             LoadConfig(url="http://h", model=kw.pop("model", "m"), **kw).validate()
     with pytest.raises(UsageError, match="--random-range-ratio"):
         config_from_args(args_of("--random-range-ratio", "1.5"))
+
+
+def run_cli(cwd, *words):
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{port.getsockname()[1]}"   # bound, not listening: refused
+    try:
+        return subprocess.run([sys.executable, "-m", "tracestory.cli", "load", "--base-url", url, "--model", "org/m",
+                               "--num-prompts", "1", "--max-concurrency", "1", "--no-progress", *words],
+                              cwd=cwd, capture_output=True, text=True, timeout=60)
+    finally:
+        port.close()
+
+
+def test_files_only_when_asked_and_vllm_default_name(tmp_path):
+    p = run_cli(tmp_path)
+    assert p.returncode == 1, p.stderr                    # nothing completed
+    assert list(tmp_path.iterdir()) == []                 # nothing written into the current folder
+    assert "Successful requests:                     0" in p.stdout
+    p = run_cli(tmp_path, "--save-result", "--label", "lbl", "--result-dir", "out")
+    names = [x.name for x in (tmp_path / "out").iterdir()]
+    assert len(names) == 1 and re.fullmatch(r"lbl-infqps-concurrency1-m-\d{8}-\d{6}\.json", names[0]), names
+    res = json.loads((tmp_path / "out" / names[0]).read_text())
+    assert (res["completed"], res["failed"], res["failures"]) == (0, 1, {"connection_refused": 1})
+    assert res["mean_ttft_ms"] is None and "ttfts" not in res      # per-request lists only with --save-detailed
+
+
+def test_unwritable_or_clashing_outputs_are_one_line(tmp_path):
+    (tmp_path / "f").write_text("x")
+    p = run_cli(tmp_path, "--output", str(tmp_path / "f" / "sub" / "r.jsonl"))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "cannot create its folder" in p.stderr
+    data = tmp_path / "sg.json"
+    data.write_text("[]")
+    p = run_cli(tmp_path, "--dataset-name", "sharegpt", "--dataset-path", str(data), "--output", str(data))
+    assert p.returncode == 2 and "refusing to overwrite" in p.stderr and data.read_text() == "[]"
+    p = run_cli(tmp_path, "--dataset-name", "sharegpt", "--dataset-path", str(data))
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"tracestory: error: {data}: expected a ShareGPT JSON list of {{\"conversations\": [{{\"from\": ..., "
+        f"\"value\": ...}}, ...]}}, found no conversation with two text turns among 0 entries"]

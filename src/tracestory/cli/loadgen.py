@@ -253,8 +253,9 @@ def main(args) -> int:
         raise UsageError(f"{outs[0]}: the same file is named by two output flags")
 
     choice = load_tokenizer(cfg.tokenizer)
-    print(f"load: {choice.statement}", file=sys.stderr)
     prompts = prompt_source(cfg, choice)
+    prompts[0]  # a dataset with nothing usable is refused before any file is opened
+    print(f"load: {choice.statement}", file=sys.stderr)
     expected = cfg.expected_arrivals
     asked = cfg.num_requests if cfg.num_requests is not None else expected
     if asked is not None and asked > cfg.max_requests:
