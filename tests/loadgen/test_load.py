@@ -180,8 +180,9 @@ def test_rate_and_duration_far_beyond_the_caps_stay_bounded(tmp_path, stub_serve
     # 1e6 requests/s for 1 s: planning stops at --max-requests, in-flight requests at --max-in-flight
     url = stub_server(Stub(delay_s=0.05))
     rec_file = tmp_path / "rec.jsonl"
-    code = ("import resource, sys; from tracestory.cli import main; "
-            "rc = main(sys.argv[1:]); print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); "
+    # peak RSS of this process image (VmHWM; ru_maxrss would carry the forking pytest's peak over exec)
+    code = ("import re, sys; from tracestory.cli import main; rc = main(sys.argv[1:]); "
+            "print('MAXRSS_KB', re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)); "
             "sys.exit(rc)")
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-c", code, "load", "--base-url", url, "--model", "m", "--request-rate", "1e6",
