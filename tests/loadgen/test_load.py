@@ -1,16 +1,18 @@
-"""tracestory load: against a stub SSE server in this file (every failure kind, exact counts) and
-against the real reference server ``tracestory serve --preset tiny --device cpu`` on loopback
-(token counts, injected HTTP 500s, a server killed mid-run). Expected numbers come from the
-stub's own behaviour table, the server's documented rules, or a direct numpy draw."""
+"""tracestory load: against a stub SSE server in this file (every failure kind, exact counts,
+not-sent accounting, bounds) and against the real reference server ``tracestory serve --preset
+tiny --device cpu`` on loopback (token counts, injected HTTP 500s, a server killed mid-run, every
+metric of the vLLM-style result recomputed from the streamed records with the statistics
+module). Expected numbers come from the stub's own behaviour table, the server's documented
+rules, a direct numpy draw, or plain Python over the records."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import select
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -18,91 +20,12 @@ import time
 
 import numpy as np
 import pytest
-from aiohttp import web
 
-from tracestory.loadgen import LoadConfig, RequestRecord, run_load, summarize
+from tracestory.loadgen import LoadConfig, RequestRecord, benchmark_result, run_load, summarize
 from tracestory.loadgen.generator import LoadResult
 
-# ------------------------------------------------------------------ a stub server
-
-
-class Stub:
-    """Streams ``max_tokens`` chunks; request number k (0-based, arrival order) behaves as
-    ``behaviors.get(k, "ok")``."""
-
-    def __init__(self, behaviors=None, usage=True, delay_s=0.001):
-        self.behaviors, self.usage, self.delay_s = behaviors or {}, usage, delay_s
-        self.n = 0
-        self.bodies = []
-
-    async def handle(self, request):
-        body = await request.json()
-        k, self.n = self.n, self.n + 1
-        self.bodies.append(body)
-        b = self.behaviors.get(k, "ok")
-        chat = request.path.endswith("/chat/completions")
-        if b == "500":
-            return web.json_response({"error": {"message": "boom"}}, status=500)
-        if b == "429":
-            return web.json_response({"error": {"message": "slow down"}}, status=429)
-        if b == "json":
-            return web.json_response({"choices": [{"text": "x"}]})
-        if b == "slow":
-            await asyncio.sleep(5)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-
-        async def send(obj):
-            await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-
-        if chat:  # role-only first delta: not a token
-            await send({"id": f"c{k}", "choices": [{"delta": {"role": "assistant"}}]})
-        for i in range(body["max_tokens"]):
-            await asyncio.sleep(self.delay_s)
-            await resp.write(b": keep-alive\n\n")
-            piece = {"delta": {"content": f" t{i}"}} if chat else {"text": f" t{i}"}
-            await send({"id": f"c{k}", "choices": [piece]})
-            if b == "disconnect" and i == 1:
-                request.transport.close()
-                return resp
-        if b == "badjson":
-            await resp.write(b"data: {not json\n\n")
-        if b == "stream_error":
-            await send({"error": {"message": "engine died"}})
-        if b == "notsse":
-            await resp.write(b"hello there\n\n")
-        if self.usage:
-            await send({"choices": [], "usage": {"prompt_tokens": 1000 + k, "completion_tokens": body["max_tokens"]}})
-        if b != "nodone":
-            await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
-        return resp
-
-
-@pytest.fixture
-def stub_server():
-    """Start a Stub in a background event loop; yields (start(stub) -> url)."""
-    started = []
-
-    def start(stub: Stub) -> str:
-        app = web.Application()
-        app.router.add_post("/v1/completions", stub.handle)
-        app.router.add_post("/v1/chat/completions", stub.handle)
-        loop = asyncio.new_event_loop()
-        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-        loop.run_until_complete(runner.setup())
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        loop.run_until_complete(web.SockSite(runner, sock).start())
-        threading.Thread(target=loop.run_forever, daemon=True).start()
-        started.append((loop, runner))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-    yield start
-    for loop, runner in started:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(5)
-        loop.call_soon_threadsafe(loop.stop)
-
+from sse_stub import Stub
+from sse_stub import stub_server_fixture  # noqa: F401  (the stub_server fixture)
 
 def cfg(url, **kw) -> LoadConfig:
     base = {"url": url, "model": "m", "concurrency": 1, "duration_s": 20, "num_requests": 4, "prompt_len_min": 3,
@@ -146,24 +69,38 @@ def test_counts_chunks_without_usage_and_chat_role_delta_is_not_a_token(stub_ser
     assert len(sent["messages"][0]["content"].split()) == planned[0]   # the t<k> word rule: one token a word
 
 
-def test_connection_refused_poisson_every_arrival_has_a_record(tmp_path):
+def closed_port() -> int:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()  # nothing listens there now
+    return port
+
+
+def test_connection_refused_poisson_every_arrival_has_a_record_and_sending_backs_off():
+    port = closed_port()
     qps, duration, seed = 40.0, 0.5, 7
     t0 = time.monotonic()
     result = run_load(LoadConfig(url=f"http://127.0.0.1:{port}", model="m", target_qps=qps, duration_s=duration,
                                  prompt_len_min=2, prompt_len_max=4, max_new_tokens=2, seed=seed, timeout_s=2))
     assert time.monotonic() - t0 < duration + 2 + 1
-    gaps = np.random.default_rng(seed).exponential(1 / qps, size=2000)
-    arrivals = np.cumsum(gaps)
+    # first arrival at 0, then exponential gaps (gamma of shape 1) of mean 1/qps
+    arrivals = np.concatenate([[0.0], np.cumsum(np.random.default_rng(seed).gamma(1.0, 1 / qps, size=2000))])
     expected = arrivals[arrivals < duration]
     assert len(result.records) == expected.size
     assert [r.index for r in result.records] == list(range(expected.size))
     assert [r.scheduled_ns for r in result.records] == np.round(expected * 1e9).astype(np.int64).tolist()
-    assert {r.error_kind for r in result.records} == {"connection_refused"}
-    assert summarize(result).failures == {"connection_refused": expected.size}
+    sent = [r for r in result.records if r.send_ns is not None]
+    assert {r.error_kind for r in sent} == {"connection_refused"}
+    assert {r.error_kind for r in result.records if r.send_ns is None} <= {"not_sent"}
+    # after the first refusal, one probe at a time with waits of 0.05, 0.1, 0.2, ... s
+    first_end = min(r.end_ns for r in sent)
+    later = sorted(r.send_ns for r in sent if r.send_ns > first_end)
+    gaps = np.diff([first_end, *later]) / 1e9
+    assert all(g >= 0.05 * 2 ** k * 0.95 for k, g in enumerate(gaps)), gaps
+    s = summarize(result)
+    assert s.failures == {"connection_refused": len(sent)} and s.failed == len(sent)
+    assert s.not_sent == expected.size - len(sent) and s.planned == expected.size
 
 
 def test_timeout_ends_the_request_and_the_run_is_bounded(stub_server):
@@ -203,15 +140,68 @@ def test_summary_percentiles_goodput_by_hand():
     # output tokens: 3 + 3 + 2 + 4 over 2 s; input 4 x 10 over 2 s
     assert s.output_tokens_per_s == pytest.approx(12 / 2) and s.input_tokens_per_s == pytest.approx(40 / 2)
     assert s.failures == {"http_500": 1}
+    # the vLLM-style keys of the same records, in ms
+    res = benchmark_result(LoadResult(c, records, 0, elapsed_ns=2_000_000_000, send_window_ns=1_000_000_000,
+                                      interrupted=False, deadline_hit=False),
+                           ("ttft", "tpot", "itl", "e2el"), (50, 90, 99.9))
+    assert (res["completed"], res["failed"], res["not_sent"], res["duration"]) == (4, 1, 0, 2.0)
+    assert res["mean_ttft_ms"] == pytest.approx(25) and res["median_ttft_ms"] == pytest.approx(25)
+    # population std of 10 20 30 40: sqrt(((15^2 + 5^2) * 2) / 4) = sqrt(125)
+    assert res["std_ttft_ms"] == pytest.approx(125 ** 0.5)
+    assert res["p90_ttft_ms"] == pytest.approx(37) and res["p99.9_ttft_ms"] == pytest.approx(39.97)
+    # TPOT = (e2e - ttft) / (out - 1): 30/2, 120/2, 40/1, 180/3 = 15 60 40 60 -> mean 43.75, median 50
+    assert res["mean_tpot_ms"] == pytest.approx(43.75) and res["median_tpot_ms"] == pytest.approx(50)
+    assert res["mean_itl_ms"] == pytest.approx(370 / 8) and res["median_e2el_ms"] == pytest.approx(105)
+    # goodput: TTFT <= 35 and TPOT <= 50: r0 and r2 -> 2 requests over 2 s
+    assert res["request_goodput"] == pytest.approx(1.0) and res["request_throughput"] == pytest.approx(2.0)
+    assert res["total_output_tokens"] == 12 and res["output_throughput"] == pytest.approx(6)
+    assert res["total_token_throughput"] == pytest.approx((40 + 12) / 2)
 
 
-def test_bad_arguments_are_usage_errors():
-    from tracestory.errors import UsageError
+def test_window_closing_leaves_requests_not_sent_not_failed(stub_server):
+    # one slot, held 0.5 s by a request that times out: every later arrival of the 0.3 s window
+    # finds the window closed when the slot frees
+    url = stub_server(Stub({0: "slow"}))
+    rate, duration, seed = 50.0, 0.3, 4
+    result = run_load(LoadConfig(url=url, model="m", request_rate=rate, max_concurrency=1, duration_s=duration,
+                                 seed=seed, prompt_len_min=2, prompt_len_max=2, max_new_tokens=2, timeout_s=0.5))
+    arrivals = np.concatenate([[0.0], np.cumsum(np.random.default_rng(seed).gamma(1.0, 1 / rate, size=500))])
+    n = int((arrivals < duration).sum())
+    assert n > 3
+    assert [r.error_kind for r in result.records] == ["timeout"] + ["not_sent"] * (n - 1)
+    s = summarize(result)
+    assert (s.planned, s.sent, s.ok, s.failed, s.not_sent) == (n, 1, 0, 1, n - 1)
+    assert s.failures == {"timeout": 1}
+    res = benchmark_result(result)
+    assert (res["completed"], res["failed"], res["not_sent"], res["planned"]) == (0, 1, n - 1, n)
 
-    with pytest.raises(UsageError, match="exactly one of"):
-        LoadConfig(url="http://x", model="m").validate()
-    with pytest.raises(UsageError, match="--prompt-len-max"):
-        LoadConfig(url="http://x", model="m", target_qps=1, prompt_len_min=10, prompt_len_max=5).validate()
+
+def test_rate_and_duration_far_beyond_the_caps_stay_bounded(tmp_path, stub_server):
+    # 1e6 requests/s for 1 s: planning stops at --max-requests, in-flight requests at --max-in-flight
+    url = stub_server(Stub(delay_s=0.05))
+    rec_file = tmp_path / "rec.jsonl"
+    # peak RSS of this process image (VmHWM; ru_maxrss would carry the forking pytest's peak over exec)
+    code = ("import re, sys; from tracestory.cli import main; rc = main(sys.argv[1:]); "
+            "print('MAXRSS_KB', re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)); "
+            "sys.exit(rc)")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code, "load", "--base-url", url, "--model", "m", "--request-rate", "1e6",
+                        "--duration", "1", "--max-in-flight", "32", "--random-input-len", "4", "--random-output-len",
+                        "2", "--timeout", "5", "--no-progress", "--output", str(rec_file)],
+                       capture_output=True, text=True, timeout=60)
+    wall = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert wall < 1 + 5 + 10
+    rows = [json.loads(x) for x in rec_file.read_text().splitlines()]
+    assert len(rows) == 100_000 and sorted(r["index"] for r in rows) == list(range(100_000))
+    assert "capped at 100,000 (--max-requests)" in p.stderr
+    sent = [r for r in rows if r["send_ns"] is not None]
+    assert sum(r["error_kind"] == "not_sent" for r in rows) == 100_000 - len(sent)
+    # in flight at any send time, counted from the records
+    most = max(sum(1 for o in sent if o["send_ns"] <= r["send_ns"] < o["end_ns"]) for r in sent[:2000])
+    assert most <= 32
+    maxrss_mb = int(p.stdout.split("MAXRSS_KB")[1].split()[0]) / 1024
+    assert maxrss_mb < 600, maxrss_mb
 
 
 # ------------------------------------------------------------------ the real reference server
@@ -244,7 +234,7 @@ def real_servers():
         results[key] = start_real_server(*extra)
 
     threads = [threading.Thread(target=go, args=("fail", "--fail-rate", "0.5")),
-               threading.Thread(target=go, args=("kill",))]
+               threading.Thread(target=go, args=("kill",)), threading.Thread(target=go, args=("plain",))]
     for t in threads:
         t.start()
     for t in threads:
@@ -283,25 +273,98 @@ def test_real_server_killed_mid_run_keeps_every_record(real_servers):
                                      prompt_len_max=64, max_new_tokens=64, ignore_eos=True, seed=seed, timeout_s=5))
     finally:
         killer.cancel()
-    arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / qps, size=500))
+    arrivals = np.concatenate([[0.0], np.cumsum(np.random.default_rng(seed).gamma(1.0, 1 / qps, size=500))])
     n = int((arrivals < duration).sum())
     assert [r.index for r in result.records] == list(range(n))
     s = summarize(result)
-    assert s.planned == n and s.sent == n
+    assert s.planned == n and s.ok + s.failed + s.not_sent == n
+    before = [r for r in result.records if r.send_ns is not None and r.end_ns < 1.1e9]
+    assert before and all(r.ok for r in before)
     after = [r for r in result.records if r.scheduled_ns > 1.6e9]   # well after the kill
-    assert after and {r.error_kind for r in after} == {"connection_refused"}
-    assert s.failed >= len(after) and s.ok + s.failed == n
+    assert after and {r.error_kind for r in after} <= {"connection_refused", "not_sent"}
     assert set(s.failures) <= {"connection_refused", "server_disconnect"}
 
 
-def test_cli_ctrl_c_writes_every_record(tmp_path, stub_server):
+def test_vllm_result_every_metric_from_the_records(real_servers, tmp_path):
+    """`load` against `serve` through the CLI: each key of the result JSON recomputed from the
+    streamed records with the statistics module (quantiles 'inclusive' = linear interpolation)."""
+    _, url = real_servers["plain"]
+    out = tmp_path / "res"
+    argv = [sys.executable, "-m", "tracestory.cli", "load", "--base-url", url, "--model", "tiny",
+            "--request-rate", "40", "--burstiness", "0.5", "--max-concurrency", "3", "--num-prompts", "12",
+            "--random-input-len", "16", "--random-output-len", "6", "--random-range-ratio", "0.5", "--seed", "9",
+            "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+            "--goodput", "ttft:150", "tpot:20", "--save-result", "--save-detailed", "--result-dir", str(out),
+            "--result-filename", "run.json", "--label", "lbl", "--metadata", "gpu=none", "note=a b",
+            "--json", str(tmp_path / "summary.json"), "--no-progress"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads((out / "run.json").read_text())
+    recs = sorted((json.loads(x) for x in (out / "run.requests.jsonl").read_text().splitlines()),
+                  key=lambda r: r["index"])
+    assert [r["index"] for r in recs] == list(range(12)) and all(r["ok"] for r in recs)
+    # input lengths: uniform in [floor(16 * 0.5), floor(16 * 1.5)] = [8, 24] from default_rng([seed, 1]);
+    # the server counts one token a word, so its usage equals the plan; output: 6 tokens (ignore_eos)
+    planned_in = np.random.default_rng([9, 1]).integers(8, 25, size=12).tolist()
+    assert [r["prompt_tokens"] for r in recs] == planned_in
+    out_lens = np.random.default_rng([9, 2]).integers(3, 10, size=12).tolist()   # [floor(6 * .5), floor(6 * 1.5)]
+    assert [r["output_tokens"] for r in recs] == out_lens
+
+    ok = [r for r in recs if r["ok"]]
+    duration = max(r["end_ns"] for r in recs) / 1e9
+    assert res["duration"] == pytest.approx(duration)
+    assert (res["completed"], res["failed"], res["not_sent"]) == (12, 0, 0)
+    tin, tout = sum(r["prompt_tokens"] for r in ok), sum(r["output_tokens"] for r in ok)
+    assert (res["total_input_tokens"], res["total_output_tokens"]) == (tin, tout) == (sum(planned_in), sum(out_lens))
+    assert res["request_throughput"] == pytest.approx(12 / duration)
+    assert res["output_throughput"] == pytest.approx(tout / duration)
+    assert res["total_token_throughput"] == pytest.approx((tin + tout) / duration)
+    samples = {"ttft": [r["ttft_ns"] / 1e6 for r in ok],
+               "tpot": [(r["e2e_ns"] - r["ttft_ns"]) / 1e6 / (r["output_tokens"] - 1) for r in ok],
+               "itl": [g / 1e6 for r in ok for g in r["itl_ns"]],
+               "e2el": [r["e2e_ns"] / 1e6 for r in ok]}
+    for m, xs in samples.items():
+        q = statistics.quantiles(xs, n=100, method="inclusive")
+        assert res[f"mean_{m}_ms"] == pytest.approx(statistics.mean(xs)), m
+        assert res[f"median_{m}_ms"] == pytest.approx(statistics.median(xs)), m
+        assert res[f"std_{m}_ms"] == pytest.approx(statistics.pstdev(xs)), m
+        for pc in (50, 90, 99):
+            assert res[f"p{pc}_{m}_ms"] == pytest.approx(q[pc - 1]), (m, pc)
+    good = sum(1 for r, tp in zip(ok, samples["tpot"]) if r["ttft_ns"] / 1e6 <= 150 and tp <= 20)
+    assert res["request_goodput"] == pytest.approx(good / duration)
+    in_flight = max(sum(1 for o in recs if o["send_ns"] <= r["send_ns"] < o["end_ns"]) for r in recs)
+    assert res["max_concurrent_requests"] == in_flight <= 3
+    # per-request lists in request order, seconds as vLLM writes them
+    assert res["input_lens"] == planned_in and res["output_lens"] == out_lens
+    assert res["ttfts"] == pytest.approx([r["ttft_ns"] / 1e9 for r in recs])
+    assert [len(x) for x in res["itls"]] == [len(r["itl_ns"]) for r in recs]
+    assert res["itls"][3] == pytest.approx([g / 1e9 for g in recs[3]["itl_ns"]])
+    assert res["errors"] == [""] * 12 and res["failures"] == {}
+    assert (res["label"], res["gpu"], res["note"], res["request_rate"], res["burstiness"], res["max_concurrency"],
+            res["num_prompts"], res["model_id"]) == ("lbl", "none", "a b", 40.0, 0.5, 3, 12, "tiny")
+    assert res["prompts_exact"] is False and "no --tokenizer" in res["prompts"]
+    # the printed block
+    lines = p.stdout.splitlines()
+    assert lines[0] == "============ Serving Benchmark Result ============"
+    assert lines[1].split() == ["Successful", "requests:", "12"] and lines[1].index("12") == 41
+    assert "---------------Time to First Token----------------" in lines
+    assert any(x.startswith("P90 E2EL (ms):") for x in lines) and "Request goodput (req/s):" in p.stdout
+    # our summary for `tracestory report`: the same requests
+    summ = json.loads((tmp_path / "summary.json").read_text())["summary"]
+    assert (summ["planned"], summ["sent"], summ["ok"], summ["failed"], summ["not_sent"]) == (12, 12, 12, 0, 0)
+    assert summ["ttft"]["p50_ns"] / 1e6 == pytest.approx(statistics.median(samples["ttft"]))
+    assert summ["target_qps"] == 40.0 and summ["concurrency"] == 3
+
+
+def test_cli_ctrl_c_writes_every_record_in_flight_cancelled_rest_not_sent(tmp_path, stub_server):
     stub = Stub({k: "slow" for k in range(100)})
     url = stub_server(stub)
     out = tmp_path / "req.jsonl"
     p = subprocess.Popen([sys.executable, "-m", "tracestory.cli", "load", "--url", url, "--model", "m",
                           "--target-qps", "20", "--duration", "4", "--seed", "2", "--prompt-len-min", "2",
                           "--prompt-len-max", "3", "--max-new-tokens", "2", "--timeout", "30",
-                          "--output", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                          "--output", str(out), "--json", str(tmp_path / "s.json"), "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
     while stub.n < 3 and time.monotonic() < deadline:   # the run has started: requests hang in the stub
         time.sleep(0.05)
@@ -309,9 +372,14 @@ def test_cli_ctrl_c_writes_every_record(tmp_path, stub_server):
     p.send_signal(signal.SIGINT)
     _, stderr = p.communicate(timeout=20)
     assert p.returncode == 130, stderr.decode()[-2000:]
-    rows = [json.loads(x) for x in out.read_text().splitlines()]
-    arrivals = np.cumsum(np.random.default_rng(2).exponential(1 / 20, size=500))
+    rows = sorted((json.loads(x) for x in out.read_text().splitlines()), key=lambda r: r["index"])
+    arrivals = np.concatenate([[0.0], np.cumsum(np.random.default_rng(2).gamma(1.0, 1 / 20, size=500))])
     n = int((arrivals < 4).sum())
     assert [r["index"] for r in rows] == list(range(n))
-    assert {r["error_kind"] for r in rows} == {"cancelled"}
-    assert any(r["send_ns"] is not None for r in rows)
+    sent = [r for r in rows if r["send_ns"] is not None]
+    assert sent and len(sent) < n
+    assert {r["error_kind"] for r in sent} == {"cancelled"}
+    assert {r["error_kind"] for r in rows if r["send_ns"] is None} == {"not_sent"}
+    summ = json.loads((tmp_path / "s.json").read_text())["summary"]
+    assert summ["interrupted"] and (summ["failed"], summ["not_sent"]) == (len(sent), n - len(sent))
+    assert summ["failures"] == {"cancelled": len(sent)}

@@ -1,85 +1,268 @@
-"""``tracestory load``: drive an OpenAI-compatible server with streaming requests.
+"""``tracestory load``: drive an OpenAI-compatible server with streaming requests, as ``vllm bench
+serve`` does (its flags, its printed block and its result keys; docs/LOADGEN.md maps them).
 
-Writes every request's record as JSON lines (``--output``, written also after Ctrl-C) and the
-summary (``--json``); prints the summary. Exit code: 0 when at least one request succeeded,
-1 when none did, 130 after Ctrl-C (records still written), 2 for bad arguments.
+Files, each only when asked: ``--save-result`` writes the flat result JSON (vLLM's keys, ms)
+into ``--result-dir`` as ``--result-filename``; ``--output FILE`` streams every request's record
+as a JSON line the moment it is known (``--save-detailed`` with ``--save-result`` streams them
+next to the result as ``<result>.requests.jsonl``); ``--json FILE`` writes our nested summary
+in ns, the file ``tracestory report`` reads with a scheduler log. Nothing is written into the
+current folder unless named. Exit code: 0 when at least one request succeeded, 1 when none
+did, 130 after Ctrl-C (records and results still written), 2 for bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+import time
 from pathlib import Path
+
+from ..errors import UsageError
+from ..loadgen import (
+                        LoadConfig,
+                        benchmark_result,
+                        load_tokenizer,
+                        parse_goodput,
+                        parse_metadata,
+                        parse_metric_percentiles,
+                        parse_percentile_metrics,
+                        prompt_source,
+                        result_lines,
+                        run_load,
+                        summarize,
+                        validate_base_url,
+)
+from ..loadgen.config import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_REQUESTS, range_of
+from ..loadgen.metrics import default_result_filename, result_header
+
+
+def _rate(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of requests/s or inf, found {text!r}") from None
+    if math.isnan(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a rate > 0 or inf, found {text!r}")
+    return v
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default: %(default)s)")
-    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
-                   help="/v1/completions or /v1/chat/completions (default: completions)")
-    p.add_argument("--model", required=True, help="model name sent in each request")
-    rate = p.add_mutually_exclusive_group(required=True)
-    rate.add_argument("--target-qps", type=float, help="open-loop Poisson arrivals per second")
-    rate.add_argument("--concurrency", type=int, help="fixed number of requests in flight")
-    p.add_argument("--duration", type=float, default=60.0, help="seconds during which requests start (default: 60)")
-    p.add_argument("--num-requests", type=int, help="stop starting requests after this many")
-    p.add_argument("--prompt-len-min", type=int, default=512, help="tokens (default: 512)")
-    p.add_argument("--prompt-len-max", type=int, default=1024, help="tokens (default: 1024)")
-    p.add_argument("--max-new-tokens", type=int, default=512, help="max_tokens of each request (default: 512)")
-    p.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (vLLM and our server: exact lengths)")
-    p.add_argument("--seed", type=int, default=0, help="arrival times and prompt lengths (default: 0)")
-    p.add_argument("--slo-ttft", type=float, default=0.5, help="goodput SLO on TTFT, seconds (default: 0.5)")
-    p.add_argument("--slo-itl", type=float, default=0.05,
-                   help="goodput SLO on a request's mean inter-token latency, seconds (default: 0.05)")
-    p.add_argument("--timeout", type=float, default=30.0, help="per-request limit, seconds (default: 30)")
-    p.add_argument("--output", default="requests.jsonl", help="every request as JSON lines (default: %(default)s)")
-    p.add_argument("--json", metavar="OUT", help="write the summary as JSON")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    hide = argparse.SUPPRESS
+    srv = p.add_argument_group("server")
+    srv.add_argument("--base-url", "--url", dest="base_url",
+                     help="server base URL, e.g. http://127.0.0.1:8000 (default: http://HOST:PORT)")
+    srv.add_argument("--host", default="127.0.0.1", help="server host when no --base-url (default: %(default)s)")
+    srv.add_argument("--port", type=int, default=8000, help="server port when no --base-url (default: %(default)s)")
+    srv.add_argument("--endpoint", default=None,
+                     help="request path: /v1/completions (default) or /v1/chat/completions; "
+                          "'completions' and 'chat' are accepted")
+    srv.add_argument("--backend", choices=("openai", "openai-chat", "vllm"), default=None,
+                     help="openai-chat sends chat requests to /v1/chat/completions; openai and vllm: completions")
+    srv.add_argument("--model", required=True, help="model name (sent in each request unless --served-model-name)")
+    srv.add_argument("--served-model-name", help="the name sent in requests, when it differs from --model")
+    srv.add_argument("--timeout", type=float, default=300.0, help="per-request limit, seconds (default: 300)")
+
+    load = p.add_argument_group("arrivals")
+    load.add_argument("--request-rate", "--target-qps", dest="request_rate", type=_rate, default=math.inf,
+                      help="requests per second, or inf to send all at once (default: inf)")
+    load.add_argument("--burstiness", type=float, default=1.0,
+                      help="gamma shape of the gaps between requests: 1 Poisson, <1 burstier, >1 steadier "
+                           "(default: 1)")
+    load.add_argument("--max-concurrency", "--concurrency", dest="max_concurrency", type=int,
+                      help="at most this many requests in flight (with rate inf: a closed loop)")
+    load.add_argument("--num-prompts", "--num-requests", dest="num_prompts", type=int,
+                      help="requests to send (default: 1000, or as many as --duration allows)")
+    load.add_argument("--duration", type=float,
+                      help="seconds during which requests are sent; those not sent by then are 'not sent'")
+    load.add_argument("--seed", type=int, default=0, help="arrival times, prompt lengths, prompts (default: 0)")
+    load.add_argument("--max-requests", type=int, default=DEFAULT_MAX_REQUESTS,
+                      help="safety cap on planned requests (default: %(default)s)")
+    load.add_argument("--max-in-flight", type=int, default=DEFAULT_MAX_IN_FLIGHT,
+                      help="safety cap on requests in flight without --max-concurrency (default: %(default)s)")
+
+    data = p.add_argument_group("prompts")
+    data.add_argument("--dataset-name", choices=("random", "sharegpt"), default="random",
+                      help="random token lengths, or a local ShareGPT file (default: random)")
+    data.add_argument("--dataset-path", help="ShareGPT-format JSON file (local path)")
+    data.add_argument("--tokenizer", help="transformers tokenizer (name or folder, loaded offline) for exact "
+                                          "token lengths; without it lengths are word counts")
+    data.add_argument("--random-input-len", type=int, default=1024, help="prompt tokens (default: 1024)")
+    data.add_argument("--random-output-len", type=int, default=128, help="max_tokens asked (default: 128)")
+    data.add_argument("--random-range-ratio", type=float, default=0.0,
+                      help="lengths uniform in [L (1 - r), L (1 + r)] (default: 0)")
+    data.add_argument("--sharegpt-output-len", type=int, help="max_tokens for every ShareGPT request "
+                                                              "(default: the length of the reply in the file)")
+    data.add_argument("--ignore-eos", action="store_true", help="send ignore_eos (vLLM and our server: exact lengths)")
+    data.add_argument("--prompt-len-min", type=int, help=hide)
+    data.add_argument("--prompt-len-max", type=int, help=hide)
+    data.add_argument("--max-new-tokens", type=int, help=hide)
+
+    res = p.add_argument_group("results")
+    res.add_argument("--percentile-metrics", default="ttft,tpot,itl",
+                     help="metrics with percentiles, from ttft,tpot,itl,e2el (default: %(default)s)")
+    res.add_argument("--metric-percentiles", default="99", help="percentiles, e.g. 50,90,99 (default: %(default)s)")
+    res.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
+                     help="SLOs in ms for request goodput, e.g. ttft:500 tpot:50 (metrics ttft, tpot, e2el)")
+    res.add_argument("--slo-ttft", type=float, help=hide)
+    res.add_argument("--slo-itl", type=float, help=hide)
+    res.add_argument("--save-result", action="store_true", help="write the result JSON (vLLM's keys, ms)")
+    res.add_argument("--save-detailed", action="store_true",
+                     help="per-request lists in the result JSON, and every record streamed to "
+                          "<result>.requests.jsonl as it completes")
+    res.add_argument("--result-dir", help="folder of the result JSON (default: the current folder)")
+    res.add_argument("--result-filename", help="name of the result JSON (default: vLLM's "
+                                               "<label>-<rate>qps[-concurrency<N>]-<model>-<date>.json)")
+    res.add_argument("--label", help="label of the run (first word of the default file name)")
+    res.add_argument("--metadata", nargs="+", metavar="KEY=VALUE", help="extra keys of the result JSON")
+    res.add_argument("--output", metavar="FILE", help="stream every request's record as JSON lines to FILE")
+    res.add_argument("--json", metavar="FILE", help="our summary (ns, nested) for `tracestory report`")
+    res.add_argument("--no-progress", "--disable-tqdm", dest="no_progress", action="store_true",
+                     help="no progress bar")
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("load", help="streaming load generator for OpenAI-compatible servers",
+    p = subparsers.add_parser("load", help="load generator for OpenAI-compatible servers (vllm bench serve's flags)",
                               description=__doc__.split("\n\n")[0])
     add_arguments(p)
     p.set_defaults(func=main)
 
 
-def config_from_args(args):
-    from ..loadgen import LoadConfig
+def config_from_args(args) -> LoadConfig:
+    url = args.base_url if args.base_url is not None else f"http://{args.host}:{args.port}"
+    url = validate_base_url(url, "--base-url" if args.base_url is not None else "--host/--port")
+    endpoint = args.endpoint or ("/v1/chat/completions" if args.backend == "openai-chat" else "/v1/completions")
+    lo_in, hi_in = range_of(args.random_input_len, args.random_range_ratio, "--random-input-len")
+    lo_out, hi_out = range_of(args.random_output_len, args.random_range_ratio, "--random-output-len")
+    if args.prompt_len_min is not None or args.prompt_len_max is not None:
+        lo_in = args.prompt_len_min if args.prompt_len_min is not None else args.prompt_len_max
+        hi_in = args.prompt_len_max if args.prompt_len_max is not None else args.prompt_len_min
+    if args.max_new_tokens is not None:
+        lo_out = hi_out = args.max_new_tokens
+    goodput = parse_goodput(args.goodput)
+    for flag, name, seconds in (("--slo-ttft", "ttft", args.slo_ttft), ("--slo-itl", "tpot", args.slo_itl)):
+        if seconds is not None:
+            goodput.update(parse_goodput([f"{name}:{seconds * 1e3}"]))
+    return LoadConfig(url=url, model=args.model, endpoint=endpoint, request_rate=args.request_rate,
+                      burstiness=args.burstiness, max_concurrency=args.max_concurrency, num_requests=args.num_prompts,
+                      duration_s=args.duration, prompt_len_min=lo_in, prompt_len_max=hi_in, max_new_tokens=hi_out,
+                      min_new_tokens=lo_out, dataset=args.dataset_name, dataset_path=args.dataset_path,
+                      sharegpt_output_len=args.sharegpt_output_len, tokenizer=args.tokenizer,
+                      served_model_name=args.served_model_name, seed=args.seed, timeout_s=args.timeout,
+                      ignore_eos=args.ignore_eos, goodput_ms=goodput, max_requests=args.max_requests,
+                      max_in_flight=args.max_in_flight)
 
-    return LoadConfig(url=args.url, model=args.model, endpoint=args.endpoint, target_qps=args.target_qps,
-                      concurrency=args.concurrency, duration_s=args.duration, num_requests=args.num_requests,
-                      prompt_len_min=args.prompt_len_min, prompt_len_max=args.prompt_len_max,
-                      max_new_tokens=args.max_new_tokens, seed=args.seed, slo_ttft_s=args.slo_ttft,
-                      slo_itl_s=args.slo_itl, timeout_s=args.timeout, ignore_eos=args.ignore_eos)
+
+# ------------------------------------------------------------------ files
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def _prepare(path: Path, inputs: list[Path]) -> Path:
+    """Refuse an output that is an input or a folder; create its folder; check it is writable."""
+    for i in inputs:
+        if _same_file(path, i):
+            raise UsageError(f"{path}: is the input {i}; refusing to overwrite it with output")
+    if path.is_dir():
+        raise UsageError(f"{path}: expected a file to write, found a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot create its folder ({e.strerror or e})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UsageError(f"{path}: cannot write into {path.parent} (permission denied)")
+    return path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file next to ``path``, then rename it into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write ({e.strerror or e})") from None
 
 
-def write_records(path: str | Path, records) -> None:
-    _write_atomic(Path(path), "".join(json.dumps(r.to_json()) + "\n" for r in records))
+class RecordStream:
+    """Every record as one JSON line, written and flushed as soon as it is known."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.count = 0
+        self.error: str | None = None
+        try:
+            self._fh = open(path, "w", encoding="utf-8")  # noqa: SIM115  (closed by close())
+        except OSError as e:
+            raise UsageError(f"{path}: cannot write ({e.strerror or e})") from None
+
+    def __call__(self, record) -> None:
+        if self.error is not None:
+            return
+        try:
+            self._fh.write(json.dumps(record.to_json()) + "\n")
+            self._fh.flush()
+            self.count += 1
+        except OSError as e:  # a full disk must not end the run: the summary still comes
+            self.error = e.strerror or str(e)
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        except OSError as e:
+            self.error = self.error or e.strerror or str(e)
+
+
+def _jsonable(v):
+    return "inf" if isinstance(v, float) and math.isinf(v) else v
 
 
 def main(args) -> int:
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    from ..loadgen import run_load, summarize, summary_lines
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     cfg = config_from_args(args)
     cfg.validate()
+    metrics = parse_percentile_metrics(args.percentile_metrics)
+    percentiles = parse_metric_percentiles(args.metric_percentiles)
+    metadata = parse_metadata(args.metadata)
     console = Console(stderr=True)
+    date = time.strftime("%Y%m%d-%H%M%S")
+
+    inputs = [Path(cfg.dataset_path)] if cfg.dataset_path else []
+    result_path = stream_path = None
+    if args.save_result:
+        name = args.result_filename or default_result_filename(cfg, args.label, date)
+        result_path = _prepare(Path(args.result_dir or ".") / name, inputs)
+    if args.output:
+        stream_path = _prepare(Path(args.output), inputs)
+    elif args.save_detailed and result_path is not None:
+        stream_path = _prepare(result_path.with_name(result_path.name.removesuffix(".json") + ".requests.jsonl"),
+                               inputs)
+    summary_path = _prepare(Path(args.json), inputs) if args.json else None
+    outs = [p for p in (result_path, stream_path, summary_path) if p is not None]
+    if len({p.resolve() for p in outs}) < len(outs):
+        raise UsageError(f"{outs[0]}: the same file is named by two output flags")
+
+    choice = load_tokenizer(cfg.tokenizer)
+    prompts = prompt_source(cfg, choice)
+    prompts[0]  # a dataset with nothing usable is refused before any file is opened
+    print(f"load: {choice.statement}", file=sys.stderr)
+    expected = cfg.expected_arrivals
+    asked = cfg.num_requests if cfg.num_requests is not None else expected
+    if asked is not None and asked > cfg.max_requests:
+        print(f"load: {asked:,.0f} requests would be planned; capped at {cfg.max_requests:,} (--max-requests)",
+              file=sys.stderr)
+
+    stream = RecordStream(stream_path) if stream_path is not None else None
     bar = None
     if not args.no_progress:
         bar = Progress(TextColumn("load"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
@@ -88,24 +271,33 @@ def main(args) -> int:
         bar.start()
 
     def progress(p) -> None:
-        bar.update(task, total=p.planned, completed=p.finished,
-                   info=f"sent {p.sent}  ok {p.ok}  failed {p.failed}")
+        bar.update(task, total=p.planned, completed=p.finished, info=f"sent {p.sent}  ok {p.ok}  failed {p.failed}")
 
     try:
-        result = run_load(cfg, progress if bar is not None else None)
+        result = run_load(cfg, progress if bar is not None else None, stream, prompts=prompts)
     finally:
         if bar is not None:
             bar.stop()
-    write_records(args.output, result.records)
-    summary = summarize(result)
-    for line in summary_lines(summary):
+        if stream is not None:
+            stream.close()
+    res = benchmark_result(result, metrics, percentiles, detailed=args.save_detailed)
+    for line in result_lines(res, cfg, metrics, percentiles):
         print(line)
-    print(f"wrote {args.output} ({len(result.records)} requests)")
-    if args.json:
-        doc = {"config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "summary": summary.to_json()}
-        _write_atomic(Path(args.json), json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {args.json}")
+    if stream is not None:
+        if stream.error is not None:
+            raise UsageError(f"{stream.path}: cannot write ({stream.error}); {stream.count} of "
+                             f"{len(result.records)} records written")
+        print(f"wrote {stream.path} ({stream.count} requests)")
+    if result_path is not None:
+        doc = {**result_header(cfg, date=date, label=args.label, metadata=metadata), **res}
+        write_atomic(result_path, json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {result_path}")
+    if summary_path is not None:
+        config = {k: _jsonable(getattr(cfg, k)) for k in cfg.__dataclass_fields__}
+        write_atomic(summary_path, json.dumps({"config": config, "summary": summarize(result).to_json()},
+                                              indent=1) + "\n")
+        print(f"wrote {summary_path}")
     sys.stdout.flush()
     if result.interrupted:
         return 130
-    return 0 if summary.ok > 0 else 1
+    return 0 if res["completed"] > 0 else 1

@@ -1,29 +1,28 @@
-"""``tracestory load``: a streaming load generator for OpenAI-compatible servers.
+"""``tracestory load``: a streaming load generator for OpenAI-compatible servers, with the flags
+and the result keys of ``vllm bench serve`` (docs/LOADGEN.md).
 
-:func:`run_load` sends the requests (:mod:`.generator`), :func:`summarize` turns the records
-into rates, percentiles and goodput (:mod:`.stats`). aiohttp (the ``load`` extra) is imported
-only when a run starts.
+:class:`LoadConfig` says what to run (:mod:`.config`), :func:`run_load` sends the requests
+(:mod:`.generator`: arrivals from :mod:`.arrivals`, prompts from :mod:`.datasets`, backoff from
+:mod:`.backoff`), :func:`benchmark_result` turns the records into vLLM's flat result in ms
+(:mod:`.metrics`) and :func:`summarize` into our nested summary in ns that ``tracestory
+report`` reads (:mod:`.stats`). aiohttp (the ``load`` extra) is imported only when a run starts.
 """
 
 from __future__ import annotations
 
-from .generator import (
-                        ERROR_KINDS,
+from .arrivals import arrival_offsets_ns
+from .config import (
                         LoadConfig,
-                        LoadProgress,
-                        LoadResult,
-                        RequestRecord,
-                        arrival_offsets_ns,
-                        run_load,
+                        parse_goodput,
+                        parse_metadata,
+                        parse_metric_percentiles,
+                        parse_percentile_metrics,
+                        validate_base_url,
 )
-from .stats import (
-                        Distribution,
-                        LoadSummary,
-                        distribution,
-                        percentile,
-                        summarize,
-                        summary_lines,
-)
+from .datasets import load_tokenizer, prompt_source, read_sharegpt
+from .generator import ERROR_KINDS, LoadProgress, LoadResult, RequestRecord, run_load
+from .metrics import benchmark_result, result_lines
+from .stats import Distribution, LoadSummary, distribution, percentile, summarize
 
 __all__ = [
                         "ERROR_KINDS",
@@ -34,9 +33,18 @@ __all__ = [
                         "LoadSummary",
                         "RequestRecord",
                         "arrival_offsets_ns",
+                        "benchmark_result",
                         "distribution",
+                        "load_tokenizer",
+                        "parse_goodput",
+                        "parse_metadata",
+                        "parse_metric_percentiles",
+                        "parse_percentile_metrics",
                         "percentile",
+                        "prompt_source",
+                        "read_sharegpt",
+                        "result_lines",
                         "run_load",
                         "summarize",
-                        "summary_lines",
+                        "validate_base_url",
 ]

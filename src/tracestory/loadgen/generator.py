@@ -1,19 +1,15 @@
 """Streaming load against an OpenAI-compatible HTTP server: every request timed, none lost.
 
-Arrivals
---------
-* ``target_qps``: an open-loop Poisson process. Inter-arrival gaps are exponential with mean
-  ``1 / target_qps`` drawn from ``numpy.random.default_rng(seed)``; arrivals are planned up
-  front for ``[0, duration)`` (capped at ``num_requests``) and sent on schedule whether or not
-  earlier requests have answered, so a slow server builds a queue instead of slowing the load.
-* ``concurrency``: ``N`` workers, each sending its next request when the previous one ends,
-  until ``duration`` has passed or ``num_requests`` have been started.
-
-Prompt lengths are uniform integers in ``[prompt_len_min, prompt_len_max]`` from a second
-stream of the same seed (``default_rng([seed, 1])``), so two runs with one seed send the same
-prompts. A prompt of ``n`` tokens is ``tracestory.serve.prompt_of_tokens(n, seed)`` when the
-reference server package provides it (its tokenizer makes it exactly ``n`` tokens), else ``n``
-space-separated short words (about ``n`` tokens for common BPE tokenizers).
+Arrivals and bounds (:mod:`.config`, :mod:`.arrivals`, :mod:`.backoff`)
+-------------------------------------------------------------------------
+Requests are planned up front at the times of :func:`~.arrivals.arrival_offsets_ns` (at most
+``max_requests`` of them; an infinite rate with only a duration plans them one by one as slots
+free up, a closed loop) and sent in index order when due, each once a slot is free: at most
+``max_concurrency`` (else ``max_in_flight``) requests are in flight, so neither the number of
+tasks nor the memory grows with the rate. A request waiting for a slot is sent late; its record
+keeps both the planned (``scheduled_ns``) and the real send time. After a *connection refused*
+sending pauses (:class:`~.backoff.RefusalBackoff`). With ``duration_s`` no request is sent once
+the window ``[0, duration)`` has closed; those left are *not sent*.
 
 Per request
 -----------
@@ -25,90 +21,49 @@ counts come from the stream's ``usage`` object when the server sends one
 (``stream_options.include_usage`` is asked for), else output = token events and input = the
 planned prompt length; each record says which.
 
-Failures (``error_kind``): ``connection_refused``, ``connection_error`` (other connect
-failures), ``http_status`` (with ``http_status``), ``timeout`` (no ``[DONE]`` within
-``timeout_s`` of the send), ``malformed_stream`` (not ``text/event-stream``, a line that is
-not SSE, a data payload that is not a JSON object, or the stream ended without ``[DONE]``),
-``stream_error`` (the server put an ``error`` object in the stream), ``server_disconnect``
-(connection closed or reset mid-response), ``cancelled`` (still pending at the global
-deadline ``duration + timeout`` or at Ctrl-C), ``other``.
+Outcomes (``error_kind``): None (OK); failures of a sent request: ``connection_refused``,
+``connection_error`` (other connect failures), ``http_status`` (with ``http_status``),
+``timeout`` (no ``[DONE]`` within ``timeout_s`` of the send), ``malformed_stream`` (not
+``text/event-stream``, a line that is not SSE, a data payload that is not a JSON object, or the
+stream ended without ``[DONE]``), ``stream_error`` (the server put an ``error`` object in the
+stream), ``server_disconnect`` (connection closed or reset mid-response), ``cancelled`` (in
+flight at the global deadline ``duration + timeout`` or at Ctrl-C), ``other``; and
+``not_sent``: planned, never sent (the window closed, the deadline, Ctrl-C). ``not_sent`` is not
+a failure.
 
-Guarantees: the run ends by the global deadline; every planned request (open loop) or started
-request (concurrency) has exactly one record, because records are built at the end from one
-state object per request, whatever state each task reached. On Ctrl-C the run stops, the
-unfinished requests are recorded as ``cancelled`` and the result is returned with
-``interrupted=True``.
+Guarantees: every planned request has exactly one record, handed to ``on_record`` as soon as it
+is known (when the request ends; the not-sent and cancelled ones when the run stops), so a
+caller that streams them to disk loses none. The run ends by the global deadline when there is
+a duration. On Ctrl-C the run stops, in-flight requests are recorded as ``cancelled``, the
+rest as ``not_sent``, and the result is returned with ``interrupted=True``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ToolNotFound, UsageError
+from ..errors import ToolNotFound
+from .arrivals import arrival_offsets_ns
+from .backoff import RefusalBackoff
+from .config import LoadConfig
+from .datasets import Prompt, PromptSource, TokenizerChoice, load_tokenizer, prompt_source
 
-ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 ERROR_KINDS = ("connection_refused", "connection_error", "http_status", "timeout", "malformed_stream",
-               "stream_error", "server_disconnect", "cancelled", "other")
-
-
-@dataclass(frozen=True)
-class LoadConfig:
-    url: str                                  # server base URL, e.g. http://127.0.0.1:8000
-    model: str
-    endpoint: str = "completions"             # "completions" | "chat"
-    target_qps: float | None = None           # open loop (exactly one of target_qps / concurrency)
-    concurrency: int | None = None            # closed loop
-    duration_s: float = 60.0
-    num_requests: int | None = None
-    prompt_len_min: int = 512
-    prompt_len_max: int = 1024
-    max_new_tokens: int = 512
-    seed: int = 0
-    slo_ttft_s: float | None = 0.5
-    slo_itl_s: float | None = 0.05
-    timeout_s: float = 30.0
-    ignore_eos: bool = False                  # send vLLM's ``ignore_eos`` (exact output lengths)
-
-    @property
-    def mode(self) -> str:
-        return "poisson" if self.target_qps is not None else "concurrency"
-
-    @property
-    def request_url(self) -> str:
-        return self.url.rstrip("/") + ENDPOINTS[self.endpoint]
-
-    def validate(self) -> None:
-        if (self.target_qps is None) == (self.concurrency is None):
-            raise UsageError("load: expected exactly one of --target-qps or --concurrency")
-        if self.endpoint not in ENDPOINTS:
-            raise UsageError(f"load: expected --endpoint completions or chat, found {self.endpoint!r}")
-        if not self.url.startswith(("http://", "https://")):
-            raise UsageError(f"load: expected an http:// or https:// URL, found {self.url!r}")
-        checks = [("--target-qps", self.target_qps, 0), ("--concurrency", self.concurrency, 0),
-                  ("--duration", self.duration_s, 0), ("--timeout", self.timeout_s, 0),
-                  ("--num-requests", self.num_requests, 0), ("--prompt-len-min", self.prompt_len_min, 0),
-                  ("--max-new-tokens", self.max_new_tokens, 0)]
-        for flag, v, lo in checks:
-            if v is not None and not (v > lo and math.isfinite(v)):
-                raise UsageError(f"load: expected {flag} > {lo}, found {v}")
-        if self.prompt_len_max < self.prompt_len_min:
-            raise UsageError(f"load: expected --prompt-len-max >= --prompt-len-min ({self.prompt_len_min}), "
-                             f"found {self.prompt_len_max}")
+               "stream_error", "server_disconnect", "cancelled", "other", "not_sent")
 
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One request. Times are ns from the run start; ``None`` = did not happen / unknown."""
+    """One planned request. Times are ns from the run start; ``None`` = did not happen / unknown."""
 
     index: int
-    scheduled_ns: int | None        # planned send time (open loop); None under concurrency
+    scheduled_ns: int | None        # planned send time; None in a closed loop
     send_ns: int | None             # None: never sent
     end_ns: int | None              # [DONE], failure or cancellation time
     ok: bool
@@ -118,20 +73,33 @@ class RequestRecord:
     ttft_ns: int | None
     itl_ns: tuple[int, ...]
     e2e_ns: int | None              # only for ok requests
-    prompt_tokens: int
-    prompt_tokens_source: str       # "usage" | "planned"
+    prompt_tokens: int              # 0 when never sent
+    prompt_tokens_source: str       # "usage" | "planned" | "none"
     output_tokens: int
-    output_tokens_source: str       # "usage" | "chunks"
+    output_tokens_source: str       # "usage" | "chunks" | "none"
     response_id: str | None
 
     @property
+    def sent(self) -> bool:
+        return self.send_ns is not None
+
+    @property
     def failure_key(self) -> str | None:
-        """What the summary counts this failure under: the kind, or ``http_<code>``."""
-        if self.ok:
+        """What the summary counts this failure under: the kind, or ``http_<code>``; None when
+        OK or never sent."""
+        if self.ok or self.error_kind == "not_sent":
             return None
         if self.error_kind == "http_status" and self.http_status is not None:
             return f"http_{self.http_status}"
         return self.error_kind
+
+    @property
+    def tpot_ns(self) -> float | None:
+        """Time per output token after the first: ``(e2e - ttft) / (output_tokens - 1)``; 0 for
+        an OK request of one token (as vLLM counts it), None when not OK."""
+        if not self.ok or self.e2e_ns is None or self.ttft_ns is None:
+            return None
+        return (self.e2e_ns - self.ttft_ns) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
 
     def to_json(self) -> dict:
         return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "itl_ns": list(self.itl_ns)}
@@ -139,7 +107,7 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class LoadProgress:
-    planned: int | None             # None under concurrency without --num-requests
+    planned: int | None             # None in a closed loop with only a duration
     sent: int
     finished: int
     ok: int
@@ -151,73 +119,25 @@ class LoadResult:
     config: LoadConfig
     records: tuple[RequestRecord, ...]
     t0_unix_ns: int                 # wall-clock time of the run start (offset 0)
-    elapsed_ns: int                 # run start to the last request's end (or the deadline)
-    send_window_ns: int             # window in which requests were started (duration or less)
+    elapsed_ns: int                 # run start to the last request's end (or the stop)
+    send_window_ns: int             # window in which requests were sent
     interrupted: bool               # Ctrl-C
-    deadline_hit: bool              # requests were still pending at duration + timeout
+    deadline_hit: bool              # requests were still in flight at duration + timeout
+    capped_at: int | None = None    # planning stopped at --max-requests
+    waited_for_slot: int = 0        # requests that found every slot taken when due
+    prompts: TokenizerChoice | None = None
+    inexact_prompts: int = 0        # prompts whose token length could not be made exact
+    dataset_reused: bool = False    # the dataset's pairs were used more than once
+    refusal_probes: int = 0         # probes sent while backing off after connection refused
 
 
-# ------------------------------------------------------------------ planning
-
-
-def arrival_offsets_ns(target_qps: float, duration_s: float, seed: int, cap: int | None = None) -> np.ndarray:
-    """Poisson arrival times (ns from start) in ``[0, duration)``, at most ``cap`` of them."""
-    rng = np.random.default_rng(seed)
-    mean = 1.0 / target_qps
-    expected = target_qps * duration_s
-    times = np.empty(0)
-    t = 0.0
-    while t < duration_s and (cap is None or times.size < cap):
-        # Draw in blocks sized for the expected count; another block only when needed.
-        block = rng.exponential(mean, size=int(expected + 6 * math.sqrt(expected) + 16))
-        new = t + np.cumsum(block)
-        times = np.concatenate([times, new])
-        t = float(new[-1])
-    times = times[times < duration_s]
-    if cap is not None:
-        times = times[:cap]
-    return np.round(times * 1e9).astype(np.int64)
-
-
-class PromptLengths:
-    """Prompt length of request ``i``: uniform integers from ``default_rng([seed, 1])``, drawn in
-    index order, so the sequence does not depend on the arrival mode or the timing."""
-
-    def __init__(self, lo: int, hi: int, seed: int):
-        self._rng = np.random.default_rng([seed, 1])
-        self._lo, self._hi = lo, hi
-        self._values = np.empty(0, dtype=np.int64)
-
-    def __getitem__(self, i: int) -> int:
-        while i >= self._values.size:
-            self._values = np.concatenate([self._values, self._rng.integers(self._lo, self._hi + 1, size=1024)])
-        return int(self._values[i])
-
-
-_WORDS = ("the", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "are", "as", "with", "be", "at")
-
-
-def _fallback_prompt(n: int, seed: int) -> str:
-    rng = np.random.default_rng(seed)
-    return " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), size=n))
-
-
-def prompt_function() -> Callable[[int, int], str]:
-    """The reference server's prompt-of-N-tokens rule when it exists, else the word fallback."""
-    try:
-        from ..serve import prompt_of_tokens  # type: ignore[attr-defined]
-    except ImportError:
-        return _fallback_prompt
-    return prompt_of_tokens
-
-
-def request_body(cfg: LoadConfig, prompt: str) -> dict:
-    body: dict = {"model": cfg.model, "max_tokens": cfg.max_new_tokens, "stream": True,
+def request_body(cfg: LoadConfig, prompt: Prompt) -> dict:
+    body: dict = {"model": cfg.request_model, "max_tokens": prompt.output_len, "stream": True,
                   "stream_options": {"include_usage": True}}
-    if cfg.endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+    if cfg.chat:
+        body["messages"] = [{"role": "user", "content": prompt.text}]
     else:
-        body["prompt"] = prompt
+        body["prompt"] = prompt.text
     if cfg.ignore_eos:
         body["ignore_eos"] = True
     return body
@@ -235,7 +155,7 @@ class _StreamError(Exception):
 
 
 class _State:
-    """Mutable progress of one request; turned into a RequestRecord at the end of the run."""
+    """Mutable progress of one sent request; turned into its RequestRecord when it ends."""
 
     __slots__ = (
         "done",
@@ -245,6 +165,7 @@ class _State:
         "index",
         "kind",
         "planned_prompt",
+        "rec",
         "response_id",
         "scheduled_ns",
         "send_ns",
@@ -256,19 +177,20 @@ class _State:
     def __init__(self, index: int, scheduled_ns: int | None, planned_prompt: int):
         self.index, self.scheduled_ns, self.planned_prompt = index, scheduled_ns, planned_prompt
         self.send_ns = self.end_ns = self.http_status = self.usage_prompt = self.usage_output = None
-        self.kind = self.error = self.response_id = None
+        self.kind = self.error = self.response_id = self.rec = None
         self.token_ns: list[int] = []
         self.done = False
 
     def fail(self, kind: str, message: str, now: int, http_status: int | None = None) -> None:
         self.kind, self.error, self.http_status, self.end_ns = kind, message, http_status, now
 
-    def record(self, cancel_reason: str, now: int) -> RequestRecord:
+    def record(self, stop_reason: str, now: int) -> RequestRecord:
         kind, error, end = self.kind, self.error, self.end_ns
         ok = self.done and kind is None
         if not ok and kind is None:  # never finished: the run stopped it
-            kind, end = "cancelled", now
-            error = cancel_reason if self.send_ns is not None else f"{cancel_reason}; never sent"
+            if self.send_ns is None:
+                return not_sent_record(self.index, self.scheduled_ns, stop_reason)
+            kind, end, error = "cancelled", now, f"cancelled: {stop_reason}"
         tok = self.token_ns
         ttft = tok[0] - self.send_ns if tok and self.send_ns is not None else None
         itl = tuple(int(x) for x in np.diff(np.asarray(tok, dtype=np.int64))) if len(tok) > 1 else ()
@@ -282,6 +204,14 @@ class _State:
             prompt_tokens_source=prompt_src,
             output_tokens=self.usage_output if out_src == "usage" else len(tok),
             output_tokens_source=out_src, response_id=self.response_id)
+
+
+def not_sent_record(index: int, scheduled_ns: int | None, reason: str) -> RequestRecord:
+    """The record of a planned request that was never sent."""
+    return RequestRecord(index=index, scheduled_ns=scheduled_ns, send_ns=None, end_ns=None, ok=False,
+                         error_kind="not_sent", http_status=None, error=f"not sent: {reason}", ttft_ns=None,
+                         itl_ns=(), e2e_ns=None, prompt_tokens=0, prompt_tokens_source="none", output_tokens=0,
+                         output_tokens_source="none", response_id=None)
 
 
 def _on_event(data: bytes, t: int, st: _State, chat: bool) -> bool:
@@ -359,7 +289,7 @@ async def _one_request(session, cfg: LoadConfig, body: dict, st: _State, clock: 
                 ctype = resp.headers.get("Content-Type", "")
                 if "text/event-stream" not in ctype:
                     raise _Malformed(f"expected Content-Type text/event-stream, found {ctype or 'none'!r}")
-                await _consume_sse(resp, st, cfg.endpoint == "chat", clock)
+                await _consume_sse(resp, st, cfg.chat, clock)
     except TimeoutError:
         st.fail("timeout", f"no [DONE] within --timeout {cfg.timeout_s:g} s of the send", clock())
     except aiohttp.ClientConnectorError as e:
@@ -383,88 +313,125 @@ async def _one_request(session, cfg: LoadConfig, body: dict, st: _State, clock: 
 # ------------------------------------------------------------------ the run
 
 
-def run_load(cfg: LoadConfig, progress: Callable[[LoadProgress], None] | None = None) -> LoadResult:
-    """Run the load and return every request's record. Blocks for at most
-    ``duration + timeout`` seconds (plus connection teardown)."""
+def run_load(cfg: LoadConfig, progress: Callable[[LoadProgress], None] | None = None,
+             on_record: Callable[[RequestRecord], None] | None = None,
+             prompts: PromptSource | None = None) -> LoadResult:
+    """Run the load and return every planned request's record (see the module docstring).
+    With a duration, blocks for at most ``duration + timeout`` seconds (plus teardown)."""
     cfg.validate()
     try:
         import aiohttp  # noqa: F401
     except ImportError:
         raise ToolNotFound("aiohttp", "install the load extra: pip install 'tracestory[load]'") from None
-    return asyncio.run(_run(cfg, progress))
+    if prompts is None:
+        prompts = prompt_source(cfg, load_tokenizer(cfg.tokenizer))
+    prompts[0]  # a dataset with nothing usable is refused here, before anything is sent
+    return asyncio.run(_run(cfg, prompts, progress, on_record))
 
 
-async def _run(cfg: LoadConfig, progress: Callable[[LoadProgress], None] | None) -> LoadResult:
+async def _run(cfg: LoadConfig, prompts: PromptSource, progress, on_record) -> LoadResult:
     import aiohttp
 
-    make_prompt = prompt_function()
-    lengths = PromptLengths(cfg.prompt_len_min, cfg.prompt_len_max, cfg.seed)
     start = time.perf_counter_ns()
     t0_unix = time.time_ns()
-    clock = lambda: time.perf_counter_ns() - start
-    duration_ns = int(cfg.duration_s * 1e9)
-    deadline_s = cfg.duration_s + cfg.timeout_s
+
+    def clock() -> int:
+        return time.perf_counter_ns() - start
+
+    window_ns = round(cfg.duration_s * 1e9) if cfg.duration_s is not None else None
+    deadline_s = cfg.duration_s + cfg.timeout_s if cfg.duration_s is not None else None
+    offsets = None if cfg.open_ended else arrival_offsets_ns(
+        cfg.request_rate, burstiness=cfg.burstiness, seed=cfg.seed, duration_s=cfg.duration_s,
+        count=cfg.planned_count)
+    planned = None if offsets is None else int(offsets.size)
+    capped = offsets is not None and offsets.size == cfg.max_requests and (
+        (cfg.num_requests or 0) > cfg.max_requests
+        or (cfg.num_requests is None and cfg.duration_s is not None))
     states: list[_State] = []
     tasks: set[asyncio.Task] = set()
-    counts = {"sent": 0, "finished": 0, "ok": 0}
-    planned: int | None = cfg.num_requests if cfg.mode == "concurrency" else None
+    slot = asyncio.Semaphore(cfg.in_flight_limit)
+    backoff = RefusalBackoff(clock=lambda: clock() / 1e9)
+    counts = {"sent": 0, "finished": 0, "ok": 0, "waited": 0}
+    stop_reason = "the run ended"
 
     def report() -> None:
         if progress is not None:
             progress(LoadProgress(planned, counts["sent"], counts["finished"], counts["ok"],
                                   counts["finished"] - counts["ok"]))
 
-    async def send(session, st: _State) -> None:
-        # The prompt seed mixes the run seed and the index: distinct prompts, reproducible.
-        body = request_body(cfg, make_prompt(st.planned_prompt, cfg.seed * 1_000_003 + st.index))
+    def emit(rec: RequestRecord) -> None:
+        if on_record is not None:
+            on_record(rec)
+
+    def window_closed() -> bool:
+        return window_ns is not None and clock() >= window_ns
+
+    async def send(session, st: _State, body: dict, probe: bool) -> None:
         counts["sent"] += 1
         report()
-        await _one_request(session, cfg, body, st, clock)
+        try:
+            await _one_request(session, cfg, body, st, clock)
+        finally:
+            slot.release()
+            backoff.outcome(st.kind == "connection_refused", probe)
+        st.rec = st.record(stop_reason, clock())
         counts["finished"] += 1
-        counts["ok"] += st.done and st.kind is None
+        counts["ok"] += st.rec.ok
+        emit(st.rec)
         report()
 
+    async def dispatch(session) -> None:
+        nonlocal capped, stop_reason
+        i = 0
+        while True:
+            if offsets is not None:
+                if i >= offsets.size:
+                    return
+                due: int | None = int(offsets[i])
+                delay = (due - clock()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            elif i >= cfg.max_requests:
+                capped = True
+                return
+            else:
+                due = None
+            if window_closed():
+                stop_reason = "the send window (--duration) closed"
+                return
+            if slot.locked():
+                counts["waited"] += 1
+            await slot.acquire()
+            probe = await backoff.admit(latest=window_ns / 1e9 if window_ns is not None else None)
+            if window_closed():
+                slot.release()
+                if probe:
+                    backoff.release_unused()
+                stop_reason = "the send window (--duration) closed"
+                return
+            prompt = prompts[i]
+            st = _State(i, due, prompt.prompt_len)
+            states.append(st)
+            t = asyncio.create_task(send(session, st, request_body(cfg, prompt), probe))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+            i += 1
+
     interrupted = deadline_hit = False
-    cancel_reason = "cancelled"
-    connector = aiohttp.TCPConnector(limit=0)
-    session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                    timeout=aiohttp.ClientTimeout(total=None))
+    report()
     try:
         async with asyncio.timeout(deadline_s):
-            if cfg.mode == "poisson":
-                offsets = arrival_offsets_ns(cfg.target_qps, cfg.duration_s, cfg.seed, cfg.num_requests)
-                planned = int(offsets.size)
-                states.extend(_State(i, int(o), lengths[i]) for i, o in enumerate(offsets))
-                report()
-                for st in states:
-                    delay = (st.scheduled_ns - clock()) / 1e9
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                    t = asyncio.create_task(send(session, st))
-                    tasks.add(t)
-                    t.add_done_callback(tasks.discard)
-            else:
-                next_index = 0
-
-                async def worker() -> None:
-                    nonlocal next_index
-                    while clock() < duration_ns and (cfg.num_requests is None or next_index < cfg.num_requests):
-                        st = _State(next_index, None, lengths[next_index])
-                        next_index += 1
-                        states.append(st)
-                        await send(session, st)
-
-                for _ in range(cfg.concurrency):
-                    t = asyncio.create_task(worker())
-                    tasks.add(t)
-                    t.add_done_callback(tasks.discard)
+            await dispatch(session)
             while tasks:
                 await asyncio.wait(set(tasks))
     except TimeoutError:
         deadline_hit = True
-        cancel_reason = f"cancelled at the global deadline (duration + timeout = {deadline_s:g} s)"
+        stop_reason = f"the global deadline (duration + timeout = {deadline_s:g} s)"
     except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task; finish the records
         interrupted = True
-        cancel_reason = "cancelled by interrupt"
+        stop_reason = "interrupted"
     finally:
         pending = list(tasks)
         for t in pending:
@@ -473,11 +440,25 @@ async def _run(cfg: LoadConfig, progress: Callable[[LoadProgress], None] | None)
             await asyncio.gather(*pending, return_exceptions=True)
         await session.close()
     now = clock()
-    records = tuple(st.record(cancel_reason, now) for st in states)
+    records = []
+    for st in states:
+        if st.rec is None:
+            st.rec = st.record(stop_reason, now)
+            emit(st.rec)
+        records.append(st.rec)
+    for i in range(len(states), planned or 0):
+        rec = not_sent_record(i, int(offsets[i]), stop_reason)
+        emit(rec)
+        records.append(rec)
     ends = [r.end_ns for r in records if r.end_ns is not None]
     sends = [r.send_ns for r in records if r.send_ns is not None]
-    send_window = duration_ns if not interrupted else min(duration_ns, now)
-    if cfg.num_requests is not None and sends and len(records) >= cfg.num_requests:
-        send_window = min(send_window, max(sends)) or send_window
-    return LoadResult(config=cfg, records=records, t0_unix_ns=t0_unix, elapsed_ns=max(ends, default=now),
-                      send_window_ns=int(send_window), interrupted=interrupted, deadline_hit=deadline_hit)
+    window = window_ns if window_ns is not None else max(sends, default=0)
+    if interrupted:
+        window = min(window, now)
+    if sends and not any(r.error_kind == "not_sent" for r in records):
+        window = min(window, max(sends)) or window
+    return LoadResult(config=cfg, records=tuple(records), t0_unix_ns=t0_unix, elapsed_ns=max(ends, default=now),
+                      send_window_ns=int(window), interrupted=interrupted, deadline_hit=deadline_hit,
+                      capped_at=cfg.max_requests if capped else None, waited_for_slot=counts["waited"],
+                      prompts=prompts.choice, inexact_prompts=prompts.inexact, dataset_reused=prompts.reused,
+                      refusal_probes=backoff.probes)

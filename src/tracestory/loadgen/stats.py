@@ -1,35 +1,39 @@
-"""Summary of a load run: rates, token throughput, latency percentiles, goodput under an SLO.
+"""Summary of a load run in our own terms (nested, in ns): the file ``tracestory load --json``
+writes and ``tracestory report`` reads next to a scheduler log. The vLLM-style flat result in ms
+is :mod:`.metrics`; both count the same requests the same way.
 
 Definitions (all from the records of :mod:`tracestory.loadgen.generator`):
 
-* ``elapsed_ns``: run start to the end of the last request (or the deadline).
+* ``planned``: every record (every planned request); ``sent``: those sent; ``ok``: those
+  completed; ``failed``: sent and not OK (``cancelled`` included); ``not_sent``: planned, never
+  sent (not a failure). ``planned = ok + failed + not_sent``.
+* ``elapsed_ns``: run start to the end of the last request (or the stop).
 * ``achieved_qps`` = OK requests / elapsed. ``sent_qps`` = requests sent / send window (the
-  ``duration``, or less when ``num_requests`` was reached first or the run was interrupted):
+  ``duration``, or less when every planned request was sent first or the run was interrupted):
   compare it with ``target_qps`` to see whether the generator kept up.
 * Token throughput counts OK requests only: ``input_tokens_per_s`` = their prompt tokens /
   elapsed, ``output_tokens_per_s`` = their output tokens / elapsed.
 * Latencies (TTFT, E2E per OK request; ITL pooled over every gap of every OK request) are
-  summarized by percentiles with **linear interpolation between closest ranks** (numpy's
-  default ``linear`` method, Hyndman & Fan type 7): for sorted ``x[0..n-1]`` the ``p``-th
-  percentile is at rank ``h = (n - 1) p / 100``, ``x[floor h] + (h - floor h)(x[floor h + 1] -
-  x[floor h])``. No sample: ``None``.
-* Goodput: a request is *good* when it is OK, its TTFT <= ``slo_ttft`` and its mean
-  inter-token latency (``(e2e - ttft) / (output_tokens - 1)`` measured as the mean of its
-  ITL gaps; a request with one token event has no gap and meets it) <= ``slo_itl``.
-  ``goodput_rps`` = good / elapsed; ``goodput_fraction`` = good / all records (failed and
-  cancelled requests are not good). An SLO left out is not checked; both left out: ``None``.
+  summarized by percentiles with **linear interpolation between closest ranks**
+  (:func:`tracestory.stats.percentile`). No sample: ``None``.
+* Goodput (``--goodput``, vLLM's rule): a request is *good* when it is OK and its TTFT, its
+  TPOT (:attr:`RequestRecord.tpot_ns`) and its E2E latency are each at most their SLO (an SLO
+  left out is not checked). ``goodput_rps`` = good / elapsed; ``goodput_fraction`` = good /
+  planned. No SLO given: ``None``. ``slo_itl_ns`` holds the TPOT SLO (the older name).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
 from ..stats import percentile  # noqa: F401  (re-exported)
+from ..stats import summarize as summarize_values
 from .generator import LoadResult, RequestRecord
 
 
@@ -55,7 +59,7 @@ class LoadSummary:
     planned: int                       # records (every planned or started request)
     sent: int
     ok: int
-    failed: int                        # not ok, cancelled included
+    failed: int                        # sent and not ok, cancelled included
     failures: dict[str, int]           # kind (or http_<code>) -> count
     elapsed_ns: int
     send_window_ns: int
@@ -76,83 +80,71 @@ class LoadSummary:
     interrupted: bool
     deadline_hit: bool
     t0_unix_ns: int
+    # added later: files written before lack them
+    not_sent: int = 0
+    slo_e2el_ns: int | None = None
+    prompts_exact: bool | None = None        # lengths counted by a real tokenizer
+    capped_at: int | None = None             # planning stopped at --max-requests
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        return Distribution(0, None, None, None, None, None, None)
-    p50, p90, p99 = (float(v) for v in np.percentile(x, [50, 90, 99], method="linear"))
-    return Distribution(int(x.size), float(x.mean()), float(x.min()), p50, p90, p99, float(x.max()))
+    sm = summarize_values(values, (90, 99))
+    return Distribution(sm.count, sm.mean, sm.min, sm.median, sm.at(90), sm.at(99), sm.max)
 
 
-def is_good(r: RequestRecord, slo_ttft_ns: int | None, slo_itl_ns: int | None) -> bool:
-    """OK and within both SLOs (see the module docstring)."""
+def is_good(r: RequestRecord, slo_ttft_ns: float | None, slo_tpot_ns: float | None,
+            slo_e2el_ns: float | None = None) -> bool:
+    """OK and within every SLO given (see the module docstring)."""
     if not r.ok:
         return False
-    if slo_ttft_ns is not None and (r.ttft_ns is None or r.ttft_ns > slo_ttft_ns):
-        return False
-    return not (slo_itl_ns is not None and r.itl_ns and sum(r.itl_ns) / len(r.itl_ns) > slo_itl_ns)
+    for slo, value in ((slo_ttft_ns, r.ttft_ns), (slo_tpot_ns, r.tpot_ns), (slo_e2el_ns, r.e2e_ns)):
+        if slo is not None and (value is None or value > slo):
+            return False
+    return True
 
 
 def _rate(n: float, ns: int) -> float | None:
     return n / (ns / 1e9) if ns > 0 else None
 
 
+def slo_ns(cfg) -> tuple[int | None, int | None, int | None]:
+    """(TTFT, TPOT, E2EL) SLOs of a config in ns, None where not given."""
+    g = cfg.goodput_ms
+    return tuple(round(g[m] * 1e6) if m in g else None for m in ("ttft", "tpot", "e2el"))
+
+
 def summarize(result: LoadResult) -> LoadSummary:
     cfg = result.config
     recs = result.records
     ok = [r for r in recs if r.ok]
-    failures = Counter(r.failure_key for r in recs if not r.ok)
+    sent = sum(r.sent for r in recs)
+    failures = Counter(r.failure_key for r in recs if r.failure_key is not None)
     itl = np.concatenate([np.asarray(r.itl_ns, dtype=np.int64) for r in ok]) if ok else np.empty(0)
-    slo_ttft = round(cfg.slo_ttft_s * 1e9) if cfg.slo_ttft_s is not None else None
-    slo_itl = round(cfg.slo_itl_s * 1e9) if cfg.slo_itl_s is not None else None
-    checked = slo_ttft is not None or slo_itl is not None
-    good = sum(is_good(r, slo_ttft, slo_itl) for r in recs) if checked else None
+    slo_ttft, slo_tpot, slo_e2el = slo_ns(cfg)
+    checked = cfg.goodput_ms != {}
+    good = sum(is_good(r, slo_ttft, slo_tpot, slo_e2el) for r in recs) if checked else None
     el = result.elapsed_ns
     tin = sum(r.prompt_tokens for r in ok)
     tout = sum(r.output_tokens for r in ok)
+    finite = not math.isinf(cfg.request_rate)
     return LoadSummary(
-        mode=cfg.mode, target_qps=cfg.target_qps, concurrency=cfg.concurrency, duration_s=cfg.duration_s,
-        planned=len(recs), sent=sum(r.send_ns is not None for r in recs), ok=len(ok),
-        failed=len(recs) - len(ok), failures=dict(sorted(failures.items())),
+        mode=cfg.mode, target_qps=cfg.request_rate if finite else None, concurrency=cfg.max_concurrency,
+        duration_s=cfg.duration_s if cfg.duration_s is not None else el / 1e9,
+        planned=len(recs), sent=sent, ok=len(ok), failed=sent - len(ok), failures=dict(sorted(failures.items())),
         elapsed_ns=el, send_window_ns=result.send_window_ns,
-        achieved_qps=_rate(len(ok), el), sent_qps=_rate(sum(r.send_ns is not None for r in recs), result.send_window_ns),
+        achieved_qps=_rate(len(ok), el), sent_qps=_rate(sent, result.send_window_ns),
         input_tokens=tin, output_tokens=tout, input_tokens_per_s=_rate(tin, el), output_tokens_per_s=_rate(tout, el),
         ttft=distribution([r.ttft_ns for r in ok if r.ttft_ns is not None]),
         itl=distribution(itl), e2e=distribution([r.e2e_ns for r in ok]),
-        slo_ttft_ns=slo_ttft, slo_itl_ns=slo_itl, good=good,
+        slo_ttft_ns=slo_ttft, slo_itl_ns=slo_tpot, good=good,
         goodput_rps=_rate(good, el) if good is not None else None,
         goodput_fraction=(good / len(recs) if recs else None) if good is not None else None,
-        interrupted=result.interrupted, deadline_hit=result.deadline_hit, t0_unix_ns=result.t0_unix_ns)
-
-
-def summary_lines(s: LoadSummary) -> list[str]:
-    """A plain-text summary for the terminal (the CLI prints it)."""
-    from ..render.ascii import fmt_ns
-
-    def f(v, spec=".2f"):
-        return "n/a" if v is None else format(v, spec)
-
-    mode = f"Poisson {s.target_qps:g} QPS" if s.mode == "poisson" else f"concurrency {s.concurrency}"
-    lines = [f"{mode}, {s.duration_s:g} s: {s.planned} requests, {s.sent} sent, {s.ok} OK, {s.failed} failed"
-             + (" (interrupted)" if s.interrupted else "") + (" (deadline hit)" if s.deadline_hit else ""),
-             f"achieved {f(s.achieved_qps)} QPS (sent {f(s.sent_qps)} QPS) over {fmt_ns(s.elapsed_ns)}",
-             f"throughput: {f(s.input_tokens_per_s, '.1f')} input tok/s, {f(s.output_tokens_per_s, '.1f')} output tok/s"]
-    for name, d in (("TTFT", s.ttft), ("ITL", s.itl), ("E2E", s.e2e)):
-        lines.append(f"{name:<5} p50 {fmt_ns(d.p50_ns)}  p90 {fmt_ns(d.p90_ns)}  p99 {fmt_ns(d.p99_ns)}"
-                     f"  (n={d.count})")
-    if s.good is not None:
-        slo = ", ".join(x for x in (f"TTFT <= {fmt_ns(s.slo_ttft_ns)}" if s.slo_ttft_ns is not None else "",
-                                    f"mean ITL <= {fmt_ns(s.slo_itl_ns)}" if s.slo_itl_ns is not None else "") if x)
-        lines.append(f"goodput ({slo}): {s.good} requests, {f(s.goodput_rps)} req/s, "
-                     f"{f(None if s.goodput_fraction is None else 100 * s.goodput_fraction, '.1f')}%")
-    if s.failures:
-        lines.append("failures: " + ", ".join(f"{k} {v}" for k, v in s.failures.items()))
-    return lines
+        interrupted=result.interrupted, deadline_hit=result.deadline_hit, t0_unix_ns=result.t0_unix_ns,
+        not_sent=len(recs) - sent, slo_e2el_ns=slo_e2el,
+        prompts_exact=result.prompts.exact if result.prompts is not None else None, capped_at=result.capped_at)
 
 
 def is_summary_file(path: str | Path) -> bool:
@@ -185,7 +177,8 @@ def read_summary(path: str | Path) -> LoadSummary:
     s = doc.get("summary") if isinstance(doc, dict) else None
     if not isinstance(s, dict):
         raise TraceFormatError(path, "a `tracestory load --json` summary", "no \"summary\" object")
-    missing = [f.name for f in fields(LoadSummary) if f.name not in s]
+    required = [f for f in fields(LoadSummary) if f.default is MISSING]
+    missing = [f.name for f in required if f.name not in s]
     if missing:
         raise TraceFormatError(path, "a `tracestory load --json` summary", f"no key {missing[0]!r} in \"summary\"")
     values = dict(s)
@@ -194,4 +187,4 @@ def read_summary(path: str | Path) -> LoadSummary:
         if not isinstance(d, dict) or any(f.name not in d for f in fields(Distribution)):
             raise TraceFormatError(path, f"summary.{name} with count and p50/p90/p99 in ns", repr(d)[:80])
         values[name] = Distribution(**{f.name: d[f.name] for f in fields(Distribution)})
-    return LoadSummary(**{f.name: values[f.name] for f in fields(LoadSummary)})
+    return LoadSummary(**{f.name: values[f.name] for f in fields(LoadSummary) if f.name in values})
