@@ -112,13 +112,26 @@ def test_case_tables_and_selection():
 def test_cli_parsing():
     args = build_parser().parse_args(["bench", "fp8", "--test-cases", "small,medium", "--custom", "512,1024,2048",
                                       "--custom", "64x128x256", "--dtype", "float16", "--iterations", "7",
-                                      "--use-profiler", "--no-fast-accum", "--json", "o.json"])
+                                      "--profile", "torch", "--no-fast-accum", "--json", "o.json"])
     assert args.custom == [(512, 1024, 2048), (64, 128, 256)]
-    assert (args.dtype, args.iterations, args.use_profiler, args.fast_accum, args.json) == \
-        ("float16", 7, True, False, "o.json")
+    # the torch spelling float16 is the same dtype as fp16, shown by its short name
+    assert (args.dtype, args.iterations, args.profile, args.fast_accum, args.json) == \
+        ("fp16", 7, "torch", False, "o.json")
     assert args.test_cases == "small,medium"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "fp8", "--custom", "1,2"])
+
+
+def test_older_profiler_flags_are_deprecated_aliases(capsys):
+    args = build_parser().parse_args(["bench", "fp8", "--use-profiler", "--trace-out", "t.json.gz"])
+    assert (args.profile, args.profile_out) == ("torch", "t.json.gz")
+    err = capsys.readouterr().err
+    assert "--use-profiler is deprecated, use --profile torch" in err
+    assert "--trace-out is deprecated, use --profile-out" in err
+    # one pair of profiling flags in the help; the older spellings are hidden
+    sub = build_parser()._subparsers._group_actions[0].choices["bench"]._subparsers._group_actions[0]
+    text = sub.choices["fp8"].format_help()
+    assert "--profile-out" in text and "--use-profiler" not in text and "--trace-out" not in text
 
 
 def test_cpu_run_stops_with_message(capsys):
