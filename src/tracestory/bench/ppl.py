@@ -142,7 +142,7 @@ def _loading(path: str, what: str, load):
     try:
         return load()
     except (OSError, ValueError, KeyError, TypeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = str(e).strip().splitlines()[0].rstrip(" :") if str(e).strip() else type(e).__name__
         raise UsageError(f"{path}: expected a loadable Hugging Face {what}, found {type(e).__name__}: {first}") from None
 
 
