@@ -1,9 +1,6 @@
-"""Shared pieces of the ``tracestory bench`` workloads: dtype names, device info, measured peaks,
-regions, result lines next to the roofline, JSON output.
-
-Dtypes: every workload takes ``bf16``, ``fp16`` or ``fp32``; the torch spellings ``bfloat16``,
-``float16`` and ``float32`` are accepted as the same names (:func:`dtype_name`), and only the short
-name is shown.
+"""Shared pieces of the ``tracestory bench`` workloads: device info, measured peaks, regions,
+result lines next to the roofline, JSON output. Dtype names and device resolution are
+:mod:`tracestory.models.runtime`'s (re-exported here).
 
 Peaks: :func:`peaks` asks :func:`tracestory.specs.peaks_for` for the device (measured values
 override datasheet ones there). When that module or the device is unknown, the H200 numbers
@@ -25,7 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ToolNotFound, UsageError
+from ..models.runtime import (  # noqa: F401  (the workloads' dtype and device helpers, used as common.X)
+    DTYPE_ALIASES,
+    DTYPE_BYTES,
+    DTYPES,
+    dtype_name,
+    require_package,
+    resolve_device,
+    torch_dtype,
+)
 
 H200_COPY_BPS = 4.27e12
 H200_BF16_FLOPS = 790e12
@@ -53,37 +58,6 @@ class DeviceInfo:
     python_version: str
 
 
-DTYPES = ("bf16", "fp16", "fp32")
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
-
-
-def dtype_name(text: str) -> str:
-    """The short name (``bf16``, ``fp16``, ``fp32``) of a dtype given either way; ValueError otherwise."""
-    name = DTYPE_ALIASES.get(text.strip().lower(), text.strip().lower())
-    if name not in DTYPES:
-        raise ValueError(f"expected a dtype bf16, fp16 or fp32 (or bfloat16, float16, float32), found {text!r}")
-    return name
-
-
-def torch_dtype(name: str):
-    """The torch dtype of a short or torch-spelled name."""
-    import torch
-
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name(name)]
-
-
-def require_package(module: str, what: str, extra: str) -> None:
-    """Raise :class:`ToolNotFound` (one line, exit 2 in the CLI) when ``module`` cannot be imported."""
-    import importlib
-
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        raise ToolNotFound(module, f"{what} needs the Python package {module!r}: "
-                                   f"pip install 'tracestory[{extra}]'") from None
-
-
 @dataclass(frozen=True)
 class BenchDevice:
     """The device a workload runs on, with the peaks its roofline columns use."""
@@ -100,17 +74,6 @@ def open_device(requested: str | None) -> BenchDevice:
     """Resolve ``auto``/``cpu``/``cuda[:N]`` and look up its peaks."""
     info = device_info(resolve_device(requested))
     return BenchDevice(info, peaks(info))
-
-
-def resolve_device(requested: str | None) -> str:
-    """``auto``/None -> cuda when available else cpu."""
-    import torch
-
-    if requested in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {requested}: CUDA is not available in this torch ({torch.__version__})")
-    return requested
 
 
 def device_info(device: str) -> DeviceInfo:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ToolNotFound, UsageError
-from .common import dtype_name
+from ..models.runtime import dtype_name
 from .fp8 import dequantize, ref_quantize_per_row
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8-weight")

@@ -15,10 +15,10 @@ import argparse
 import os
 import sys
 
-from ..bench.common import dtype_name, require_package
 from ..capture.under_load import EVENT_LOG_ENV
 from ..errors import UsageError
 from ..models.llama_config import PRESETS
+from ..models.runtime import dtype_name, require_package
 from ..serve import ServeOptions, run_server
 
 

@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..bench.common import dtype_name, resolve_device, torch_dtype
 from ..errors import UsageError
 from ..models.llama_config import LlamaConfig
+from ..models.runtime import dtype_name, resolve_device, torch_dtype
 from .engine import Engine
 from .eventlog import EventLog
 from .metrics import make_metrics
