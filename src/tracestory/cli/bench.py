@@ -32,6 +32,8 @@ from pathlib import Path
 
 from ..bench import attention, common, fp8, llama, moe, timer
 from ..bench.common import print_table, roofline_line
+from ..capture import region as _region
+from ..capture.torch import RangeController
 from ..errors import ToolNotFound
 from ..models.llama_config import PRESETS as LLAMA_PRESETS
 from ..models.llama_config import LlamaConfig, layer_params
@@ -393,9 +395,6 @@ def _runner(w: Workload):
 
 def _run_torch_profiled(w: Workload, args) -> int:
     import torch
-
-    from ..capture import region as _region
-    from ..capture.torch import RangeController
 
     out = Path(args.profile_out or f"tracestory-bench-{w.name}.trace.json.gz")
     acts = [torch.profiler.ProfilerActivity.CPU]
