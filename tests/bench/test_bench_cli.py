@@ -87,3 +87,19 @@ def test_eval_ppl_bad_model_is_one_line(tmp_path, capsys, make, message):
     err = capsys.readouterr().err
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith(f"tracestory: error: {model}: ") and message in err
+
+
+@pytest.mark.parametrize("argv, extra", [
+    (["bench", "llama", "--preset", "tiny"], "torch"),
+    (["eval", "ppl", "--model", "."], "bench"),
+])
+def test_without_torch_is_one_line_exit_2(argv, extra):
+    import subprocess
+    import sys
+
+    # torch made unimportable in a fresh interpreter (None in sys.modules stops its import)
+    code = f"import sys; sys.modules['torch'] = None\nfrom tracestory.cli import main\nsys.exit(main({argv!r}))\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.endswith(f"needs the Python package 'torch': pip install 'tracestory[{extra}]'\n")
+    assert r.stderr.count("\n") == 1

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..models.llama_config import (  # noqa: F401  (re-exported: the bench's public names)
+    DECODE_ATTENTION,
     PRESETS,
     LlamaConfig,
     decode_bytes,
@@ -36,7 +37,6 @@ HELP = "Llama decoder layers: prefill and KV-cache decode, eager vs torch.compil
 PHASES = ("decode", "prefill")
 MODES = ("eager", "compile")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
-DECODE_ATTENTION = ("matmul", "sdpa")
 
 
 @dataclass(frozen=True)

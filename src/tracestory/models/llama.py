@@ -24,8 +24,6 @@ from torch import nn
 
 from .llama_config import LlamaConfig
 
-DECODE_ATTENTION = ("matmul", "sdpa")
-
 
 def rms_norm(x, w, eps):
     # x: [B, S, D]; statistics in at least float32, as in the reference models

@@ -52,6 +52,9 @@ class LlamaConfig:
             raise UsageError(f"unknown llama preset {name!r}: expected one of {', '.join(PRESETS)}") from None
 
 
+# decode attention: two batched GEMMs per KV-head group, or F.scaled_dot_product_attention
+DECODE_ATTENTION = ("matmul", "sdpa")
+
 PRESETS = {
     "llama-2-7b": LlamaConfig("llama-2-7b", 4096, 32, 32, 11008, 10000.0, 1e-5),
     "llama-3-8b": LlamaConfig("llama-3-8b", 4096, 32, 8, 14336, 500000.0, 1e-5),
