@@ -48,3 +48,22 @@ def test_cli_tiny_on_cpu(tmp_path):
     assert doc["results"][1]["bytes"] == 2 * 2 * 16 * 8 * 4 + 2 * 4 * 8 * 4
     assert set(doc["fits"]) == {"sdpa", "matmul"} and doc["fits"]["matmul"]["fit"] is not None
     assert doc["peaks"]["copy_bytes_per_s"] is None
+
+
+def test_run_returns_sweeps_and_prints_nothing(capsys):
+    from tracestory.bench import common
+    from tracestory.bench.attention import run_attention_decode
+
+    sweeps = run_attention_decode(common.open_device("cpu"), kv_lens=[8, 16, 32], heads=4, gqa=2, head_dim=8,
+                                  dtype="float32", impls=["matmul"], warmup_ms=0, rep_ms=0)
+    assert capsys.readouterr().out == ""
+    (sw,) = sweeps
+    assert sw.impl == "matmul" and [p.kv_len for p in sw.points] == [8, 16, 32]
+    # K and V of 2 kv heads x L x 8 x 4 B, plus q and out: 2 x 4 heads x 8 x 4 B
+    assert [p.bytes for p in sw.points] == [2 * 2 * L * 8 * 4 + 2 * 4 * 8 * 4 for L in (8, 16, 32)]
+    assert sw.fit is not None
+    # one KV position costs 2 (K, V) x 1 sequence x 2 kv heads x 8 x 4 B = 128 B
+    if sw.fit.slope > 0:
+        assert sw.marginal_gbps == pytest.approx(128 / sw.fit.slope)
+    else:
+        assert sw.marginal_gbps is None

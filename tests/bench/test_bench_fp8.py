@@ -4,6 +4,8 @@ The Triton kernels are compared with these references on the GPU (tests/gpu/test
 """
 
 
+import json
+
 import pytest
 import torch
 
@@ -112,13 +114,26 @@ def test_case_tables_and_selection():
 def test_cli_parsing():
     args = build_parser().parse_args(["bench", "fp8", "--test-cases", "small,medium", "--custom", "512,1024,2048",
                                       "--custom", "64x128x256", "--dtype", "float16", "--iterations", "7",
-                                      "--use-profiler", "--no-fast-accum", "--json", "o.json"])
+                                      "--profile", "torch", "--no-fast-accum", "--json", "o.json"])
     assert args.custom == [(512, 1024, 2048), (64, 128, 256)]
-    assert (args.dtype, args.iterations, args.use_profiler, args.fast_accum, args.json) == \
-        ("float16", 7, True, False, "o.json")
+    # the torch spelling float16 is the same dtype as fp16, shown by its short name
+    assert (args.dtype, args.iterations, args.profile, args.fast_accum, args.json) == \
+        ("fp16", 7, "torch", False, "o.json")
     assert args.test_cases == "small,medium"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "fp8", "--custom", "1,2"])
+
+
+def test_older_profiler_flags_are_deprecated_aliases(capsys):
+    args = build_parser().parse_args(["bench", "fp8", "--use-profiler", "--trace-out", "t.json.gz"])
+    assert (args.profile, args.profile_out) == ("torch", "t.json.gz")
+    err = capsys.readouterr().err
+    assert "--use-profiler is deprecated, use --profile torch" in err
+    assert "--trace-out is deprecated, use --profile-out" in err
+    # one pair of profiling flags in the help; the older spellings are hidden
+    sub = build_parser()._subparsers._group_actions[0].choices["bench"]._subparsers._group_actions[0]
+    text = sub.choices["fp8"].format_help()
+    assert "--profile-out" in text and "--use-profiler" not in text and "--trace-out" not in text
 
 
 def test_cpu_run_stops_with_message(capsys):
@@ -126,3 +141,61 @@ def test_cpu_run_stops_with_message(capsys):
         pytest.fail("this test is for the CPU (CI) machine")
     assert cli_main(["bench", "fp8", "--test-cases", "small"]) == 2
     assert "bench fp8 needs a CUDA GPU" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the run on a CPU
+# The Triton kernels need CUDA; here the reference quantizers stand in for them (the GPU tests
+# compare the two), and torch's CPU _scaled_mm runs the FP8 matmuls, so the whole run and the
+# command's output are exercised without a GPU.
+@pytest.fixture
+def cpu_setup(monkeypatch):
+    import sys
+    import types
+
+    from tracestory.bench import common
+
+    fake = types.ModuleType("tracestory.bench.quant_triton")
+    fake.quantize_per_tensor = fp8.ref_quantize_per_tensor
+    fake.quantize_per_row = fp8.ref_quantize_per_row
+    fake.quantize_mxfp8 = fp8.ref_quantize_mxfp8
+    monkeypatch.setitem(sys.modules, "tracestory.bench.quant_triton", fake)
+    setup = fp8.Fp8Setup(common.open_device("cpu"), 90, "MXFP8 matmul needs SM100 (stand-in)")
+    monkeypatch.setattr(fp8, "prepare_fp8", lambda device=None: setup)
+    return setup
+
+
+def test_run_fp8_results(cpu_setup):
+    (case,) = fp8.run_fp8([(64, 32, 64)], "bfloat16", 2, setup=cpu_setup)
+    assert (case.M, case.N, case.K) == (64, 32, 64) and not case.failed
+    # A [64, 64] bf16 read once (8192 B) + fp8 written (4096 B) + scales: 4 B, 64 rows x 4 B, 64*64/32 E8M0 bytes
+    assert [(q.method, q.bytes_min, q.mismatch_fraction) for q in case.quant] == [
+        ("per-tensor", 8192 + 4096 + 4, 0.0), ("per-row", 8192 + 4096 + 256, 0.0), ("mxfp8", 8192 + 4096 + 128, 0.0)]
+    # the baseline carries the dtype's short name; MXFP8 matmul is gated off; FLOPs = 2*M*N*K
+    assert [m.method for m in case.matmul] == ["bf16", "fp8-tensor", "fp8-row"]
+    assert all(m.error is None and m.flops == 2 * 64 * 32 * 64 for m in case.matmul)
+    assert case.matmul[0].speedup_vs_baseline == 1.0
+    assert all(m.rel_err_vs_ref < 1e-2 and m.rel_err_vs_fp32 < 0.25 for m in case.matmul)
+
+
+def test_cli_fp8_prints_and_writes_json(cpu_setup, tmp_path, capsys):
+    out = tmp_path / "fp8.json"
+    assert cli_main(["bench", "fp8", "--custom", "64,32,64", "--iterations", "2", "--dtype", "bfloat16",
+                     "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "MXFP8 matmul skipped: MXFP8 matmul needs SM100 (stand-in)" in text
+    assert "=== M=64, N=32, K=64 (bf16) ===" in text and "SUMMARY: matmuls" in text and "bfloat16" not in text
+    doc = json.loads(out.read_text())
+    assert doc["dtype"] == "bf16" and doc["iterations"] == 2
+    assert [m["method"] for m in doc["cases"][0]["matmul"]] == ["bf16", "fp8-tensor", "fp8-row"]
+
+
+def test_cli_fp8_older_profiler_flags_still_write_a_trace(cpu_setup, tmp_path, capsys):
+    import gzip
+
+    trace = tmp_path / "fp8.trace.json.gz"
+    assert cli_main(["bench", "fp8", "--custom", "64,32,64", "--iterations", "2", "--use-profiler",
+                     "--trace-out", str(trace)]) == 0
+    with gzip.open(trace, "rt") as f:
+        names = [e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "user_annotation"]
+    assert names.count("BENCHMARK") == 1                 # the first case's timed work
+    assert "deprecated" in capsys.readouterr().err

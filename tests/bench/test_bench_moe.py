@@ -109,3 +109,14 @@ def test_cli_tiny_run(tmp_path, capsys):
         assert r["min_ns"] <= r["median_ns"] <= r["max_ns"]
     assert "nvfp4" in doc["skipped"]
     assert doc["results"][1]["expert_gemm_share"] is not None   # profiled at the largest T
+
+
+def test_run_moe_returns_results_and_skips_and_prints_nothing(capsys):
+    from tracestory.bench import common
+
+    run = moe.run_moe(CFG, common.open_device("cpu"), tokens=[4], precisions=["bf16", "nvfp4"], warmup_ms=0,
+                      rep_ms=0, amdahl_share=False)
+    assert capsys.readouterr().out == ""
+    assert [(r.precision, r.tokens) for r in run.results] == [("bf16", 4)]
+    assert run.results[0].expert_gemm_share is None and run.results[0].rel_err_vs_fp32 < 2e-2
+    assert run.skipped["nvfp4"].startswith("nvFP4 needs data-center Blackwell")

@@ -1,4 +1,4 @@
-"""eval ppl: seed 002's formula against a hand computation on a tiny random Llama built here."""
+"""eval ppl: the perplexity formula against a hand computation on a tiny random Llama built here."""
 
 import json
 import math

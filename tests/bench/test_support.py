@@ -1,4 +1,4 @@
-"""Seed 002's precision support table and its gate messages."""
+"""The precision support table and its gate messages."""
 
 import pytest
 

@@ -23,7 +23,8 @@ def test_timer_uses_cuda_events_and_sees_a_copy():
 
 
 def test_llama_decode_matches_recompute_on_cuda():
-    from tracestory.bench.llama import LlamaConfig, build_model
+    from tracestory.models.llama import build_model
+    from tracestory.models.llama_config import LlamaConfig
 
     cfg = LlamaConfig.from_name("tiny")
     m = build_model(cfg, layers=2, batch=2, max_len=16, device="cuda", dtype=torch.float32)

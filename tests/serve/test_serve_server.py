@@ -1,7 +1,7 @@
 """The paged Llama model and the real HTTP server (tiny config, CPU, loopback).
 
 Expected values: the paged forward is compared with the contiguous-cache layers of
-``tracestory.bench.llama`` (an independent implementation of the same math); the token counts
+``tracestory.models.llama`` (an independent implementation of the same math); the token counts
 and ids follow from the documented word rule worked out in the test; the event log is checked
 against the format spec (serve_format.md) by a validator written here.
 """
@@ -45,7 +45,8 @@ def test_token_rule():
 def test_paged_forward_matches_contiguous_reference():
     import torch
 
-    from tracestory.bench.llama import LlamaConfig, build_model
+    from tracestory.models.llama import build_model
+    from tracestory.models.llama_config import LlamaConfig
     from tracestory.serve.model import PagedLlama
 
     cfg = LlamaConfig.from_name("tiny")
@@ -71,7 +72,7 @@ def test_mixed_batch_equals_separate_runs():
     request alone: attention stays inside each request."""
     import torch
 
-    from tracestory.bench.llama import LlamaConfig
+    from tracestory.models.llama_config import LlamaConfig
     from tracestory.serve.model import PagedLlama
 
     cfg = LlamaConfig.from_name("tiny")
@@ -196,7 +197,7 @@ def test_health_models_and_bad_requests(server):
     with urllib.request.urlopen(url + "/health", timeout=10) as r:
         assert r.status == 200 and json.loads(r.read()) == {"status": "ok"}
     with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
-        assert [m["id"] for m in json.loads(r.read())["data"]] == ["tracestory-tiny"]
+        assert [m["id"] for m in json.loads(r.read())["data"]] == ["tiny"]      # default: the preset name
     comp = url + "/v1/completions"
     for body, raw, param in [({"prompt": "", "max_tokens": 4}, None, "prompt"),
                              (None, b"{not json", None),
@@ -215,8 +216,8 @@ def test_non_streaming_completion_and_token_ids(server):
     url = server["url"] + "/v1/completions"
     prompt = prompt_of_tokens(20, seed=1)
     assert len(prompt.split()) == 20
-    status, a = _post(url, {"model": "whatever", "prompt": prompt, "max_tokens": 5})
-    assert status == 200 and a["object"] == "text_completion"
+    status, a = _post(url, {"model": "tiny", "prompt": prompt, "max_tokens": 5})
+    assert status == 200 and a["object"] == "text_completion" and a["model"] == "tiny"
     assert a["usage"] == {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
     assert a["choices"][0]["finish_reason"] == "length" and len(_word_ids(a["choices"][0]["text"])) == 5
     # the same prompt as token ids (words 't<k>' with k < 512 are ids k) gives the same greedy text

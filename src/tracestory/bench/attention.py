@@ -21,11 +21,14 @@ Limits: one kernel choice (whatever SDPA picks); all sequences of a batch share 
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+
+from ..errors import UsageError
+from . import common, timer
+from .timer import TimingStats
 
 NAME = "attention-decode"
 HELP = "decode attention: KV-length sweep, ITL = a + b*kv_len fit, bandwidth vs peak"
@@ -67,19 +70,39 @@ def default_kv_lens(lo: int = 256, hi: int = 32768) -> list[int]:
 IMPLS = ("sdpa", "sdpa-flash", "matmul")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kv-len", type=int, nargs="+", default=None, help="KV lengths (default: 256..32768 doubling)")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads", type=int, default=32, help="query heads (default: 32)")
-    p.add_argument("--gqa", type=int, default=4, help="query heads per KV head (default: 4, llama-3-8b)")
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
-    p.add_argument("--impl", nargs="+", default=["sdpa", "matmul"], choices=IMPLS,
-                   help="sdpa: whichever backend torch picks; sdpa-flash: SDPA forced to FlashAttention; "
-                        "matmul: two batched GEMMs (default: sdpa matmul)")
-    p.add_argument("--no-flush", action="store_true", help="keep L2 warm between repetitions")
-    p.add_argument("--warmup-ms", type=float, default=25.0)
-    p.add_argument("--rep-ms", type=float, default=100.0)
+@dataclass(frozen=True)
+class AttentionPoint:
+    """One implementation at one KV length."""
+
+    impl: str
+    kv_len: int
+    timing: TimingStats
+    bytes: int
+    copy_peak_fraction: float | None
+
+    @property
+    def median_ns(self) -> float:
+        return self.timing.median_ns
+
+    @property
+    def achieved_gbps(self) -> float:
+        return self.bytes / self.median_ns
+
+    def to_dict(self) -> dict:
+        return {"impl": self.impl, "kv_len": self.kv_len, "median_ns": self.median_ns, "bytes": self.bytes,
+                "achieved_gbps": self.achieved_gbps, "copy_peak_fraction": self.copy_peak_fraction,
+                "timing": self.timing.to_dict()}
+
+
+@dataclass(frozen=True)
+class AttentionSweep:
+    """One implementation over the KV-length sweep, with its line fit (None below two lengths)
+    and the marginal bandwidth ``bytes per KV position / slope`` (None unless the slope is > 0)."""
+
+    impl: str
+    points: tuple[AttentionPoint, ...]
+    fit: LineFit | None
+    marginal_gbps: float | None
 
 
 def _attention_fn(impl: str):
@@ -102,34 +125,32 @@ def _attention_fn(impl: str):
     return F.scaled_dot_product_attention
 
 
-def main(args) -> int:
+def run_attention_decode(dev: common.BenchDevice, *, kv_lens: Sequence[int] | None = None, batch: int = 1,
+                         heads: int = 32, gqa: int = 4, head_dim: int = 128, dtype: str = "bf16",
+                         impls: Sequence[str] = ("sdpa", "matmul"), flush_l2: bool = True, warmup_ms: float = 25.0,
+                         rep_ms: float = 100.0,
+                         on_sweep: Callable[[AttentionSweep], None] | None = None) -> list[AttentionSweep]:
+    """Time each implementation over the sweep (default :func:`default_kv_lens`), each checked
+    against a float64 reference first; one :class:`AttentionSweep` per implementation."""
     import torch
 
-    from ..errors import UsageError
-    from . import common, timer
-
-    if args.heads % args.gqa:
-        raise UsageError(f"--heads {args.heads} is not a multiple of --gqa {args.gqa}")
-    dev = common.resolve_device(getattr(args, "device", None))
-    info = common.device_info(dev)
-    pk = common.peaks(info)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    b = torch.tensor([], dtype=dtype).element_size()
-    B, H, G, d = args.batch, args.heads, args.gqa, args.head_dim
+    if heads % gqa:
+        raise UsageError(f"--heads {heads} is not a multiple of --gqa {gqa}")
+    tdtype = common.torch_dtype(dtype)
+    b = common.DTYPE_BYTES[common.dtype_name(dtype)]
+    device, pk = dev.device, dev.peaks
+    B, H, G, d = batch, heads, gqa, head_dim
     K = H // G
-    kv_lens = args.kv_len or default_kv_lens()
-    impls = list(dict.fromkeys(getattr(args, "impl", None) or ["sdpa"]))
-    print(common.header(info, pk))
-    print(f"decode attention: B={B} H={H} Hkv={K} d={d} {args.dtype}, L2 flush {'off' if args.no_flush else 'on'}")
-    rows, fits = [], {}
-    for impl in impls:
+    kv_lens = list(kv_lens or default_kv_lens())
+    sweeps = []
+    for impl in dict.fromkeys(impls):
         fn = _attention_fn(impl)
-        gen = torch.Generator(device=dev).manual_seed(0)
-        impl_rows = []
+        gen = torch.Generator(device=device).manual_seed(0)
+        points = []
         for L in kv_lens:
-            q = torch.randn(B, K, G, d, device=dev, dtype=dtype, generator=gen)     # H query heads as [Hkv, G]
-            k = torch.randn(B, K, L, d, device=dev, dtype=dtype, generator=gen)     # [B, Hkv, L, d]
-            v = torch.randn(B, K, L, d, device=dev, dtype=dtype, generator=gen)
+            q = torch.randn(B, K, G, d, device=device, dtype=tdtype, generator=gen)     # H query heads as [Hkv, G]
+            k = torch.randn(B, K, L, d, device=device, dtype=tdtype, generator=gen)     # [B, Hkv, L, d]
+            v = torch.randn(B, K, L, d, device=device, dtype=tdtype, generator=gen)
             with torch.inference_mode():
                 _check(torch, fn(q, k, v), q, k, v, impl)
 
@@ -137,22 +158,20 @@ def main(args) -> int:
                     with common.region("decode"):
                         fn(q, k, v)
 
-                res = timer.measure(call, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
-                                    flush_l2=not args.no_flush, device=dev, region_name="BENCHMARK")
+                res = timer.measure(call, warmup_ms=warmup_ms, rep_ms=rep_ms, flush_l2=flush_l2, device=device,
+                                    region_name="BENCHMARK")
             nbytes = decode_attention_bytes(B, H, K, d, L, b)
-            impl_rows.append({"impl": impl, "kv_len": L, "median_ns": res.median_ns, "bytes": nbytes,
-                              "achieved_gbps": nbytes / res.median_ns,
-                              "copy_peak_fraction": (nbytes / res.median_ns * 1e9 / pk.copy_bytes_per_s)
-                              if pk.copy_bytes_per_s else None,
-                              "timing": res.to_dict()})
-        fits[impl] = _report_impl(common, pk, impl, impl_rows, B, K, d, b)
-        rows += impl_rows
-    first = fits[impls[0]]
-    common.write_json(getattr(args, "json", None), {
-        "bench": NAME, "device": asdict(info), "peaks": asdict(pk),
-        "args": {k: v for k, v in vars(args).items() if k != "func"}, "results": rows,
-        "fits": fits, "fit": first["fit"], "marginal_gbps": first["marginal_gbps"]})
-    return 0
+            points.append(AttentionPoint(impl, L, res, nbytes, (nbytes / res.median_ns * 1e9 / pk.copy_bytes_per_s)
+                                         if pk.copy_bytes_per_s else None))
+        fit = fit_line([p.kv_len for p in points], [p.median_ns for p in points]) if len(points) >= 2 else None
+        marginal = None
+        if fit is not None and fit.slope > 0:
+            marginal = 2 * B * K * d * b / fit.slope
+        sweep = AttentionSweep(impl, tuple(points), fit, marginal)
+        sweeps.append(sweep)
+        if on_sweep is not None:
+            on_sweep(sweep)
+    return sweeps
 
 
 def _check(torch, out, q, k, v, impl: str) -> None:
@@ -163,22 +182,3 @@ def _check(torch, out, q, k, v, impl: str) -> None:
     tol = 1e-5 if q.dtype == torch.float32 else 2e-2
     if not err <= tol:
         raise ArithmeticError(f"decode attention {impl}: relative error {err:.2e} > {tol:.0e} vs the float64 reference")
-
-
-def _report_impl(common, pk, impl, rows, B, K, d, b) -> dict:
-    """Print one implementation's table and line fit; return the fit and marginal bandwidth."""
-    fit = fit_line([r["kv_len"] for r in rows], [r["median_ns"] for r in rows]) if len(rows) >= 2 else None
-    print(f"\n[{impl}]")
-    table = [[r["kv_len"], f"{r['median_ns'] / 1e3:.2f}", f"{r['bytes'] / 1e6:.2f}", f"{r['achieved_gbps']:,.0f}",
-              common.pct(r["achieved_gbps"] * 1e9, pk.copy_bytes_per_s),
-              f"{(fit.intercept + fit.slope * r['kv_len']) / 1e3:.2f}" if fit else "-"] for r in rows]
-    common.print_table(["kv_len", "ITL [us]", "K+V [MB]", "GB/s", "of copy peak", "fit [us]"], table)
-    marginal = None
-    if fit is not None:
-        per_pos = 2 * B * K * d * b
-        marginal = per_pos / fit.slope if fit.slope > 0 else None
-        r2 = "n/a" if fit.r2 is None else f"{fit.r2:.4f}"
-        mg = f"{marginal:,.0f} GB/s" if marginal else "n/a"
-        print(f"fit: ITL = {fit.intercept / 1e3:.2f} us + {fit.slope:.4f} ns x kv_len  (R^2 = {r2}); "
-              f"marginal bandwidth {mg} ({common.pct(marginal * 1e9 if marginal else None, pk.copy_bytes_per_s)} of copy peak)")
-    return {"fit": asdict(fit) if fit else None, "marginal_gbps": marginal}

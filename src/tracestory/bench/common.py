@@ -1,8 +1,9 @@
 """Shared pieces of the ``tracestory bench`` workloads: device info, measured peaks, regions,
-result printing next to the roofline, JSON output.
+result lines next to the roofline, JSON output. Dtype names and device resolution are
+:mod:`tracestory.models.runtime`'s (re-exported here).
 
 Peaks: :func:`peaks` asks :func:`tracestory.specs.peaks_for` for the device (measured values
-override datasheet ones there). When that module or the device is unknown, the H200 numbers
+override datasheet ones there). When the device is unknown there, the H200 numbers
 measured for this project are used and the source says so: device-to-device copy 4.27e12 B/s
 (bytes read + written), bf16 dense GEMM 790e12 FLOP/s, fp8 1258e12 FLOP/s. On a CPU the peaks
 are ``None`` and no percentage is printed.
@@ -20,6 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .. import specs
+from ..capture.region import region  # noqa: F401  (the workloads' regions, used as common.region)
+from ..models.runtime import (  # noqa: F401  (the workloads' dtype and device helpers, used as common.X)
+    DTYPE_ALIASES,
+    DTYPE_BYTES,
+    DTYPES,
+    dtype_name,
+    require_package,
+    resolve_device,
+    torch_dtype,
+)
 
 H200_COPY_BPS = 4.27e12
 H200_BF16_FLOPS = 790e12
@@ -47,17 +60,22 @@ class DeviceInfo:
     python_version: str
 
 
-def resolve_device(requested: str | None) -> str:
-    """``auto``/None -> cuda when available else cpu."""
-    import torch
+@dataclass(frozen=True)
+class BenchDevice:
+    """The device a workload runs on, with the peaks its roofline columns use."""
 
-    if requested in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        from ..errors import UsageError
+    info: DeviceInfo
+    peaks: BenchPeaks
 
-        raise UsageError(f"--device {requested}: CUDA is not available in this torch ({torch.__version__})")
-    return requested
+    @property
+    def device(self) -> str:
+        return self.info.device
+
+
+def open_device(requested: str | None) -> BenchDevice:
+    """Resolve ``auto``/``cpu``/``cuda[:N]`` and look up its peaks."""
+    info = device_info(resolve_device(requested))
+    return BenchDevice(info, peaks(info))
 
 
 def device_info(device: str) -> DeviceInfo:
@@ -81,48 +99,11 @@ def device_info(device: str) -> DeviceInfo:
 def peaks(info: DeviceInfo) -> BenchPeaks:
     if not info.device.startswith("cuda"):
         return BenchPeaks(info.name, None, {}, "cpu: no peaks")
-    try:
-        from .. import specs
-
-        p = specs.peaks_for(info.name)
-    except (ImportError, AttributeError):
-        p = None
+    p = specs.peaks_for(info.name)
     if p is not None:
         return BenchPeaks(info.name, p.dram_bytes_per_s, dict(p.flops_per_s), p.source)
     return BenchPeaks(info.name, H200_COPY_BPS, {"bf16": H200_BF16_FLOPS, "fp8": H200_FP8_FLOPS},
                       "H200 measured peaks (fallback: device not in tracestory.specs)")
-
-
-def region(name: str):
-    """``tracestory.region`` when the capture package provides it, else record_function + NVTX."""
-    try:
-        from ..capture.region import region as _region
-
-        return _region(name)
-    except ImportError:
-        return _FallbackRegion(name)
-
-
-class _FallbackRegion:
-    def __init__(self, name: str):
-        self.name = name
-        self._rf = None
-
-    def __enter__(self):
-        import torch
-
-        self._rf = torch.profiler.record_function(self.name)
-        self._rf.__enter__()
-        if torch.cuda.is_available():
-            torch.cuda.nvtx.range_push(self.name)
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.nvtx.range_pop()
-        self._rf.__exit__(*exc)
 
 
 def pct(x: float | None, peak: float | None) -> str:

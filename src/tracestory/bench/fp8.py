@@ -1,9 +1,9 @@
 """``tracestory bench fp8``: FP8 / MXFP8 quantization kernels and matmuls, against bf16 cuBLAS.
 
-Interface (seed 004): ``--test-cases small|medium|large|all`` (comma list), ``--custom M,N,K``
-(repeatable; alone it replaces the preset cases), ``--dtype`` (activation/weight/output dtype),
-``--iterations`` (timed repetitions), ``--use-profiler`` (one profiled pass of everything,
-written as a Chrome trace).
+Interface: :func:`select_cases` (named sets ``small|medium|large|all`` plus custom ``M,N,K``
+cases), :func:`prepare_fp8` (the device and its gates), :func:`run_fp8` (``cases``, ``dtype`` of
+activations/weights/outputs, ``iterations`` timed repetitions) returning one frozen
+:class:`CaseResult` per case. The command line is ``tracestory bench fp8`` (``cli/bench.py``).
 
 Per case ``C[M, N] = A[M, K] @ W[N, K]^T``:
 
@@ -35,10 +35,13 @@ stops with a message; the reference quantizers run anywhere and are what CPU tes
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
+from ..errors import UnsupportedGPU, UsageError
+from . import common
+from .support import require, sm_version, unsupported_message
+from .timer import measure
 
 NAME = "fp8"
 HELP = "FP8/MXFP8 Triton quantization kernels and _scaled_mm matmuls vs bf16 cuBLAS"
@@ -51,7 +54,6 @@ CASES: dict[str, tuple[tuple[int, int, int], ...]] = {
     "medium": ((1024, 4096, 4096), (2048, 4096, 4096)),
     "large": ((4096, 8192, 8192), (8192, 8192, 8192)),
 }
-DTYPES = ("bfloat16", "float16", "float32")
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class QuantResult:
 
 @dataclass(frozen=True)
 class MatmulResult:
-    method: str                      # "bf16" (the --dtype baseline) | "fp8-tensor" | "fp8-row" | "mxfp8"
+    method: str                      # the dtype baseline ("bf16", "fp16", "fp32") | "fp8-tensor" | "fp8-row" | "mxfp8"
     M: int
     N: int
     K: int
@@ -94,6 +96,20 @@ class CaseResult:
     copy_gbps: float | None
     quant: tuple[QuantResult, ...] = field(default_factory=tuple)
     matmul: tuple[MatmulResult, ...] = field(default_factory=tuple)
+
+    @property
+    def failed(self) -> bool:
+        """A quantizer or matmul failed its check (or raised)."""
+        return any(r.error for r in (*self.quant, *self.matmul))
+
+
+@dataclass(frozen=True)
+class Fp8Setup:
+    """The CUDA device a run uses, its SM version, and why MXFP8 matmuls are skipped (None: they run)."""
+
+    dev: common.BenchDevice
+    sm: int
+    mxfp8_gate: str | None
 
 
 # --------------------------------------------------------------------------- references (pure torch)
@@ -175,18 +191,7 @@ def dequantize_mxfp8(q, scales_e8m0):
     return (q.float().reshape(M, K // 32, 32) * s[..., None]).reshape(M, K)
 
 
-# --------------------------------------------------------------------------- CLI
-def parse_mnk(text: str) -> tuple[int, int, int]:
-    parts = text.replace("x", ",").split(",")
-    try:
-        m, n, k = (int(p) for p in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected M,N,K (three integers), got {text!r}") from None
-    if min(m, n, k) <= 0:
-        raise argparse.ArgumentTypeError(f"M,N,K must be positive, got {text!r}")
-    return m, n, k
-
-
+# --------------------------------------------------------------------------- cases
 def select_cases(test_cases: str | None, custom: list[tuple[int, int, int]] | None) -> list[tuple[int, int, int]]:
     """The cases to run: named sets (comma list, ``all``) then ``--custom`` ones, no duplicates.
     ``--custom`` alone runs only the custom cases; nothing at all runs every named set."""
@@ -214,29 +219,6 @@ def select_cases(test_cases: str | None, custom: list[tuple[int, int, int]] | No
     return uniq
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--test-cases", default=None, metavar="SETS",
-                   help="small, medium, large or all, comma separated (default: all)")
-    p.add_argument("--custom", type=parse_mnk, action="append", metavar="M,N,K",
-                   help="an extra case (repeatable); alone it replaces the preset sets")
-    p.add_argument("--dtype", default="bfloat16", choices=DTYPES,
-                   help="dtype of A, W and the outputs (default: bfloat16)")
-    p.add_argument("--iterations", type=int, default=100, help="timed repetitions (default: 100)")
-    p.add_argument("--use-profiler", action="store_true",
-                   help="also run everything once under torch.profiler and write a Chrome trace")
-    p.add_argument("--trace-out", default="fp8_trace.json", metavar="FILE",
-                   help="Chrome trace path for --use-profiler (default: fp8_trace.json)")
-    p.add_argument("--no-fast-accum", dest="fast_accum", action="store_false",
-                   help="exact fp32 accumulation in _scaled_mm (default: fast accumulation)")
-
-
-def main(args) -> int:
-    if args.iterations < 1:
-        raise UsageError(f"--iterations must be >= 1, got {args.iterations}")
-    cases = select_cases(args.test_cases, args.custom)
-    return _run(args, cases)
-
-
 # --------------------------------------------------------------------------- GPU run
 def _rel_err(got, ref) -> float:
     d = (got.double() - ref.double()).norm()
@@ -245,9 +227,7 @@ def _rel_err(got, ref) -> float:
 
 
 def _time_ns(fn, iterations: int) -> float:
-    from .timer import measure
-
-    # Fixed repetition count (seed 004's --iterations); L2 flushed before each, like do_bench.
+    # Fixed repetition count (--iterations); L2 flushed before each, like do_bench.
     return measure(fn, warmup_ms=25.0, rep_ms=1.0, flush_l2=True, min_reps=iterations,
                    max_reps=iterations).median_ns
 
@@ -269,15 +249,13 @@ def _to_blocked(s):
 def _mx_gate(sm: int) -> str | None:
     import torch
 
-    from .support import unsupported_message
-
     msg = unsupported_message("mxfp8", sm)
     if msg is None and not hasattr(torch, "float8_e8m0fnu"):
         msg = f"MXFP8 matmul needs torch.float8_e8m0fnu; torch {torch.__version__} lacks it"
     return msg
 
 
-def _quant_case(qt, a, copy_gbps, iters, keep):
+def _quant_case(qt, a, copy_gbps, iters):
 
     methods = [("per-tensor", qt.quantize_per_tensor, ref_quantize_per_tensor, 4),
                ("per-row", qt.quantize_per_row, ref_quantize_per_row, 4 * a.shape[0])]
@@ -298,7 +276,6 @@ def _quant_case(qt, a, copy_gbps, iters, keep):
                                       f"scales equal: {s_ok}")
             ns = _time_ns(lambda: fn(a), iters)
             gbps = bytes_min / ns
-            keep.append((f"quant {name} {M}x{K}", lambda fn=fn: fn(a)))
             out.append(QuantResult(name, M, K, ns, bytes_min, gbps,
                                    gbps / copy_gbps if copy_gbps else None, mism))
         except Exception as e:  # one method failing must not stop the others
@@ -306,12 +283,11 @@ def _quant_case(qt, a, copy_gbps, iters, keep):
     return out
 
 
-def _matmul_case(torch, qt, a, w, args, mx_msg, keep):
+def _matmul_case(torch, qt, a, w, dtype, iters, fa, mx_msg):
     M, K = a.shape
     N = w.shape[0]
     R = min(M, CHECK_ROWS)
     flops = 2 * M * N * K
-    iters, fa = args.iterations, args.fast_accum
     exact = a[:R].float() @ w.float().t()
     out = []
 
@@ -323,19 +299,18 @@ def _matmul_case(torch, qt, a, w, args, mx_msg, keep):
         c = a @ w.t()
         err = _rel_err(c[:R], exact)
         if not err < 1e-2:
-            raise ArithmeticError(f"{args.dtype} matmul off the fp32 reference by {err:.2e}")
+            raise ArithmeticError(f"{dtype} matmul off the fp32 reference by {err:.2e}")
         base_ns = _time_ns(lambda: a @ w.t(), iters)
-        keep.append((f"matmul {args.dtype} {M}x{N}x{K}", lambda: a @ w.t()))
-        out.append(MatmulResult(args.dtype, M, N, K, base_ns, None, None, flops, tf(base_ns), None,
+        out.append(MatmulResult(dtype, M, N, K, base_ns, None, None, flops, tf(base_ns), None,
                                 1.0, err, err))
     except Exception as e:
-        out.append(MatmulResult(args.dtype, M, N, K, None, None, None, flops, None, None, None, None,
+        out.append(MatmulResult(dtype, M, N, K, None, None, None, flops, None, None, None, None,
                                 None, f"{type(e).__name__}: {e}"))
 
     rowwise_out = torch.bfloat16  # cuBLASLt/CUTLASS row-wise FP8 writes bf16
     variants = [
         ("fp8-tensor", qt.quantize_per_tensor, dequantize,
-         lambda qw, sw: (qw.t(), sw), getattr(torch, args.dtype)),
+         lambda qw, sw: (qw.t(), sw), common.torch_dtype(dtype)),
         ("fp8-row", qt.quantize_per_row, dequantize,
          lambda qw, sw: (qw.t(), sw.reshape(1, -1).contiguous()), rowwise_out),
     ]
@@ -364,7 +339,6 @@ def _matmul_case(torch, qt, a, w, args, mx_msg, keep):
             mm_ns = _time_ns(lambda: mm(qa, sa), iters)
             q_ns = _time_ns(lambda: quant(a), iters)
             e2e_ns = _time_ns(lambda: mm(*quant(a)), iters)
-            keep.append((f"matmul {name} {M}x{N}x{K}", lambda mm=mm, quant=quant: mm(*quant(a))))
             out.append(MatmulResult(name, M, N, K, mm_ns, e2e_ns, q_ns, flops, tf(mm_ns), tf(e2e_ns),
                                     base_ns / mm_ns if base_ns else None, e_ref, e_exact))
         except Exception as e:
@@ -373,113 +347,53 @@ def _matmul_case(torch, qt, a, w, args, mx_msg, keep):
     return out
 
 
-def _fmt(v, scale=1.0, nd=3):
-    return "-" if v is None else f"{v * scale:.{nd}f}"
-
-
-def _run(args, cases) -> int:
+def prepare_fp8(device: str | None = "auto") -> Fp8Setup:
+    """Resolve the device; stop with :class:`UnsupportedGPU` when it is not a CUDA GPU with FP8."""
     import torch
 
-    from ..errors import UnsupportedGPU
-    from . import common
-    from .support import require, sm_version
-
-    device = common.resolve_device(getattr(args, "device", None))
-    if not device.startswith("cuda"):
+    requested = common.resolve_device(device)
+    if not requested.startswith("cuda"):
         raise UnsupportedGPU("bench fp8 needs a CUDA GPU (Triton kernels, torch._scaled_mm); "
                              f"this torch ({torch.__version__}) sees none")
-    if torch.device(device).index is not None:
-        torch.cuda.set_device(torch.device(device))
-    info = common.device_info(device)
-    pk = common.peaks(info)
-    sm = sm_version(info.capability)
-    print(common.header(info, pk))
+    if torch.device(requested).index is not None:
+        torch.cuda.set_device(torch.device(requested))
+    dev = common.open_device(requested)
+    sm = sm_version(dev.info.capability)
     require("fp8", sm)
-    mx_msg = _mx_gate(sm)
-    if mx_msg:
-        print(f"MXFP8 matmul skipped: {mx_msg} (the MXFP8 quantizer still runs)")
-    from . import quant_triton as qt
-
-    dtype = getattr(torch, args.dtype)
-    results, keep = [], []
-    for M, N, K in cases:
-        print(f"\n=== M={M}, N={N}, K={K} ({args.dtype}) ===", flush=True)
-        g = torch.Generator(device=device).manual_seed(1234)
-        a = torch.randn((M, K), generator=g, device=device, dtype=torch.float32).to(dtype)
-        w = torch.randn((N, K), generator=g, device=device, dtype=torch.float32).to(dtype)
-        dst = torch.empty_like(a)
-        copy_ns = _time_ns(lambda dst=dst, a=a: dst.copy_(a), args.iterations)
-        copy_gbps = 2 * a.numel() * a.element_size() / copy_ns
-        print(f"  copy of A: {copy_ns / 1e6:.4f} ms, {copy_gbps:,.0f} GB/s")
-        case_keep = [] if args.use_profiler else None
-        # The first case's timed runs are what ``--profile torch`` records (its BENCHMARK range).
-        bench_region = common.region("BENCHMARK")
-        bench_region.__enter__()
-        quant = _quant_case(qt, a, copy_gbps, args.iterations, case_keep if case_keep is not None else [])
-        for r in quant:
-            if r.error:
-                print(f"  quant {r.method:<10} FAILED: {r.error}")
-            else:
-                print(f"  quant {r.method:<10} {r.median_ns / 1e6:.4f} ms, {r.achieved_gbps:,.0f} GB/s "
-                      f"({r.copy_fraction:.0%} of copy), reference match {1 - r.mismatch_fraction:.4%}")
-        try:
-            mms = _matmul_case(torch, qt, a, w, args, mx_msg, case_keep if case_keep is not None else [])
-        finally:
-            bench_region.__exit__(None, None, None)
-        for r in mms:
-            if r.error:
-                print(f"  matmul {r.method:<10} FAILED: {r.error}")
-                continue
-            line = (f"  matmul {r.method:<10} {r.matmul_ns / 1e6:.4f} ms, "
-                    + common.roofline_line(r.matmul_ns, bytes_moved=None, flops=r.flops, pk=pk,
-                                           dtype="bf16" if r.method == args.dtype else "fp8"))
-            if r.e2e_ns:
-                line += (f"; e2e {r.e2e_ns / 1e6:.4f} ms ({r.e2e_tflops:,.1f} TFLOP/s); "
-                         f"{r.speedup_vs_baseline or float('nan'):.2f}x the {args.dtype} matmul; "
-                         f"err {r.rel_err_vs_ref:.1e} (same operands), {r.rel_err_vs_fp32:.1e} (fp32)")
-            print(line, flush=True)
-        results.append(CaseResult(M, N, K, copy_ns, copy_gbps, tuple(quant), tuple(mms)))
-        if case_keep is not None:
-            keep.extend(case_keep)
-        del a, w, dst
-        if case_keep is None:
-            torch.cuda.empty_cache()
-
-    _print_summary(results, args.dtype)
-    if args.use_profiler and keep and not torch.autograd._profiler_enabled():
-        _profile(keep, args.trace_out, common)
-    common.write_json(getattr(args, "json", None),
-                      {"bench": NAME, "device": info, "peaks": pk, "mxfp8_gate": mx_msg,
-                       "fast_accum": args.fast_accum, "iterations": args.iterations, "cases": results})
-    failed = any(r.error for c in results for r in (*c.quant, *c.matmul))
-    return 1 if failed else 0
+    return Fp8Setup(dev, sm, _mx_gate(sm))
 
 
-def _print_summary(results, dtype: str) -> None:
-    from .common import print_table
+def run_fp8(cases: Sequence[tuple[int, int, int]], dtype: str = "bf16", iterations: int = 100, *,
+            setup: Fp8Setup | None = None, fast_accum: bool = True,
+            on_case: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+    """Check, then time, the quantizers and matmuls of every ``(M, N, K)`` case (module docstring).
 
-    print("\nSUMMARY: quantization (GB/s = bytes read once + written, over the median)")
-    rows = [[c.M, c.K, q.method, _fmt(q.median_ns, 1e-6, 4), _fmt(q.achieved_gbps, 1, 0),
-             _fmt(q.copy_fraction, 100, 0) + "%" if q.copy_fraction else "-"]
-            for c in results for q in c.quant]
-    print_table(["M", "K", "quantizer", "time (ms)", "GB/s", "of copy"], rows)
-    print(f"\nSUMMARY: matmuls (E2E = quantize A + FP8 matmul; vs {dtype} = {dtype} matmul time / matmul time)")
-    rows = [[c.M, c.N, c.K, m.method, _fmt(m.quant_ns, 1e-6, 4), _fmt(m.matmul_ns, 1e-6, 4),
-             _fmt(m.e2e_ns, 1e-6, 4), _fmt(m.matmul_tflops, 1, 1), _fmt(m.e2e_tflops, 1, 1),
-             _fmt(m.speedup_vs_baseline, 1, 2)]
-            for c in results for m in c.matmul]
-    print_table(["M", "N", "K", "method", "Quant (ms)", "Matmul (ms)", "E2E (ms)", "Matmul TFLOP/s",
-                 "E2E TFLOP/s", f"vs {dtype}"], rows)
-
-
-def _profile(keep, path: str, common) -> None:
+    The timed work of each case runs inside a ``BENCHMARK`` region (``--profile torch`` records
+    the first one)."""
     import torch
 
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts) as prof:
-        for label, fn in keep:
-            with common.region(label):
-                fn()
-        torch.cuda.synchronize()
-    prof.export_chrome_trace(path)
-    print(f"wrote Chrome trace {path}")
+    from . import quant_triton as qt
+
+    if iterations < 1:
+        raise UsageError(f"--iterations must be >= 1, got {iterations}")
+    dtype = common.dtype_name(dtype)
+    setup = setup or prepare_fp8("auto")
+    device, tdtype = setup.dev.device, common.torch_dtype(dtype)
+    results = []
+    for M, N, K in cases:
+        g = torch.Generator(device=device).manual_seed(1234)
+        a = torch.randn((M, K), generator=g, device=device, dtype=torch.float32).to(tdtype)
+        w = torch.randn((N, K), generator=g, device=device, dtype=torch.float32).to(tdtype)
+        dst = torch.empty_like(a)
+        copy_ns = _time_ns(lambda dst=dst, a=a: dst.copy_(a), iterations)
+        copy_gbps = 2 * a.numel() * a.element_size() / copy_ns
+        with common.region("BENCHMARK"):
+            quant = _quant_case(qt, a, copy_gbps, iterations)
+            mms = _matmul_case(torch, qt, a, w, dtype, iterations, fast_accum, setup.mxfp8_gate)
+        case = CaseResult(M, N, K, copy_ns, copy_gbps, tuple(quant), tuple(mms))
+        results.append(case)
+        if on_case is not None:
+            on_case(case)
+        del a, w, dst
+        torch.cuda.empty_cache()
+    return results

@@ -20,8 +20,8 @@ and runs two batched GEMMs: few launches, but it wastes ``E * max(counts) - T*k`
 
 FP8: weights quantized once per output row (e4m3, fp32 scales); activations quantized per
 token (row) before each GEMM with the Triton per-row kernel on CUDA (the torch reference on
-CPU), then ``torch._scaled_mm`` with row-wise scales, bf16 out. nvFP4 needs SM100/103 (seed 002's
-table, :mod:`tracestory.bench.support`); on such a GPU this bench says the nvFP4 path is not
+CPU), then ``torch._scaled_mm`` with row-wise scales, bf16 out. nvFP4 needs SM100/103 (the
+precision table of :mod:`tracestory.bench.support`); on such a GPU this bench says the nvFP4 path is not
 implemented rather than measuring something else.
 
 Each stage runs inside ``tracestory.region`` (``router``, ``permute``, ``expert_gemm``,
@@ -34,10 +34,15 @@ four stages``, ``max speedup = 1 / (1 - share)`` from infinitely fast expert GEM
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 
-from ..errors import UsageError
+from ..errors import TracestoryError, UsageError
+from . import common
+from .fp8 import ref_quantize_per_row
+from .support import sm_version, unsupported_message
+from .timer import measure
 
 NAME = "moe"
 HELP = "MoE layer (Qwen3-30B-A3B shape): router/permute/expert GEMMs/unpermute, BF16 vs FP8"
@@ -89,6 +94,17 @@ class MoEResult:
     ms_per_token: float
     expert_gemm_share: float | None       # of the GPU time of the four stages
     amdahl_max_speedup: float | None      # 1 / (1 - share)
+    rel_err_vs_fp32: float | None = None  # checked output against the fp32 reference
+    amdahl_error: str | None = None       # why the share was not measured (profiler failure)
+    timing_warning: str | None = None     # the timer's spread warning
+
+
+@dataclass(frozen=True)
+class MoERun:
+    """Every measured (precision, T), and the precisions skipped with the reason."""
+
+    results: tuple[MoEResult, ...]
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def make_weights(cfg: MoEConfig, dtype, device, seed: int = 0) -> MoEWeights:
@@ -107,11 +123,9 @@ def make_weights(cfg: MoEConfig, dtype, device, seed: int = 0) -> MoEWeights:
 def _quant_rows(x):
     """Per-row e4m3 quantization: the Triton kernel on CUDA, the torch reference elsewhere."""
     if x.is_cuda:
-        from .quant_triton import quantize_per_row
+        from .quant_triton import quantize_per_row   # imports triton
 
         return quantize_per_row(x)
-    from .fp8 import ref_quantize_per_row
-
     return ref_quantize_per_row(x)
 
 
@@ -218,8 +232,6 @@ def unpermute(ys, order, topw):
 def moe_forward(x, w: MoEWeights, cfg: MoEConfig, gemm: str = "loop", region=None):
     """The layer (module docstring); ``region(name)`` context managers mark the four stages.
     Returns ``[T, H]`` in ``x``'s dtype."""
-    from contextlib import nullcontext
-
     reg = region or (lambda name: nullcontext())
     with reg("router"):
         topw, topi = route(x, w.router, cfg)
@@ -230,44 +242,6 @@ def moe_forward(x, w: MoEWeights, cfg: MoEConfig, gemm: str = "loop", region=Non
     with reg("unpermute"):
         out = unpermute(ys, order, topw)
     return out.to(x.dtype)
-
-
-# --------------------------------------------------------------------------- CLI
-def _int_list(text: str) -> list[int]:
-    try:
-        vals = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals or min(vals) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
-
-
-def _precisions(text: str) -> list[str]:
-    vals = [t.strip().lower() for t in text.split(",") if t.strip()]
-    bad = [v for v in vals if v not in PRECISIONS]
-    if bad or not vals:
-        raise argparse.ArgumentTypeError(f"precisions are {', '.join(PRECISIONS)}; got {text!r}")
-    return vals
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="qwen3-30b-a3b", choices=sorted(PRESETS),
-                   help="layer shape (default: qwen3-30b-a3b: 128 experts, top-8, H 2048, I 768)")
-    p.add_argument("--tokens", type=_int_list, default=[16, 4096], metavar="T[,T...]",
-                   help="tokens per forward (default: 16,4096)")
-    p.add_argument("--precision", type=_precisions, default=list(PRECISIONS), metavar="P[,P...]",
-                   help="bf16, fp8, nvfp4 (default: all; unsupported ones are skipped with the reason)")
-    p.add_argument("--gemm", default="loop", choices=("loop", "bmm"), help="grouped-GEMM strategy (default: loop)")
-    p.add_argument("--warmup-ms", type=float, default=50.0)
-    p.add_argument("--rep-ms", type=float, default=300.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-amdahl", dest="amdahl", action="store_false",
-                   help="skip the profiler run that measures the expert-GEMM share")
-
-
-def main(args) -> int:
-    return _run(args)
 
 
 # --------------------------------------------------------------------------- run
@@ -320,24 +294,18 @@ def same_routing(x, w: MoEWeights, ref_w: MoEWeights, cfg: MoEConfig):
 def _check(out, ref, precision: str, same=None) -> float:
     if same is not None:
         if float(same.float().mean()) < 0.9:
-            from ..errors import TracestoryError
-
             raise TracestoryError(f"bench moe: {precision} routes {1 - float(same.float().mean()):.1%} of tokens "
                                   "differently from the fp32 reference (expected < 10%)")
         out, ref = out[same], ref[same]
     err = float((out.double() - ref.double()).norm() / ref.double().norm())
     bound = 0.25 if precision == "fp8" else 2e-2
     if not err < bound:
-        from ..errors import TracestoryError
-
         raise TracestoryError(f"bench moe: {precision} output off the fp32 reference by {err:.2e} "
                               f"(relative Frobenius; expected < {bound})")
     return err
 
 
 def _gate(prec: str, sm: int | None) -> str | None:
-    from .support import unsupported_message
-
     if prec == "bf16":
         return None if sm is None else unsupported_message("bf16", sm)
     if sm is None:
@@ -349,80 +317,49 @@ def _gate(prec: str, sm: int | None) -> str | None:
     return msg
 
 
-def _run(args) -> int:
+def run_moe(cfg: MoEConfig, dev: common.BenchDevice, *, tokens: Sequence[int] = (16, 4096),
+            precisions: Sequence[str] = PRECISIONS, gemm: str = "loop", warmup_ms: float = 50.0,
+            rep_ms: float = 300.0, seed: int = 0, amdahl_share: bool = True,
+            on_result: Callable[[MoEResult], None] | None = None) -> MoERun:
+    """Check each (precision, T) against the fp32 reference, time it, and (at the largest T)
+    measure the expert-GEMM share; precisions the device or bench cannot run are skipped."""
     import torch
 
-    from . import common
-    from .support import sm_version
-    from .timer import measure
-
-    device = common.resolve_device(getattr(args, "device", None))
-    info = common.device_info(device)
-    pk = common.peaks(info)
-    print(common.header(info, pk))
-    cfg = PRESETS[args.preset]
-    sm = sm_version(info.capability) if info.capability else None
-    print(f"layer: {args.preset}: {cfg.num_experts} experts, top-{cfg.top_k}, hidden {cfg.hidden}, "
-          f"expert intermediate {cfg.intermediate}; grouped GEMM: {args.gemm}")
-    base = make_weights(cfg, torch.bfloat16, device, args.seed)
+    device = dev.device
+    sm = sm_version(dev.info.capability) if dev.info.capability else None
+    base = make_weights(cfg, torch.bfloat16, device, seed)
     ref_w = MoEWeights(*(t.float() for t in (base.router, base.gate_up, base.down)))
-    g = torch.Generator(device="cpu").manual_seed(args.seed + 1)
-    xs = {T: torch.randn((T, cfg.hidden), generator=g).to(device=device, dtype=torch.bfloat16)
-          for T in args.tokens}
+    g = torch.Generator(device="cpu").manual_seed(seed + 1)
+    xs = {T: torch.randn((T, cfg.hidden), generator=g).to(device=device, dtype=torch.bfloat16) for T in tokens}
     refs = {T: moe_forward(x.float(), ref_w, cfg) for T, x in xs.items()}
     results, skipped = [], {}
-    for prec in args.precision:
+    for prec in precisions:
         msg = _gate(prec, sm)
-        if msg is None and prec == "fp8" and args.gemm == "bmm":
+        if msg is None and prec == "fp8" and gemm == "bmm":
             msg = "--gemm bmm is BF16 only (no batched _scaled_mm); run fp8 with --gemm loop"
         if msg:
-            print(f"{prec}: skipped: {msg}")
             skipped[prec] = msg
             continue
         w = base if prec == "bf16" else quantize_weights_fp8(base)
-        for T in args.tokens:
+        for T in tokens:
             x = xs[T]
 
             def fwd(x=x, w=w):
-                return moe_forward(x, w, cfg, args.gemm, region=common.region)
+                return moe_forward(x, w, cfg, gemm, region=common.region)
 
             err = _check(fwd(), refs[T], prec, same_routing(x, w, ref_w, cfg))
             with common.region("BENCHMARK"):
-                st = measure(fwd, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
-            share, ceiling = (None, None)
-            if args.amdahl and T == max(args.tokens):
+                st = measure(fwd, warmup_ms=warmup_ms, rep_ms=rep_ms)
+            share, ceiling, why = None, None, None
+            if amdahl_share and T == max(tokens):
                 try:
                     share, ceiling = amdahl(stage_times_us(fwd))
                 except Exception as e:  # noqa: BLE001  (profiler API drift must not lose the timings)
-                    print(f"      Amdahl ceiling not measured: {type(e).__name__}: {e}")
-            r = MoEResult(prec, args.gemm, T, st.median_ns, st.mean_ns, st.min_ns, st.max_ns,
-                          T / (st.median_ns * 1e-9), st.median_ns / 1e6 / T, share, ceiling)
+                    why = f"{type(e).__name__}: {e}"
+            r = MoEResult(prec, gemm, T, st.median_ns, st.mean_ns, st.min_ns, st.max_ns,
+                          T / (st.median_ns * 1e-9), st.median_ns / 1e6 / T, share, ceiling, err, why, st.warning)
             results.append(r)
-            extra = f", expert GEMMs {share:.0%} of stage time -> Amdahl ceiling {ceiling:.2f}x" if ceiling else ""
-            print(f"{prec:>5} T={T:<6} {r.median_ns / 1e6:8.3f} ms  {r.tokens_per_s:12,.0f} tok/s  "
-                  f"{r.ms_per_token:.4f} ms/tok  (err vs fp32 {err:.1e}){extra}", flush=True)
-            if st.warning:
-                print(f"      timer: {st.warning}")
+            if on_result is not None:
+                on_result(r)
         del w
-    _print_tables(results)
-    common.write_json(getattr(args, "json", None),
-                      {"bench": NAME, "device": info, "peaks": pk, "config": cfg, "preset": args.preset,
-                       "skipped": skipped, "results": results})
-    return 0
-
-
-def _print_tables(results) -> None:
-    from .common import print_table
-
-    if not results:
-        return
-    print("\nprecision comparison (latency of one layer forward; tok/s = T / median)")
-    print_table(["precision", "gemm", "tokens", "avg (ms)", "min (ms)", "max (ms)", "median (ms)", "tok/s", "ms/tok"],
-                [[r.precision, r.gemm, r.tokens, f"{r.mean_ns / 1e6:.3f}", f"{r.min_ns / 1e6:.3f}",
-                  f"{r.max_ns / 1e6:.3f}", f"{r.median_ns / 1e6:.3f}", f"{r.tokens_per_s:,.0f}",
-                  f"{r.ms_per_token:.4f}"] for r in results])
-    rows = [[r.precision, r.tokens, f"{r.expert_gemm_share:.1%}", f"{r.amdahl_max_speedup:.2f}x"]
-            for r in results if r.amdahl_max_speedup is not None]
-    if rows:
-        print("\nAmdahl ceiling of the expert GEMMs (max speedup = 1 / (1 - share))")
-        print_table(["precision", "tokens", "expert_gemm share", "max speedup"], rows)
+    return MoERun(tuple(results), skipped)

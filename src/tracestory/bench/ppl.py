@@ -1,4 +1,4 @@
-"""Perplexity of a causal LM (``tracestory eval ppl``), with seed 002's formula.
+"""Perplexity of a causal LM (``tracestory eval ppl``).
 
 Formula, per chunk of ``L`` token ids ``t_0 .. t_{L-1}`` and the model's logits ``z [L, V]``
 (position ``i`` predicts token ``i + 1``)::
@@ -17,7 +17,10 @@ checkpoint (``transformers``, imported lazily). Precision variants: ``bf16``, ``
 (load dtype) and ``fp8-weight`` (bf16 model whose Linear weights are rounded through row-wise
 e4m3 and back: the accuracy cost of FP8 weight storage, not FP8 speed).
 
-Limits: no sliding window (each chunk starts without context, as in seed 002), and
+Checkpoints: every ``--model`` must be a local folder with a ``config.json`` (checked before
+any text is read); a folder transformers cannot load is reported as one error naming it.
+
+Limits: no sliding window (each chunk starts without context), and
 geometric-mean-of-chunk-ppl differs slightly from exp of the token-weighted mean NLL when
 chunks differ in length (they do not here).
 """
@@ -25,11 +28,13 @@ chunks differ in length (they do not here).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ToolNotFound, UsageError
+from ..models.runtime import dtype_name
+from .fp8 import dequantize, ref_quantize_per_row
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8-weight")
 
@@ -56,7 +61,7 @@ def make_chunks(ids: Sequence[int], input_len: int, num_chunks: int | None) -> l
 
 
 def chunk_ppl(logits, ids) -> float:
-    """Seed 002's per-chunk perplexity from ``logits [L, V]`` and ``ids [L]``."""
+    """Per-chunk perplexity (module docstring) from ``logits [L, V]`` and ``ids [L]``."""
     import torch
 
     ids = torch.as_tensor(ids, device=logits.device).long()
@@ -91,8 +96,6 @@ def fake_quant_fp8_weights(model) -> int:
     number of layers changed."""
     import torch
 
-    from .fp8 import dequantize, ref_quantize_per_row
-
     n = 0
     with torch.no_grad():
         for mod in model.modules():
@@ -111,17 +114,48 @@ def _transformers():
     return transformers
 
 
+def precision_name(text: str) -> str:
+    """``fp8-weight`` or a dtype in either spelling (``bf16`` or ``bfloat16``, ...), as its short name."""
+    t = text.strip().lower()
+    if t == "fp8-weight":
+        return t
+    try:
+        return dtype_name(t)
+    except ValueError:
+        raise UsageError(f"unknown precision {text!r}: expected one of {', '.join(PRECISIONS)} "
+                         "(or bfloat16, float16, float32)") from None
+
+
+def check_checkpoint(path: str) -> None:
+    """A local Hugging Face checkpoint folder: a directory holding ``config.json``."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: expected a local Hugging Face checkpoint folder, found nothing there")
+    if not p.is_dir():
+        raise UsageError(f"{path}: expected a local Hugging Face checkpoint folder, found a file")
+    if not (p / "config.json").is_file():
+        raise UsageError(f"{path}: expected a Hugging Face checkpoint folder with config.json, found none in it")
+
+
+def _loading(path: str, what: str, load):
+    """Run ``load()``; a checkpoint transformers cannot read becomes one error naming it."""
+    try:
+        return load()
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        first = str(e).strip().splitlines()[0].rstrip(" :") if str(e).strip() else type(e).__name__
+        raise UsageError(f"{path}: expected a loadable Hugging Face {what}, found {type(e).__name__}: {first}") from None
+
+
 def load_model(path: str, precision: str, device: str):
     import torch
 
     tf = _transformers()
-    if precision not in PRECISIONS:
-        raise UsageError(f"unknown precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    precision = precision_name(precision)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
              "fp8-weight": torch.bfloat16}[precision]
-    if not Path(path).exists():
-        raise UsageError(f"{path}: expected a local Hugging Face checkpoint folder, found nothing there")
-    model = tf.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    check_checkpoint(path)
+    model = _loading(path, "causal LM", lambda: tf.AutoModelForCausalLM.from_pretrained(path, dtype=dtype))
+    model = model.to(device).eval()
     if precision == "fp8-weight":
         fake_quant_fp8_weights(model)
     return model
@@ -146,32 +180,38 @@ def load_text(text_file: str | None, dataset: str) -> str:
 
 def tokenize(path: str, text: str) -> list[int]:
     tf = _transformers()
-    tok = tf.AutoTokenizer.from_pretrained(path)
+    check_checkpoint(path)
+    tok = _loading(path, "tokenizer", lambda: tf.AutoTokenizer.from_pretrained(path))
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
-def run(args) -> int:
-    """``tracestory eval ppl``: prints one line per (model, precision) and a table."""
+def prepare_chunks(tokenizer_path: str, *, text_file: str | None, dataset: str = "wikitext",
+                   input_len: int = 512, num_chunks: int | None = 100) -> tuple[int, list[list[int]]]:
+    """``(tokens in the text, chunks)``: the text tokenized once with ``tokenizer_path``'s
+    tokenizer, so every model and precision is scored on the same chunks."""
+    check_checkpoint(tokenizer_path)
+    ids = tokenize(tokenizer_path, load_text(text_file, dataset))
+    return len(ids), make_chunks(ids, input_len, num_chunks)
+
+
+def run_ppl(models: Sequence[str], precisions: Sequence[str], chunks: list[list[int]], *, device: str = "auto",
+            on_result: Callable[[PplResult], None] | None = None) -> list[PplResult]:
+    """Perplexity of every (model, precision) on ``chunks``; each model is loaded and freed in turn."""
     import torch
 
-    from .common import print_table, write_json
-
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    text = load_text(args.text_file, args.dataset)
-    ids = tokenize(args.model[0], text)   # one tokenizer for all: same chunks for every variant
-    chunks = make_chunks(ids, args.input_len, args.num_chunks)
-    print(f"{len(ids):,} tokens -> {len(chunks)} chunks of {args.input_len}")
+    for path in models:                  # every path checked before the first (slow) load
+        check_checkpoint(path)
+    precisions = [precision_name(p) for p in precisions]
+    device = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     results = []
-    for path in args.model:
-        for prec in args.precision:
+    for path in models:
+        for prec in precisions:
             model = load_model(path, prec, device)
             r = evaluate(model, chunks, name=path, precision=prec)
             results.append(r)
-            print(f"{path} [{prec}]: ppl {r.ppl:.4f} over {r.num_chunks} chunks", flush=True)
+            if on_result is not None:
+                on_result(r)
             del model
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
-    print_table(["model", "precision", "chunks", "tokens scored", "ppl"],
-                [[r.model, r.precision, r.num_chunks, r.tokens_scored, f"{r.ppl:.4f}"] for r in results])
-    write_json(args.json, {"eval": "ppl", "results": results})
-    return 0
+    return results

@@ -1,4 +1,4 @@
-"""Which precision a GPU can run: seed 002's support table, as a gate with a clear message.
+"""Which precision a GPU can run: a support table per precision, as a gate with a clear message.
 
 Model
 -----
@@ -15,9 +15,8 @@ precision       constraint           why
 ==============  ===================  ==========================================
 
 ``mxfp8`` is the MXFP8 *matmul*: the MXFP8 quantizer is plain arithmetic and runs anywhere.
-The constraint kinds (``min``, ``in``) follow seed 002's table; ``nvfp4`` is ``in`` rather than
-``min`` because the consumer Blackwell parts (SM 120) lack the data-center FP4 MMA path the
-seed's kernels use.
+``nvfp4`` is an ``in`` constraint rather than ``min`` because the consumer Blackwell parts
+(SM 120) lack the data-center FP4 MMA path that nvFP4 GEMM kernels use.
 
 Limits: this is what the hardware generation offers, not what a given torch build exposes;
 a bench still checks that the torch call exists (``torch._scaled_mm``, the ``float8_e8m0fnu``

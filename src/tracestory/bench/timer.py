@@ -36,13 +36,15 @@ use more work per call or a CUDA graph. ``fn`` must be idempotent enough to repe
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ..capture.environment import external_profiler
+from .common import region
 
 _FLUSH_BYTES = 256 * 1024 * 1024
 _single_iteration = False
@@ -116,12 +118,6 @@ def _cuda_available() -> bool:
 
 
 def _under_external_profiler() -> bool:
-    try:
-        from ..capture.environment import external_profiler
-    except ImportError:  # capture package absent: read the markers ourselves
-        env = os.environ
-        return bool(env.get("NSYS_PROFILING_SESSION_ID") or env.get("CUDA_INJECTION64_PATH")
-                    or env.get("NV_COMPUTE_PROFILER_PERFWORKS_DIR"))
     return external_profiler() is not None
 
 
@@ -142,8 +138,6 @@ def measure(fn: Callable[[], Any], *, warmup_ms: float = 25.0, rep_ms: float = 1
     use_cuda = device != "cpu" and _cuda_available()
     single = _single_iteration or (use_cuda and _under_external_profiler())
     if region_name:
-        from .common import region
-
         timed_region = lambda: region(region_name)
     else:
         import contextlib

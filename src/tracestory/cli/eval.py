@@ -1,48 +1,66 @@
 """``tracestory eval <metric>``: model-quality measurements next to the benchmarks.
 
 ``eval ppl``: perplexity of local Hugging Face causal-LM checkpoints in several precisions
-on WikiText-2 or a text file (formula and limits: :mod:`tracestory.bench.ppl`).
+on WikiText-2 or a text file (formula and limits: :mod:`tracestory.bench.ppl`). A ``--model``
+that is not a checkpoint folder, or that transformers cannot load, ends in one line naming it
+(exit code 2).
 """
 
 from __future__ import annotations
 
 import argparse
 
+from ..bench import ppl
+from ..bench.common import print_table, require_package, write_json
+from ..errors import UsageError
+
 
 def _precisions(text: str) -> list[str]:
-    from ..bench.ppl import PRECISIONS
-
     vals = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [v for v in vals if v not in PRECISIONS]
-    if bad or not vals:
-        raise argparse.ArgumentTypeError(f"precisions are {', '.join(PRECISIONS)}; got {text!r}")
-    return vals
+    if not vals:
+        raise argparse.ArgumentTypeError(f"precisions are {', '.join(ppl.PRECISIONS)}; got {text!r}")
+    try:
+        return [ppl.precision_name(v) for v in vals]
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_ppl_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", required=True, metavar="PATH",
                    help="local Hugging Face checkpoint folder (repeatable; the first one's tokenizer is used)")
     p.add_argument("--precision", type=_precisions, default=["bf16"], metavar="P[,P...]",
-                   help="bf16, fp16, fp32, fp8-weight (default: bf16)")
+                   help="bf16, fp16, fp32 (or bfloat16, float16, float32), fp8-weight (default: bf16)")
     p.add_argument("--input-len", type=int, default=512, help="tokens per chunk (default: 512)")
     p.add_argument("--num-chunks", type=int, default=100, help="at most this many chunks (default: 100)")
     p.add_argument("--dataset", default="wikitext", help="built-in dataset (default: wikitext = WikiText-2 test)")
     p.add_argument("--text-file", metavar="FILE", help="score this text instead of the dataset")
-    p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:N")
+    p.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:N (default: auto)")
     p.add_argument("--json", metavar="OUT", help="write results as JSON")
 
 
 def _run_ppl(args) -> int:
-    from ..bench.ppl import run
+    require_package("torch", "tracestory eval ppl", "bench")
+    for path in args.model:              # a bad --model ends here, before any text is read
+        ppl.check_checkpoint(path)
+    total, chunks = ppl.prepare_chunks(args.model[0], text_file=args.text_file, dataset=args.dataset,
+                                       input_len=args.input_len, num_chunks=args.num_chunks)
+    print(f"{total:,} tokens -> {len(chunks)} chunks of {args.input_len}")
 
-    return run(args)
+    def show(r: ppl.PplResult) -> None:
+        print(f"{r.model} [{r.precision}]: ppl {r.ppl:.4f} over {r.num_chunks} chunks", flush=True)
+
+    results = ppl.run_ppl(args.model, args.precision, chunks, device=args.device, on_result=show)
+    print_table(["model", "precision", "chunks", "tokens scored", "ppl"],
+                [[r.model, r.precision, r.num_chunks, r.tokens_scored, f"{r.ppl:.4f}"] for r in results])
+    write_json(args.json, {"eval": "ppl", "results": results})
+    return 0
 
 
 def register(subparsers) -> None:
     ev = subparsers.add_parser("eval", help="model quality: perplexity per precision",
-                               description=__doc__.split("\n\n")[0])
+                               description="Model-quality measurements next to the benchmarks.")
     sub = ev.add_subparsers(dest="eval", required=True, metavar="METRIC")
-    p = sub.add_parser("ppl", help="perplexity (seed 002's formula) of HF checkpoints per precision",
+    p = sub.add_parser("ppl", help="perplexity of Hugging Face checkpoints per precision",
                        description="Perplexity: log-softmax NLL at the next token, mean and exp per "
                                    "chunk, geometric mean over non-overlapping chunks.")
     add_ppl_arguments(p)

@@ -8,22 +8,15 @@ Pieces (each usable alone):
 * :mod:`.scheduler` -- the continuous-batching scheduler (pure logic, no torch): decode first,
   then chunked prefill under a token budget, FCFS admission when blocks are free, recompute
   preemption, every decision with its reason;
-* :mod:`.model`     -- the Llama layers of :mod:`tracestory.bench.llama` run over the paged cache;
+* :mod:`.model`     -- the Llama layers of :mod:`tracestory.models.llama` run over the paged cache;
 * :mod:`.eventlog`  -- the scheduler event log (JSONL, ``docs``: the serve event-log format);
-* :mod:`.server`    -- the aiohttp HTTP front end and the engine thread.
+* :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
+* :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;
+* :mod:`.server`    -- the aiohttp HTTP front end;
+* :mod:`.tokens`    -- the token rule.
 
-The token rule (shared with the load generator, ``tracestory load``)
---------------------------------------------------------------------
-There is no real tokenizer. A string prompt is split on whitespace; **every word is one
-token**. A word ``t<k>`` (``k`` decimal digits) is token id ``k mod vocab``; any other word is
-``crc32(word as UTF-8) mod vocab``. A chat request's prompt is the words of every message's
-``content`` in order, with no template tokens. A prompt may also be a list of token ids
-(``0 <= id < vocab``). Generated token ``i`` is returned as the text ``" t<i>"`` (a leading
-space, one streamed chunk per token), so a completion's text splits back into its ids and its
-word count equals ``usage.completion_tokens``.
-
-:func:`prompt_of_tokens` builds a prompt of exactly ``n`` tokens by that rule; the load
-generator uses it so that ``prompt_tokens`` in the server's usage equals the length it asked for.
+The token rule (one token per word; shared with the load generator, ``tracestory load``) is in
+:mod:`.tokens`; its functions are re-exported here.
 
 Starting a server from another process
 --------------------------------------
@@ -36,51 +29,23 @@ requests finish as ``cancelled``, the event log is closed) with exit code 0.
 
 from __future__ import annotations
 
-import random
-import re
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ServeOptions", "build_server", "count_tokens", "prompt_of_tokens", "run_server", "start_server_thread",
-           "token_text", "tokenize", "wait_healthy"]
+from ..errors import UsageError
+from ..models.llama_config import LlamaConfig
+from ..models.runtime import dtype_name, resolve_device, torch_dtype
+from .engine import Engine
+from .eventlog import EventLog
+from .metrics import make_metrics
+from .model import DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
+from .scheduler import Scheduler, SchedulerConfig
+from .server import Api, serve_app, start_in_thread
+from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
 
-_TOKEN_WORD = re.compile(r"t(\d+)\Z")
-
-# prompt_of_tokens draws ids below this bound, so its prompts mean the same ids for any vocab
-# of at least this size (the tiny preset's vocab is 512).
-PROMPT_ID_RANGE = 512
-
-
-def tokenize(text: str, vocab: int) -> list[int]:
-    """Token ids of ``text`` by the word rule above (one id per whitespace-separated word)."""
-    ids = []
-    for word in text.split():
-        m = _TOKEN_WORD.match(word)
-        if m is not None:
-            ids.append(int(m.group(1)) % vocab)
-        else:
-            ids.append(zlib.crc32(word.encode("utf-8")) % vocab)
-    return ids
-
-
-def count_tokens(text: str) -> int:
-    """Number of tokens of ``text`` by the word rule (its whitespace-separated word count)."""
-    return len(text.split())
-
-
-def token_text(token_id: int) -> str:
-    """The text the server returns for one generated token: ``" t<id>"``."""
-    return f" t{int(token_id)}"
-
-
-def prompt_of_tokens(n: int, seed: int = 0) -> str:
-    """A prompt of exactly ``n`` tokens (``n`` words ``t<k>``, ``k`` drawn from ``seed``)."""
-    if n < 0:
-        raise ValueError(f"prompt_of_tokens: n must be >= 0, got {n}")
-    rng = random.Random(seed)
-    return " ".join(f"t{rng.randrange(PROMPT_ID_RANGE)}" for _ in range(n))
+__all__ = ["PROMPT_ID_RANGE", "ServeOptions", "build_server", "count_tokens", "prompt_of_tokens", "run_server",
+           "start_server_thread", "token_text", "tokenize", "wait_healthy"]
 
 
 def wait_healthy(base_url: str, timeout_s: float = 60.0, *, interval_s: float = 0.1, proc=None) -> float:
@@ -91,8 +56,6 @@ def wait_healthy(base_url: str, timeout_s: float = 60.0, *, interval_s: float = 
     """
     import urllib.error
     import urllib.request
-
-    from ..errors import UsageError
 
     t0 = time.monotonic()
     url = base_url.rstrip("/") + "/health"
@@ -135,7 +98,7 @@ class ServeOptions:
     eos_id: int | None = None
     seed: int = 0
     fail_rate: float = 0.0
-    model_name: str | None = None         # None: "tracestory-<preset>"
+    served_model_names: tuple[str, ...] = ()   # the names requests may ask for; () -> (preset,)
     gpu_memory_fraction: float = 0.5      # of the free device memory, for weights + KV cache
 
 
@@ -144,9 +107,6 @@ def _auto_blocks(opts: ServeOptions, cfg, vocab: int, device: str, dtype_bytes: 
     if not device.startswith("cuda"):
         return 512
     import torch
-
-    from ..errors import UsageError
-    from .model import kv_bytes_per_block, weight_bytes
 
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     left = free * opts.gpu_memory_fraction - weight_bytes(cfg, opts.layers, vocab, dtype_bytes)
@@ -163,17 +123,16 @@ def build_server(opts: ServeOptions):
     The heavy part (torch, the model's weights and KV cache) happens here."""
     import torch
 
-    from ..bench.common import resolve_device
-    from ..bench.llama import LlamaConfig
-    from .eventlog import EventLog
-    from .model import DEFAULT_VOCAB, PagedLlama
-    from .scheduler import Scheduler, SchedulerConfig
-    from .server import Api, Engine
-
     cfg = LlamaConfig.from_name(opts.preset)
     device = resolve_device(opts.device)
-    dtype_name = opts.dtype if opts.dtype != "auto" else ("bf16" if device.startswith("cuda") else "fp32")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    if opts.dtype == "auto":
+        dtype_label = "bf16" if device.startswith("cuda") else "fp32"
+    else:
+        try:
+            dtype_label = dtype_name(opts.dtype)
+        except ValueError as e:
+            raise UsageError(f"--dtype: {e}") from None
+    dtype = torch_dtype(dtype_label)
     vocab = opts.vocab or DEFAULT_VOCAB.get(cfg.name, 32000)
     dbytes = torch.tensor([], dtype=dtype).element_size()
     num_blocks = opts.num_blocks or _auto_blocks(opts, cfg, vocab, device, dbytes)
@@ -182,20 +141,19 @@ def build_server(opts: ServeOptions):
                        device=device, dtype=dtype, seed=opts.seed)
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
             "max_batch_tokens": sc.max_batch_tokens, "max_num_seqs": sc.max_num_seqs, "preset": cfg.name,
-            "layers": opts.layers, "vocab": vocab, "dtype": dtype_name,
+            "layers": opts.layers, "vocab": vocab, "dtype": dtype_label,
             "capacity_tokens": num_blocks * sc.block_size}
     if opts.eos_id is not None:
         meta["eos_token_id"] = opts.eos_id
-    engine = Engine(Scheduler(sc), model, EventLog(opts.event_log, meta))
-    api = Api(engine, opts.model_name or f"tracestory-{cfg.name}", vocab, opts.fail_rate)
+    names = tuple(opts.served_model_names) or (cfg.name,)
+    engine = Engine(Scheduler(sc), model, EventLog(opts.event_log, meta), make_metrics(names[0]))
+    api = Api(engine, names, vocab, opts.fail_rate)
     return engine, api
 
 
 def run_server(opts: ServeOptions, ready: Callable[[str], None] | None = None) -> None:
     """Build and serve until SIGINT/SIGTERM (main thread only); ``ready(url)`` once listening."""
     import asyncio
-
-    from .server import serve_app
 
     engine, api = build_server(opts)
 
@@ -208,7 +166,5 @@ def run_server(opts: ServeOptions, ready: Callable[[str], None] | None = None) -
 def start_server_thread(opts: ServeOptions):
     """Build and serve on a background thread (tests, notebooks): returns a
     :class:`~.server.ServerHandle` with ``url`` and ``stop()``."""
-    from .server import start_in_thread
-
     engine, api = build_server(opts)
     return start_in_thread(engine, api, opts.host, opts.port)

@@ -32,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..errors import UsageError
 from .scheduler import Finish, Plan, StepResult
 
 VERSION = 1
@@ -51,8 +52,6 @@ class EventLog:
             try:
                 self._fh = open(self.path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 -- open until close()
             except OSError as e:
-                from ..errors import UsageError
-
                 raise UsageError(f"{self.path}: expected a writable event-log path, found {e.strerror or e}") from None
         self._write({"type": "meta", "version": VERSION, "engine": "tracestory-serve", **meta,
                      "t0_unix_ns": t0_unix})

@@ -1,6 +1,6 @@
 """The built-in Llama testbench model run over the paged KV cache, one forward per iteration.
 
-Weights: the decoder layers are those of :func:`tracestory.bench.llama.build_model` (same
+Weights: the decoder layers are those of :func:`tracestory.models.llama.build_model` (same
 seed, same layer math: RMSNorm, RoPE rotate-half, GQA, SwiGLU), plus a random token embedding
 ``[vocab, D]``, a final RMSNorm and a random LM head ``[vocab, D]`` (scaled 1/sqrt(D)). Random
 weights, fixed seed: the generated ids are meaningless but deterministic.
@@ -38,8 +38,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from ..bench.llama import LlamaConfig, build_model, layer_params
 from ..capture.region import region
+from ..models.llama_config import LlamaConfig, layer_params
 
 # A realistic LM-head width for the real presets, a small one for the tiny test config.
 DEFAULT_VOCAB = {"tiny": 512, "llama-2-7b": 32000, "llama-3-8b": 128256}
@@ -76,7 +76,7 @@ class PagedLlama:
                  vocab: int | None = None, device: str = "cpu", dtype=None, seed: int = 0):
         import torch
 
-        from ..bench.llama import _classes
+        from ..models import llama
 
         self.torch = torch
         self.cfg = cfg
@@ -86,9 +86,9 @@ class PagedLlama:
         self.vocab = int(vocab or DEFAULT_VOCAB.get(cfg.name, 32000))
         self.device = device
         self.dtype = dtype or torch.float32
-        _, _, self._rms_norm, self._rope = _classes()
+        self._rms_norm, self._rope = llama.rms_norm, llama.rope
         # the layers' own contiguous caches (batch 1, max_len 1) are unused: a few bytes each
-        self.stack = build_model(cfg, layers=layers, batch=1, max_len=1, device=device, dtype=self.dtype, seed=seed)
+        self.stack = llama.build_model(cfg, layers=layers, batch=1, max_len=1, device=device, dtype=self.dtype, seed=seed)
         gen = torch.Generator().manual_seed(seed + 1)
         D = cfg.dim
         self.embed = torch.randn(self.vocab, D, generator=gen).to(device, self.dtype)

@@ -1,29 +1,33 @@
-"""The OpenAI-compatible HTTP front end (aiohttp) and the engine thread behind it.
+"""The OpenAI-compatible HTTP front end (aiohttp) over the engine thread (:mod:`.engine`).
 
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming as SSE
 ``data: {...}`` chunks ending with ``data: [DONE]``, or one JSON response), ``GET /health``
-(200 while the engine thread runs, else 503), ``GET /v1/models``. Prompts follow the token rule
-of :mod:`tracestory.serve` (one token per word, or a list of token ids). Request fields used:
-``prompt`` / ``messages``, ``max_tokens`` (chat also ``max_completion_tokens``; default 16),
-``stream``, ``ignore_eos``; ``model`` is accepted whatever it names; sampling fields
+(200 while the engine thread runs, else 503), ``GET /v1/models`` (the served model names),
+``GET /metrics`` (Prometheus text format, :mod:`.metrics`; 501 without prometheus-client).
+Prompts follow the token rule of :mod:`.tokens` (one token per word, or a list of token ids).
+Request fields used: ``model``, ``prompt`` / ``messages``, ``max_tokens`` (chat also
+``max_completion_tokens``; default 16), ``stream``, ``ignore_eos``; sampling fields
 (temperature, top_p, stop, ...) are ignored: decoding is greedy. ``n`` must be 1.
+
+Model names: a request whose ``model`` is not one of the served names gets HTTP 404
+(``NotFoundError``, "The model `X` does not exist.", as vLLM answers); a request without
+``model`` is served by the first name. Responses carry the first served name.
 
 Streams: one chunk per generated token (completions: ``choices[0].text = " t<id>"``; chat:
 ``choices[0].delta.content``, the first one also carrying ``role``), then a last chunk with
 ``finish_reason`` and ``usage`` ({prompt,completion,total}_tokens), then ``[DONE]``. A request
 that fails after the stream started gets a ``data: {"error": {...}}`` chunk before ``[DONE]``.
 Errors are OpenAI-shaped ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
-request, 500 for an engine error or an injected failure, 503 while shutting down.
+request, 404 for an unknown model, 500 for an engine error or an injected failure, 503 while
+shutting down.
 
 Failure injection (``fail_rate`` F, for tests of a load generator's error accounting): the k-th
 accepted request (k = 1, 2, ..., completions and chat counted together) fails with HTTP 500
 before any token iff ``floor(k·F) > floor((k-1)·F)``: exactly ``floor(N·F)`` of the first N
 fail, evenly spread (F = 0.5: every second request). It is logged as arrival + finish ``error``.
 
-Engine: one thread owns the scheduler and the model. HTTP handlers hand it requests and aborts
-through a queue; it runs iterations while there is work, writes the event log, and pushes
-tokens into per-request asyncio queues (``call_soon_threadsafe``). A client that disconnects
-cancels its handler, which aborts the request (finish ``cancelled``).
+A client that disconnects cancels its handler, which aborts the request in the engine (finish
+``cancelled``).
 
 Shutdown (SIGINT/SIGTERM, or :meth:`ServerHandle.stop`): the engine stops after the current
 iteration, in-flight requests finish as ``cancelled`` (their streams get an error chunk and
@@ -35,139 +39,22 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import token_text, tokenize
-from .eventlog import EventLog
-from .scheduler import Finish, RequestRejected, Scheduler, request_problem
-
-
-class Engine:
-    """The engine thread: scheduler + model + event log. Thread-safe :meth:`submit`/:meth:`abort`."""
-
-    def __init__(self, scheduler: Scheduler, model, log: EventLog):
-        self.scheduler, self.model, self.log = scheduler, model, log
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._sinks: dict[str, Callable] = {}
-        self._thread = threading.Thread(target=self._run, name="tracestory-engine", daemon=True)
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive() and not self._stop.is_set()
-
-    def submit(self, request_id: str, prompt: list[int], max_new_tokens: int, ignore_eos: bool, sink: Callable) -> None:
-        """Queue a request; ``sink(kind, payload)`` is called from the engine thread with
-        ``("token", id)`` per token and ``("finish", Finish)`` once at the end."""
-        t = self.log.now_ns()
-        self.log.arrival(t, request_id, len(prompt), max_new_tokens, ignore_eos)
-        if not self.alive:
-            self._finish_now(Finish(request_id, "cancelled", len(prompt), 0, "server shutting down"), sink)
-            return
-        self._inbox.put(("add", request_id, prompt, max_new_tokens, ignore_eos, sink))
-        self._wake.set()
-
-    def abort(self, request_id: str) -> None:
-        self._inbox.put(("abort", request_id))
-        self._wake.set()
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout_s)
-
-    def _finish_now(self, fin: Finish, sink: Callable | None) -> None:
-        self.log.finish(self.log.now_ns(), fin)
-        if sink is not None:
-            sink("finish", fin)
-
-    # ------------------------------------------------------------------ the loop
-    def _drain(self) -> None:
-        while True:
-            try:
-                item = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-            if item[0] == "add":
-                _, rid, prompt, max_new, ignore_eos, sink = item
-                try:
-                    self.scheduler.add_request(rid, prompt, max_new, ignore_eos=ignore_eos)
-                    self._sinks[rid] = sink
-                except RequestRejected as e:
-                    self._finish_now(Finish(rid, "error", len(prompt), 0, str(e)), sink)
-            else:
-                fin = self.scheduler.abort(item[1], "cancelled", "client disconnected")
-                if fin is not None:
-                    self._finish_now(fin, self._sinks.pop(fin.request_id, None))
-
-    def _run(self) -> None:
-        sched, log = self.scheduler, self.log
-        try:
-            while not self._stop.is_set():
-                self._drain()
-                if not sched.has_work:
-                    self._wake.wait(0.05)
-                    self._wake.clear()
-                    continue
-                t_start = log.now_ns()
-                plan = sched.schedule()
-                if not plan.members:          # nothing can run now (should not happen): do not spin
-                    self._wake.wait(0.01)
-                    continue
-                t_fwd = log.now_ns()
-                try:
-                    sampled = self.model.step(plan.members, plan.iteration)
-                    t_fwd_end = log.now_ns()
-                except Exception as e:  # noqa: BLE001 -- a model failure fails this batch, not the server
-                    for m in plan.members:
-                        fin = sched.abort(m.request_id, "error", f"model step failed: {e!r}")
-                        if fin is not None:
-                            self._finish_now(fin, self._sinks.pop(fin.request_id, None))
-                    continue
-                result = sched.complete(plan, sampled)
-                t_end = log.now_ns()
-                blocks = {m.request_id: len(sched.kv.block_table(m.request_id)) for m in plan.members}
-                log.iteration(plan, result, t_start, t_end, kv_total=sched.kv.num_blocks,
-                              memory=self.model.memory(), block_counts=blocks,
-                              timing={"schedule_ns": t_fwd - t_start, "forward_ns": t_fwd_end - t_fwd})
-                for rid in result.first_tokens:
-                    log.first_token(t_end, rid)
-                for rid, tok in result.new_tokens:
-                    sink = self._sinks.get(rid)
-                    if sink is not None:
-                        sink("token", tok)
-                for fin in result.finished:
-                    log.finish(t_end, fin)
-                    sink = self._sinks.pop(fin.request_id, None)
-                    if sink is not None:
-                        sink("finish", fin)
-                log.flush()
-        except BaseException as e:  # noqa: BLE001 -- a bug in the loop: fail everything, report unhealthy
-            self.error = e
-            self._stop.set()
-        finally:
-            self._drain()
-            why = "server shutting down" if self.error is None else f"engine failed: {self.error!r}"
-            for fin in sched.abort_all("cancelled" if self.error is None else "error", why):
-                self._finish_now(fin, self._sinks.pop(fin.request_id, None))
-            log.flush()
+from .engine import Engine
+from .metrics import MISSING_HINT
+from .scheduler import Finish, request_problem
+from .tokens import token_text, tokenize
 
 
 # ---------------------------------------------------------------------------- HTTP
-def _error(status: int, message: str, etype: str, param: str | None = None):
+def _error(status: int, message: str, etype: str, param: str | None = None, code: int | None = None):
     from aiohttp import web
 
-    return web.json_response({"error": {"message": message, "type": etype, "param": param, "code": None}},
+    return web.json_response({"error": {"message": message, "type": etype, "param": param, "code": code}},
                              status=status)
 
 
@@ -190,10 +77,15 @@ def _int_field(body: dict, names: tuple[str, ...], default: int) -> int:
 class Api:
     """The aiohttp handlers over one :class:`Engine`."""
 
-    def __init__(self, engine: Engine, model_name: str, vocab: int, fail_rate: float = 0.0):
+    def __init__(self, engine: Engine, served_model_names: str | Sequence[str], vocab: int, fail_rate: float = 0.0):
         if not 0.0 <= fail_rate <= 1.0:
             raise ValueError(f"fail_rate must be in [0, 1], got {fail_rate}")
-        self.engine, self.model_name, self.vocab, self.fail_rate = engine, model_name, vocab, fail_rate
+        names = (served_model_names,) if isinstance(served_model_names, str) else tuple(served_model_names)
+        if not names:
+            raise ValueError("expected at least one served model name")
+        self.served_model_names = names
+        self.model_name = names[0]
+        self.engine, self.vocab, self.fail_rate = engine, vocab, fail_rate
         self._accepted = 0
         self._next_id = 0
         self.created = int(time.time())
@@ -204,6 +96,7 @@ class Api:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         return app
@@ -219,7 +112,17 @@ class Api:
         from aiohttp import web
 
         return web.json_response({"object": "list", "data": [
-            {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "tracestory"}]})
+            {"id": name, "object": "model", "created": self.created, "owned_by": "tracestory"}
+            for name in self.served_model_names]})
+
+    async def metrics(self, request):
+        from aiohttp import web
+
+        m = self.engine.metrics
+        if m is None:
+            return web.Response(status=501, text=MISSING_HINT + "\n")
+        body, content_type = m.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def completions(self, request):
         return await self._handle(request, chat=False)
@@ -274,6 +177,11 @@ class Api:
                 raise _BadRequest("the request body is not valid JSON") from None
             if not isinstance(body, dict):
                 raise _BadRequest("the request body must be a JSON object")
+            model = body.get("model")
+            if model is not None and not isinstance(model, str):
+                raise _BadRequest("'model' must be a string", "model")
+            if model and model not in self.served_model_names:
+                return _error(404, f"The model `{model}` does not exist.", "NotFoundError", "model", code=404)
             ids = self._prompt_ids(body, chat)
             max_new = _int_field(body, ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",), 16)
             if body.get("n") not in (None, 1):
