@@ -17,7 +17,7 @@ TS="python3 -m tracestory.cli"
 source "$(dirname "$0")/steps.sh"
 # SERVE/LOAD/SKIP can be overridden for a CPU rehearsal of this script.
 SERVE=${SERVE:-"tracestory serve --preset llama-3-8b --layers 4 --device cuda --port 8000"}
-LOAD=${LOAD:-"--model m --target-qps 12 --duration 15 --prompt-len-min 512 --prompt-len-max 1024 --max-new-tokens 128 --ignore-eos --no-progress --timeout 60"}
+LOAD=${LOAD:-"--model llama-3-8b --target-qps 12 --duration 15 --prompt-len-min 512 --prompt-len-max 1024 --max-new-tokens 128 --ignore-eos --no-progress --timeout 60"}
 SKIP=${SKIP:-600}
 COUNT=${COUNT:-16}
 cd $W
