@@ -79,11 +79,11 @@ def read_csv(path: Path, warnings: list[str] | None = None) -> tuple[str, list]:
     if cut:
         body = body[:-1]
     details = all(c in header for c in _DETAILS_COLS)
-    if cut:
-        what = "its last row (the last kernel) dropped" if not details else "its last row dropped"
-        warnings.append(f"the file ends mid-row (cut short): {what}; kernels after it, if any, are missing")
+    if cut and not details:
+        warnings.append("the file ends mid-row (cut short): its last row (the last kernel) dropped; kernels "
+                        "after it, if any, are missing")
     if details:
-        kernels = _details(path, header, body, warnings)
+        kernels = _details(path, header, body, warnings, cut)
     else:
         kernels = _raw(path, header, body)
     _check_ids(kernels, warnings)
@@ -135,7 +135,7 @@ def _raw(path: Path, header: list[str], rows: list[list[str]]) -> list:
     return out
 
 
-def _details(path: Path, header: list[str], rows: list[list[str]], warnings: list[str]) -> list:
+def _details(path: Path, header: list[str], rows: list[list[str]], warnings: list[str], cut: bool) -> list:
     col = {h: i for i, h in enumerate(header)}
     sec, name, unit, value = (col[c] for c in _DETAILS_COLS)
     rule = col.get("Rule Name")
@@ -167,6 +167,10 @@ def _details(path: Path, header: list[str], rows: list[list[str]], warnings: lis
             rtype = r[col["Rule Type"]] if "Rule Type" in col else ""
             desc = r[col["Rule Description"]] if "Rule Description" in col else ""
             rules.append((r[rule], rtype, desc, speedup))
+    if cut:
+        last = next(reversed(kernels), None)
+        what = f"its last kernel (ID {last.strip()}, {len(kernels.pop(last)[1])} metric rows)" if last else "its last row"
+        warnings.append(f"the file ends mid-row (cut short): {what} dropped; kernels after it, if any, are missing")
     if short:
         warnings.append(f"{short} rows whose cell count does not match the header's {len(header)} skipped")
     if blank_id:
