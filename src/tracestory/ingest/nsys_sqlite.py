@@ -53,7 +53,9 @@ The whole read is one guard: any error SQLite, the string decoding or the column
 raises on damaged pages becomes one :class:`TraceFormatError` naming the file. Activity
 tables must have their ``start`` and ``end`` columns (refused otherwise). Rows with
 impossible times (a NULL or negative start, an end before the start, a time of 2**62 ns or
-more: an overflow) are dropped and counted in ``meta.extra["warnings"]`` (see :mod:`.files`).
+more: an overflow) are dropped and counted in ``meta.extra["warnings"]`` (see :mod:`.files`);
+a table none of whose rows has possible times is refused. A file shorter than the page count
+in its SQLite header is refused (a cut-short copy).
 Row counts are checked by the column reader against ``count(*)``. SQLite keeps no checksum
 of the values, so a changed digit inside a valid time reads as that time.
 
@@ -158,6 +160,9 @@ def _possible_times(db: Db, table: str, raw: dict, warnings: list[str]) -> tuple
     if ok.all():
         return raw, n
     bad = int(n - ok.sum())
+    if bad == n:
+        raise TraceFormatError(db.path, f"{table} rows with possible times",
+                               f"none of {n} (every start missing or negative, end before start, or overflowing)")
     warnings.append(f"{table}: {bad} of {n} rows dropped: a missing or negative start, an end before the "
                     "start, or an overflowing time")
     return _rows_of(raw, n, ok)
@@ -341,6 +346,7 @@ def load_nsys_sqlite(path: str | os.PathLike, *, kernel_columns: str = "all") ->
         head = f.read(16)
     if head != b"SQLite format 3\x00":
         raise TraceFormatError(path, "an Nsight Systems SQLite export", f"a file starting with {head!r}")
+    _check_length(path)
     warnings: list[str] = []
     try:
         db = Db(path, fast=_PAGE_READER)
@@ -355,6 +361,23 @@ def load_nsys_sqlite(path: str | os.PathLike, *, kernel_columns: str = "all") ->
                                f"damaged content ({type(e).__name__}: {str(e)[:160]})") from None
     state(path, warnings)
     return traces
+
+
+def _check_length(path: Path) -> None:
+    """Refuse a file shorter than the page count its header states (a cut-short copy). The
+    header's count is valid when its change counter (offset 24) equals the version-valid-for
+    number (offset 92), as the SQLite file format says."""
+    with open(path, "rb") as f:
+        head = f.read(100)
+        size = os.fstat(f.fileno()).st_size
+    if len(head) < 100:
+        raise TraceFormatError(path, "an SQLite file with its 100-byte header", f"{size} bytes")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    if pages and head[24:28] == head[92:96] and size < pages * page_size:
+        raise TraceFormatError(path, f"{pages} pages of {page_size} bytes as the SQLite header says "
+                                     f"({pages * page_size} bytes)", f"{size} bytes (cut short)")
 
 
 def _load(db: Db, warnings: list[str], core: bool = False) -> list[Trace]:
