@@ -182,6 +182,27 @@ def _gzip_size_hint(path: Path) -> int:
     return isize if n <= isize <= 1000 * n else n * 8
 
 
+def read_head(path: str | os.PathLike, size: int = 4096) -> bytes:
+    """The first ``size`` bytes of the file, decompressed when it is gzip, for sniffing: special
+    files refused before opening, a damaged gzip stream refused in one line."""
+    refuse_special(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(size)
+            if head[:2] != b"\x1f\x8b":
+                return head
+            f.seek(0)
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = b""
+            while len(out) < size and not d.eof and (block := f.read(1 << 16)):
+                out += d.decompress(block, size - len(out))
+            return out
+    except zlib.error as e:
+        raise TraceFormatError(path, "a gzip-compressed file", f"corrupt gzip data ({e})") from None
+    except OSError as e:
+        raise TraceFormatError(path, "a readable file", str(e)) from None
+
+
 # ------------------------------------------------------------------------- damage stated
 def state(path: str | os.PathLike, warnings: Sequence[str]) -> None:
     """Each warning as one ``FILE: warning: ...`` line through the ``tracestory.ingest`` logger."""

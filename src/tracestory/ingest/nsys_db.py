@@ -147,12 +147,23 @@ class Db:
         return out
 
 
+def as_text(v) -> str:
+    """A value SQLite returned where a string belongs, as a string (a blob decoded leniently)."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "replace")
+    return "" if v is None else str(v)
+
+
 class Names:
     """``StringIds`` ids -> codes of the trace's StringPool, touching each distinct id once."""
 
     def __init__(self, db: Db, pool: StringPool):
         self.pool = pool
-        self.ids = dict(db.rows("SELECT id, value FROM StringIds")) if "StringIds" in db.tables else {}
+        rows = db.rows("SELECT id, value FROM StringIds") if "StringIds" in db.tables else []
+        # a damaged or hand-edited export may hold a number or a blob where a string belongs
+        self.ids = {i: as_text(v) for i, v in rows}
 
     def codes(self, ids: np.ndarray, transform: Callable[[str], str] | None = None) -> np.ndarray:
         def make(i: int) -> str:

@@ -88,7 +88,7 @@ from ..trace import (
     make_table,
 )
 from .files import refuse_special, state, with_warnings
-from .nsys_db import Db, Names, distinct, pid_of, split_global_tid
+from .nsys_db import Db, Names, as_text, distinct, pid_of, split_global_tid
 from .nsys_meta import era, gpus, metadata
 
 _LOW24 = 0xFFFFFF
@@ -272,7 +272,8 @@ def _ranges(db: Db, names: Names, warnings: list[str]) -> tuple[dict | None, int
     raw, n = _rows_of(raw, _nrows(raw), np.isin(raw["type"], types))
     # Names: `text` (unregistered strings) else the registered string `textId`.
     where = f"eventType IN {types}"
-    texts = ([r[0] for r in db.rows(f"SELECT text FROM {NVTX} WHERE {where} ORDER BY rowid")]
+    texts = ([r[0] if r[0] is None or isinstance(r[0], str) else as_text(r[0])
+              for r in db.rows(f"SELECT text FROM {NVTX} WHERE {where} ORDER BY rowid")]
              if "text" in cols else [None] * n)
     if len(texts) != n:
         raise TraceFormatError(db.path, f"{NVTX} rows to read consistently", f"{len(texts)} texts for {n} rows")
@@ -284,7 +285,7 @@ def _ranges(db: Db, names: Names, warnings: list[str]) -> tuple[dict | None, int
     if "domainId" in cols and "text" in cols:
         for did, text in db.rows(f"SELECT domainId, text FROM {NVTX} WHERE eventType = {_NVTX_DOMAIN}"):
             if did is not None and did not in domains:
-                domains[did] = text or f"domain {did}"
+                domains[did] = as_text(text) or f"domain {did}"
     dom = _col(raw, "domain", n)
     domain = names.strings_of(np.where(dom > 0, dom, 0), lambda d: domains.get(d, f"domain {d}") if d > 0 else "")
     start, end = _col(raw, "start_ns", n), _col(raw, "end_ns", n)
@@ -405,7 +406,7 @@ def _load(db: Db, warnings: list[str], core: bool = False) -> list[Trace]:
     devices_of = gpus(db)
     process_names = {}
     if "PROCESSES" in db.tables and {"globalPid", "name"} <= db.columns("PROCESSES"):
-        process_names = {g: n for g, n in db.rows("SELECT globalPid, name FROM PROCESSES")}
+        process_names = {g: as_text(n) or None for g, n in db.rows("SELECT globalPid, name FROM PROCESSES")}
     version = meta_kv.get("EXPORT_PRODUCT_VERSION")
     schema = meta_kv.get("EXPORT_SCHEMA_VERSION")
     fmt = f"{version} (schema {schema})" if version and schema else (version or schema)
