@@ -60,6 +60,7 @@ from ..trace import (
     Trace,
     TraceMeta,
     build_trace,
+    empty_table,
     make_table,
 )
 from .files import check_size, inflate, refuse_special, state, with_warnings
@@ -210,6 +211,8 @@ def _drop(c: "_Cols", bad: np.ndarray, what: str, warnings: list[str]) -> "_Cols
 def _gpu_trace(c: _Cols, pool: StringPool, warnings: list[str]) -> dict:
     s_f, d_f = c.num("Start", scale_unit=True), c.num("Duration", scale_unit=True)
     c = _drop(c, _impossible(s_f, d_f, s_f + d_f), "cuda_gpu_trace", warnings)
+    if c.n == 0:
+        return {"kernels": empty_table("kernels"), "memops": empty_table("memops")}
     names = c.text("Name")
     src = c.text("SrcMemKd")
     dst = c.text("DstMemKd")
