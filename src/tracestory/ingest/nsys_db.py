@@ -161,9 +161,12 @@ class Names:
 
     def __init__(self, db: Db, pool: StringPool):
         self.pool = pool
-        rows = db.rows("SELECT id, value FROM StringIds") if "StringIds" in db.tables else []
-        # a damaged or hand-edited export may hold a number or a blob where a string belongs
-        self.ids = {i: as_text(v) for i, v in rows}
+        # CAST: a damaged or hand-edited export may hold a number or a blob where a string
+        # belongs; SQLite turns it into text (decoded leniently by the connection)
+        self.ids = (dict(db.rows("SELECT id, CAST(value AS TEXT) FROM StringIds")) if "StringIds" in db.tables
+                    else {})
+        if None in self.ids.values():
+            self.ids = {i: v or "" for i, v in self.ids.items()}
 
     def codes(self, ids: np.ndarray, transform: Callable[[str], str] | None = None) -> np.ndarray:
         def make(i: int) -> str:

@@ -272,8 +272,7 @@ def _ranges(db: Db, names: Names, warnings: list[str]) -> tuple[dict | None, int
     raw, n = _rows_of(raw, _nrows(raw), np.isin(raw["type"], types))
     # Names: `text` (unregistered strings) else the registered string `textId`.
     where = f"eventType IN {types}"
-    texts = ([r[0] if r[0] is None or isinstance(r[0], str) else as_text(r[0])
-              for r in db.rows(f"SELECT text FROM {NVTX} WHERE {where} ORDER BY rowid")]
+    texts = ([r[0] for r in db.rows(f"SELECT CAST(text AS TEXT) FROM {NVTX} WHERE {where} ORDER BY rowid")]
              if "text" in cols else [None] * n)
     if len(texts) != n:
         raise TraceFormatError(db.path, f"{NVTX} rows to read consistently", f"{len(texts)} texts for {n} rows")
