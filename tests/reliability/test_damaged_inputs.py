@@ -300,6 +300,8 @@ def test_sqlite_odd_values(fixture, case, tmp_path, capsys, caplog):
         assert r.code == 2
     else:  # names damaged, times intact: the times are still right
         assert r.code == 0 and json_kernel_count_time(r.doc) == undamaged
+        if case == "no StringIds":
+            assert any("not in StringIds (no StringIds table)" in w for w in _trace_warnings(r.doc))
     loaded = json_kernel_count_time(r.doc) if r.code == 0 else None
     settle("nsys SQLite: odd values", r, loaded, undamaged, _count_time(sql_kernels(p)))
 
@@ -566,6 +568,20 @@ def test_report_on_damaged_inputs(case, fixture, mutate, name, tmp_path, capsys,
         assert r.warnings, "a damaged input reported without its damage stated"
         assert (tmp_path / "report.md").stat().st_size > 0
     TALLY["report command", "refused (exit 2, one line)" if r.code else "loaded, damage stated"] += 1
+
+
+def test_damage_stated_in_the_terminal_of_a_real_run(tmp_path):
+    """Outside pytest's log capture, each warning is one ``FILE: warning: ...`` line on stderr."""
+    text = NCU_DETAILS.read_text()
+    p = tmp_path / "cut_details.csv"
+    p.write_text(text[:int(len(text) * 0.9)])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([sys.executable, "-m", "tracestory.cli", "analyze", str(p)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines and all(ln.startswith(f"{p}: warning: ") for ln in lines), lines
+    assert any("its last kernel (ID 5" in ln for ln in lines)
 
 
 def test_pristine_fixtures_load_without_warnings(tmp_path, capsys, caplog):

@@ -167,9 +167,12 @@ class Names:
                     else {})
         if None in self.ids.values():
             self.ids = {i: v or "" for i, v in self.ids.items()}
+        self.unknown: set[int] = set()  # ids looked up and not found (named "<string ID>")
 
     def codes(self, ids: np.ndarray, transform: Callable[[str], str] | None = None) -> np.ndarray:
         def make(i: int) -> str:
+            if i >= 0 and i not in self.ids:
+                self.unknown.add(i)
             s = self.ids.get(i, f"<string {i}>") if i >= 0 else ""
             return transform(s) if transform is not None else s
 

@@ -392,6 +392,9 @@ def _load(db: Db, warnings: list[str], core: bool = False) -> list[Trace]:
     kernels, short = k if k else (None, {})
     memops, api, memory = _memops(db, names, warnings), _api(db, names, warnings), _memory(db)
     ranges, unterminated = _ranges(db, names, warnings)
+    if names.unknown:
+        warnings.append(f"{len(names.unknown)} name IDs not in StringIds"
+                        f"{'' if 'StringIds' in db.tables else ' (no StringIds table)'}: shown as <string ID>")
     tables = {"kernels": kernels, "memops": memops, "api": api, "ranges": ranges, "memory": memory}
     keys_of = {kind: set(distinct(t["_key"]).tolist()) for kind, t in tables.items() if t is not None}
 
