@@ -4,7 +4,7 @@ gives (the csv module, sqlite3 or the ncu-report binding, never tracestory's rea
 anything of the undamaged file is missing, the damage stated.
 
 The damaged files are made here, from the repository's fixtures: truncations at fixed fractions,
-bit flips with fixed seeds, odd values written with SQL or into CSV cells, damaged SQLite pages,
+bit flips from fixed random draws, odd values written with SQL or into CSV cells, damaged SQLite pages,
 damaged gzip streams, special files. Each case's outcome is tallied per class; with
 ``TRACESTORY_RELIABILITY_TALLY=FILE`` the tally is written there as JSON.
 
@@ -49,7 +49,7 @@ NCU_CSVS = (NCU_DETAILS, NCU_RAW, NCU_DIR / "sdpa_flash_details.csv.gz", NCU_DIR
 NCU_REPS = (NCU_REP, NCU_DIR / "triton_rmsnorm.ncu-rep.gz")
 NSYS_CSVS = tuple(sorted(NSYS_CSV_DIR.glob("*.csv")))
 CUTS = (0.1, 0.3, 0.5, 0.7, 0.9, 0.99)
-SEEDS = range(6)
+DRAWS = range(6)  # random.Random(draw): the same damage on every run
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 OVERFLOW_NS = 1 << 62
 
@@ -73,8 +73,8 @@ def _plain(path: Path) -> bytes:
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
-def _flip(data: bytes, seed: int, count: int = 16, start: int = 0) -> bytes:
-    rng = random.Random(seed)
+def _flip(data: bytes, draw: int, count: int = 16, start: int = 0) -> bytes:
+    rng = random.Random(draw)
     b = bytearray(data)
     for _ in range(count):
         i = rng.randrange(start, len(b))
@@ -239,22 +239,22 @@ def test_sqlite_truncated(fixture, cut, tmp_path, capsys, caplog):
     settle("nsys SQLite: truncated", r, loaded, undamaged)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("draw", DRAWS)
 @pytest.mark.parametrize("fixture", SQLITES, ids=lambda p: p.name[:12])
-def test_sqlite_bit_flips(fixture, seed, tmp_path, capsys, caplog):
+def test_sqlite_bit_flips(fixture, draw, tmp_path, capsys, caplog):
     p = tmp_path / "flip.sqlite"
-    p.write_bytes(_flip(fixture.read_bytes(), seed, start=100))
+    p.write_bytes(_flip(fixture.read_bytes(), draw, start=100))
     r = run_cli(capsys, caplog, tmp_path, "analyze", p)
     loaded = json_kernel_count_time(r.doc) if r.code == 0 else None
     settle("nsys SQLite: bit flips", r, loaded, _count_time(sql_kernels(fixture)), _count_time(sql_kernels(p)))
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("draw", range(4))
 @pytest.mark.parametrize("fixture", SQLITES, ids=lambda p: p.name[:12])
-def test_sqlite_page_overwritten(fixture, seed, tmp_path, capsys, caplog):
+def test_sqlite_page_overwritten(fixture, draw, tmp_path, capsys, caplog):
     data = bytearray(fixture.read_bytes())
     page = int.from_bytes(data[16:18], "big")
-    rng = random.Random(seed)
+    rng = random.Random(draw)
     n = rng.randrange(1, len(data) // page)
     data[n * page:(n + 1) * page] = rng.randbytes(page)
     p = tmp_path / "page.sqlite"
@@ -386,11 +386,11 @@ def test_nsys_csv_odd_values(name, cell, row, value, expect, tmp_path, capsys, c
     TALLY["nsys stats CSV: odd values", "refused (exit 2, one line)" if r.code else "loaded, damage stated"] += 1
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("draw", DRAWS)
 @pytest.mark.parametrize("fixture", KERNEL_CSVS, ids=lambda p: p.name)
-def test_nsys_csv_bit_flips(fixture, seed, tmp_path, capsys, caplog):
+def test_nsys_csv_bit_flips(fixture, draw, tmp_path, capsys, caplog):
     text = fixture.read_bytes()
-    damaged = _flip(text, seed, count=3)
+    damaged = _flip(text, draw, count=3)
     p = tmp_path / "flip.csv"
     p.write_bytes(damaged)
     r = run_cli(capsys, caplog, tmp_path, "analyze", p)
@@ -421,11 +421,11 @@ def test_ncu_csv_truncated(fixture, cut, tmp_path, capsys, caplog):
     settle("ncu CSV: truncated", r, loaded, undamaged, truncated=True)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("draw", DRAWS)
 @pytest.mark.parametrize("fixture", NCU_CSVS, ids=lambda p: p.name)
-def test_ncu_csv_bit_flips(fixture, seed, tmp_path, capsys, caplog):
+def test_ncu_csv_bit_flips(fixture, draw, tmp_path, capsys, caplog):
     data = _plain(fixture)
-    damaged = _flip(data, seed, count=4)
+    damaged = _flip(data, draw, count=4)
     p = tmp_path / ("flip_" + fixture.name.removesuffix(".gz"))
     p.write_bytes(damaged)
     r = run_cli(capsys, caplog, tmp_path, "analyze", p)
@@ -453,12 +453,12 @@ def test_ncu_rep_truncated(fixture, cut, tmp_path, capsys, caplog):
     settle("ncu report: truncated", r, loaded, undamaged, truncated=True)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("draw", DRAWS)
 @pytest.mark.parametrize("fixture", NCU_REPS, ids=lambda p: p.name)
-def test_ncu_rep_bit_flips(fixture, seed, tmp_path, capsys, caplog):
+def test_ncu_rep_bit_flips(fixture, draw, tmp_path, capsys, caplog):
     data = _plain(fixture)
     p = tmp_path / "flip.ncu-rep"
-    p.write_bytes(_flip(data, seed, count=8))
+    p.write_bytes(_flip(data, draw, count=8))
     r = run_cli(capsys, caplog, tmp_path, "analyze", p)
     pristine = tmp_path / "whole.ncu-rep"
     pristine.write_bytes(data)
