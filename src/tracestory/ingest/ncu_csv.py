@@ -19,8 +19,9 @@ Checks (the format has no kernel count, so the kernels are checked against each 
 * A row whose cell count differs from the header's (a cut line, a flipped quote or comma) is
   skipped and counted; on the raw page it refuses the file, since a row there is a kernel.
 * Details page: every kernel profiled with one section set has the same metric rows. A kernel
-  without some metric row that the fullest kernel has is incomplete (the last kernel of a
-  file cut short, or a damaged ID or label): dropped and stated with its ID and counts.
+  with under half the rows of the fullest kernel is a fragment (a damaged ID, a cut): dropped
+  and stated with its ID and counts; one missing fewer rows (a damaged label, or a section
+  that applies to some kernels only) is kept, its missing rows stated.
 * Kernel IDs are ncu's result numbers, 0, 1, 2, ...: gaps and repeats are stated.
 
 Values stay strings here; :func:`tracestory.ingest.ncu.build_record` parses numbers (thousands
@@ -179,16 +180,28 @@ def _details(path: Path, header: list[str], rows: list[list[str]], warnings: lis
 
 
 def _complete(kernels: dict[str, tuple[dict, dict, list]], warnings: list[str]) -> list:
-    """The kernels holding every metric row the fullest kernel holds; the others dropped and stated."""
+    """Kernels checked against the fullest one: a kernel with under half its metric rows (a
+    fragment: a damaged ID or a cut) is dropped, one missing fewer rows is kept; both stated."""
     if not kernels:
         return []
     fullest = max(kernels.values(), key=lambda k: len(k[1]))[1].keys()
-    kept, dropped = [], []
+    kept, dropped, partial = [], [], []
     for kid, k in kernels.items():
         missing = len(fullest - k[1].keys())
-        (dropped.append(f"ID {kid.strip()}: {len(k[1])} rows, {missing} missing") if missing else kept.append(k))
+        if missing and 2 * len(k[1]) < len(fullest):
+            dropped.append(f"ID {kid.strip()}: {len(k[1])} rows")
+            continue
+        if missing:
+            partial.append(f"ID {kid.strip()}: {missing} missing")
+        kept.append(k)
     if dropped:
-        warnings.append(f"{len(dropped)} of {len(kernels)} kernels incomplete (fewer metric rows than the "
-                        f"fullest kernel's {len(fullest)}: damaged or cut short), dropped: "
-                        + "; ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else ""))
+        warnings.append(f"{len(dropped)} of {len(kernels)} kernels with under half the fullest kernel's "
+                        f"{len(fullest)} metric rows (damaged or cut short), dropped: " + _listed(dropped))
+    if partial:
+        warnings.append(f"{len(partial)} kernels without some of the fullest kernel's {len(fullest)} metric rows "
+                        "(their fields from those rows are empty): " + _listed(partial))
     return kept
+
+
+def _listed(items: list[str], most: int = 5) -> str:
+    return "; ".join(items[:most]) + (f"; {len(items) - most} more" if len(items) > most else "")
