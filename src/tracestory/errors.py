@@ -10,14 +10,22 @@ class TracestoryError(Exception):
     """Base class of every error the CLI reports as one line with exit code 2."""
 
 
+def one_line(text: object, limit: int = 300) -> str:
+    """``text`` on one line (every run of whitespace, newlines included, made one space), cut to
+    ``limit`` characters: library messages quote damaged bytes, which may hold anything."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+
+
 class TraceFormatError(TracestoryError):
-    """An input file cannot be read as the format it claims to be."""
+    """An input file cannot be read as the format it claims to be. ``expected`` and ``found``
+    are kept to one line each (see :func:`one_line`)."""
 
     def __init__(self, path: object, expected: str, found: str):
         self.path = str(path)
-        self.expected = expected
-        self.found = found
-        super().__init__(f"{self.path}: expected {expected}, found {found}")
+        self.expected = one_line(expected)
+        self.found = one_line(found)
+        super().__init__(f"{self.path}: expected {self.expected}, found {self.found}")
 
     def __reduce__(self):  # picklable across worker processes (parallel.map_ranks)
         return (type(self), (self.path, self.expected, self.found))

@@ -30,16 +30,29 @@ Derived fields
 * ``occupancy_limiters``: the limit(s) with the fewest blocks per SM among registers, shared
   memory, warps, blocks (SM) and barriers.
 
+Damaged inputs
+--------------
+Each reader checks what it read against what the format itself says (see :mod:`.ncu_csv` and
+:mod:`.ncu_rep`): a file that holds no usable kernel is refused in one line
+(:class:`TraceFormatError`); kernels that cannot be trusted (a last row cut short, a kernel
+with fewer metric rows than the others, an action without name or metrics) are dropped and
+the drop is stated in ``KernelMetrics.warnings``, short strings with counts. Any exception the
+CSV module, gzip or the ``ncu-report`` binding raises on bad bytes becomes one
+:class:`TraceFormatError` naming the file.
+
 Limits: locale-swapped numbers ("1.234,5") are not recognized; several ranges (NVTX, graph
-workloads) are flattened in order.
+workloads) are flattened in order. A raw-page CSV cut exactly at the end of a row, or a digit
+changed inside a metric value, reads as a valid file: the format has no count or checksum to
+compare with.
 """
 
 from __future__ import annotations
 
-import gzip
+import csv
 import math
 import os
 import re
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from dataclasses import fields as dc_fields
@@ -47,7 +60,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceFormatError
+from ..errors import TraceFormatError, TracestoryError
+from .files import refuse_special, state
 
 # ------------------------------------------------------------------------------- units
 _PREFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9,
@@ -251,6 +265,8 @@ class KernelMetrics:
     source_format: str  # "ncu-rep", "ncu-csv-raw", "ncu-csv-details"
     kernels: tuple[KernelRecord, ...]
     units: Mapping[str, str] = field(default_factory=dict)  # raw metric name -> base unit
+    # the damage the reader loaded around: what was dropped and why, with counts
+    warnings: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.kernels)
@@ -413,31 +429,51 @@ def _is_rep(path: Path) -> bool:
     with open(path, "rb") as f:
         head = f.read(4)
     if head[:2] == b"\x1f\x8b":
-        with gzip.open(path, "rb") as g:
-            head = g.read(4)
+        with open(path, "rb") as f:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(f.read(1 << 16), 4)
     return head == b"NVR\x00"
+
+
+# What bad bytes can raise inside a reader (the binding raises plain Exception subclasses).
+_BAD_BYTES = (csv.Error, ValueError, TypeError, KeyError, IndexError, OverflowError, UnicodeError,
+              EOFError, zlib.error, OSError, MemoryError, RuntimeError, AttributeError)
 
 
 def load_ncu(path: str | os.PathLike) -> KernelMetrics:
     """Read an ``.ncu-rep`` (optionally gzip'ed), a raw-page CSV or a details-page CSV."""
     path = Path(path)
+    refuse_special(path)
     try:
-        rep = _is_rep(path)
-    except OSError as e:
-        raise TraceFormatError(path, "a readable Nsight Compute report or CSV", str(e)) from None
-    if rep:
+        km = _load(path)
+    except TracestoryError:
+        raise
+    except _BAD_BYTES as e:
+        raise TraceFormatError(path, "a readable Nsight Compute report or CSV",
+                               f"damaged content ({type(e).__name__}: {str(e)[:160]})") from None
+    state(path, km.warnings)
+    return km
+
+
+def _load(path: Path) -> KernelMetrics:
+    warnings: list[str] = []
+    if _is_rep(path):
         from .ncu_rep import read_rep
 
-        fmt, kernels = "ncu-rep", read_rep(path)
+        fmt, kernels = "ncu-rep", read_rep(path, warnings)
     else:
         from .ncu_csv import read_csv
 
-        fmt, kernels = read_csv(path)
+        fmt, kernels = read_csv(path, warnings)
     if not kernels:
         raise TraceFormatError(path, "at least one profiled kernel", "a result with zero kernels")
     units: dict[str, str] = {}
-    records = tuple(build_record(ident, metrics, rules, units) for ident, metrics, rules in kernels)
-    return KernelMetrics(source_path=str(path), source_format=fmt, kernels=records, units=units)
+    records = []
+    for ident, metrics, rules in kernels:
+        if parse_value(ident.get("id")) is None or isinstance(parse_value(ident.get("id")), str):
+            raise TraceFormatError(path, "an integer kernel ID", f"{str(ident.get('id'))[:40]!r}")
+        records.append(build_record(ident, metrics, rules, units))
+    return KernelMetrics(source_path=str(path), source_format=fmt, kernels=tuple(records), units=units,
+                         warnings=tuple(warnings))
 
 
 _JSON_SKIP = ("raw", "rules")

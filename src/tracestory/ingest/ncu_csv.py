@@ -12,6 +12,18 @@ is skipped.
   per row; rows with an empty metric name and a ``Rule Name`` are the rule results. Older ncu
   versions have no rule columns and add ``Kernel Time``; both are handled.
 
+Checks (the format has no kernel count, so the kernels are checked against each other)
+--------------------------------------------------------------------------------------
+* ncu ends every row with a newline: a file that does not ends mid-row (cut short). Its last
+  row is dropped and stated (on the raw page that row is the last kernel).
+* A row whose cell count differs from the header's (a cut line, a flipped quote or comma) is
+  skipped and counted; on the raw page it refuses the file, since a row there is a kernel.
+* Details page: every kernel profiled with one section set has the same metric rows. A kernel
+  with under half the rows of the fullest kernel is a fragment (a damaged ID, a cut): dropped
+  and stated with its ID and counts; one missing fewer rows (a damaged label, or a section
+  that applies to some kernels only) is kept, its missing rows stated.
+* Kernel IDs are ncu's result numbers, 0, 1, 2, ...: gaps and repeats are stated.
+
 Values stay strings here; :func:`tracestory.ingest.ncu.build_record` parses numbers (thousands
 separators) and scales units. Reader record = ``(identity dict, {name: (value, unit)}, rules)``.
 """
@@ -19,11 +31,11 @@ separators) and scales units. Reader record = ``(identity dict, {name: (value, u
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 from pathlib import Path
 
 from ..errors import TraceFormatError
+from .files import check_size, inflate, refuse_special
 
 _IDENT = {"ID": "id", "Process ID": "process_id", "Kernel Name": "name", "Context": "context",
           "Stream": "stream", "Device": "device", "CC": "cc", "Grid Size": "grid", "Block Size": "block"}
@@ -31,11 +43,10 @@ _DETAILS_COLS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 
 
 def _read_text(path: Path) -> str:
+    check_size(path, refuse_special(path))
     with open(path, "rb") as f:
         data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    return data.decode("utf-8", "replace")
+    return inflate(path, data, "an ncu CSV").decode("utf-8", "replace")
 
 
 def _header_start(text: str) -> int:
@@ -49,8 +60,10 @@ def _header_start(text: str) -> int:
     return -1
 
 
-def read_csv(path: Path) -> tuple[str, list]:
-    """``("ncu-csv-raw" | "ncu-csv-details", [(ident, metrics, rules), ...])``."""
+def read_csv(path: Path, warnings: list[str] | None = None) -> tuple[str, list]:
+    """``("ncu-csv-raw" | "ncu-csv-details", [(ident, metrics, rules), ...])``; the damage
+    loaded around is appended to ``warnings``."""
+    warnings = [] if warnings is None else warnings
     text = _read_text(path)
     start = _header_start(text)
     if start < 0:
@@ -62,9 +75,38 @@ def read_csv(path: Path) -> tuple[str, list]:
     if "Kernel Name" not in header:
         raise TraceFormatError(path, 'an ncu --csv export with a "Kernel Name" column',
                                f"columns {header[:6]}")
-    if all(c in header for c in _DETAILS_COLS):
-        return "ncu-csv-details", _details(path, header, rows[1:])
-    return "ncu-csv-raw", _raw(path, header, rows[1:])
+    body = rows[1:]
+    cut = not text.endswith(("\n", "\r")) and len(body) > 0
+    if cut:
+        body = body[:-1]
+    details = all(c in header for c in _DETAILS_COLS)
+    if cut and not details:
+        warnings.append("the file ends mid-row (cut short): its last row (the last kernel) dropped; kernels "
+                        "after it, if any, are missing")
+    if details:
+        kernels = _details(path, header, body, warnings, cut)
+    else:
+        kernels = _raw(path, header, body)
+    _check_ids(kernels, warnings)
+    return ("ncu-csv-details" if details else "ncu-csv-raw"), kernels
+
+
+def _check_ids(kernels: list, warnings: list[str]) -> None:
+    """ncu numbers its results 0, 1, 2, ...: state repeats and gaps."""
+    ids = []
+    for ident, _, _ in kernels:
+        try:
+            ids.append(int(str(ident.get("id", "")).strip()))
+        except ValueError:
+            continue  # refused with the file named when the record is built
+    repeats = len(ids) - len(set(ids))
+    if repeats:
+        warnings.append(f"{repeats} kernel IDs appear more than once (a damaged ID column)")
+    if ids:
+        missing = (max(ids) - min(ids) + 1) - len(set(ids))
+        if missing > 0:
+            warnings.append(f"{missing} kernel IDs missing between {min(ids)} and {max(ids)} "
+                            f"({len(set(ids))} kernels read)")
 
 
 def _ident(header: list[str], row: list[str]) -> dict:
@@ -94,13 +136,20 @@ def _raw(path: Path, header: list[str], rows: list[list[str]]) -> list:
     return out
 
 
-def _details(path: Path, header: list[str], rows: list[list[str]]) -> list:
+def _details(path: Path, header: list[str], rows: list[list[str]], warnings: list[str], cut: bool) -> list:
     col = {h: i for i, h in enumerate(header)}
     sec, name, unit, value = (col[c] for c in _DETAILS_COLS)
     rule = col.get("Rule Name")
     kernels: dict[str, tuple[dict, dict, list]] = {}
+    short = blank_id = 0
     for r in rows:
-        if len(r) < len(header) - 5 or not r[col["ID"]].strip():
+        if not any(cell.strip() for cell in r):
+            continue
+        if not len(header) - 5 <= len(r) <= len(header):  # older ncu: no trailing rule cells
+            short += 1
+            continue
+        if not r[col["ID"]].strip():
+            blank_id += 1
             continue
         kid = r[col["ID"]]
         if kid not in kernels:
@@ -119,4 +168,40 @@ def _details(path: Path, header: list[str], rows: list[list[str]]) -> list:
             rtype = r[col["Rule Type"]] if "Rule Type" in col else ""
             desc = r[col["Rule Description"]] if "Rule Description" in col else ""
             rules.append((r[rule], rtype, desc, speedup))
-    return list(kernels.values())
+    if cut:
+        last = next(reversed(kernels), None)
+        what = f"its last kernel (ID {last.strip()}, {len(kernels.pop(last)[1])} metric rows)" if last else "its last row"
+        warnings.append(f"the file ends mid-row (cut short): {what} dropped; kernels after it, if any, are missing")
+    if short:
+        warnings.append(f"{short} rows whose cell count does not match the header's {len(header)} skipped")
+    if blank_id:
+        warnings.append(f"{blank_id} rows without a kernel ID skipped")
+    return _complete(kernels, warnings)
+
+
+def _complete(kernels: dict[str, tuple[dict, dict, list]], warnings: list[str]) -> list:
+    """Kernels checked against the fullest one: a kernel with under half its metric rows (a
+    fragment: a damaged ID or a cut) is dropped, one missing fewer rows is kept; both stated."""
+    if not kernels:
+        return []
+    fullest = max(kernels.values(), key=lambda k: len(k[1]))[1].keys()
+    kept, dropped, partial = [], [], []
+    for kid, k in kernels.items():
+        missing = len(fullest - k[1].keys())
+        if missing and 2 * len(k[1]) < len(fullest):
+            dropped.append(f"ID {kid.strip()}: {len(k[1])} rows")
+            continue
+        if missing:
+            partial.append(f"ID {kid.strip()}: {missing} missing")
+        kept.append(k)
+    if dropped:
+        warnings.append(f"{len(dropped)} of {len(kernels)} kernels with under half the fullest kernel's "
+                        f"{len(fullest)} metric rows (damaged or cut short), dropped: " + _listed(dropped))
+    if partial:
+        warnings.append(f"{len(partial)} kernels without some of the fullest kernel's {len(fullest)} metric rows "
+                        "(their fields from those rows are empty): " + _listed(partial))
+    return kept
+
+
+def _listed(items: list[str], most: int = 5) -> str:
+    return "; ".join(items[:most]) + (f"; {len(items) - most} more" if len(items) > most else "")

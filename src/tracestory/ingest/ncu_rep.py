@@ -5,17 +5,22 @@ Every action (profiled kernel) of every range becomes one record, numbered in or
 values come from ``IMetric.as_double()`` (``as_string()`` for string metrics) with
 ``IMetric.unit()``; instanced metrics give their aggregate. Metrics without a value are skipped,
 so their stable fields stay ``None``.
+
+Damage: a cut-short or byte-flipped report still loads through the binding, with the damaged
+actions left without a name and without metrics (the binding raises nothing). Such actions
+are dropped and stated; a report with no readable action is refused. The gzip layer is
+inflated within the size limit of :mod:`.files`; a damaged one is refused.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
 import tempfile
+import zlib
 from pathlib import Path
 
 from ..errors import ToolNotFound, TraceFormatError
+from .files import check_size, max_input_bytes, refuse_special
 
 
 def _import():
@@ -48,8 +53,35 @@ def _str(metrics: dict, name: str):
     return None if v is None else (str(int(v)) if isinstance(v, float) else v)
 
 
-def read_rep(path: Path) -> list:
-    """``[(ident, metrics, rules), ...]`` for every action of the report."""
+def _gunzip_to(path: Path, fd: int) -> None:
+    """Inflate the gzip file ``path`` into the open file ``fd`` within the size limit."""
+    limit, written = max_input_bytes(), 0
+    try:
+        with open(path, "rb") as f, os.fdopen(fd, "wb") as out:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            while block := f.read(1 << 20):
+                while block:
+                    piece = d.decompress(block)
+                    written += len(piece)
+                    if written > limit:
+                        raise TraceFormatError(path, "a report of at most the input size limit once decompressed "
+                                                     "(TRACESTORY_MAX_INPUT_BYTES)", "more")
+                    out.write(piece)
+                    block = d.unused_data
+                    if block:
+                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out.write(d.flush())
+            if not d.eof:
+                raise TraceFormatError(path, "a complete gzip stream", "a truncated gzip file (stream ends early)")
+    except zlib.error as e:
+        raise TraceFormatError(path, "a gzip-compressed Nsight Compute report", f"corrupt gzip data ({e})") from None
+
+
+def read_rep(path: Path, warnings: list[str] | None = None) -> list:
+    """``[(ident, metrics, rules), ...]`` for every readable action of the report; the
+    unreadable ones are counted in ``warnings``."""
+    warnings = [] if warnings is None else warnings
+    check_size(path, refuse_special(path))
     nr = _import()
     tmp = None
     try:
@@ -58,23 +90,27 @@ def read_rep(path: Path) -> list:
             gz = f.read(2) == b"\x1f\x8b"
         if gz:
             fd, tmp = tempfile.mkstemp(suffix=".ncu-rep")
-            with os.fdopen(fd, "wb") as out, gzip.open(path, "rb") as g:
-                shutil.copyfileobj(g, out)
+            _gunzip_to(path, fd)
             src = tmp
         try:
             ctx = nr.load_report(src)
         except Exception as e:  # noqa: BLE001 - the binding raises plain exceptions on bad files
             raise TraceFormatError(path, "an Nsight Compute report (.ncu-rep)", f"unreadable: {e}") from None
         records = []
+        unreadable = 0
         demangled = nr.IAction.NameBase_DEMANGLED
         for ri in range(ctx.num_ranges()):
             rng = ctx.range_by_idx(ri)
             for ai in range(rng.num_actions()):
                 action = rng.action_by_idx(ai)
-                metrics = _metrics(nr, action)
+                name = action.name(demangled)
+                metrics = _metrics(nr, action) if name else {}
+                if not name or not metrics:
+                    unreadable += 1
+                    continue
                 ident = {
                     "id": len(records),
-                    "name": action.name(demangled),
+                    "name": name,
                     "process_id": _str(metrics, "launch__process_id"),
                     "device": _str(metrics, "launch__device_id"),
                     "context": _str(metrics, "launch__context_id"),
@@ -91,6 +127,13 @@ def read_rep(path: Path) -> list:
                 except Exception:  # noqa: BLE001 - older bindings: no rule results
                     rules = []
                 records.append((ident, metrics, [r for r in rules if r is not None]))
+        if unreadable and not records:
+            raise TraceFormatError(path, "an Nsight Compute report with readable kernels",
+                                   f"{unreadable} profiled kernel(s), none with a name and metrics "
+                                   "(the report is damaged or cut short)")
+        if unreadable:
+            warnings.append(f"{unreadable} of {unreadable + len(records)} profiled kernels unreadable (no name "
+                            "or no metrics: the report is damaged or cut short), dropped")
         return records
     finally:
         if tmp:

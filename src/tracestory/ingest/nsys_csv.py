@@ -25,6 +25,20 @@ in one file are read section by section:
 
 Rows are parsed by the csv module and turned into columns once (``zip(*rows)``); numbers are
 converted by numpy, names dictionary-encoded.
+
+Checks (damage refused or stated in ``meta.extra["warnings"]``, see :mod:`.files`)
+----------------------------------------------------------------------------------
+* nsys ends every row with a newline: a file that does not was cut short; its last row is
+  dropped and stated. A row inside a section whose cell count differs from the header's (a
+  cut line, a flipped quote or comma) ends the section, counted and stated.
+* Summaries carry their own totals: ``Time (%)`` sums to 100 (each cell rounded to one
+  decimal, so within 0.05 per row) and ``Avg`` x ``Instances`` is ``Total Time`` (within the
+  rounding of the printed cells). A summary that disagrees lost rows or values: stated.
+* Impossible values: a negative or missing start, duration or total, an instance count below
+  1, times of 2**62 ns (146 years) or more (overflow): the row is dropped and counted. A file
+  left with no usable row at all is refused.
+* Limits: a file cut exactly at the end of a row of a timeline (``cuda_gpu_trace``) reads as
+  a shorter valid file; a summary cut there is caught by its ``Time (%)`` sum.
 """
 
 from __future__ import annotations
@@ -37,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceFormatError, UsageError
+from ..errors import TraceFormatError, TracestoryError, UsageError
 from ..trace import (
     CPU_SIDE,
     MEMSET,
@@ -46,8 +60,10 @@ from ..trace import (
     Trace,
     TraceMeta,
     build_trace,
+    empty_table,
     make_table,
 )
+from .files import check_size, inflate, refuse_special, state, with_warnings
 
 _UNIT = {"ns": 1, "us": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _MB = 1_000_000
@@ -57,6 +73,7 @@ _COPY_ABBREV = {"host-to-device": "HtoD", "device-to-host": "DtoH", "device-to-d
                 "device-to-array": "DtoA", "host-to-array": "HtoA", "array-to-host": "AtoH"}
 _KIND_OF = {"HtoD": 1, "HtoA": 1, "DtoH": 2, "AtoH": 2, "DtoD": 3, "AtoD": 3, "DtoA": 3, "AtoA": 3,
             "HtoH": 4, "PtoP": 5}
+_OVERFLOW_NS = 2.0 ** 62  # 146 years: a time at or beyond it is an overflow, not a measurement
 _MEM_ROW = re.compile(r"^\[CUDA (memcpy|memset)\s*([^\]]*)\]", re.IGNORECASE)
 
 
@@ -74,10 +91,18 @@ def _kind_of(header: list[str]) -> str | None:
     return None
 
 
-def _sections(text: str, path: Path) -> list[tuple[str, list[str], list[list[str]]]]:
+def _sections(text: str, path: Path, warnings: list[str]) -> list[tuple[str, list[str], list[list[str]]]]:
     out = []
     current = None
-    for row in csv.reader(io.StringIO(text)):
+    bad_rows = 0
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as e:
+        raise TraceFormatError(path, "an nsys stats CSV", f"malformed CSV ({e})") from None
+    if rows and not text.endswith(("\n", "\r")):
+        rows.pop()
+        warnings.append("the file ends mid-row (cut short): its last row dropped")
+    for row in rows:
         if not row or all(not c.strip() for c in row):
             current = None
             continue
@@ -88,7 +113,11 @@ def _sections(text: str, path: Path) -> list[tuple[str, list[str], list[list[str
         elif current is not None and len(row) == len(current[1]):
             current[2].append(row)
         else:
+            if current is not None:
+                bad_rows += 1
             current = None  # preamble or trailer text
+    if bad_rows:
+        warnings.append(f"{bad_rows} row(s) whose cell count does not match their header ended a report early")
     if not out:
         first = next((ln for ln in text.splitlines() if ln.strip()), "")
         raise TraceFormatError(path, "an nsys stats CSV (cuda_gpu_trace, cuda_gpu_kern_sum, nvtx_sum, "
@@ -104,6 +133,12 @@ class _Cols:
         self.header = header
         self.cols = [np.asarray(c, dtype=object) for c in zip(*rows)] if rows else [np.empty(0, object)] * len(header)
         self.n = len(rows)
+
+    def take(self, keep: np.ndarray) -> "_Cols":
+        out = _Cols(self.header, [])
+        out.cols = [col[keep] for col in self.cols]
+        out.n = int(keep.sum())
+        return out
 
     def find(self, *prefixes: str) -> int | None:
         for p in prefixes:
@@ -158,7 +193,26 @@ def _memop_name(name: str, src: str, dst: str) -> tuple[str, int] | None:
     return f"Memcpy {kind} ({src} -> {dst})", _KIND_OF.get(kind, 6)
 
 
-def _gpu_trace(c: _Cols, pool: StringPool) -> dict:
+def _impossible(*cols: np.ndarray) -> np.ndarray:
+    """Rows where any of ``cols`` (float ns) is missing, negative or an overflow."""
+    bad = np.zeros(len(cols[0]), bool)
+    for v in cols:
+        bad |= np.isnan(v) | (v < 0) | (v >= _OVERFLOW_NS)
+    return bad
+
+
+def _drop(c: "_Cols", bad: np.ndarray, what: str, warnings: list[str]) -> "_Cols":
+    if not bad.any():
+        return c
+    warnings.append(f"{int(bad.sum())} of {c.n} {what} rows dropped: a missing, negative or overflowing time")
+    return c.take(~bad)
+
+
+def _gpu_trace(c: _Cols, pool: StringPool, warnings: list[str]) -> dict:
+    s_f, d_f = c.num("Start", scale_unit=True), c.num("Duration", scale_unit=True)
+    c = _drop(c, _impossible(s_f, d_f, s_f + d_f), "cuda_gpu_trace", warnings)
+    if c.n == 0:
+        return {"kernels": empty_table("kernels"), "memops": empty_table("memops")}
     names = c.text("Name")
     src = c.text("SrcMemKd")
     dst = c.text("DstMemKd")
@@ -194,7 +248,41 @@ def _split_evenly(total_ns: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, 
     return row, q[row] + (rank < r[row])
 
 
+def _decimals(cells: np.ndarray) -> np.ndarray:
+    """Digits after the decimal point of each printed cell."""
+    text = np.char.strip(cells.astype(str))
+    dot = np.char.find(text, ".")
+    return np.where(dot >= 0, np.char.str_len(text) - dot - 1, 0)
+
+
+def _check_summary(c: "_Cols", kind: str, warnings: list[str]) -> "_Cols":
+    """Drop impossible rows; state a summary that disagrees with its own totals."""
+    total, count = c.num("Total Time", scale_unit=True), c.num("Instances")
+    bad = _impossible(total) | np.isnan(count) | (count < 1) | (count >= _OVERFLOW_NS)
+    if bad.any():
+        warnings.append(f"{int(bad.sum())} of {c.n} {kind} rows dropped: a missing or negative total or "
+                        "instance count, or an overflow")
+        c = c.take(~bad)
+    pct = c.num("Time")
+    if c.n and not np.isnan(pct).all():
+        got = float(np.nansum(pct))
+        if abs(got - 100.0) > 0.05 * c.n + 0.1:
+            warnings.append(f"{kind}: Time (%) of the {c.n} rows read sums to {got:.1f}%, not 100%: rows missing "
+                            "or damaged (cut short?)")
+    i_avg, i_tot = c.find("Avg"), c.find("Total Time")
+    if c.n and i_avg is not None and i_tot is not None and c.header[i_avg][3:] == c.header[i_tot][10:]:
+        avg, tot, n = c.num("Avg"), c.num("Total Time"), c.num("Instances")
+        tol = n * 0.5 * 10.0 ** -_decimals(c.cols[i_avg]) + 0.5 * 10.0 ** -_decimals(c.cols[i_tot]) + 1e-9 * np.abs(tot)
+        off = ~np.isnan(avg) & (np.abs(avg * n - tot) > tol)
+        if off.any():
+            warnings.append(f"{kind}: {int(off.sum())} of {c.n} rows whose Avg x Instances is not their Total Time "
+                            "(damaged values)")
+    return c
+
+
 def _summary(c: _Cols, pool: StringPool, label_col: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+    if c.n == 0:
+        return np.empty(0, np.int32), np.empty(0, np.int64), []
     names = c.text(*label_col)
     total = c.ints("Total Time", scale_unit=True)
     count = c.ints("Instances")
@@ -217,32 +305,52 @@ def _summary(c: _Cols, pool: StringPool, label_col: tuple[str, ...]) -> tuple[np
 def load_nsys_csv(path: str | os.PathLike) -> list[Trace]:
     """Read an ``nsys stats --format csv`` output (see the module docstring)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"{path}: no such file")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    check_size(path, refuse_special(path))
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        text = inflate(path, data, "an nsys stats CSV").decode("utf-8", "replace")
+        trace, warnings = _load(path, text)
+    except TracestoryError:
+        raise
+    except (csv.Error, ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError, OSError) as e:
+        raise TraceFormatError(path, "a readable nsys stats CSV",
+                               f"damaged content ({type(e).__name__}: {str(e)[:160]})") from None
+    state(path, warnings)
+    return [trace]
+
+
+def _load(path: Path, text: str) -> tuple[Trace, list[str]]:
+    warnings: list[str] = []
     pool = StringPool()
     tables: dict[str, list] = {"kernels": [], "memops": [], "ranges": []}
     extra: dict = {"reports": []}
     timeline = False
-    for kind, header, rows in _sections(text, path):
+    for kind, header, rows in _sections(text, path, warnings):
         c = _Cols(header, rows)
         extra["reports"].append(kind)
         try:
             if kind == "gpu_trace":
-                got = _gpu_trace(c, pool)
+                got = _gpu_trace(c, pool, warnings)
                 tables["kernels"].append(got["kernels"])
                 tables["memops"].append(got["memops"])
                 timeline = True
             elif kind == "kern_sum":
+                c = _check_summary(c, "cuda_gpu_kern_sum", warnings)
                 codes, dur, stats = _summary(c, pool, ("Name",))
                 tables["kernels"].append(make_table("kernels", start_ns=np.full(len(dur), -1), end_ns=dur - 1, name=codes))
                 extra["kernel_summary"] = stats
             elif kind == "nvtx_sum":
+                c = _check_summary(c, "nvtx_sum", warnings)
                 codes, dur, stats = _summary(c, pool, ("Range", "Name"))
                 tables["ranges"].append(make_table("ranges", start_ns=np.full(len(dur), -1), end_ns=dur - 1, name=codes,
                                                    side=np.full(len(dur), CPU_SIDE), depth=np.zeros(len(dur))))
                 extra["nvtx_summary"] = stats
             else:  # nvtx_trace
+                s_f, e_f = c.num("Start", scale_unit=True), c.num("End", scale_unit=True)
+                c = _drop(c, _impossible(s_f, e_f, e_f - s_f), "nvtx_pushpop_trace", warnings)
                 tables["ranges"].append(make_table(
                     "ranges", start_ns=c.ints("Start", scale_unit=True), end_ns=c.ints("End", scale_unit=True),
                     name=pool.encode(list(c.text("Name"))), side=np.full(c.n, CPU_SIDE), pid=c.ints("PID"),
@@ -252,6 +360,10 @@ def load_nsys_csv(path: str | os.PathLike) -> list[Trace]:
     if "gpu_trace" in extra["reports"] and "kern_sum" in extra["reports"]:
         # Both describe the same kernels: keep the timeline, not a double count.
         tables["kernels"] = [t for t in tables["kernels"] if len(t) == 0 or t["start_ns"][0] >= 0]
+    if not any(len(t) for ts in tables.values() for t in ts):
+        raise TraceFormatError(path, "an nsys stats CSV with at least one usable row",
+                               "none" + (f" ({warnings[0]})" if warnings else ""))
     meta = TraceMeta(source_path=str(path), source_format="nsys-csv", has_timeline=timeline, extra=extra)
+    meta = with_warnings(meta, warnings)
     parts = {k: Table.concat(v) for k, v in tables.items() if v}
-    return [build_trace(meta, pool, **parts)]
+    return build_trace(meta, pool, **parts), warnings

@@ -147,15 +147,32 @@ class Db:
         return out
 
 
+def as_text(v) -> str:
+    """A value SQLite returned where a string belongs, as a string (a blob decoded leniently)."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "replace")
+    return "" if v is None else str(v)
+
+
 class Names:
     """``StringIds`` ids -> codes of the trace's StringPool, touching each distinct id once."""
 
     def __init__(self, db: Db, pool: StringPool):
         self.pool = pool
-        self.ids = dict(db.rows("SELECT id, value FROM StringIds")) if "StringIds" in db.tables else {}
+        # CAST: a damaged or hand-edited export may hold a number or a blob where a string
+        # belongs; SQLite turns it into text (decoded leniently by the connection)
+        self.ids = (dict(db.rows("SELECT id, CAST(value AS TEXT) FROM StringIds")) if "StringIds" in db.tables
+                    else {})
+        if None in self.ids.values():
+            self.ids = {i: v or "" for i, v in self.ids.items()}
+        self.unknown: set[int] = set()  # ids looked up and not found (named "<string ID>")
 
     def codes(self, ids: np.ndarray, transform: Callable[[str], str] | None = None) -> np.ndarray:
         def make(i: int) -> str:
+            if i >= 0 and i not in self.ids:
+                self.unknown.add(i)
             s = self.ids.get(i, f"<string {i}>") if i >= 0 else ""
             return transform(s) if transform is not None else s
 

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import ToolNotFound, TraceFormatError, UsageError
+from .files import refuse_special
 
 
 def sqlite_path_for(report: Path) -> Path:
@@ -35,8 +36,9 @@ def export_nsys_rep(path: str | os.PathLike, *, timeout_s: float | None = 600) -
     :class:`TraceFormatError` when ``nsys export`` fails.
     """
     report = Path(path)
-    if not report.is_file():
+    if not report.exists():
         raise UsageError(f"{report}: no such file")
+    refuse_special(report)
     out = sqlite_path_for(report)
     if out.is_file() and out.stat().st_mtime >= report.stat().st_mtime:
         return out

@@ -47,6 +47,18 @@ array. Exports are written in start order, so a table is sorted only when it is 
 name ids) until they are mapped, plus a few ~1 MiB reader steps in flight. Measured on 2 M
 kernels: docs/PERFORMANCE.md.
 
+Damaged exports
+---------------
+The whole read is one guard: any error SQLite, the string decoding or the column conversion
+raises on damaged pages becomes one :class:`TraceFormatError` naming the file. Activity
+tables must have their ``start`` and ``end`` columns (refused otherwise). Rows with
+impossible times (a NULL or negative start, an end before the start, a time of 2**62 ns or
+more: an overflow) are dropped and counted in ``meta.extra["warnings"]`` (see :mod:`.files`);
+a table none of whose rows has possible times is refused. A file shorter than the page count
+in its SQLite header is refused (a cut-short copy).
+Row counts are checked by the column reader against ``count(*)``. SQLite keeps no checksum
+of the values, so a changed digit inside a valid time reads as that time.
+
 Limits
 ------
 Unterminated NVTX ranges (no end: capture stopped inside them) are dropped and counted in
@@ -59,11 +71,12 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceFormatError, UsageError
+from ..errors import TraceFormatError, TracestoryError, UsageError
 from ..trace import (
     API_DRIVER,
     API_RUNTIME,
@@ -74,7 +87,8 @@ from ..trace import (
     build_trace,
     make_table,
 )
-from .nsys_db import Db, Names, distinct, pid_of, split_global_tid
+from .files import refuse_special, state, with_warnings
+from .nsys_db import Db, Names, as_text, distinct, pid_of, split_global_tid
 from .nsys_meta import era, gpus, metadata
 
 _LOW24 = 0xFFFFFF
@@ -99,6 +113,10 @@ _LAUNCH = {"gridX": "grid_x", "gridY": "grid_y", "gridZ": "grid_z", "blockX": "b
            "blockZ": "block_z", "registersPerThread": "registers_per_thread"}
 _SHARED = {"staticSharedMemory": "_static", "dynamicSharedMemory": "_dynamic"}
 _I4 = np.int32
+_OVERFLOW_NS = 1 << 62  # 146 years: a time at or beyond it is an overflow, not a measurement
+# What damaged pages or values can raise inside the read (beyond the project's own errors).
+_BAD_BYTES = (sqlite3.Error, UnicodeError, TypeError, ValueError, OverflowError, IndexError, KeyError,
+              MemoryError, OSError)
 
 
 def _present(db: Db, table: str, wanted: dict[str, str | tuple[str, ...]], cols: set[str] | None = None) -> dict[str, str]:
@@ -127,8 +145,31 @@ def _nrows(raw: dict) -> int:
     return len(next(iter(raw.values()))) if raw else 0
 
 
+def _possible_times(db: Db, table: str, raw: dict, warnings: list[str]) -> tuple[dict, int]:
+    """Only the rows with possible times (see the module docstring); the others counted."""
+    n = _nrows(raw)
+    if n == 0:
+        return raw, 0
+    missing = [c for c in ("start_ns", "end_ns") if c not in raw]
+    if missing:
+        raise TraceFormatError(db.path, f"{table} with start and end columns",
+                               f"no {' and no '.join(c.removesuffix('_ns') for c in missing)} column "
+                               f"(columns: {', '.join(sorted(db.columns(table)))[:120]})")
+    start, end = raw["start_ns"], raw["end_ns"]
+    ok = (start >= 0) & (end >= start) & (end < _OVERFLOW_NS)
+    if ok.all():
+        return raw, n
+    bad = int(n - ok.sum())
+    if bad == n:
+        raise TraceFormatError(db.path, f"{table} rows with possible times",
+                               f"none of {n} (every start missing or negative, end before start, or overflowing)")
+    warnings.append(f"{table}: {bad} of {n} rows dropped: a missing or negative start, an end before the "
+                    "start, or an overflowing time")
+    return _rows_of(raw, n, ok)
+
+
 # --------------------------------------------------------------------------- tables
-def _kernels(db: Db, names: Names, core: bool = False) -> tuple[dict, dict] | None:
+def _kernels(db: Db, names: Names, warnings: list[str], core: bool = False) -> tuple[dict, dict] | None:
     if KERNEL not in db.tables:
         return None
     cols = db.columns(KERNEL) - (set(_LAUNCH) | set(_SHARED) | {"shortName"} if core else set())
@@ -137,8 +178,7 @@ def _kernels(db: Db, names: Names, core: bool = False) -> tuple[dict, dict] | No
               "short": ("shortName",), **{v: k for k, v in _LAUNCH.items()}, **{v: k for k, v in _SHARED.items()}}
     # int32 where the schema has int32 (no cast copy later); per-block shared memory fits too
     dtypes = {"device": _I4, "_static": _I4, "_dynamic": _I4, **{v: _I4 for v in _LAUNCH.values()}}
-    raw = db.read(KERNEL, _present(db, KERNEL, wanted, cols), dtypes)
-    n = _nrows(raw)
+    raw, n = _possible_times(db, KERNEL, db.read(KERNEL, _present(db, KERNEL, wanted, cols), dtypes), warnings)
     out = {k: v for k, v in raw.items() if k not in ("short", "gpid", "name", "_static", "_dynamic")}
     parts = [raw[k] for k in ("_static", "_dynamic") if k in raw]
     if parts:  # static + dynamic; a NULL (-1) part counts as 0
@@ -162,14 +202,14 @@ def _kernels(db: Db, names: Names, core: bool = False) -> tuple[dict, dict] | No
     return dict(out, _key=gpid), short
 
 
-def _memops(db: Db, names: Names) -> dict | None:
+def _memops(db: Db, names: Names, warnings: list[str]) -> dict | None:
     parts = []
     common = {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
               "correlation": "correlationId", "gpid": "globalPid", "bytes": "bytes"}
     keep = ("start_ns", "end_ns", "device", "stream", "correlation", "bytes", "gpid")
     if MEMCPY in db.tables:
-        raw = db.read(MEMCPY, _present(db, MEMCPY, {**common, "copy": "copyKind", "src": "srcKind", "dst": "dstKind"}))
-        n = _nrows(raw)
+        raw, n = _possible_times(db, MEMCPY, db.read(MEMCPY, _present(
+            db, MEMCPY, {**common, "copy": "copyKind", "src": "srcKind", "dst": "dstKind"})), warnings)
         copy, src, dst = _col(raw, "copy", n), _col(raw, "src", n, 7), _col(raw, "dst", n, 7)
 
         def label(key: int) -> str:
@@ -184,8 +224,8 @@ def _memops(db: Db, names: Names) -> dict | None:
         parts.append(dict({k: _col(raw, k, n) for k in keep},
                           name=names.strings_of(key, label), kind=kind.astype(np.int32)))
     if MEMSET in db.tables:
-        raw = db.read(MEMSET, _present(db, MEMSET, {**common, "mem": "memKind"}))
-        n = _nrows(raw)
+        raw, n = _possible_times(db, MEMSET, db.read(MEMSET, _present(db, MEMSET, {**common, "mem": "memKind"})),
+                                 warnings)
         mem = _col(raw, "mem", n, 7)
         label = names.strings_of(np.where((mem >= 0) & (mem < 8), mem, 7), lambda m: f"Memset ({_MEM_KINDS[m]})")
         parts.append(dict({k: _col(raw, k, n) for k in keep}, name=label, kind=np.zeros(n, np.int32)))
@@ -201,13 +241,14 @@ def _strip_version(name: str) -> str:
     return _VERSION_SUFFIX.sub("", name)
 
 
-def _api(db: Db, names: Names) -> dict | None:
+def _api(db: Db, names: Names, warnings: list[str]) -> dict | None:
     if RUNTIME not in db.tables:
         return None
     raw = db.read(RUNTIME, _present(db, RUNTIME, {"start_ns": "start", "end_ns": "end", "cls": "eventClass",
                                                   "gtid": "globalTid", "correlation": "correlationId", "name": "nameId"}))
     # eventClass 0 runtime / 1 driver only (e.g. 67 = backtrace duplicates in old exports)
     raw, n = _rows_of(raw, _nrows(raw), np.isin(raw["cls"], (0, 1)) if "cls" in raw else None)
+    raw, n = _possible_times(db, RUNTIME, raw, warnings)
     name = names.codes(raw["name"], _strip_version) if "name" in raw else np.full(n, -1, np.int32)
     if "cls" in raw:
         kind = np.where(raw["cls"] == 1, API_DRIVER, API_RUNTIME)
@@ -219,7 +260,7 @@ def _api(db: Db, names: Names) -> dict | None:
                 kind=kind.astype(np.int32), pid=pid, tid=tid, _key=key)
 
 
-def _ranges(db: Db, names: Names) -> tuple[dict | None, int]:
+def _ranges(db: Db, names: Names, warnings: list[str]) -> tuple[dict | None, int]:
     if NVTX not in db.tables:
         return None, 0
     cols = db.columns(NVTX)
@@ -231,7 +272,7 @@ def _ranges(db: Db, names: Names) -> tuple[dict | None, int]:
     raw, n = _rows_of(raw, _nrows(raw), np.isin(raw["type"], types))
     # Names: `text` (unregistered strings) else the registered string `textId`.
     where = f"eventType IN {types}"
-    texts = ([r[0] for r in db.rows(f"SELECT text FROM {NVTX} WHERE {where} ORDER BY rowid")]
+    texts = ([r[0] for r in db.rows(f"SELECT CAST(text AS TEXT) FROM {NVTX} WHERE {where} ORDER BY rowid")]
              if "text" in cols else [None] * n)
     if len(texts) != n:
         raise TraceFormatError(db.path, f"{NVTX} rows to read consistently", f"{len(texts)} texts for {n} rows")
@@ -243,16 +284,23 @@ def _ranges(db: Db, names: Names) -> tuple[dict | None, int]:
     if "domainId" in cols and "text" in cols:
         for did, text in db.rows(f"SELECT domainId, text FROM {NVTX} WHERE eventType = {_NVTX_DOMAIN}"):
             if did is not None and did not in domains:
-                domains[did] = text or f"domain {did}"
+                domains[did] = as_text(text) or f"domain {did}"
     dom = _col(raw, "domain", n)
     domain = names.strings_of(np.where(dom > 0, dom, 0), lambda d: domains.get(d, f"domain {d}") if d > 0 else "")
     start, end = _col(raw, "start_ns", n), _col(raw, "end_ns", n)
     end = np.where(_col(raw, "type", n) == _NVTX_MARK, start, end)  # marks are zero-length
-    ok = end >= start
+    if n and "start_ns" not in raw:
+        raise TraceFormatError(db.path, f"{NVTX} with a start column", f"columns {', '.join(sorted(cols))[:120]}")
+    impossible = (start < 0) | ((end >= 0) & (end < start)) | (end >= _OVERFLOW_NS) | (start >= _OVERFLOW_NS)
+    if impossible.any():
+        warnings.append(f"{NVTX}: {int(impossible.sum())} of {n} ranges dropped: a missing or negative start, "
+                        "an end before the start, or an overflowing time")
+    ok = (end >= start) & ~impossible
+    unterminated = ~ok & ~impossible
     pid, tid, key = split_global_tid(_col(raw, "gtid", n))
     out = {"start_ns": start, "end_ns": end, "name": name, "domain": domain, "side": np.full(n, CPU_SIDE, np.int32),
            "pid": pid, "tid": tid, "_key": key}
-    return {k: v[ok] for k, v in out.items()}, int((~ok).sum())
+    return {k: v[ok] for k, v in out.items()}, int(unterminated.sum())
 
 
 def _memory(db: Db) -> dict | None:
@@ -291,20 +339,48 @@ def load_nsys_sqlite(path: str | os.PathLike, *, kernel_columns: str = "all") ->
     if kernel_columns not in ("all", "core"):
         raise UsageError(f"kernel_columns must be 'all' or 'core', got {kernel_columns!r}")
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"{path}: no such file")
+    refuse_special(path)
     with open(path, "rb") as f:
         head = f.read(16)
     if head != b"SQLite format 3\x00":
         raise TraceFormatError(path, "an Nsight Systems SQLite export", f"a file starting with {head!r}")
-    db = Db(path, fast=_PAGE_READER)
+    _check_length(path)
+    warnings: list[str] = []
     try:
-        return _load(db, core=kernel_columns == "core")
-    finally:
-        db.close()
+        db = Db(path, fast=_PAGE_READER)
+        try:
+            traces = _load(db, warnings, core=kernel_columns == "core")
+        finally:
+            db.close()
+    except TracestoryError:
+        raise
+    except _BAD_BYTES as e:
+        raise TraceFormatError(path, "a readable Nsight Systems SQLite export",
+                               f"damaged content ({type(e).__name__}: {str(e)[:160]})") from None
+    state(path, warnings)
+    return traces
 
 
-def _load(db: Db, core: bool = False) -> list[Trace]:
+def _check_length(path: Path) -> None:
+    """Refuse a file shorter than the page count its header states (a cut-short copy). The
+    header's count is valid when its change counter (offset 24) equals the version-valid-for
+    number (offset 92), as the SQLite file format says."""
+    with open(path, "rb") as f:
+        head = f.read(100)
+        size = os.fstat(f.fileno()).st_size
+    if len(head) < 100:
+        raise TraceFormatError(path, "an SQLite file with its 100-byte header", f"{size} bytes")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    if pages and head[24:28] == head[92:96] and size < pages * page_size:
+        raise TraceFormatError(path, f"{pages} pages of {page_size} bytes as the SQLite header says "
+                                     f"({pages * page_size} bytes)", f"{size} bytes (cut short)")
+
+
+def _load(db: Db, warnings: list[str], core: bool = False) -> list[Trace]:
     known = {KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX}
     if not known & db.tables:
         listed = ", ".join(sorted(db.tables)[:6]) or "no tables"
@@ -312,10 +388,13 @@ def _load(db: Db, core: bool = False) -> list[Trace]:
                                f"a SQLite database with {listed}")
     pool = StringPool()
     names = Names(db, pool)
-    k = _kernels(db, names, core)
+    k = _kernels(db, names, warnings, core)
     kernels, short = k if k else (None, {})
-    memops, api, memory = _memops(db, names), _api(db, names), _memory(db)
-    ranges, unterminated = _ranges(db, names)
+    memops, api, memory = _memops(db, names, warnings), _api(db, names, warnings), _memory(db)
+    ranges, unterminated = _ranges(db, names, warnings)
+    if names.unknown:
+        warnings.append(f"{len(names.unknown)} name IDs not in StringIds"
+                        f"{'' if 'StringIds' in db.tables else ' (no StringIds table)'}: shown as <string ID>")
     tables = {"kernels": kernels, "memops": memops, "api": api, "ranges": ranges, "memory": memory}
     keys_of = {kind: set(distinct(t["_key"]).tolist()) for kind, t in tables.items() if t is not None}
 
@@ -329,7 +408,7 @@ def _load(db: Db, core: bool = False) -> list[Trace]:
     devices_of = gpus(db)
     process_names = {}
     if "PROCESSES" in db.tables and {"globalPid", "name"} <= db.columns("PROCESSES"):
-        process_names = {g: n for g, n in db.rows("SELECT globalPid, name FROM PROCESSES")}
+        process_names = {g: as_text(n) or None for g, n in db.rows("SELECT globalPid, name FROM PROCESSES")}
     version = meta_kv.get("EXPORT_PRODUCT_VERSION")
     schema = meta_kv.get("EXPORT_SCHEMA_VERSION")
     fmt = f"{version} (schema {schema})" if version and schema else (version or schema)
@@ -360,7 +439,7 @@ def _load(db: Db, core: bool = False) -> list[Trace]:
             rank=rank if len(procs) > 1 else None, world_size=len(procs) if len(procs) > 1 else None,
             process_id=int((gpid >> 24) & _LOW24), process_name=process_names.get(gpid), extra=extra,
         )
-        traces.append(build_trace(meta, pool, **parts))
+        traces.append(build_trace(with_warnings(meta, warnings), pool, **parts))
     return traces
 
 
