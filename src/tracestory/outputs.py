@@ -142,7 +142,7 @@ class OutputPlan:
         p = Path(path)
         hit = self._input_named_by(str(p))
         if hit is not None:
-            raise OutputOverwritesInput(p, f"an {what} path that is not an input",
+            raise OutputOverwritesInput(p, f"a path for the {what} that is not an input",
                                         f"the input {hit}")
         if p.is_dir():
             raise OutputError(p, f"a file path for the {what}", "a folder")
@@ -159,7 +159,7 @@ class OutputPlan:
         real = os.path.realpath(folder).rstrip(os.sep) + os.sep
         for inp_real, given in self._paths.items():
             if (inp_real + os.sep).startswith(real):
-                raise OutputOverwritesInput(folder, f"an {what} that holds no input",
+                raise OutputOverwritesInput(folder, f"no input inside the {what}",
                                             f"the input {given} inside it")
         return Path(folder)
 
