@@ -20,6 +20,10 @@ Model:
   as a file, ``ENOSPC``, ``/dev/full``, ``/proc``) becomes :class:`OutputError` naming the path,
   what was expected and what was found; the CLI prints it and exits with code 2.
 
+A folder given as an input protects every file under it (a second ``report FOLDER -o
+FOLDER/report.md`` is refused too, since the first report became a file of the folder); a
+command that knows which files it reads from a folder should pass those files instead.
+
 Limits: inputs are snapshotted when they are added (files created later inside an input
 folder are compared by path only); the rename is atomic on one filesystem, which the
 temporary name in the same folder guarantees; a crash (SIGKILL) can leave a ``.tmp-*`` file
@@ -110,8 +114,9 @@ class OutputPlan:
             for root, _dirs, files in os.walk(real):
                 for f in files:
                     member = os.path.join(root, f)
+                    shown = os.path.join(given, os.path.relpath(member, real))
                     with contextlib.suppress(OSError):
-                        self._files[_identity(os.stat(member))] = member
+                        self._files[_identity(os.stat(member))] = f"{shown} (in the input folder {given})"
         elif stat.S_ISREG(st.st_mode):
             self._files[_identity(st)] = given
 
@@ -129,9 +134,9 @@ class OutputPlan:
             st = None
         if st is not None and stat.S_ISREG(st.st_mode) and _identity(st) in self._files:
             return self._files[_identity(st)]
-        for folder, given in self._folders:
-            if real.startswith(folder.rstrip(os.sep) + os.sep) and os.path.exists(real):
-                return f"{given} (it holds {path})"
+        for folder, given in self._folders:   # created after the plan was made
+            if real.startswith(folder.rstrip(os.sep) + os.sep) and os.path.isfile(real):
+                return f"{os.path.join(given, os.path.relpath(real, folder))} (in the input folder {given})"
         return None
 
     def check(self, path: str | os.PathLike, what: str = "output") -> Path | None:
@@ -142,7 +147,7 @@ class OutputPlan:
         p = Path(path)
         hit = self._input_named_by(str(p))
         if hit is not None:
-            raise OutputOverwritesInput(p, f"a path for the {what} that is not an input",
+            raise OutputOverwritesInput(os.fspath(path), f"a path for the {what} that is not an input",
                                         f"the input {hit}")
         if p.is_dir():
             raise OutputError(p, f"a file path for the {what}", "a folder")
