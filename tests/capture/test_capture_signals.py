@@ -275,3 +275,38 @@ def test_unwritable_artifact_root_is_one_line(work, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("tracestory: error: afile")
     assert Path("afile").read_text() == "x"
+
+
+def gone(pid: int) -> bool:
+    """No such process, or a zombie nobody reaped yet (the workload has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_sigkill_of_the_capture_then_the_next_capture_keeps_what_it_left(work):
+    proc = start_capture(work, "after", "--range", "BENCHMARK", "--skip", "1", "--count", "2")
+    child = wait_reached(work, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 120      # the workload is told its capture died (SIGTERM) and ends
+    while not gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(child)
+    cap = capture_record(work)             # all the killed capture could write: it was running
+    assert cap["status"] == "running" and cap["steps"][-1]["status"] == "running"
+
+    (work / "reached").unlink()
+    assert main(["capture", "torch", "--range", "BENCHMARK", "--skip", "1", "--count", "2",
+                 "--", "python", "work.py", "ends"]) == 0
+    m = json.loads((work / "artifacts" / "work" / "manifest.json").read_text())
+    old, new = m["captures"]
+    assert old["status"] == "failed" and "ended before it finished" in old["error"]
+    assert old["steps"][-1]["status"] == "failed" and old["kept"] == "artifacts/work/failed-torch"
+    assert new["status"] == "complete"
+    folder = work / "artifacts" / "work"
+    assert sorted(p.name for p in (folder / "failed-torch").iterdir()) == ["rank0.trace.json.gz"]
+    for f in (folder / "failed-torch" / "rank0.trace.json.gz", folder / "torch" / "rank0.trace.json.gz"):
+        assert annotations(f) == ["BENCHMARK", "BENCHMARK", "iter1", "iter2"]

@@ -46,6 +46,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -108,6 +109,7 @@ class CaptureResult:
 
 
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+_HOST = socket.gethostname()
 
 
 def _signum(name: str) -> int:
@@ -288,6 +290,7 @@ def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResul
     output_plan(p, config)
     ensure_folder(p.folder)
     manifest = read_manifest(p.folder) or new_manifest(p.name)
+    _recover_unfinished(p, manifest)
     rec: dict[str, Any] = {
         "tool": p.tool, "folder": _display(p.folder), "status": "running", "started_at": now_iso(), "duration_ns": None,
         "invocation": list(p.invocation),
@@ -295,7 +298,7 @@ def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResul
                      "cwd": os.getcwd(), "git": None},
         "settings": _settings.to_manifest(p.settings),
         "external_profiler": external_profiler(),
-        "pid": os.getpid(),
+        "pid": os.getpid(), "host": _HOST,
         "steps": [],
     }
     manifest["captures"].append(rec)
@@ -309,8 +312,6 @@ def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResul
 
     with interrupts_raise() as guard:
         try:
-            if p.staging.exists():
-                shutil.rmtree(p.staging)  # leftovers of an interrupted capture
             p.staging.mkdir()
             save()                        # the manifest exists before anything runs
             manifest["environment"] = collect_environment(p.workload.path)
@@ -334,6 +335,45 @@ def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResul
         save()
     return CaptureResult(p.tool, str(p.folder), rec["status"], tuple(files), str(p.folder / MANIFEST),
                          error, interrupted, note)
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _recover_unfinished(p: CapturePlan, manifest: dict[str, Any]) -> None:
+    """A capture of this tool recorded as running whose process is gone (killed, machine
+    stopped): mark it failed and keep its staging folder as failed-<tool>/. One still running
+    is refused: two captures cannot share a staging folder."""
+    recovered = []
+    for old in manifest["captures"]:
+        if old.get("tool") != p.tool or old.get("status") != "running":
+            continue
+        if _alive(old.get("pid")) and old.get("host", _HOST) == _HOST:
+            raise UsageError(f"{_display(p.folder)}: expected no other {p.tool} capture running into it, "
+                             f"found process {old['pid']} (started {old.get('started_at')})")
+        for st in old.get("steps") or []:
+            if st.get("status") == "running":
+                st.update(status="failed", error="the capture process ended during this step")
+        old["status"] = "failed"
+        old["error"] = (f"the capture process ({old.get('pid')}) ended before it finished "
+                        "(killed, or its machine stopped); found by the next capture")
+        recovered.append(old)
+    if p.staging.exists():
+        _remove_temporaries(p.staging)
+        for sf in p.staging.glob("rank*.status.json"):
+            sf.unlink(missing_ok=True)
+        kept = _keep_failed(p)
+        if kept is not None and recovered:
+            recovered[-1]["kept"] = _display(kept)
 
 
 def _run_steps(p: CapturePlan, rec: dict[str, Any], save) -> tuple[str | None, str | None]:
