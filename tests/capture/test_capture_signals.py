@@ -310,3 +310,44 @@ def test_sigkill_of_the_capture_then_the_next_capture_keeps_what_it_left(work):
     assert sorted(p.name for p in (folder / "failed-torch").iterdir()) == ["rank0.trace.json.gz"]
     for f in (folder / "failed-torch" / "rank0.trace.json.gz", folder / "torch" / "rank0.trace.json.gz"):
         assert annotations(f) == ["BENCHMARK", "BENCHMARK", "iter1", "iter2"]
+
+
+STAND_IN_NSYS = r'''#!{py}
+import signal, sys, time
+a = sys.argv[1:]
+out = dict(x[2:].partition("=")[::2] for x in a if x.startswith("--"))["output"]
+if a[0] == "profile":
+    def stop(*_):
+        open(out + ".nsys-rep", "wb").write(b"r" * 77)   # nsys writes its report when stopped
+        sys.exit(0)
+    signal.signal(signal.SIGINT, stop)
+    open("{reached}", "w").write("1")
+    time.sleep(300)
+'''
+
+
+def test_ctrl_c_under_nsys_keeps_its_report_apart_and_skips_the_export(work):
+    bin_dir = work / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nsys").write_text(STAND_IN_NSYS.format(py=sys.executable, reached=work / "reached"))
+    (bin_dir / "nsys").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "tracestory.cli", "capture", "nsys", "--", sys.executable,
+                             "work.py", "after"], cwd=work, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (work / "reached").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    code, _, err = finish(proc)
+    assert code == 128 + signal.SIGINT, err
+    folder = work / "artifacts" / "work"
+    assert not (folder / "nsys").exists()
+    assert sorted(p.name for p in (folder / "failed-nsys").iterdir()) == ["work.nsys-rep"]
+    cap = capture_record(work)
+    assert cap["status"] == "failed" and cap["interrupted"] == "SIGINT"
+    (step,) = cap["steps"]                       # the SQLite export never ran
+    assert step["name"] == "nsys-profile" and step["exit_code"] == 0 and step["stop_signal"] == "SIGINT"
+    assert step["error"] == "interrupted by SIGINT (exit code 0)"
+    assert step["files"] == [{"path": "failed-nsys/work.nsys-rep", "bytes": 77}]

@@ -330,7 +330,7 @@ def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResul
             error = f"{type(e).__name__}: {e}"
         finally:
             guard.hold()                  # a second Ctrl-C waits until the manifest is written
-        interrupted = interrupted or guard.first
+        interrupted = guard.first or interrupted   # what reached the capture wins
         files, note = _finish(p, rec, error, interrupted)
         save()
     return CaptureResult(p.tool, str(p.folder), rec["status"], tuple(files), str(p.folder / MANIFEST),
@@ -389,7 +389,7 @@ def _run_steps(p: CapturePlan, rec: dict[str, Any], save) -> tuple[str | None, s
         save()
         if s.role == "server":
             records, stopped_by_user = _run_under_load(p, s, steps.pop(0))
-            interrupted = "SIGINT" if stopped_by_user else None
+            interrupted = "SIGINT" if stopped_by_user else None   # the exact signal: execute()'s guard
             statuses = _rank_statuses(p.staging)
             errors = _rank_errors(statuses)
             if errors:
@@ -402,6 +402,9 @@ def _run_steps(p: CapturePlan, rec: dict[str, Any], save) -> tuple[str | None, s
             statuses = _rank_statuses(p.staging)
             if s.name == "torch-profile":
                 _judge_profiled_child(p, records[0], statuses)
+            elif interrupted and records[0]["status"] == "ok":   # e.g. nsys writing its report on SIGINT
+                records[0]["status"] = "failed"
+                records[0]["error"] = f"interrupted by {interrupted} (exit code {records[0]['exit_code']})"
             else:
                 errors = _rank_errors(statuses)
                 if errors:

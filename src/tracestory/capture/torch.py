@@ -245,6 +245,7 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
     def export(p, complete: bool = False) -> None:
         """Write the trace whole or not at all; never raise into the workload."""
         was_holding, guard.holding = guard.holding, True   # a signal now waits for the file
+        before = len(guard.received)
         try:
             with atomic_path(path) as tmp:
                 p.export_chrome_trace(str(tmp))   # torch gzips when the name ends in .gz
@@ -255,8 +256,10 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
             export_errors.append(f"{path}: the trace could not be written ({e})")
         finally:
             guard.holding = was_holding
-        if not was_holding and guard.received and threading.current_thread() is threading.main_thread():
-            raise CaptureInterrupted(guard.received[-1])
+        if not was_holding and len(guard.received) > before:   # deliver the signal that waited
+            if threading.current_thread() is threading.main_thread():
+                raise CaptureInterrupted(guard.received[-1])
+            os.kill(os.getpid(), _signum(guard.received[-1]))
 
     kwargs: dict[str, Any] = dict(activities=activities, record_shapes=opts.with_shapes,
                                   profile_memory=opts.memory, with_flops=opts.flops,
