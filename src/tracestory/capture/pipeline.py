@@ -230,6 +230,8 @@ def check_workload(p: CapturePlan) -> None:
 def output_plan(p: CapturePlan, config: str | Path | None = None) -> OutputPlan:
     """The folders and the manifest this capture replaces, checked against its inputs (the
     workload's script, a settings file)."""
+    if config is None and Path(_settings.CONFIG_FILE).is_file():
+        config = _settings.CONFIG_FILE          # read by default when present
     inputs = [x for x in (p.workload.script, config) if x]
     plan = OutputPlan(inputs=inputs)
     for folder in (p.staging, p.final, p.folder / f"failed-{p.tool}", p.folder / f".old-{p.tool}"):
