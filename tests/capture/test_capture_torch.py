@@ -68,7 +68,11 @@ def test_range_skip_count_profiles_exactly_those_occurrences(work):
     assert cap["settings"]["skip"] == {"value": 2, "source": "flag"}
     assert cap["settings"]["with_shapes"] == {"value": False, "source": "default"}
     (step,) = cap["steps"]
-    assert step["in_process"] and step["exit_code"] == 0 and step["duration_ns"] > 0
+    # the workload ran as a supervised child under the runner, shown with the user's interpreter word
+    assert not step["in_process"] and step["exit_code"] == 0 and step["duration_ns"] > 0
+    assert step["argv"] == ["python", "-m", "tracestory.capture.runner", "--out-dir", "artifacts/work/torch",
+                            "--range", "BENCHMARK", "--skip", "2", "--count", "3", "--", "work.py", "6"]
+    assert step["signal"] is None and step["interrupted"] is None and step["stop_signal"] is None
     assert step["files"] == [{"path": "torch/rank0.trace.json.gz", "bytes": trace.stat().st_size}]
     assert cap["invocation"] == ["tracestory", "capture", "torch", "--range", "BENCHMARK", "--skip", "2",
                                  "--count", "3", "--", "python", "work.py", "6"]

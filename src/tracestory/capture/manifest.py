@@ -21,22 +21,28 @@ Layout (plain JSON; times are UTC ISO-8601 strings, durations integer ns, sizes 
 
 Several captures (torch, then ncu, ...) into one folder append to ``captures``; the
 ``environment`` is the latest one's. The file is replaced atomically (write then rename), so
-a reader never sees half a manifest.
+a reader never sees half a manifest. A capture is recorded before it runs anything
+(``"status": "running"``) and the file is rewritten as each step starts and ends, so a capture
+killed at any point leaves a manifest saying how far it got. Steps also record ``signal``
+(the signal that killed the child), ``interrupted`` (the stop signal that reached the
+capture) and ``stop_signal`` (the last signal the capture sent the child).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
-import subprocess
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..errors import TraceFormatError
+from ..outputs import write_text
+from .supervise import run_child
 
 SCHEMA = "tracestory.manifest/1"
 MANIFEST = "manifest.json"
@@ -95,10 +101,9 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
 
 
 def write_manifest(folder: str | Path, manifest: Mapping[str, Any]) -> Path:
+    """Replace ``manifest.json`` atomically (an error writing it is one line)."""
     p = Path(folder) / MANIFEST
-    tmp = p.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    write_text(p, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
     return p
 
 
@@ -115,32 +120,25 @@ def new_files(before: Mapping[str, int], after: Mapping[str, int]) -> list[tuple
     return [(k, n) for k, n in sorted(after.items()) if before.get(k) != n or k not in before]
 
 
-def run_step(step: Step, *, cwd: str | Path | None = None,
-             in_process: Callable[[], tuple[int, str | None]] | None = None) -> dict[str, Any]:
-    """Run one step and return its record (without ``files``; the caller adds them).
+def run_step(step: Step, *, cwd: str | Path | None = None, grace_s: float = 120.0) -> dict[str, Any]:
+    """Run one step as a supervised child (:func:`.supervise.run_child`) and return its record
+    (without ``files``; the caller adds them).
 
-    Subprocesses inherit stdin/stderr (the user sees the workload's output); ``stdout`` goes
-    to the step's file when it has one. ``in_process`` runs instead of a subprocess and returns
-    (exit code, error text).
+    The child inherits stdin/stderr (the user sees the workload's output); ``stdout`` goes to
+    the step's file when it has one. A stop signal that reaches the capture is forwarded; the
+    record says which (``interrupted``), what was sent (``stop_signal``) and, for a child that
+    died of a signal, which one (``signal``).
     """
     started = now_iso()
     t0 = time.perf_counter_ns()
-    error = None
-    if in_process is not None:
-        code, error = in_process()
-    else:
-        env = {**os.environ, **step.env} if step.env else None
-        try:
-            if step.stdout:
-                with open(step.stdout, "wb") as fh:
-                    code = subprocess.run(list(step.argv), cwd=cwd, env=env, stdout=fh).returncode
-            else:
-                code = subprocess.run(list(step.argv), cwd=cwd, env=env).returncode
-        except OSError as e:
-            code, error = 127, f"{step.argv[0]}: {e.strerror or e}"
+    env = {**os.environ, **step.env} if step.env else None
+    try:
+        with open(step.stdout, "wb") if step.stdout else contextlib.nullcontext() as fh:
+            out = run_child(step.argv, grace_s=grace_s, env=env, cwd=str(cwd) if cwd else None, stdout=fh)
+        code, error = out.code, out.error
+    except OSError as e:
+        out, code, error = None, 127, f"{e.filename or step.argv[0]}: {e.strerror or e}"
     duration = time.perf_counter_ns() - t0
-    if code != 0 and error is None:
-        error = f"exit code {code}"
     return {
         "name": step.name,
         "argv": list(step.shown),
@@ -153,6 +151,9 @@ def run_step(step: Step, *, cwd: str | Path | None = None,
         "status": "ok" if code == 0 else "failed",
         "error": error,
         "files": [],
+        "signal": out.signal if out else None,
+        "interrupted": out.interrupted if out else None,
+        "stop_signal": out.stop_signal if out else None,
     }
 
 

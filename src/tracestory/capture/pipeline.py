@@ -19,6 +19,21 @@ A failed capture whose staging folder holds files (a partial trace, a load's rec
 them as ``<out>/<name>/failed-<tool>/``, named in the manifest; readers never take it for a
 complete capture.
 
+Surviving signals and crashes: every command, the profiled workload included, runs as a
+supervised child in its own session (:mod:`.supervise`); the torch capture runs the workload
+under ``python -m tracestory.capture.runner`` with this interpreter. The manifest is written
+before anything runs and rewritten as each step starts and ends. A stop signal (Ctrl-C,
+SIGTERM, SIGHUP) reaching the capture is forwarded to the child, whose profiler exports what
+it holds; the capture then records the signal and exits 128 + its number (130 for Ctrl-C).
+A torch capture whose every rank had written its complete trace (range, schedule) before a
+stop signal is **complete** (``interrupted`` and ``note`` say so); a workload killed by a
+signal (SIGSEGV, SIGABRT, SIGKILL) fails the capture, naming the signal, and the complete
+traces written before it died are kept in ``failed-<tool>/`` (temporary files of an export cut
+short are removed). Before anything starts, the workload is checked
+(:func:`.workload.check_startable`: missing interpreter, script or module) and every folder
+the capture creates or replaces is checked against its inputs
+(:class:`tracestory.outputs.OutputPlan`).
+
 Commands are recorded as the user would type them (final paths, not staging paths), and each
 capture records ``invocation``: the ``tracestory capture`` command with every non-default
 setting as a flag, which reproduces it whatever source (flag, env, file) set the values.
@@ -27,9 +42,11 @@ setting as a flag, which reproduces it whatever source (flag, env, file) set the
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -37,16 +54,18 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import ToolNotFound, UsageError
+from ..outputs import OutputPlan, ensure_folder, is_temporary
 from . import under_load as _load
 from . import ncu as _ncu
 from . import nsys as _nsys
 from . import settings as _settings
 from .environment import collect_environment, external_profiler
-from .manifest import (Step, new_files, new_manifest, now_iso, read_manifest, run_step,
+from .manifest import (MANIFEST, Step, new_files, new_manifest, now_iso, read_manifest, run_step,
                        snapshot, write_manifest)
 from .runner import build_argv as runner_argv
+from .supervise import describe_exit, interrupts_raise, signal_of
 from .torch import TorchOptions
-from .workload import Workload, parse_workload
+from .workload import Workload, check_startable, parse_workload
 
 TORCHRUN_HINT = "torchrun ships with PyTorch: install torch in the environment that runs the capture"
 
@@ -76,6 +95,27 @@ class CaptureResult:
     files: tuple[tuple[str, int], ...]   # (path relative to folder, bytes)
     manifest_path: str
     error: str | None
+    interrupted: str | None = None   # the stop signal that reached the capture ("SIGINT", ...)
+    note: str | None = None          # e.g. a complete capture whose workload was then stopped
+
+    @property
+    def exit_code(self) -> int:
+        """0 complete; 128 + signal when a stop signal failed it; 1 otherwise."""
+        if self.status == "complete":
+            return 0
+        if self.interrupted:
+            return 128 + _signum(self.interrupted)
+        return 1
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+_HOST = socket.gethostname()
+
+
+def _signum(name: str) -> int:
+    import signal
+
+    return int(getattr(signal, name, signal.SIGINT))
 
 
 def _display(p: Path) -> str:
@@ -147,8 +187,9 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
                               **prof_kw))
         elif server:
             steps.append(step("torch-profile", [w.python or sys.executable, *runner], **prof_kw))
-        else:
-            steps.append(Step("torch-profile", tuple(inv), tuple(inv), in_process=True))
+        else:   # this interpreter, as the in-process capture it replaces used; shown as typed
+            s = step("torch-profile", [sys.executable, *runner])
+            steps.append(dataclasses.replace(s, shown=(w.python or "python", *s.shown[1:])))
     elif tool == "nsys":
         base = str(staging / name)
         steps.append(step("nsys-profile", _nsys.profile_argv(w, v, base, sd), **prof_kw))
@@ -170,94 +211,230 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
 def check_tools(p: CapturePlan) -> None:
     """Raise ToolNotFound for the first program the plan needs and this machine lacks."""
     hints = {"nsys": _nsys.INSTALL_HINT, "ncu": _ncu.INSTALL_HINT, "torchrun": TORCHRUN_HINT}
+    if p.tool == "torch" and importlib.util.find_spec("torch") is None:
+        raise ToolNotFound("torch", "install PyTorch (`pip install torch`) to capture with torch.profiler")
     for s in p.steps:
-        if s.in_process:
-            try:
-                import torch  # noqa: F401  (capture is one of the two places allowed to)
-            except ImportError:
-                raise ToolNotFound("torch", "install PyTorch (`pip install torch`) to capture "
-                                   "with torch.profiler") from None
-            continue
         exe = s.argv[0]
         if shutil.which(exe) is None:
             raise ToolNotFound(exe, hints.get(exe, f"`{exe}` (the workload's interpreter) is not on PATH"))
 
 
-def _run_torch(p: CapturePlan) -> tuple[int, str | None]:
-    from .torch import capture_in_process
+def check_workload(p: CapturePlan) -> None:
+    """Refuse a workload that cannot start (missing interpreter, script or module), in one
+    line, before anything is created. The torch capture's own child runs this interpreter."""
+    runs_here = p.tool == "torch" and not p.values.get("torchrun") and p.values.get("load") is None
+    check_startable(p.workload, interpreter=None if not runs_here or p.values.get("warmup_run")
+                    else sys.executable)
 
-    r = capture_in_process(p.workload, torch_options(p.values), p.staging)
-    return r.exit_code, r.error
+
+def output_plan(p: CapturePlan, config: str | Path | None = None) -> OutputPlan:
+    """The folders and the manifest this capture replaces, checked against its inputs (the
+    workload's script, a settings file)."""
+    if config is None and Path(_settings.CONFIG_FILE).is_file():
+        config = _settings.CONFIG_FILE          # read by default when present
+    inputs = [x for x in (p.workload.script, config) if x]
+    plan = OutputPlan(inputs=inputs)
+    for folder in (p.staging, p.final, p.folder / f"failed-{p.tool}", p.folder / f".old-{p.tool}"):
+        plan.check_folder(folder, f"capture folder {folder.name}/")
+    plan.check(p.folder / MANIFEST, "manifest")
+    return plan
 
 
-def _rank_errors(staging: Path) -> list[str]:
-    """Errors the ranks of a runner reported in their status files (which are then removed)."""
-    errors = []
+def _rank_statuses(staging: Path) -> list[dict[str, Any]]:
+    """What each rank of a runner recorded in its status file (the files are then removed);
+    an unreadable one is a status with an error."""
+    out = []
     for sf in sorted(staging.glob("rank*.status.json")):
         try:
             data = json.loads(sf.read_text(encoding="utf-8"))
-            if data.get("error"):
-                errors.append(f"rank {data.get('rank')}: {data['error'].strip().splitlines()[-1]}")
-        except (OSError, json.JSONDecodeError):
-            errors.append(f"{sf.name}: unreadable status")
-        sf.unlink()
-    return errors
+            out.append(data if isinstance(data, dict) else {"error": f"{sf.name}: not a JSON object"})
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            out.append({"error": f"{sf.name}: unreadable status"})
+        sf.unlink(missing_ok=True)
+    return out
 
 
-def execute(p: CapturePlan) -> CaptureResult:
-    """Run the plan; write the manifest whatever happens; raise only for a missing tool."""
+def _rank_errors(statuses: list[dict[str, Any]]) -> list[str]:
+    return [f"rank {st.get('rank')}: {str(st['error']).strip().splitlines()[-1]}"
+            for st in statuses if st.get("error")]
+
+
+def _judge_profiled_child(p: CapturePlan, sr: dict[str, Any], statuses: list[dict[str, Any]]) -> None:
+    """Set the status and error of the torch capture's profiled step from its exit and the
+    ranks' status files (see the module docstring)."""
+    nranks = p.values.get("torchrun") or 1
+    stop = sr.get("interrupted") or next((st["interrupted"] for st in statuses if st.get("interrupted")), None)
+    killed = sr.get("signal")
+    if killed in STOP_SIGNALS:
+        stop, killed = stop or killed, None
+    done = [st for st in statuses if st.get("complete") and st.get("trace_path") or
+            (st.get("complete") and st.get("external_profiler"))]
+    errors = _rank_errors(statuses)
+    if killed:
+        sr["status"] = "failed"
+        kept = f"; complete trace(s) written before: {len(done)} of {nranks} rank(s)" if done else ""
+        sr["error"] = f"the workload was {describe_exit(sr['exit_code'])}{kept}"
+    elif stop and len(done) == nranks and not errors:
+        sr["status"], sr["error"], sr["stopped_by"] = "ok", None, stop
+    elif stop:
+        sr["status"] = "failed"
+        sr["error"] = "; ".join(errors or [f"interrupted by {stop}"])
+    elif errors:   # what the workload's side reported says more than an exit code
+        sr["status"] = "failed"
+        sr["error"] = "; ".join(errors + ([sr["error"]] if sr["error"] else []))
+
+
+def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResult:
+    """Run the plan; write the manifest first and whatever happens; raise (one line) only for
+    a missing tool, a workload that cannot start, or an output that would replace an input."""
     check_tools(p)
-    p.folder.mkdir(parents=True, exist_ok=True)
-    if p.staging.exists():
-        shutil.rmtree(p.staging)  # leftovers of an interrupted capture
-    p.staging.mkdir()
+    check_workload(p)
+    output_plan(p, config)
+    ensure_folder(p.folder)
     manifest = read_manifest(p.folder) or new_manifest(p.name)
-    manifest["environment"] = collect_environment(p.workload.path)
+    _recover_unfinished(p, manifest)
     rec: dict[str, Any] = {
         "tool": p.tool, "folder": _display(p.folder), "status": "running", "started_at": now_iso(), "duration_ns": None,
         "invocation": list(p.invocation),
         "workload": {"argv": [p.workload.python or "python", *p.workload.target, *p.workload.args],
-                     "cwd": os.getcwd(), "git": manifest["environment"].get("git")},
+                     "cwd": os.getcwd(), "git": None},
         "settings": _settings.to_manifest(p.settings),
         "external_profiler": external_profiler(),
+        "pid": os.getpid(), "host": _HOST,
         "steps": [],
     }
+    manifest["captures"].append(rec)
     t0 = time.perf_counter_ns()
     error: str | None = None
-    interrupted: BaseException | None = None
+    interrupted: str | None = None
+
+    def save() -> None:
+        rec["duration_ns"] = time.perf_counter_ns() - t0
+        write_manifest(p.folder, manifest)
+
+    with interrupts_raise() as guard:
+        try:
+            p.staging.mkdir()
+            save()                        # the manifest exists before anything runs
+            manifest["environment"] = collect_environment(p.workload.path)
+            rec["workload"]["git"] = manifest["environment"].get("git")
+            save()
+            error, interrupted = _run_steps(p, rec, save)
+            # Under nsys/ncu the torch capture deliberately records nothing itself (no nested
+            # CUPTI subscriber): the outer profiler holds the trace.
+            if (error is None and p.tool == "torch" and rec["external_profiler"] is None
+                    and not list(p.staging.glob("rank*.trace.json.gz"))):
+                error = "torch capture wrote no trace"
+        except KeyboardInterrupt as e:  # between steps: nothing runs, record it
+            interrupted = signal_of(e)
+            error = f"interrupted by {interrupted}"
+        except Exception as e:  # never leave a half capture in place
+            error = f"{type(e).__name__}: {e}"
+        finally:
+            guard.hold()                  # a second Ctrl-C waits until the manifest is written
+        interrupted = guard.first or interrupted   # what reached the capture wins
+        files, note = _finish(p, rec, error, interrupted)
+        save()
+    return CaptureResult(p.tool, str(p.folder), rec["status"], tuple(files), str(p.folder / MANIFEST),
+                         error, interrupted, note)
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
     try:
-        steps = list(p.steps)
-        while steps:
-            s = steps.pop(0)
-            before = snapshot(p.staging)
-            stopped_by_user = False
-            if s.role == "server":
-                records, stopped_by_user = _run_under_load(p, s, steps.pop(0))
-            else:
-                records = [run_step(s, in_process=(lambda: _run_torch(p)) if s.in_process else None)]
-            rank_errors = _rank_errors(p.staging)
-            _attribute_files(p, records, new_files(before, snapshot(p.staging)))
-            sr = records[0]
-            if rank_errors:   # what the workload's side reported says more than an exit code
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _recover_unfinished(p: CapturePlan, manifest: dict[str, Any]) -> None:
+    """A capture of this tool recorded as running whose process is gone (killed, machine
+    stopped): mark it failed and keep its staging folder as failed-<tool>/. One still running
+    is refused: two captures cannot share a staging folder."""
+    recovered = []
+    for old in manifest["captures"]:
+        if old.get("tool") != p.tool or old.get("status") != "running":
+            continue
+        if _alive(old.get("pid")) and old.get("host", _HOST) == _HOST:
+            raise UsageError(f"{_display(p.folder)}: expected no other {p.tool} capture running into it, "
+                             f"found process {old['pid']} (started {old.get('started_at')})")
+        for st in old.get("steps") or []:
+            if st.get("status") == "running":
+                st.update(status="failed", error="the capture process ended during this step")
+        old["status"] = "failed"
+        old["error"] = (f"the capture process ({old.get('pid')}) ended before it finished "
+                        "(killed, or its machine stopped); found by the next capture")
+        recovered.append(old)
+    if p.staging.exists():
+        _remove_temporaries(p.staging)
+        for sf in p.staging.glob("rank*.status.json"):
+            sf.unlink(missing_ok=True)
+        kept = _keep_failed(p)
+        if kept is not None and recovered:
+            recovered[-1]["kept"] = _display(kept)
+
+
+def _run_steps(p: CapturePlan, rec: dict[str, Any], save) -> tuple[str | None, str | None]:
+    """Run the steps in order, recording each before and after it runs; stop at the first
+    failure or interrupt. Returns (error, interrupting signal)."""
+    steps = list(p.steps)
+    grace = float(p.values.get("stop_timeout") or 120)
+    while steps:
+        s = steps.pop(0)
+        before = snapshot(p.staging)
+        rec["steps"].append({"name": s.name, "argv": list(s.shown), "command": s.command,
+                             "status": "running", "started_at": now_iso(), "files": []})
+        save()
+        if s.role == "server":
+            records, stopped_by_user = _run_under_load(p, s, steps.pop(0))
+            interrupted = "SIGINT" if stopped_by_user else None   # the exact signal: execute()'s guard
+            statuses = _rank_statuses(p.staging)
+            errors = _rank_errors(statuses)
+            if errors:
+                sr = records[0]
                 sr["status"] = "failed"
-                sr["error"] = "; ".join(rank_errors + ([sr["error"]] if sr["error"] else []))
-            rec["steps"].extend(records)
-            failed = [r for r in records if r["status"] != "ok"]
-            if failed:
-                error = "; ".join(f"step {r['name']} failed: {r['error']}" for r in failed)
-                if stopped_by_user:
-                    interrupted = KeyboardInterrupt()   # re-raised once the manifest is written
-                break
-        # Under nsys/ncu the torch capture deliberately records nothing itself (no nested
-        # CUPTI subscriber): the outer profiler holds the trace.
-        if (error is None and p.tool == "torch" and rec["external_profiler"] is None
-                and not list(p.staging.glob("rank*.trace.json.gz"))):
-            error = "torch capture wrote no trace"
-    except BaseException as e:  # KeyboardInterrupt too: never leave a half capture in place
-        error = f"{type(e).__name__}: {e}"
-        interrupted = e
-    rec["duration_ns"] = time.perf_counter_ns() - t0
+                sr["error"] = "; ".join(errors + ([sr["error"]] if sr["error"] else []))
+        else:
+            records = [run_step(s, grace_s=grace)]
+            interrupted = records[0].get("interrupted")
+            statuses = _rank_statuses(p.staging)
+            if s.name == "torch-profile":
+                _judge_profiled_child(p, records[0], statuses)
+            elif interrupted and records[0]["status"] == "ok":   # e.g. nsys writing its report on SIGINT
+                records[0]["status"] = "failed"
+                records[0]["error"] = f"interrupted by {interrupted} (exit code {records[0]['exit_code']})"
+            else:
+                errors = _rank_errors(statuses)
+                if errors:
+                    records[0]["status"] = "failed"
+                    records[0]["error"] = "; ".join(errors + [records[0]["error"] or ""]).rstrip("; ")
+        _attribute_files(p, records, new_files(before, snapshot(p.staging)))
+        rec["steps"][-1:] = records
+        save()
+        failed = [r for r in records if r["status"] != "ok"]
+        if failed:
+            return "; ".join(f"step {r['name']} failed: {r['error']}" for r in failed), interrupted
+        stopped = next((r["stopped_by"] for r in records if r.get("stopped_by")), None)
+        if interrupted or stopped:
+            return None, interrupted or stopped
+    return None, None
+
+
+def _finish(p: CapturePlan, rec: dict[str, Any], error: str | None,
+            interrupted: str | None) -> tuple[list[tuple[str, int]], str | None]:
+    """Move the staging folder into place (or keep it as failed-<tool>/) and complete the
+    capture's record."""
+    _remove_temporaries(p.staging)
     files: list[tuple[str, int]] = []
+    note = None
+    if rec["steps"] and rec["steps"][-1].get("status") == "running":   # stopped mid-step
+        rec["steps"][-1].update(status="failed", error=f"interrupted by {interrupted}" if interrupted else "stopped")
+    if interrupted:
+        rec["interrupted"] = interrupted
     if error is None:
         old = p.folder / f".old-{p.tool}"
         if p.final.exists():
@@ -267,18 +444,27 @@ def execute(p: CapturePlan) -> CaptureResult:
         shutil.rmtree(old, ignore_errors=True)
         files = [(f"{p.tool}/{k}", n) for k, n in snapshot(p.final).items()]
         rec["status"] = "complete"
+        if interrupted:
+            note = (f"the workload was stopped by {interrupted} after the capture had completed: "
+                    "the trace is complete")
+            rec["note"] = note
     else:
         kept = _keep_failed(p)
         for sr in rec["steps"]:   # deleted with the staging folder, or moved to failed-<tool>/
-            sr["files"] = [{**f, "path": f"{kept.name}/{f['path'].split('/', 1)[1]}"} for f in sr["files"]] if kept else []
+            sr["files"] = ([{**f, "path": f"{kept.name}/{f['path'].split('/', 1)[1]}"} for f in sr.get("files") or []]
+                           if kept else [])
         rec["status"], rec["error"] = "failed", error
         if kept is not None:
             rec["kept"] = _display(kept)
-    manifest["captures"].append(rec)
-    mpath = write_manifest(p.folder, manifest)
-    if interrupted is not None and not isinstance(interrupted, Exception):
-        raise interrupted
-    return CaptureResult(p.tool, str(p.folder), rec["status"], tuple(files), str(mpath), error)
+    return files, note
+
+
+def _remove_temporaries(folder: Path) -> None:
+    """Temporary files of a write cut short (a trace being exported when the child died)."""
+    if folder.is_dir():
+        for f in folder.rglob(".tmp-*"):
+            if f.is_file() and is_temporary(f.name):
+                f.unlink(missing_ok=True)
 
 
 def _keep_failed(p: CapturePlan) -> Path | None:
@@ -320,4 +506,4 @@ def _attribute_files(p: CapturePlan, records: list[dict[str, Any]], files: list[
 def capture(tool: str, workload_words: Sequence[str], **flags: Any) -> CaptureResult:
     """Library verb: ``capture("torch", ["python", "x.py"], range="BENCHMARK", skip=2)``."""
     config = flags.pop("config", None)
-    return execute(plan(tool, workload_words, flags, config=config))
+    return execute(plan(tool, workload_words, flags, config=config), config=config)

@@ -36,6 +36,8 @@ class RegionListener(Protocol):
 
     def on_exit(self, name: str) -> None: ...
 
+    # optional: ``on_exit_raised(name)`` instead of ``on_exit`` when an exception leaves the region
+
 
 _listeners: list[RegionListener] = []
 
@@ -129,7 +131,11 @@ class region:
         if pop is not None:
             pop()
         for listener in tuple(_listeners):
-            listener.on_exit(self.name)
+            cut = getattr(listener, "on_exit_raised", None) if exc_type is not None else None
+            if cut is not None:
+                cut(self.name)     # left by an exception: the listener may not count it
+            else:
+                listener.on_exit(self.name)
         return None
 
     def __call__(self, fn: Callable) -> Callable:

@@ -5,8 +5,13 @@ Used where the workload runs in another process than ``tracestory capture``: eve
 ``rank<r>.trace.json.gz``), and the child of nsys/ncu when a range must skip occurrences
 (``--profiler-api``: occurrence K between cudaProfilerStart/Stop, never torch.profiler).
 
-Each process writes ``rank<r>.status.json`` (a :class:`TorchCaptureResult` as JSON) beside
-its trace so the parent can record what happened; the exit code is the workload's.
+Each process writes ``rank<r>.status.json`` beside its trace so the parent can record what
+happened, and keeps it current, each time atomically: ``{"state": "running"}`` before the
+workload starts, then ``trace_path`` and ``complete`` as soon as a trace is written (a range
+is written when it closes), then the whole :class:`TorchCaptureResult` with ``"state":
+"done"``. A process killed part-way (SIGKILL, SIGSEGV) leaves the last of these, so the
+parent knows whether a complete trace was written before it died. The exit code is the
+workload's (``128 + signal`` when a stop signal ended it).
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from .torch import TorchOptions, capture_in_process
+from ..outputs import write_text
+from .torch import TorchOptions, _rank, capture_in_process
 from .workload import parse_workload
 
 
@@ -58,9 +65,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     opts = TorchOptions(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(TorchOptions)})
     workload = parse_workload(ns.workload)
-    result = capture_in_process(workload, opts, ns.out_dir, force_profiler_api=ns.profiler_api)
-    status = Path(ns.out_dir) / f"rank{result.rank}.status.json"
-    status.write_text(json.dumps(dataclasses.asdict(result), indent=1), encoding="utf-8")
+    rank = _rank()
+    Path(ns.out_dir).mkdir(parents=True, exist_ok=True)
+    status = Path(ns.out_dir) / f"rank{rank}.status.json"
+
+    def record(**fields) -> None:
+        write_text(status, json.dumps({"rank": rank, "pid": os.getpid(), **fields}, indent=1))
+
+    record(state="running")
+    result = capture_in_process(workload, opts, ns.out_dir, force_profiler_api=ns.profiler_api,
+                                on_trace=lambda path, complete: record(state="running", trace_path=path,
+                                                                       complete=complete))
+    record(state="done", **dataclasses.asdict(result))
     if result.error:
         sys.stderr.write(result.error.rstrip() + "\n")  # the rank's only channel to the user
     return result.exit_code

@@ -63,8 +63,9 @@ OPTIONS: tuple[Option, ...] = (
            "`tracestory load`, or a whole command), then stop the server with SIGINT"),
     Option("health_timeout", "int", 300, _ALL, "with --load: seconds to wait for the server's /health"),
     Option("stop_timeout", "int", 120, _ALL,
-           "with --load: seconds the server gets to exit after SIGINT (and again after SIGTERM); "
-           "the profiler writes its trace then"),
+           "seconds a stopped workload gets to exit after SIGINT (and again after SIGTERM) before the "
+           "next signal: the server after the load, or any profiled command after a Ctrl-C; the "
+           "profiler writes its trace then"),
     Option("wait", "int", None, ("torch",),
            "ProfilerStep schedule: steps to wait (a step ends with each --range region, "
            "or each outermost region without --range)"),

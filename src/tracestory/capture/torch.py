@@ -28,6 +28,16 @@ between ``cudaProfilerStart``/``cudaProfilerStop`` instead, for ``nsys
 
 The trace is written as ``rank<r>.trace.json.gz`` (``r`` = ``$RANK``, 0 without torchrun);
 torch keeps ``distributedInfo`` when the workload initialised ``torch.distributed``.
+
+**Surviving the end of the process.** Every trace is written under a temporary name and
+renamed into place (:func:`tracestory.outputs.atomic_path`), so a trace file that exists is
+whole. A range is exported as soon as its last occurrence closes (on that thread), not when
+the workload ends, so a later crash, kill or Ctrl-C cannot take it. ``on_trace(path,
+complete)`` is called after each export (the runner records it in its status file). A stop
+signal (SIGINT, SIGTERM, SIGHUP) raises ``KeyboardInterrupt`` in the workload
+(:func:`~.supervise.interrupts_raise`); the profiler is then stopped and what it holds is
+exported; signals arriving during an export wait until it is written. An occurrence left by
+an exception (an interrupt included) is not counted as captured.
 """
 
 from __future__ import annotations
@@ -39,9 +49,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ToolNotFound
+from ..errors import ToolNotFound, TracestoryError
+from ..outputs import atomic_path
 from . import region as _region
 from .environment import external_profiler
+from .supervise import CaptureInterrupted, interrupts_raise, signal_of
 from .workload import Workload, run_in_process
 
 
@@ -77,6 +89,8 @@ class TorchCaptureResult:
     captured_occurrences: int | None
     external_profiler: str | None  # "nsys" / "ncu" when we ran under one (no torch.profiler)
     error: str | None              # traceback of the workload, or why nothing was captured
+    complete: bool = False         # the trace holds everything asked (whole run, range, schedule)
+    interrupted: str | None = None  # the stop signal the workload received ("SIGINT", ...)
 
 
 def is_occurrence(region_name: str, range_name: str) -> bool:
@@ -119,16 +133,21 @@ class RangeController:
             self.seen += 1
         self._depth += 1
 
-    def on_exit(self, name: str) -> None:
+    def on_exit(self, name: str, *, raised: bool = False) -> None:
         if not is_occurrence(name, self.name):
             return
         self._depth -= 1
         if self._depth == 0 and self.running:
-            self.captured += 1
+            if not raised:
+                self.captured += 1
             if self.seen >= self.skip + self.count:
                 self._stop()
                 self.running = False
                 self._local.__dict__.pop("guard", None)
+
+    def on_exit_raised(self, name: str) -> None:
+        """An occurrence left by an exception is cut short: not counted as captured."""
+        self.on_exit(name, raised=True)
 
     @property
     def complete(self) -> bool:
@@ -163,6 +182,7 @@ class StepController:
 
     def __init__(self, step: Callable[[], Any], name: str | None = None):
         self._step, self._name, self._depth, self.steps = step, name, 0, 0
+        self.stopping = False      # set once the workload ended: a trace written now is partial
 
     def on_enter(self, name: str) -> None:
         if self._name is None or is_occurrence(name, self._name):
@@ -197,8 +217,12 @@ def _import_torch():
 
 
 def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Path,
-                       *, force_profiler_api: bool = False) -> TorchCaptureResult:
-    """Run ``workload`` here under torch.profiler (or the CUDA profiler API under nsys/ncu)."""
+                       *, force_profiler_api: bool = False,
+                       on_trace: Callable[[str, bool], Any] | None = None) -> TorchCaptureResult:
+    """Run ``workload`` here under torch.profiler (or the CUDA profiler API under nsys/ncu).
+
+    ``on_trace(path, complete)`` is called after each trace file is written (see the module
+    docstring for when that is)."""
     torch = _import_torch()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -214,11 +238,28 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
     path = out_dir / trace_name(rank)
-    written: list[bool] = []
+    written: list[bool] = []          # one entry per export; True when it held everything asked
+    export_errors: list[str] = []
+    controller: Any = None
 
-    def export(p) -> None:
-        p.export_chrome_trace(str(path))  # torch gzips when the name ends in .gz
-        written.append(True)
+    def export(p, complete: bool = False) -> None:
+        """Write the trace whole or not at all; never raise into the workload."""
+        was_holding, guard.holding = guard.holding, True   # a signal now waits for the file
+        before = len(guard.received)
+        try:
+            with atomic_path(path) as tmp:
+                p.export_chrome_trace(str(tmp))   # torch gzips when the name ends in .gz
+            written.append(complete)
+            if on_trace is not None:
+                on_trace(str(path), complete)
+        except (TracestoryError, OSError, RuntimeError) as e:
+            export_errors.append(f"{path}: the trace could not be written ({e})")
+        finally:
+            guard.holding = was_holding
+        if not was_holding and len(guard.received) > before:   # deliver the signal that waited
+            if threading.current_thread() is threading.main_thread():
+                raise CaptureInterrupted(guard.received[-1])
+            os.kill(os.getpid(), _signum(guard.received[-1]))
 
     kwargs: dict[str, Any] = dict(activities=activities, record_shapes=opts.with_shapes,
                                   profile_memory=opts.memory, with_flops=opts.flops,
@@ -226,54 +267,97 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
     if mode == "schedule":
         kwargs["schedule"] = schedule(wait=opts.wait or 0, warmup=opts.warmup or 0,
                                       active=opts.active or 1, repeat=1)
-        kwargs["on_trace_ready"] = export
+        kwargs["on_trace_ready"] = lambda p: export(p, complete=controller is not None and not controller.stopping)
     prof = profile(**kwargs)
     if mode == "range" and torch.cuda.is_available():
         _prime_cupti(profile, activities)
 
-    controller: Any = None
     if mode == "range":
-        controller = RangeController(opts.range or "", opts.skip, opts.count, prof.start, prof.stop,
+        def stop_range() -> None:
+            prof.stop()
+            if controller.captured >= opts.count:   # the whole range: written now, not at exit
+                export(prof, complete=True)
+
+        controller = RangeController(opts.range or "", opts.skip, opts.count, prof.start, stop_range,
                                      same_thread_stop=True)
     elif mode == "schedule":
         controller = StepController(prof.step, opts.range)
     error = None
     code = 1
-    try:
-        if controller is not None:
-            _region.add_listener(controller)
-        if mode != "range":
-            prof.start()
-        code = run_in_process(workload)
-    except Exception:
-        error = traceback.format_exc()
-    finally:
-        if controller is not None:
-            _region.remove_listener(controller)
-        if mode == "range":
-            controller.finish()
-        else:
-            prof.stop()
+    interrupted: str | None = None     # a stop signal that ended the workload
+    with interrupts_raise() as guard:   # export() sees this guard from here on
+        try:
+            if controller is not None:
+                _region.add_listener(controller)
+            if mode != "range":
+                prof.start()
+            code = run_in_process(workload)
+        except KeyboardInterrupt as e:
+            interrupted = signal_of(e)
+            code = 128 + _signum(interrupted)
+        except Exception:
+            error = traceback.format_exc()
+        finally:
+            guard.hold()                    # later signals wait: what follows writes the trace
+            if controller is not None:
+                _region.remove_listener(controller)
+            if mode == "schedule":
+                controller.stopping = True
+            if mode == "range":
+                controller.finish()
+            else:
+                prof.stop()
+        received = guard.first
     seen = captured = None
+    complete = False
     if mode == "range":
         seen, captured = controller.seen, controller.captured
+        complete = controller.complete and any(written)
         if controller.running:     # still open on a thread that has ended: nothing to export
-            if error is None:
+            if error is None and interrupted is None:
                 error = _range_open(opts, captured)
-        elif captured and not written:
-            export(prof)
-        if not captured and error is None:
+        elif controller.thread is not None and not written:
+            export(prof, complete=False)   # what the profiler holds: a range cut short
+        if interrupted is not None and not complete:
+            error = (f"interrupted by {interrupted}: {captured} of --count {opts.count} occurrences of region "
+                     f"{opts.range!r} were captured ({seen} seen)")
+        elif not captured and error is None and interrupted is None:
             error = _range_missed(opts, seen)
-        elif not controller.complete and error is None:
+        elif not controller.complete and error is None and interrupted is None:
             error = _range_short(opts, seen, captured)
     elif mode == "whole":
-        export(prof)
-    elif not written and error is None:
-        error = (f"the schedule needs {(opts.wait or 0) + (opts.warmup or 0) + (opts.active or 1)} "
-                 f"steps (exits of {'region ' + repr(opts.range) if opts.range else 'outermost regions'}); "
-                 f"the workload had {controller.steps}, so nothing was captured")
-    return TorchCaptureResult(code if error is None or code != 0 else 1, mode, rank,
-                              str(path) if written else None, seen, captured, None, error)
+        export(prof, complete=interrupted is None and error is None)
+        complete = bool(written) and written[-1]
+        if interrupted is not None:
+            error = f"interrupted by {interrupted}: the trace holds the run until then"
+    else:
+        complete = any(written)
+        if interrupted is not None and not complete:
+            error = f"interrupted by {interrupted} after {controller.steps} schedule steps"
+        elif not written and error is None:
+            error = (f"the schedule needs {(opts.wait or 0) + (opts.warmup or 0) + (opts.active or 1)} "
+                     f"steps (exits of {'region ' + repr(opts.range) if opts.range else 'outermost regions'}); "
+                     f"the workload had {controller.steps}, so nothing was captured")
+    if export_errors:
+        error = "; ".join(([error] if error else []) + export_errors)
+        complete = False
+    if interrupted is None and code == 0 and error is None:
+        exit_code = 0
+    elif interrupted is not None:
+        exit_code = code
+    else:
+        exit_code = code if code != 0 else 1
+    return TorchCaptureResult(exit_code, mode, rank, str(path) if written else None, seen, captured, None,
+                              error, complete, interrupted or received)
+
+
+def _signum(name: str) -> int:
+    import signal
+
+    try:
+        return int(getattr(signal, name))
+    except (AttributeError, TypeError):
+        return 2
 
 
 def _prime_cupti(profile, activities) -> None:
@@ -327,17 +411,27 @@ def _run_under_external(torch, workload: Workload, opts: TorchOptions, rank: int
         _region.add_listener(controller)
     error = None
     code = 1
-    try:
-        code = run_in_process(workload)
-    except Exception:
-        error = traceback.format_exc()
-    finally:
-        if controller is not None:
-            _region.remove_listener(controller)
-            controller.finish()
+    interrupted = None
+    with interrupts_raise() as guard:
+        try:
+            code = run_in_process(workload)
+        except KeyboardInterrupt as e:
+            interrupted = signal_of(e)
+            code = 128 + _signum(interrupted)
+        except Exception:
+            error = traceback.format_exc()
+        finally:
+            guard.hold()
+            if controller is not None:
+                _region.remove_listener(controller)
+                controller.finish()
     seen = controller.seen if controller else None
     captured = controller.captured if controller else None
-    if controller is not None and not captured and error is None:
+    if interrupted is not None and not captured:
+        error = f"interrupted by {interrupted}" + (f" before occurrence {opts.skip} of region {opts.range!r} "
+                                                  "ended" if controller else "")
+    elif controller is not None and not captured and error is None:
         error = _range_missed(opts, seen)
+    complete = error is None
     return TorchCaptureResult(code if error is None or code != 0 else 1, "range" if opts.range else "whole",
-                              rank, None, seen, captured, external, error)
+                              rank, None, seen, captured, external, error, complete, interrupted or guard.first)

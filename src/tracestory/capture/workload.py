@@ -7,19 +7,30 @@ the workload's :func:`tracestory.region` calls).
 
 In-process runs set ``sys.argv`` and ``sys.path[0]`` as ``python script.py`` would and restore
 them afterwards; the interpreter named in the command is then the current one.
+
+:func:`check_startable` refuses, before anything starts, a workload that cannot start: an
+interpreter that is not on PATH, a script that is not a file, a module ``python -m`` would
+not find. Modules are looked up without importing anything: the top-level name through
+every finder (editable installs included), submodules in their parent's search locations,
+``__main__`` for a package. Limits: the lookup uses this interpreter's path (``-m`` with
+another interpreter is checked only when it resolves to this one); a package that extends its
+``__path__`` at import time can hide a submodule from the lookup.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import re
 import runpy
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import UsageError
+from ..errors import ToolNotFound, UsageError
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
@@ -82,6 +93,57 @@ def parse_workload(words: Sequence[str]) -> Workload:
         raise UsageError(f"capture: expected a script or -m module, found option {words[0]!r} "
                          "(interpreter options are not supported)")
     return Workload(python, words[0], None, tuple(words[1:]))
+
+
+def _same_interpreter(word: str | None) -> bool:
+    if word is None:
+        return True
+    exe = shutil.which(word)
+    return exe is not None and os.path.realpath(exe) == os.path.realpath(sys.executable)
+
+
+def module_found(name: str, search: Sequence[str] | None = None) -> bool:
+    """Whether ``python -m name`` would find something to run, importing nothing."""
+    parts = name.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return False
+    try:
+        if search is None:
+            spec = importlib.util.find_spec(parts[0])     # top level: no import happens
+        else:
+            spec = importlib.machinery.PathFinder.find_spec(parts[0], list(search))
+            if spec is None:
+                spec = importlib.util.find_spec(parts[0])
+        for part in parts[1:]:
+            locations = spec.submodule_search_locations if spec is not None else None
+            if not locations:
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(part, list(locations))
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if spec.submodule_search_locations:        # a package runs its __main__
+        return importlib.machinery.PathFinder.find_spec("__main__", list(spec.submodule_search_locations)) is not None
+    return True
+
+
+def check_startable(w: Workload, *, interpreter: str | None = None) -> None:
+    """Raise (one line) when the workload cannot start: see the module docstring.
+
+    ``interpreter`` is the word that will run it (default: the one the user named)."""
+    word = w.python if interpreter is None else interpreter
+    if word is not None and shutil.which(word) is None:
+        raise ToolNotFound(word, "the workload's interpreter is not on PATH (or not executable)")
+    if w.script is not None:
+        if not Path(w.script).is_file():
+            what = "a folder" if Path(w.script).is_dir() else "no such file"
+            raise UsageError(f"{w.script}: expected a Python script (`-- python script.py ARGS`, or "
+                             f"`-- python -m module ARGS`), found {what}")
+    elif w.module and _same_interpreter(word):
+        if not module_found(w.module, [os.getcwd(), *sys.path]):
+            raise UsageError(f"{w.module}: expected a module that `python -m` can run, found none on "
+                             f"the path of {sys.executable} (current folder included)")
 
 
 def run_in_process(w: Workload) -> int:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from ..capture import settings as _settings
 
 _HELP = {
-    "torch": "run the workload in-process under torch.profiler",
+    "torch": "run the workload under torch.profiler (a child process the capture supervises)",
     "nsys": "run the workload under Nsight Systems, then export SQLite",
     "ncu": "run the workload under Nsight Compute, then export raw and details CSV",
 }
@@ -72,24 +72,37 @@ def run(args: argparse.Namespace) -> int:
         from ..capture.under_load import url_of
 
         for s in p.steps:
-            if s.in_process:
-                print("# in-process (torch.profiler inside tracestory):")
+            if s.name == "torch-profile" and s.role is None:
+                print("# the workload under torch.profiler, in its own process group (Ctrl-C is forwarded):")
             elif s.role == "server":
                 print("# the server, in its own process group (stopped with SIGINT after the load):")
             elif s.role == "load":
                 print(f"# once GET {url_of(p.values['load']).rstrip('/')}/health answers 200:")
             print(s.command)
         return 0
-    result = pipeline.execute(p)
+    result = pipeline.execute(p, config=args.config)
     if result.status == "complete":
         print(f"capture {tool}: complete -> {result.folder}")
         for path, size in result.files:
             print(f"  {path}  ({size} bytes)")
         print("  manifest.json")
-        return 0
-    print(f"capture {tool}: FAILED ({result.error.strip() if result.error else 'unknown'}); "
-          f"no {tool}/ folder written, see {result.manifest_path}", file=sys.stderr)
-    return 1
+        if result.note:
+            print(f"  note: {result.note}")
+        return result.exit_code
+    error = result.error.strip().splitlines()[-1] if result.error else "unknown"
+    kept = _kept(result)
+    print(f"capture {tool}: FAILED ({error}); no {tool}/ folder written"
+          + (f", what it wrote is kept in {kept}" if kept else "") + f", see {result.manifest_path}",
+          file=sys.stderr)
+    return result.exit_code
+
+
+def _kept(result) -> str | None:
+    """The failed-<tool>/ folder a failed capture left, when it left one."""
+    from pathlib import Path
+
+    kept = Path(result.folder) / f"failed-{result.tool}"
+    return str(kept) if kept.is_dir() else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
