@@ -119,3 +119,7 @@ def test_url_of():
     assert url_of("--url http://h:1 --model m") == "http://h:1"
     assert url_of("tracestory load --url=http://h:2") == "http://h:2"
     assert url_of("--model m") == "http://127.0.0.1:8000"
+    # vLLM's spellings, which tracestory load takes
+    assert url_of("--base-url http://h:3 --model m") == "http://h:3"
+    assert url_of("--port 8123 --model m") == "http://127.0.0.1:8123"
+    assert url_of("--host 10.0.0.2 --port 9") == "http://10.0.0.2:9"

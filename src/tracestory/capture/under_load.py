@@ -108,13 +108,21 @@ def capture_load_argv(load_command: str | Sequence[str], folder: str | Path) -> 
 
 
 def url_of(load_command: str | Sequence[str], default: str = DEFAULT_URL) -> str:
-    """The ``--url`` of a load command line, else ``default``."""
+    """The server address of a load command line: ``--base-url`` (or its older name ``--url``),
+    else ``--host``/``--port`` (vLLM's spelling), else ``default``."""
     words = shlex.split(load_command) if isinstance(load_command, str) else list(load_command)
+    found: dict[str, str] = {}
     for i, w in enumerate(words):
-        if w == "--url" and i + 1 < len(words):
-            return words[i + 1]
-        if w.startswith("--url="):
-            return w.split("=", 1)[1]
+        for flag in ("--base-url", "--url", "--host", "--port"):
+            if w == flag and i + 1 < len(words):
+                found.setdefault(flag, words[i + 1])
+            elif w.startswith(flag + "="):
+                found.setdefault(flag, w.split("=", 1)[1])
+    if "--base-url" in found or "--url" in found:
+        return found.get("--base-url") or found["--url"]
+    if "--host" in found or "--port" in found:
+        host, port = default.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        return f"http://{found.get('--host', host)}:{found.get('--port', port)}"
     return default
 
 
