@@ -19,10 +19,9 @@ import platform
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from .. import specs
+from .. import outputs, specs
 from ..capture.region import region  # noqa: F401  (the workloads' regions, used as common.region)
 from ..models.runtime import (  # noqa: F401  (the workloads' dtype and device helpers, used as common.X)
     DTYPE_ALIASES,
@@ -144,8 +143,9 @@ def header(info: DeviceInfo, pk: BenchPeaks) -> str:
 
 
 def write_json(path: str | None, payload: dict[str, Any]) -> None:
+    """Write ``payload`` as JSON through the output boundary (atomic, ``-`` is stdout)."""
     if path:
-        Path(path).write_text(json.dumps(payload, indent=1, default=_default) + "\n")
+        outputs.write_text(path, json.dumps(payload, indent=1, default=_default) + "\n")
 
 
 def _default(o):

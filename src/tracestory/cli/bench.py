@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .. import outputs
 from ..bench import attention, common, fp8, llama, moe, timer
 from ..bench.common import print_table, roofline_line
 from ..capture import region as _region
@@ -404,11 +405,12 @@ def _run_torch_profiled(w: Workload, args) -> int:
 
     def stop():
         prof.stop()
-        raw = out.with_suffix("") if out.suffix == ".gz" else out.with_suffix(out.suffix + ".raw")
-        prof.export_chrome_trace(str(raw))
-        with open(raw, "rb") as src, gzip.open(out, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        raw.unlink()
+        with outputs.atomic_path(out) as tmp:
+            raw = tmp.with_name(tmp.name + ".raw.json")
+            prof.export_chrome_trace(str(raw))
+            with open(raw, "rb") as src, gzip.open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            raw.unlink()
 
     ctl = RangeController("BENCHMARK", 0, 1, prof.start, stop)
     timer.set_single_iteration(True)
