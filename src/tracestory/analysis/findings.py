@@ -234,11 +234,11 @@ def rule_gpu_idle(a) -> list[Finding]:
     return [Finding("gpu_idle", sev, title, ev, imp, rec)]
 
 
-def rule_cpu_stall(a) -> list[Finding]:
+def rule_cpu_stall(a, gaps=None) -> list[Finding]:
     tl = a.timeline
     if tl is None or tl.idle_ns <= 0:
         return []
-    causes = [g for g in gap_causes(a.trace) if g.op_name]
+    causes = [g for g in (gap_causes(a.trace) if gaps is None else gaps) if g.op_name]
     if not causes:
         return []
     groups: dict[str, list[GapCause]] = {}
@@ -362,11 +362,13 @@ def rule_eager_fusion(a) -> list[Finding]:
 RULES = (rule_gpu_idle, rule_cpu_stall, rule_dominant_category, rule_first_step, rule_step_outlier,
          rule_step_trend, rule_bound, rule_occupancy, rule_memcpy_share, rule_communication,
          rule_eager_fusion, rule_memory)
-_TAKES = {rule_bound: ("kernel_metrics", "peaks"), rule_occupancy: ("kernel_metrics", "peaks"),
-          rule_memory: ("memory",)}
+_TAKES = {rule_bound: ("kernel_metrics", "peaks", "hardware", "joins", "estimate"),
+          rule_occupancy: ("kernel_metrics", "peaks", "hardware"),
+          rule_memory: ("memory",), rule_cpu_stall: ("gaps",)}
 
 
-def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None) -> tuple[Finding, ...]:
+def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None, hardware=None, joins=None,
+                    estimate=None, gaps=None) -> tuple[Finding, ...]:
     """All findings for one analysed trace, most severe first (rule order within a severity).
 
     ``analysis`` has ``trace``, ``classification``, ``breakdown``, ``timeline`` (or None) and
@@ -377,8 +379,13 @@ def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None) -
       shape estimate, and the occupancy rules fire;
     * ``peaks``: a ``specs.Peaks`` (``--peaks FILE`` / a manifest's measured peaks); default
       the built-in table for the trace's (or ncu's) device name;
-    * ``memory``: a precomputed ``analyze.memory.memory_timeline`` result (else computed)."""
-    given = {"kernel_metrics": kernel_metrics, "peaks": peaks, "memory": memory}
+    * ``memory``: a precomputed ``analysis.memory.memory_timeline`` result (else computed);
+    * ``hardware`` / ``joins`` / ``estimate`` / ``gaps``: what
+      :func:`~tracestory.analysis.results.analyze_inputs` computed once (the ncu inputs with
+      their peaks, joins and rooflines; the joins of this trace to them; the trace's shape
+      roofline; its gap causes), used instead of computing them again."""
+    given = {"kernel_metrics": kernel_metrics, "peaks": peaks, "memory": memory, "hardware": hardware,
+             "joins": joins, "estimate": estimate, "gaps": gaps}
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(analysis, **{k: given[k] for k in _TAKES.get(rule, ())}))
@@ -386,8 +393,9 @@ def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None) -
     return tuple(sorted(found, key=lambda f: order[f.severity]))  # stable: rule order kept
 
 
-def ncu_findings(kernel_metrics, *, peaks=None) -> tuple[Finding, ...]:
+def ncu_findings(kernel_metrics, *, peaks=None, hardware=None) -> tuple[Finding, ...]:
     """Findings for Nsight Compute results alone (no timeline trace): roofline and occupancy."""
-    found = rule_bound(None, kernel_metrics, peaks) + rule_occupancy(None, kernel_metrics, peaks)
+    found = (rule_bound(None, kernel_metrics, peaks, hardware=hardware)
+             + rule_occupancy(None, kernel_metrics, peaks, hardware=hardware))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return tuple(sorted(found, key=lambda f: order[f.severity]))

@@ -49,10 +49,14 @@ def _peaks_for(name, peaks):
     return peaks_for(name)
 
 
-def roofline_points(a, kernel_metrics=None, peaks=None) -> tuple[list, bool]:
-    """(roofline points, estimated?) for a trace: ncu counters when given, else the estimate."""
+def roofline_points(a, kernel_metrics=None, peaks=None, hardware=None, estimate=None) -> tuple[list, bool]:
+    """(roofline points, estimated?) for a trace: ncu counters when given, else the estimate.
+    ``hardware`` (the ncu inputs' precomputed rooflines, objects with ``.roofline``) and
+    ``estimate`` (the trace's precomputed shape estimate) are used as given."""
     from .roofline import estimate_roofline, roofline
 
+    if hardware:
+        return [p for h in hardware for p in h.roofline.points], False
     kms = metrics_list(kernel_metrics)
     dev = a.trace.meta.devices[0].name if a is not None and a.trace.meta.devices else None
     if kms:
@@ -62,20 +66,24 @@ def roofline_points(a, kernel_metrics=None, peaks=None) -> tuple[list, bool]:
         return pts, False
     if a is None:
         return [], True
+    if estimate is not None:
+        return list(estimate.points), True
     return list(estimate_roofline(a.trace, _peaks_for(dev, peaks)).points), True
 
 
-def trace_time_by_name(a, kernel_metrics) -> dict[str, int]:
+def trace_time_by_name(a, kernel_metrics, joins=None) -> dict[str, int]:
     """For each ncu kernel name, the trace's total time of the kernel it joins to
     (``ncu_join``: name key and launch order; the matched trace name's summed durations).
+    ``joins``: the precomputed join of each kernel-metrics input to this trace, in order.
     Empty without a trace."""
     if a is None or len(a.trace.kernels) == 0:
         return {}
     from .ncu_join import join_ncu
 
     out: dict[str, int] = {}
-    for km in metrics_list(kernel_metrics):
-        join = join_ncu(a.trace, km)
+    kms = metrics_list(kernel_metrics)
+    for i, km in enumerate(kms):
+        join = joins[i] if joins is not None else join_ncu(a.trace, km)
         for k in km.kernels:
             m = join.for_kernel(k.id)
             if m is not None and m.name_total_ns:
@@ -104,9 +112,11 @@ def _by_name(points, weights: dict[str, int] | None = None) -> list[tuple[str, i
     return sorted(out, key=lambda r: (-r[1], r[0]))
 
 
-def rule_bound(a, kernel_metrics=None, peaks=None) -> list[Finding]:
-    pts, est = roofline_points(a, kernel_metrics, peaks)
-    weights = trace_time_by_name(a, kernel_metrics) if not est else None
+def rule_bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, estimate=None) -> list[Finding]:
+    if hardware:
+        kernel_metrics = [h.metrics for h in hardware]
+    pts, est = roofline_points(a, kernel_metrics, peaks, hardware, estimate)
+    weights = trace_time_by_name(a, kernel_metrics, joins) if not est else None
     rows = _by_name(pts, weights)
     if not rows:
         return []
@@ -187,13 +197,15 @@ _FIX = {
 }
 
 
-def rule_occupancy(a, kernel_metrics=None, peaks=None) -> list[Finding]:
+def rule_occupancy(a, kernel_metrics=None, peaks=None, hardware=None) -> list[Finding]:
     from .hardware import waves
 
+    if hardware:
+        kernel_metrics = [h.metrics for h in hardware]
     ks = _kernels(kernel_metrics)
     if not ks:
         return []
-    pts, _ = roofline_points(a, kernel_metrics, peaks)
+    pts, _ = roofline_points(a, kernel_metrics, peaks, hardware)
     pct = {}
     for p in pts:
         if p.pct_of_roof is not None:

@@ -29,6 +29,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.multigpu import combine, rank_summary
+    from ..analysis.rules_multigpu import multigpu_findings
     from ..errors import UsageError
     from ..ingest.ranks import rank_sources
     from ..parallel import map_ranks
@@ -39,13 +40,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{' '.join(args.inputs)}: expected the traces of at least 2 ranks, found {len(sources)}")
     summaries = map_ranks(sources, rank_summary, workers=args.workers, dask_address=args.dask)
     result = combine(summaries)
+    findings = multigpu_findings(result)
     h = headline(result)
     print(f"{len(result.ranks)} ranks: " + (h if h else "no collective matched across ranks."))
     if args.output:
         Path(args.output).write_text(f"# Multi-GPU analysis: {len(result.ranks)} ranks\n\n"
-                                     + render_multigpu_section(result) + "\n")
+                                     + render_multigpu_section(result, findings) + "\n")
         print(f"wrote {args.output}")
     if args.json:
-        Path(args.json).write_text(json.dumps(multigpu_json(result), indent=1) + "\n")
+        Path(args.json).write_text(json.dumps(multigpu_json(result, findings), indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0

@@ -254,7 +254,7 @@ def render_comparison(c: Comparison, *, title: str | None = None) -> str:
 
 def comparison_json(c: Comparison) -> dict:
     """All of the comparison in base units (ns, counts, fractions), plus its findings."""
-    from .jsonout import jsonable
+    from .jsonable import jsonable
 
     doc = {"schema": SCHEMA}
     doc.update(jsonable(c))

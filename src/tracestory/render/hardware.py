@@ -1,15 +1,17 @@
 """Markdown body of ``## Hardware Behavior Analysis`` and its ASCII charts (<= 100 columns).
 
-Everything shown comes from :mod:`tracestory.ingest.ncu` records, :mod:`..analyze.roofline` points
-and :mod:`..analyze.hardware` interpretations; a missing number prints ``n/a``. Output is
-deterministic (no clocks, no dict-order surprises: rows are sorted).
+Everything shown comes from the report's :class:`~tracestory.analysis.results.Results`: each
+Nsight Compute input's records, roofline points and per-kernel interpretations
+(``Results.hardware``), or without ncu input each trace's roofline estimated from op shapes
+(``RunResults.roofline_estimate``); a missing number prints ``n/a``. Output is deterministic
+(no clocks, no dict-order surprises: rows are sorted).
 """
 
 from __future__ import annotations
 
 import math
 
-from ..analysis.hardware import hardware_analysis
+from ..specs import peaks_warning
 
 _MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -142,9 +144,16 @@ def _block(title: str, rows: list[str], notes) -> list[str]:
     return out + [""]
 
 
-def render_hardware_section(km, join, roofline, peaks, top: int = 5) -> str:
-    """Markdown body for ``## Hardware Behavior Analysis`` (no heading line)."""
-    analysis = hardware_analysis(km, join, roofline, peaks, top=top)
+def hardware_section(hardware) -> str:
+    """The section body for every Nsight Compute input (``Results.hardware``), each after the
+    warning of unknown peaks when its GPU has none."""
+    return "\n".join((f"_{h.peaks_warning}_\n\n" if h.peaks_warning else "") + render_hardware_section(h)
+                     for h in hardware)
+
+
+def render_hardware_section(h) -> str:
+    """Markdown body for one Nsight Compute input (a ``KernelMetricsResults``; no heading line)."""
+    km, join, roofline, peaks, analysis = h.metrics, h.join, h.roofline, h.peaks, h.kernels
     by_id = {k.id: k for k in km.kernels}
     points = {p.kernel_id: p for p in roofline.points} if roofline is not None else {}
     dev = km.device_name or "unknown GPU"
@@ -195,3 +204,38 @@ def render_hardware_section(km, join, roofline, peaks, top: int = 5) -> str:
     if roofline is not None:
         out += ["### Roofline", "", "```", render_roofline_ascii(roofline, peaks), "```", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def estimated_roofline_section(runs) -> str | None:
+    """Roofline from the trace's ops (FLOPs recorded by the profiler, or from shapes), for traces
+    without Nsight Compute data. ``None`` when no op carries enough to estimate."""
+    out = []
+    for run in runs:
+        rf, peaks = run.roofline_estimate, run.peaks
+        if rf is None or not rf.points:
+            continue
+        out += ["**Roofline (estimate from op shapes; no hardware counters)**", ""]
+        if rf.note:
+            out += [rf.note, ""]
+        if peaks is None:
+            out += [f"_{peaks_warning(run.device)}_", ""]
+        out += ["```text", render_roofline_ascii(rf, peaks), "```", ""]
+        out += ["| kernel | count | FLOPs | bytes (est.) | FLOP/B | achieved | bound | % of roof |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+        for p in sorted(rf.points, key=lambda p: -(p.duration_ns or 0))[:10]:
+            out.append(f"| `{p.label[:60]}` | {p.count} | {_si_na(p.flops, 'FLOP')} | {_si_na(p.dram_bytes, 'B')} | "
+                       f"{'n/a' if p.arithmetic_intensity is None else f'{p.arithmetic_intensity:.3g}'} | "
+                       f"{_achieved(p)} | {p.bound or 'n/a'} | "
+                       f"{'n/a' if p.pct_of_roof is None else f'{p.pct_of_roof:.1f}%'} |")
+        out.append("")
+    return "\n".join(out) if out else None
+
+
+def _si_na(v, unit: str) -> str:
+    return "n/a" if v is None else _si(v, unit)
+
+
+def _achieved(p) -> str:
+    if p.bound == "memory" and p.achieved_bytes_per_s is not None:
+        return _si(p.achieved_bytes_per_s, "B/s")
+    return "n/a" if p.achieved_flops_per_s is None else _si(p.achieved_flops_per_s, "FLOP/s")

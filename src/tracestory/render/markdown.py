@@ -14,20 +14,25 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 
-from ..analysis.families import family_table, is_generated
-from ..analysis.findings import Evidence, derive_findings
+from ..analysis.families import is_generated
+from ..analysis.findings import Evidence
+from ..analysis.rules_multigpu import headline
 from ..analysis.links import gpu_ops_column
 from .ascii import (Bar, Lane, bar_chart, fmt_bytes, fmt_ms, fmt_ns, fmt_pct,
                     lanes_timeline, log_histogram)
+from .batch_story import render_batch_story
+from .hardware import estimated_roofline_section, hardware_section
+from .manifest_sections import render_actions_log, render_environment, render_reproduction
+from .memory import memory_section
+from .multigpu import render_multigpu_section
 from .story import execution_story, parse_json_cell, short_name
 
-SECTIONS = ("Executive Summary", "Environment", "Codebase Analysis Summary", "Goal Interpretation",
-            "Actions Log", "Execution Story", "Visualizations", "Hardware Behavior Analysis",
-            "Observations and Insights", "Reproduction Guide", "Appendix")
 
 _PRECISIONS: tuple[tuple[str, str], ...] = (
     ("fp8", r"fp8|e4m3|e5m2|Float8"),
@@ -80,6 +85,7 @@ def fmt_evidence(e: Evidence) -> str:
 
 
 def _label(a) -> str:
+    """The trace's label, of an Analysis or a RunResults."""
     return a.trace.label
 
 
@@ -179,12 +185,13 @@ def _cuda_version(v) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-def _codebase(analyses) -> list[str]:
+def _codebase(runs) -> list[str]:
     out = []
-    for a in analyses:
-        if len(analyses) > 1:
+    for run in runs:
+        a = run.analysis
+        if len(runs) > 1:
             out += [f"### {_label(a)}", ""]
-        fams = family_table(a.trace)
+        fams = run.families
         total = sum(f[2] for f in fams) or 1
         out += md_table(("kernel family", "ops", "time", "share", "top kernel"),
                         [(f, n, fmt_ns(t), fmt_pct(t / total), f"`{short_name(k, 60)}`")
@@ -268,28 +275,24 @@ def _visualizations(analyses) -> list[str]:
     return out
 
 
-def _visual_extras(analyses, extra, inputs, multigpu, findings) -> list[str]:
+def _visual_extras(results, inputs, has_roofline: bool) -> list[str]:
     """Memory over time, multi-GPU timeline (or why either is n/a), roofline availability,
     interactive viewers."""
-    from ..analysis.memory import memory_timeline
-    from .memory import memory_section
-
+    analyses, findings, multigpu = results.analyses, results.findings, results.multigpu
     out = []
-    for a in analyses:
-        head = [f"Memory over time, {_label(a)}:", ""] if len(analyses) > 1 else ["Memory over time:", ""]
-        out += head + memory_section(memory_timeline(a.trace, a.phases)) + [""]
+    for run in results.runs:
+        head = [f"Memory over time, {_label(run)}:", ""] if len(analyses) > 1 else ["Memory over time:", ""]
+        out += head + memory_section(run.memory) + [""]
     if multigpu is not None:
-        from .multigpu import render_multigpu_section
-
         out += ["### Multi-GPU communication timeline", "",
-                render_multigpu_section(multigpu, with_findings=False), ""]
+                render_multigpu_section(multigpu), ""]
     else:
         ws = [a.trace.meta.world_size for a in analyses if (a.trace.meta.world_size or 1) > 1]
         if ws:
             out += [f"Multi-GPU timeline: n/a: the input holds {len(analyses)} of {max(ws)} ranks; pass every "
                     "rank's trace (a folder, a glob or a `--torchrun` capture folder) for the per-GPU lanes, "
                     "collective skew and stragglers.", ""]
-    if "Hardware Behavior Analysis" not in extra and not extra.get("_hardware_estimate", "").strip():
+    if not has_roofline:
         if any(f.rule == "bound" for fs in findings for f in fs):
             out += ["Roofline chart: n/a here (no Nsight Compute metrics); the roofline estimated from op "
                     "shapes is summarized in Observations (memory- vs compute-bound kernels).", ""]
@@ -355,13 +358,10 @@ def _batch_summary(b) -> str:
     return text
 
 
-def _multigpu_summary(multigpu) -> list[str]:
+def _multigpu_summary(multigpu, fs) -> list[str]:
     if multigpu is None:
         return []
-    from .multigpu import headline, multigpu_findings
-
     h = headline(multigpu)
-    fs = multigpu_findings(multigpu)
     rec = next((f.recommendation for f in fs if f.severity in ("high", "medium")), None)
     line = f"**{len(multigpu.ranks)} GPUs**: " + (h[:1].upper() + h[1:] if h else "no collective was matched across ranks.")
     return [line + (f" Recommendation: {rec}" if rec else ""), ""]
@@ -372,13 +372,9 @@ SURPRISE_RULES = ("first_step", "step_outlier", "cpu_stall", "multigpu_straggler
 SURPRISE_CHECKS = "first-step/JIT outliers, step-time outliers, idle gaps caused by one host op"
 
 
-def _surprises(findings, multigpu) -> list[str]:
+def _surprises(findings, multigpu, multigpu_fs=()) -> list[str]:
     """One line ahead of the findings: what was unexpected, or which checks found nothing."""
-    fs = [f for group in findings for f in group]
-    if multigpu is not None:
-        from .multigpu import multigpu_findings
-
-        fs += multigpu_findings(multigpu)
+    fs = [f for group in findings for f in group] + list(multigpu_fs)
     hits = [f.title for f in fs if f.rule in SURPRISE_RULES]
     if hits:
         return ["**Surprises**: " + "; ".join(hits) + " (details below).", ""]
@@ -386,13 +382,11 @@ def _surprises(findings, multigpu) -> list[str]:
     return [f"**Surprises**: none found by the checks for {checks}.", ""]
 
 
-def _multigpu_observations(multigpu) -> list[str]:
+def _multigpu_observations(multigpu, fs) -> list[str]:
     if multigpu is None:
         return []
-    from .multigpu import multigpu_findings
-
     out = ["### Multi-GPU", ""]
-    for i, f in enumerate(multigpu_findings(multigpu), 1):
+    for i, f in enumerate(fs, 1):
         out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
         out += [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence]
         out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
@@ -537,121 +531,178 @@ def _reproduction(inputs, command) -> list[str]:
             "`prof.export_chrome_trace(...)`.", ""]
 
 
-# ------------------------------------------------------------------ entry point
+# ------------------------------------------------------------------ the report
 
 
-def render_report(analyses: list, *, goal: str | None = None, questions: tuple[str, ...] = (),
-                  extra_sections: dict[str, str] | None = None, inputs: Sequence[str] = (),
-                  command: str | None = None, multigpu=None, kernel_metrics=None, peaks=None,
-                  batch=None) -> str:
-    """The whole report as Markdown text (ends with one newline).
+@dataclass(frozen=True)
+class Context:
+    """What every section reads: the results, the inputs as the report lists them, and the
+    PNG plots written beside the report (empty without ``--plots``)."""
 
-    ``extra_sections`` maps a section heading to its body (replacing the trace-only body for
-    Environment, Actions Log, Hardware Behavior Analysis and Reproduction Guide; prepended for
-    the others); the key ``"_plots"`` holds Markdown image links appended to Visualizations and
-    ``"_hardware_estimate"`` a body appended to the trace-only Hardware Behavior Analysis.
-    ``multigpu`` (an :class:`~tracestory.analysis.multigpu.MultiGpu`) adds the multi-GPU
-    headline, timeline, tables and findings when several ranks were given. ``kernel_metrics``
-    (Nsight Compute) and ``peaks`` feed the hardware findings (bound, occupancy). ``batch`` (a
-    :class:`~tracestory.analysis.batching.BatchingResult`) opens the Execution Story with the
-    Continuous Batching story of a serving run."""
-    analyses = list(analyses)
-    extra = dict(extra_sections or {})
-    if batch is not None:
-        from .batch_story import render_batch_story
+    results: object                      # analysis.results.Results
+    inputs: tuple[str, ...]
+    plots: tuple[Path, ...] = ()
 
-        story = _demote(render_batch_story(batch).strip(), 1)
-        extra["Execution Story"] = story + ("\n\n### Kernel timeline" if analyses else "")
-        extra["_batch_summary"] = _batch_summary(batch)
-    if not analyses:
-        return _render_without_traces(extra, list(inputs), command, kernel_metrics, peaks)
-    findings = [derive_findings(a, kernel_metrics=kernel_metrics, peaks=peaks) for a in analyses]
-    name = _label(analyses[0]) if len(analyses) == 1 else f"{len(analyses)} traces"
-    body: dict[str, list[str]] = {
-        "Executive Summary": ([extra["_batch_summary"], ""] if "_batch_summary" in extra else [])
-                             + _multigpu_summary(multigpu) + _executive(analyses, findings),
-        "Environment": _environment(analyses),
-        "Codebase Analysis Summary": _codebase(analyses),
-        "Goal Interpretation": _goal(goal, questions, analyses),
-        "Actions Log": ["tracestory read the input trace(s) and ran no capture of its own; the "
-                        "capture's own actions log is n/a (no capture manifest given).", "",
-                        *fence([command or "n/a (not given)"], "bash"), ""],
-        "Execution Story": [],
-        "Visualizations": _visualizations(analyses) + _visual_extras(analyses, extra, list(inputs), multigpu,
-                                                                     findings),
-        "Hardware Behavior Analysis": _hardware(analyses),
-        "Observations and Insights": (_surprises(findings, multigpu) + _multigpu_observations(multigpu)
-                                      + _observations(findings, analyses)),
-        "Reproduction Guide": _reproduction(list(inputs), command),
-        "Appendix": _appendix(analyses, list(inputs), command),
-    }
-    for a in analyses:
-        if len(analyses) > 1:
-            body["Execution Story"] += [f"### {_label(a)}", ""]
-        body["Execution Story"] += fence(execution_story(a)) + [""]
+    @property
+    def command(self) -> str | None:
+        return self.results.options.command
+
+
+def _executive_section(c: Context) -> list[str]:
+    r = c.results
+    head = [_batch_summary(r.batching), ""] if r.batching is not None else []
+    return head + _multigpu_summary(r.multigpu, r.multigpu_findings) + _executive(r.analyses, r.findings)
+
+
+def _environment_section(c: Context) -> list[str]:
+    m = c.results.manifest
+    return [render_environment(m).strip(), ""] if m else _environment(c.results.analyses)
+
+
+def _actions_section(c: Context) -> list[str]:
+    m = c.results.manifest
+    if m:
+        return [render_actions_log(m).strip(), ""]
+    return ["tracestory read the input trace(s) and ran no capture of its own; the "
+            "capture's own actions log is n/a (no capture manifest given).", "",
+            *fence([c.command or "n/a (not given)"], "bash"), ""]
+
+
+def _story_section(c: Context) -> list[str]:
+    r = c.results
+    out = []
+    if r.batching is not None:
+        out += [_demote(render_batch_story(r.batching).strip(), 1) + ("\n\n### Kernel timeline" if r.runs else ""), ""]
+    for run in r.runs:
+        if len(r.runs) > 1:
+            out += [f"### {_label(run)}", ""]
+        out += fence(execution_story(run.analysis, run.gap_causes)) + [""]
+    return out
+
+
+def _has_roofline(r) -> bool:
+    return bool(r.hardware) or any(run.roofline_estimate is not None and run.roofline_estimate.points
+                                   for run in r.runs)
+
+
+def _visualizations_section(c: Context) -> list[str]:
+    out = _visualizations(c.results.analyses) + _visual_extras(c.results, list(c.inputs), _has_roofline(c.results))
+    if c.plots:
+        out += ["Plots (PNG):", "", "\n".join(f"![{p.stem}]({p.name})" for p in c.plots), ""]
+    return out
+
+
+def _hardware_section(c: Context) -> list[str]:
+    r = c.results
+    if r.hardware:
+        return [hardware_section(r.hardware).strip(), ""]
+    estimate = estimated_roofline_section(r.runs)
+    return _hardware(r.analyses) + ([estimate.strip(), ""] if estimate else [])
+
+
+def _observations_section(c: Context) -> list[str]:
+    r = c.results
+    return (_surprises(r.findings, r.multigpu, r.multigpu_findings) + _multigpu_observations(r.multigpu, r.multigpu_findings)
+            + _observations(r.findings, r.analyses))
+
+
+def _reproduction_section(c: Context) -> list[str]:
+    m = c.results.manifest
+    return [render_reproduction(m).strip(), ""] if m else _reproduction(list(c.inputs), c.command)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One heading of the report and the function that writes its body (a list of lines)."""
+
+    title: str
+    render: Callable[[Context], list[str]]
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("Executive Summary", _executive_section),
+    Section("Environment", _environment_section),
+    Section("Codebase Analysis Summary", lambda c: _codebase(c.results.runs)),
+    Section("Goal Interpretation", lambda c: _goal(c.results.options.goal, c.results.options.questions,
+                                                   c.results.analyses)),
+    Section("Actions Log", _actions_section),
+    Section("Execution Story", _story_section),
+    Section("Visualizations", _visualizations_section),
+    Section("Hardware Behavior Analysis", _hardware_section),
+    Section("Observations and Insights", _observations_section),
+    Section("Reproduction Guide", _reproduction_section),
+    Section("Appendix", lambda c: _appendix(c.results.analyses, list(c.inputs), c.command)),
+)
+SECTION_TITLES = tuple(s.title for s in SECTIONS)
+
+
+def report_inputs(results) -> tuple[str, ...]:
+    """The inputs as the report lists them (as given on the command line)."""
+    return tuple(str(p) for p in results.inputs.paths)
+
+
+def render_report(results, *, plots: Sequence[Path] = ()) -> str:
+    """The whole report of ``results`` (:class:`~tracestory.analysis.results.Results`) as
+    Markdown text (ends with one newline). ``plots``: PNG files written beside the report,
+    linked from Visualizations."""
+    ctx = Context(results, report_inputs(results), tuple(plots))
+    if not results.runs:
+        return _render_without_traces(ctx)
+    name = _label(results.runs[0]) if len(results.runs) == 1 else f"{len(results.runs)} traces"
     out = [f"# Hands-On Learning Report: {name}", ""]
     for sec in SECTIONS:
-        out += [f"## {sec}", ""]
-        if sec in extra and extra[sec].strip():
-            out += [extra[sec].strip(), ""]
-            if sec == "Hardware Behavior Analysis":
-                continue
-            if sec in ("Environment", "Actions Log", "Reproduction Guide"):
-                continue
-        out += body[sec]
-        if sec == "Hardware Behavior Analysis" and extra.get("_hardware_estimate", "").strip():
-            # Kineto-only input: the roofline estimated from op shapes (report.hardware_glue)
-            out += [extra["_hardware_estimate"].strip(), ""]
-        if sec == "Visualizations" and extra.get("_plots", "").strip():
-            # PNG plots written beside the report (build.write_report with --plots)
-            out += ["Plots (PNG):", "", extra["_plots"].strip(), ""]
+        out += [f"## {sec.title}", ""] + sec.render(ctx)
     text = "\n".join(out)
-    text = re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
-    return text
+    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
 
 
-def _render_without_traces(extra: dict[str, str], inputs: list[str], command: str | None,
-                           kernel_metrics=None, peaks=None) -> str:
-    """A report for inputs that hold no timeline trace (an Nsight Compute capture alone): the
-    sections that need a trace say so; the others come from ``extra``; Observations hold the
-    hardware findings of the kernel metrics."""
-    from ..analysis.findings import ncu_findings
-
+def _render_without_traces(c: Context) -> str:
+    """A report for inputs that hold no timeline trace (an Nsight Compute capture alone, or a
+    scheduler event log): the sections that need a trace say so; Observations hold the hardware
+    findings of the kernel metrics."""
+    r = c.results
+    inputs = list(c.inputs)
     missing = "n/a: the inputs hold no timeline trace (Kineto or Nsight Systems), only per-kernel metrics."
     name = ", ".join(p.rstrip("/").split("/")[-1] for p in inputs) or "inputs"
-    hw = extra.get("Hardware Behavior Analysis", "").strip()
-    fs = tuple(ncu_findings(kernel_metrics, peaks=peaks)) if kernel_metrics else ()
+    hw = hardware_section(r.hardware).strip() if r.hardware else ""
+    fs = r.ncu_findings
     summary = ("Per-kernel hardware metrics only (no timeline); the key numbers are in Hardware Behavior "
                "Analysis. Add a torch.profiler or nsys capture of the same run for the execution story."
                if hw else missing)
     key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])
     if key:
         summary += " Key insight: " + "; ".join(f.title for f in key) + f". Recommendation: {key[0].recommendation}"
-    if "_batch_summary" in extra:
-        summary = extra["_batch_summary"]
+    extra = {"Hardware Behavior Analysis": hw}
+    if r.manifest:
+        extra["Environment"] = render_environment(r.manifest)
+        extra["Actions Log"] = render_actions_log(r.manifest)
+        extra["Reproduction Guide"] = render_reproduction(r.manifest)
+    if r.batching is not None:
+        summary = _batch_summary(r.batching)
         missing = "n/a: the inputs hold a scheduler event log but no timeline trace (Kineto or Nsight Systems)."
+        extra["Execution Story"] = _demote(render_batch_story(r.batching).strip(), 1)
     out = [f"# Hands-On Learning Report: {name}", ""]
-    for sec in SECTIONS:
-        out += [f"## {sec}", ""]
-        if sec == "Executive Summary":
+    for title in SECTION_TITLES:
+        out += [f"## {title}", ""]
+        if title == "Executive Summary":
             out += [summary, ""]
-        elif sec == "Observations and Insights" and fs:
+        elif title == "Observations and Insights" and fs:
             out += _surprises([fs], None) + _observations([fs], [None])
-        elif sec == "Visualizations" and "_batch_summary" in extra:
+        elif title == "Visualizations" and r.batching is not None:
             out += ["The charts of this serving run (KV cache blocks and device memory over time) are in the "
                     "Execution Story. Kernel timeline, breakdown and roofline: n/a (no trace; capture the "
                     "server with `tracestory capture ... --load` to add one).", "",
                     "Interactive exploration: add a Kineto or nsys trace of the run and open it with "
                     "`tracestory export perfetto` in https://ui.perfetto.dev.", ""]
-        elif sec == "Visualizations" and hw:
+        elif title == "Visualizations" and hw:
             out += [missing.replace("n/a:", "Timeline: n/a:"), "",
                     "Interactive exploration: open the .ncu-rep in the Nsight Compute UI (ncu-ui) for the "
                     "source-level and per-section views behind these numbers.", ""]
-        elif extra.get(sec, "").strip():
-            out += [extra[sec].strip(), ""]
-        elif sec == "Appendix":
+        elif extra.get(title, "").strip():
+            out += [extra[title].strip(), ""]
+        elif title == "Appendix":
             out += ["**Inputs**", "", *[f"- `{p}`" for p in inputs], "", "**Command**", "",
-                    *fence([command or "n/a (not given)"], "bash"), ""]
+                    *fence([c.command or "n/a (not given)"], "bash"), ""]
         else:
             out += [missing, ""]
     text = "\n".join(out)

@@ -115,13 +115,12 @@ def plot_phases(a, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def plot_memory(a, path: Path) -> Path | None:
-    """Allocated and reserved GPU memory over time, per device (``report.memory.plot_memory``:
-    the same series and peak annotation as the report's ASCII memory chart)."""
-    from ..analysis.memory import memory_timeline
+def plot_memory(run, path: Path) -> Path | None:
+    """Allocated and reserved GPU memory over time, per device, of one run's memory timeline
+    (``render.memory.plot_memory``: the same series and peak annotation as the ASCII chart)."""
     from .memory import plot_memory as _plot
 
-    return _plot(memory_timeline(a.trace, a.phases), path, title=a.trace.label)
+    return _plot(run.memory, path, title=run.trace.label)
 
 
 def _short(name: str, n: int = 48) -> str:
@@ -212,8 +211,7 @@ def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False
     return _save(fig, path)
 
 
-def write_hardware_plots(hardware_rows, analyses, out_dir: Path, *, stem: str = "report",
-                         peaks_path=None, manifest=None) -> list[Path]:
+def write_hardware_plots(hardware_rows, runs, out_dir: Path, *, stem: str = "report") -> list[Path]:
     """The hardware figures: with Nsight Compute rows, the warp-stall distribution and the
     roofline of the profiled kernels; without them, each trace's roofline estimated from op
     shapes (when its GPU's peaks are known). Returns the paths written."""
@@ -224,33 +222,32 @@ def write_hardware_plots(hardware_rows, analyses, out_dir: Path, *, stem: str = 
             if p is not None:
                 out.append(p)
         return out
-    from ..analysis.roofline import estimate_roofline
-    from ..specs import peaks_for
-    from .jsonout import jsonable
+    from .jsonable import jsonable
 
-    analyses = list(analyses)
-    for i, a in enumerate(analyses):
-        devs = a.trace.meta.devices
-        peaks = peaks_for(devs[0].name, peaks_path, manifest=manifest) if devs and devs[0].name else None
-        rf = estimate_roofline(a.trace, peaks)
-        suffix = f"_{i}" if len(analyses) > 1 else ""
-        p = plot_roofline([jsonable(q) for q in rf.points], out_dir / f"{stem}_roofline{suffix}.png",
-                          title=a.trace.label, estimate=True)
+    runs = list(runs)
+    for i, run in enumerate(runs):
+        if run.roofline_estimate is None:
+            continue
+        suffix = f"_{i}" if len(runs) > 1 else ""
+        p = plot_roofline([jsonable(q) for q in run.roofline_estimate.points], out_dir / f"{stem}_roofline{suffix}.png",
+                          title=run.trace.label, estimate=True)
         if p is not None:
             out.append(p)
     return out
 
 
-def write_plots(analyses, out_dir: Path, *, stem: str = "report") -> list[Path]:
-    """Write every applicable figure for every analysis; returns the paths written."""
+def write_plots(runs, out_dir: Path, *, stem: str = "report") -> list[Path]:
+    """Write every applicable figure for every run (``Results.runs``); returns the paths written."""
     out: list[Path] = []
-    for i, a in enumerate(analyses):
-        suffix = f"_{i}" if len(analyses) > 1 else ""
+    runs = list(runs)
+    for i, run in enumerate(runs):
+        a = run.analysis
+        suffix = f"_{i}" if len(runs) > 1 else ""
         out.append(plot_breakdown(a, out_dir / f"{stem}_breakdown{suffix}.png"))
         if a.timeline is not None:
             out.append(plot_timeline(a, out_dir / f"{stem}_timeline{suffix}.png"))
-        for fn, name in ((plot_phases, "phases"), (plot_memory, "memory")):
-            p = fn(a, out_dir / f"{stem}_{name}{suffix}.png")
+        for p in (plot_phases(a, out_dir / f"{stem}_phases{suffix}.png"),
+                  plot_memory(run, out_dir / f"{stem}_memory{suffix}.png")):
             if p is not None:
                 out.append(p)
     return out

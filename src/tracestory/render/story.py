@@ -29,7 +29,6 @@ import re
 
 import numpy as np
 
-from ..analysis.findings import gap_causes
 from ..analysis.links import api_column, gpu_ops_column, gpu_ops_launch_index
 from .ascii import clip_text, fmt_ms, fmt_ns
 
@@ -301,8 +300,9 @@ def _step_time(ph) -> int:
     return ph.gpu_span_ns if ph.gpu_span_ns is not None else ph.wall_ns
 
 
-def execution_story(analysis) -> list[str]:
-    """The story's lines (no code fence), each <= 100 columns."""
+def execution_story(analysis, gaps=()) -> list[str]:
+    """The story's lines (no code fence), each <= 100 columns. ``gaps``: the trace's idle-gap
+    causes (``RunResults.gap_causes``), told where they fall."""
     tr, phs = analysis.trace, analysis.phases
     ops = _Ops(analysis)
     whole = phs.source == "none"
@@ -310,7 +310,7 @@ def execution_story(analysis) -> list[str]:
     if not phases:
         return ["(no phases and no GPU ops: nothing to tell)"]
     origin = min([phases[0].start_ns] + ([int(ops.start[0])] if len(ops.start) else []))
-    causes = {c.start_ns: c for c in gap_causes(tr)} if analysis.timeline is not None else {}
+    causes = {c.start_ns: c for c in gaps}
     lines = [f"EXECUTION STORY: {tr.label}",
              f"Phases from {phs.source!r}: {len(phases)} phase(s); times are from the first "
              f"phase's CPU start.",
