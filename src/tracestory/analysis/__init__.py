@@ -27,6 +27,10 @@ class Analysis:
     timeline: "Timeline | None"
     phases: "Phases"
 
+    def __repr__(self) -> str:
+        return (f"Analysis({self.trace.label!r}, kernels={self.breakdown.kernel_count}, "
+                f"phases={len(self.phases.phases)}, taxonomy={self.breakdown.taxonomy!r})")
+
 
 def analyze(trace: "Trace", taxonomy: "Taxonomy | None" = None, k: float = 2.0) -> Analysis:
     """Classify kernels (``llm`` taxonomy unless given), break GPU time down by category with
