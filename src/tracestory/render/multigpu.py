@@ -30,6 +30,9 @@ from .ascii import (
     time_axis,
     wrap_legend,
 )
+from .jsonable import jsonable
+from .md import md_table
+from .mpl import pyplot, save
 
 COMPUTE, WAIT, COMM = "▓", "▒", "░"
 BARRIER = "↑"
@@ -136,8 +139,6 @@ def render_timeline(result: MultiGpu, width: int = WIDTH) -> list[str]:
 
 
 def _table(headers, rows, align):
-    from .markdown import md_table
-
     return md_table(headers, rows, align)
 
 
@@ -206,8 +207,6 @@ def render_multigpu_section(result: MultiGpu, findings=()) -> str:
 
 def multigpu_json(result: MultiGpu, findings=()) -> dict:
     """Every result of the section in base units (ns, bytes, bytes/s); no per-rank arrays."""
-    from .jsonable import jsonable
-
     return {
         "ranks": list(result.ranks),
         "sources": {str(r): s.source for r, s in zip(result.ranks, result.summaries)},
@@ -228,12 +227,10 @@ def multigpu_json(result: MultiGpu, findings=()) -> dict:
 def plot_multigpu(result: MultiGpu, path: str | Path) -> Path | None:
     """PNG: lanes per GPU over the displayed step (compute, waiting, communication, barriers)
     and per-GPU totals. None when there is no GPU activity."""
-    from .plots import _pyplot, _save
-
     win = display_window(result)
     if win is None:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     t0, t1, what = win
@@ -273,4 +270,4 @@ def plot_multigpu(result: MultiGpu, path: str | Path) -> Path | None:
     bx.set_ylabel("ms over the whole trace")
     bx.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    return _save(fig, Path(path))
+    return save(fig, Path(path))

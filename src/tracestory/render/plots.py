@@ -18,28 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.links import gpu_ops_column
-from ..errors import ToolNotFound
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise ToolNotFound("matplotlib", "pip install 'tracestory[plots]' to write PNG plots") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    # Deterministic output: no timestamps or software version in the PNG metadata.
-    plt.rcParams["svg.hashsalt"] = "tracestory"
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path
+from .md import short_name
+from .mpl import pyplot as _pyplot
+from .mpl import save as _save
 
 
 def _colors(categories) -> dict[str, tuple]:
@@ -124,8 +105,6 @@ def plot_memory(run, path: Path) -> Path | None:
 
 
 def _short(name: str, n: int = 48) -> str:
-    from .story import short_name
-
     return short_name(name, n)
 
 
