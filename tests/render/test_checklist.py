@@ -1,4 +1,4 @@
-"""tracestory check: seed 003's checklist against Markdown reports.
+"""tracestory check: the report checklist against Markdown reports.
 
 Three kinds of input:
 
