@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ..errors import TracestoryError, UsageError
 from ..ingest import load_inputs
-from .common import add_analysis_options, load_and_analyze, progress_factory, taxonomy_from
+from .common import (add_analysis_options, add_taxonomy, load_and_analyze, progress_factory, refuse_overwrite,
+                     taxonomy_from)
 
 
 # --------------------------------------------------------------------------- commands
@@ -58,12 +59,19 @@ def cmd_demo(args) -> int:
 
 
 def cmd_categories(args) -> int:
-    from ..analysis.category_table import seed002_categories, seed002_table
+    from ..analysis.breakdown import breakdown
+    from ..analysis.categories import classify
+    from ..render.category_table import category_table, category_table_text
+
+    refuse_overwrite([args.input], args.output)
     inputs = load_inputs([args.input], progress_factory=progress_factory())
     if not inputs.traces:
         raise UsageError(f"{args.input}: no GPU trace in this input")
-    result = seed002_categories(inputs.traces, taxonomy_from(args))
-    print(seed002_table(result))
+    tax = taxonomy_from(args)
+    # every name of every category in each breakdown, so the sample names are ranked exactly
+    bds = [breakdown(t, classify(t, tax), top=len(t.kernels) + len(t.memops)) for t in inputs.traces]
+    result = category_table(bds, inputs.traces, tax)
+    print(category_table_text(result))
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.output}")
@@ -95,11 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default="tracestory-demo", help="folder to write (default: tracestory-demo)")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("categories", help="seed 002's kernel-category table and JSON, for any input")
+    p = sub.add_parser("categories", help="kernel-category table: GPU time per category and the Amdahl ceiling of "
+                                          "the expert GEMMs (and --output JSON)")
     p.add_argument("--input", required=True, help=".nsys-rep, .sqlite, nsys CSV or Kineto trace")
     p.add_argument("--output", help="JSON output path")
-    p.add_argument("--taxonomy", default="moe", choices=("llm", "moe"), help="(default: moe)")
-    p.add_argument("--rules", metavar="FILE", help="TOML category rules")
+    add_taxonomy(p, default="moe")
     p.set_defaults(func=cmd_categories)
 
     for module in _command_modules():

@@ -15,10 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .common import add_inputs, refuse_overwrite
+
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("ranks", help="multi-GPU analysis of many rank traces (process pool or dask)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="rank traces: files, folders, globs, a --torchrun capture")
+    add_inputs(p, help="rank traces: files, folders, globs, a --torchrun capture")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU; 1: in-process)")
     p.add_argument("--dask", metavar="ADDRESS", help="dask.distributed scheduler address, or 'local' for a LocalCluster")
     p.add_argument("-o", "--output", help="write the multi-GPU section as Markdown")
@@ -35,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from ..parallel import map_ranks
     from ..render.multigpu import headline, multigpu_json, render_multigpu_section
 
+    refuse_overwrite(args.inputs, args.output, args.json)
     sources = rank_sources(args.inputs)
     if len(sources) < 2:
         raise UsageError(f"{' '.join(args.inputs)}: expected the traces of at least 2 ranks, found {len(sources)}")
