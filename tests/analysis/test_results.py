@@ -75,7 +75,7 @@ def test_peaks_report_findings_and_json_agree(tmp_path):
     # the Hardware section: its roofline legend prints each placed kernel's % of roof
     hardware = text.split("## Hardware Behavior Analysis", 1)[1].split("\n## ", 1)[0]
     assert "legend: / = DRAM roof 1.00 TB/s" in hardware
-    legend = re.findall(r"^  [A-Z] (.+?)\.\.\. +AI .* memory (\d+)% of roof$", hardware, re.M)
+    legend = re.findall(r"^  [A-Z] (.+?)… +AI .* memory (\d+)% of roof$", hardware, re.M)
     assert len(legend) == 5   # the sixth kernel counts no FLOPs: not drawn, listed as not placed
     for prefix, pct in legend:
         (name,) = [n for n in hand if n.startswith(prefix)]

@@ -53,6 +53,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .families import SMALL_OP_FAMILIES, kernel_family
+from ..units import fmt_ns
 from .findings import Evidence, Finding
 
 LAUNCH_API = re.compile(r"^cu(da)?(LaunchKernel|LaunchCooperativeKernel|GraphLaunch)", re.IGNORECASE)
@@ -456,16 +457,6 @@ def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15) -> C
 # ------------------------------------------------------------------ findings
 
 
-def _dur(ns: float) -> str:
-    """3 significant digits in the unit that fits, as the report prints durations."""
-    a = abs(ns)
-    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
-        if a >= scale:
-            v = ns / scale
-            return f"{v:.3g} {unit}" if abs(v) < 100 else f"{v:.0f} {unit}"
-    return f"{ns:.0f} ns"
-
-
 def comparison_findings(c: Comparison) -> tuple[Finding, ...]:
     """"Compiled slower than eager" (or faster), or a plain "B vs A" verdict when both sides
     are compiled or both eager. Evidence in base units; the report formats it."""
@@ -535,17 +526,17 @@ def _why(c: Comparison) -> str:
     parts = []
     ia, ib = a.iteration, b.iteration
     if c.headline is not None and c.headline.metric.startswith("iteration") and ia and ib:
-        parts.append(f"per {ia.family} iteration (median) the GPU is busy {_dur(ia.gpu_busy_median_ns)} of "
-                     f"{_dur(ia.median_ns)} in {a.label} and {_dur(ib.gpu_busy_median_ns)} of "
-                     f"{_dur(ib.median_ns)} in {b.label}")
+        parts.append(f"per {ia.family} iteration (median) the GPU is busy {fmt_ns(ia.gpu_busy_median_ns)} of "
+                     f"{fmt_ns(ia.median_ns)} in {a.label} and {fmt_ns(ib.gpu_busy_median_ns)} of "
+                     f"{fmt_ns(ib.median_ns)} in {b.label}")
     elif a.busy_ns is not None and b.busy_ns is not None:
-        parts.append(f"GPU busy {_dur(a.busy_ns)} -> {_dur(b.busy_ns)}")
+        parts.append(f"GPU busy {fmt_ns(a.busy_ns)} -> {fmt_ns(b.busy_ns)}")
     if ch.idle_fraction_delta is not None:
         parts.append(f"idle share {100 * a.idle_fraction:.1f}% -> {100 * b.idle_fraction:.1f}%")
     moved = sorted(ch.grew + ch.shrank, key=lambda d: -abs(d.delta_ns))
     if moved:
         d = moved[0]
-        parts.append(f"{d.name} {'+' if d.delta_ns > 0 else '-'}{_dur(abs(d.delta_ns))}")
+        parts.append(f"{d.name} {'+' if d.delta_ns > 0 else '-'}{fmt_ns(abs(d.delta_ns))}")
     if ch.launch_delta is not None:
         parts.append(f"launches {a.launch_count} -> {b.launch_count}")
     return "; ".join(parts) + "." if parts else "no timeline to explain it."

@@ -45,7 +45,8 @@ import numpy as np
 from ..trace import MEMOP_KINDS, Trace
 from . import intervals
 from .links import gpu_ops_column, launch_index
-from .rules_base import SEVERITIES, Evidence, Finding, capital, fmt_p, fmt_t
+from .rules_base import SEVERITIES, Evidence, Finding, capital
+from ..units import fmt_ns, fmt_pct
 from .rules_hardware import rule_bound, rule_occupancy
 from .rules_memory import rule_memory
 from .rules_steps import rule_first_step, rule_step_outlier, rule_step_trend
@@ -72,7 +73,7 @@ class GapCause:
 # ------------------------------------------------------------------ small helpers
 
 
-_t, _p = fmt_t, fmt_p
+_t, _p = fmt_ns, fmt_pct
 
 
 def _cat_names(analysis) -> tuple[str, ...]:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import math
 
-from .rules_base import Evidence, Finding, fmt_p
+from .rules_base import Evidence, Finding
+from ..units import fmt_pct
 
 HEADROOM = 0.6
 LATENCY_PCT = 0.1
@@ -147,10 +148,10 @@ def rule_bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, es
     share = mem_t / placed
     dom = "memory" if share >= 0.5 else "compute"
     title = (f"{'Memory' if dom == 'memory' else 'Compute'}-bound kernels take "
-             f"{fmt_p(share if dom == 'memory' else 1 - share)} of the placed kernel time"
+             f"{fmt_pct(share if dom == 'memory' else 1 - share)} of the placed kernel time"
              f"{' (estimate)' if est else ''}")
     imp = (f"The longest kernel is {top[2]}-bound"
-           + (f" at {fmt_p(top_pct / 100)} of its roof" if top_pct is not None else "") + ". ")
+           + (f" at {fmt_pct(top_pct / 100)} of its roof" if top_pct is not None else "") + ". ")
     if dom == "memory":
         imp += ("Memory-bound kernels go faster only by moving fewer DRAM bytes: more FLOPs or "
                 "faster math do not help them.")
@@ -163,12 +164,12 @@ def rule_bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, es
                "(skip padding, exploit sparsity or causality).")
     if top_pct is not None and top_pct < 100 * HEADROOM:
         sev = "medium"
-        rec += (f" The top kernel is at {fmt_p(top_pct / 100)} of its roof: profile it with "
+        rec += (f" The top kernel is at {fmt_pct(top_pct / 100)} of its roof: profile it with "
                 f"Nsight Compute (occupancy, stalls) before changing the algorithm.")
     else:
         sev = "low"
     if slow / placed >= 0.25:
-        imp += (f" {fmt_p(slow / placed)} of the placed time is in kernels below a tenth of their roof: "
+        imp += (f" {fmt_pct(slow / placed)} of the placed time is in kernels below a tenth of their roof: "
                 "they are too small to load either the memory system or the math units "
                 "(latency-bound: launch overhead, too few blocks).")
     if est:
@@ -238,7 +239,7 @@ def rule_occupancy(a, kernel_metrics=None, peaks=None, hardware=None) -> list[Fi
         fix = "; ".join(_FIX.get(x, x) for x in k.occupancy_limiters)
         if roof is not None and roof >= 100 * HEADROOM:
             sev = "low"
-            imp = (f"Occupancy is low by design here: the kernel still reaches {fmt_p(roof / 100)} of "
+            imp = (f"Occupancy is low by design here: the kernel still reaches {fmt_pct(roof / 100)} of "
                    f"its roof (large tiles, warp specialisation hide latency with few warps).")
             rec = "No action: more resident warps would not make this kernel faster."
         else:
@@ -248,7 +249,7 @@ def rule_occupancy(a, kernel_metrics=None, peaks=None, hardware=None) -> list[Fi
             rec = f"Raise occupancy: {fix}; then re-check achieved occupancy and stalls with ncu."
         out.append(Finding("occupancy_limiter", sev,
                            f"Occupancy of the longest limited kernel is capped at "
-                           f"{fmt_p(k.theoretical_occupancy_pct / 100)} by {lim}",
+                           f"{fmt_pct(k.theoretical_occupancy_pct / 100)} by {lim}",
                            tuple(ev), imp, rec))
     gap = [k for k in ks if k.theoretical_occupancy_pct and k.achieved_occupancy_pct is not None
            and k.achieved_occupancy_pct < ACHIEVED_GAP * k.theoretical_occupancy_pct]

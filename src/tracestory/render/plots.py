@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.links import gpu_ops_column
+from ..units import fmt_ns
 from .md import short_name
 from .mpl import pyplot as _pyplot
 from .mpl import save as _save
@@ -104,10 +105,6 @@ def plot_memory(run, path: Path) -> Path | None:
     return _plot(run.memory, path, title=run.trace.label)
 
 
-def _short(name: str, n: int = 48) -> str:
-    return short_name(name, n)
-
-
 def plot_warp_stalls(rows, path: Path, *, top: int = 4, title: str = "") -> Path | None:
     """Horizontal bars of each stall reason's share of stall cycles, one panel per kernel (the
     ``top`` longest Nsight Compute kernels that carry stall metrics). ``rows``: the ``kernels[]``
@@ -132,7 +129,7 @@ def plot_warp_stalls(rows, path: Path, *, top: int = 4, title: str = "") -> Path
             ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {v:.1f}%", va="center", fontsize=7)
         ax.set_xlim(0, max(vals) * 1.15)
         dur = r.get("duration_ns")
-        ax.set_title(_short(str(r.get("name")), 70) + (f" ({dur / 1e3:.1f} us)" if dur else ""), fontsize=9)
+        ax.set_title(short_name(str(r.get("name")), 70) + (f" ({fmt_ns(dur)})" if dur else ""), fontsize=9)
         ax.tick_params(labelsize=8)
     axes[-1, 0].set_xlabel("% of stall cycles ('selected', the issuing cycle, is not a stall)")
     fig.suptitle(f"Warp stall reasons (Nsight Compute){' — ' + title if title else ''}", fontsize=10)
@@ -175,7 +172,7 @@ def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False
                    zorder=3, s=30)
         ax.annotate(str(i), (p["arithmetic_intensity"], p["achieved_flops_per_s"]), xytext=(4, 3),
                     textcoords="offset points", fontsize=8)
-    names = [f"{i}: {_short(str(p.get('label')), 44)} ({p.get('bound') or 'n/a'}"
+    names = [f"{i}: {short_name(str(p.get('label')), 44)} ({p.get('bound') or 'n/a'}"
              + (f", {p['pct_of_roof']:.0f}% of roof)" if p.get("pct_of_roof") is not None else ")")
              for i, p in enumerate(pts, 1)]
     ax.text(1.02, 1.0, "\n".join(names), transform=ax.transAxes, va="top", fontsize=7, family="monospace")
