@@ -69,7 +69,7 @@ def _status(c) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", list(REPORTS))
 def test_every_generated_report_passes(name, reports):
-    """Issue 7: every report tracestory writes passes the checklist for the inputs it has."""
+    """Every report tracestory writes passes the checklist for the inputs it has."""
     c = check_file(reports[name])
     assert [i.number for i in c.items] == [n for n, _ in ITEMS]
     assert not c.failed, f"{name}: " + "; ".join(f"{i.number} {i.reason}" for i in c.failed)

@@ -13,8 +13,8 @@ sides). Every quantity below is computed per side from that side's results, then
   so does GPU work still running after the range closed). Without phases (source ``none``) or
   without a timeline, the GPU window, or ``None``.
 * **Iteration time**: per phase, the same latency, ``max(range end, last GPU op end) - range
-  start``: what a caller timing the range with a device sync would measure (seed 001 timed its
-  NVTX range this way). The iteration family is ``ProfilerStep`` when the phases come from it,
+  start``: what a caller timing the range with a device sync would measure (an NVTX range timed
+  around a synchronised step measures this). The iteration family is ``ProfilerStep`` when the phases come from it,
   else a family whose name contains ``decode``, else the most numerous family of >= 2 phases.
   Its median is the headline (robust to a first-iteration JIT outlier); the mean is kept too.
 * **Launches**: runtime/driver API calls that launch GPU work (``cu[da]LaunchKernel*``,

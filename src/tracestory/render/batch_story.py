@@ -1,4 +1,4 @@
-"""Seed 003's "Continuous Batching" execution story, from a scheduler event log.
+"""The report's "Continuous Batching" execution story, from a scheduler event log.
 
 :func:`render_batch_story` writes Markdown sections: the scenario and arrivals, the scheduler
 decisions per iteration with their reasons, engine stalls, chunked prefill, KV cache events and preemptions,

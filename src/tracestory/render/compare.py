@@ -1,6 +1,6 @@
 """A :class:`~tracestory.analysis.compare.Comparison` as Markdown and as JSON.
 
-The Markdown generalizes seed 001's eager-vs-compiled table (one row per time metric, the two
+The Markdown generalizes the classic eager-vs-compiled table (one row per time metric, the two
 runs in ms and the speedup) and adds the counts, a per-category table with a paired bar
 chart, the top kernels, kernel families, fusions, phases and a "What changed and why it
 matters" section written from the comparison's facts. Every number printed is formatted from
@@ -46,7 +46,7 @@ def _verdict(s: float) -> str:
 
 
 def summary_table(c: Comparison) -> list[str]:
-    """Seed 001's table shape: time metrics of both runs in ms and the speedup (A / B)."""
+    """The eager-vs-compiled table shape: time metrics of both runs in ms and the speedup (A / B)."""
     a, b = c.a, c.b
     rows = []
     for s in c.speedups:

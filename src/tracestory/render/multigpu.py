@@ -1,6 +1,6 @@
 """Multi-GPU results -> the report's section, findings, JSON and a PNG.
 
-The section follows seed 003's "multi-GPU communication timeline": one lane per GPU over one
+The section is the report format's "multi-GPU communication timeline": one lane per GPU over one
 step (the last step common to every rank, else the whole run) on the aligned clock, each column
 showing what dominated that slice of time: compute, waiting inside a collective for the last
 GPU, or communication proper; the arrival of the last GPU at each collective (the point where

@@ -1,5 +1,5 @@
-"""The Execution Story: the capture walked phase by phase, as in seed 003's single-request
-template, as plain text lines (the caller puts them in a code fence). Width <= 100 columns.
+"""The Execution Story: the capture walked phase by phase, as in the report format's
+single-request template, as plain text lines (the caller puts them in a code fence). Width <= 100 columns.
 
 Per phase (prefill, each decode step, each ProfilerStep, or the whole trace):
 
