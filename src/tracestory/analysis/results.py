@@ -35,7 +35,7 @@ from .memory import memory_timeline
 from .multigpu import MultiGpu, combine, rank_summary
 from .ncu_join import NcuJoin, join_ncu
 from .roofline import Roofline, estimate_roofline, roofline
-from .rules_multigpu import multigpu_findings
+from .findings.multigpu import multigpu_findings
 
 TOP_HARDWARE_KERNELS = 5
 

@@ -31,7 +31,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.multigpu import combine, rank_summary
-    from ..analysis.rules_multigpu import multigpu_findings
+    from ..analysis.findings.multigpu import multigpu_findings
     from ..errors import UsageError
     from ..ingest.ranks import rank_sources
     from ..parallel import map_ranks

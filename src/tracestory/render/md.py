@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from ..analysis.rules_base import Evidence
+from ..analysis.findings.base import Evidence
 from ..units import clip_text, fmt_bytes, fmt_ns, fmt_pct
 
 

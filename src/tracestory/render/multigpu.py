@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.multigpu import MultiGpu
-from ..analysis.rules_multigpu import _gbps, _gpu, _kind, headline
+from ..analysis.findings.multigpu import _gbps, _gpu, _kind, headline
 from .ascii import (
     IDLE,
     WIDTH,
@@ -144,7 +144,7 @@ def _table(headers, rows, align):
 
 def render_multigpu_section(result: MultiGpu, findings=()) -> str:
     """Markdown body of the multi-GPU section (no heading of its own level 2), with ``findings``
-    (:func:`~tracestory.analysis.rules_multigpu.multigpu_findings`) at its end. The full report
+    (:func:`~tracestory.analysis.findings.multigpu.multigpu_findings`) at its end. The full report
     lists them in Observations and Insights instead (and passes none here)."""
     out = ["```text", *render_timeline(result), "```", ""]
     h = headline(result)

@@ -4,7 +4,7 @@ the key findings and the first recommendation."""
 from __future__ import annotations
 
 from ...units import fmt_ns, fmt_pct
-from ...analysis.rules_multigpu import headline
+from ...analysis.findings.multigpu import headline
 from ..md import label
 from . import Context
 

@@ -16,8 +16,9 @@ level (for a PyTorch process, the allocator's reserved memory).
 
 from __future__ import annotations
 
-from .rules_base import Evidence, Finding
-from ..units import fmt_bytes, fmt_pct
+from .base import Evidence, Finding
+from ...units import fmt_bytes, fmt_pct
+from ..memory import memory_timeline
 
 FULL_SHARE = 0.9
 FRAG_RATIO = 1.5
@@ -39,8 +40,6 @@ def _where(p) -> str | None:
 
 def rule_memory(a, memory=None) -> list[Finding]:
     if memory is None:
-        from .memory import memory_timeline
-
         memory = memory_timeline(a.trace, a.phases)
     if memory is None or not memory.devices:
         return []

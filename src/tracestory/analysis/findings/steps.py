@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rules_base import Evidence, Finding, linear_fit
-from ..units import fmt_ns, fmt_pct
+from .base import Evidence, Finding, linear_fit
+from ...units import fmt_ns, fmt_pct
+from ...ingest.kineto import parse_json_field
 
 RATIO = 1.5
 
@@ -58,8 +59,6 @@ def _kv_layout(name: str) -> int | None:
 def kv_lengths(trace, phases) -> list[int | None]:
     """KV length per phase (see the module docstring); None where no attention op with a key
     shape ran inside the phase's CPU range."""
-    from ..ingest.kineto import parse_json_field
-
     o = trace.ops
     if len(o) == 0:
         return [None] * len(phases)

@@ -21,18 +21,23 @@ GPU is idle half its window, since kernel time is then not the first lever):
   the breakdown's base is GPU op time, not wall time, the finding also gives the ceiling on the
   GPU window when idle time is kept: ``W / (W - c)`` with W the window and c the category's
   busy time inside it (its union, overlaps counted once) - the honest end-to-end bound.
-* ``first_step``, ``step_outlier``, ``step_trend`` (ITL against KV length): :mod:`.rules_steps`.
+* ``first_step``, ``step_outlier``, ``step_trend`` (ITL against KV length): :mod:`.steps`.
 * ``bound`` (memory- vs compute-bound kernels, from ncu counters or the shape estimate),
-  ``occupancy_limiter``, ``occupancy_achieved`` (ncu only): :mod:`.rules_hardware`.
+  ``occupancy_limiter``, ``occupancy_achieved`` (ncu only): :mod:`.hardware`.
 * ``memcpy_share``: memcpy + memset >= 5% of GPU op time, split by copy kind.
 * ``communication``: communication kernels' share and the part of their time overlapped by
   other GPU ops (intersection of unions).
 * ``eager_fusion``: no Triton kernels and >= 30% of launches in small-op categories
   (elementwise, norm, reduction, softmax, rope, embedding): a fusion candidate; or, with Triton
   kernels, a note that the run is compiled.
-* ``memory`` (peak, fragmentation, what ran at the peak): :mod:`.rules_memory`.
+* ``memory`` (peak, fragmentation, what ran at the peak): :mod:`.memory`.
 
-The records (:class:`Finding`, :class:`Evidence`) live in :mod:`.rules_base` and are
+The multi-GPU rules (straggler, imbalance, communication, clocks, bandwidth) take the combined
+multi-GPU result instead of one trace: :mod:`.multigpu`. The comparison rules stay with their
+model in :mod:`tracestory.analysis.compare`. Every rule runs once per report, from
+:func:`~tracestory.analysis.results.analyze_inputs`.
+
+The records (:class:`Finding`, :class:`Evidence`) live in :mod:`.base` and are
 re-exported here.
 """
 
@@ -42,14 +47,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import MEMOP_KINDS, Trace
-from . import intervals
-from .links import gpu_ops_column, launch_index
-from .rules_base import SEVERITIES, Evidence, Finding, capital
-from ..units import fmt_ns, fmt_pct
-from .rules_hardware import rule_bound, rule_occupancy
-from .rules_memory import rule_memory
-from .rules_steps import rule_first_step, rule_step_outlier, rule_step_trend
+from ...trace import MEMOP_KINDS, Trace
+from .. import intervals
+from ..links import gpu_ops_column, launch_index
+from .base import SEVERITIES, Evidence, Finding, capital
+from ...units import fmt_ns, fmt_pct
+from .hardware import rule_bound, rule_occupancy
+from .memory import rule_memory
+from .steps import rule_first_step, rule_step_outlier, rule_step_trend
 
 __all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "derive_findings", "ncu_findings",
            "gap_causes", "category_mask"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..stats import linear_fit  # noqa: F401  (re-exported for the rules)
-from ..units import capital  # noqa: F401  (re-exported for the rules)
+from ...stats import linear_fit  # noqa: F401  (re-exported for the rules)
+from ...units import capital  # noqa: F401  (re-exported for the rules)
 
 SEVERITIES = ("high", "medium", "low", "info")
 

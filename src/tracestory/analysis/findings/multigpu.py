@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..units import fmt_bytes, fmt_ns, fmt_pct
-from .multigpu import MultiGpu
-from .rules_base import Evidence, Finding
+from ...units import fmt_bytes, fmt_ns, fmt_pct
+from ..multigpu import MultiGpu
+from .base import Evidence, Finding
 
 _KIND_TITLE = {"allreduce": "all-reduce", "allgather": "all-gather", "reduce_scatter": "reduce-scatter",
                "alltoall": "all-to-all", "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "send/recv",

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 import math
 
-from .rules_base import Evidence, Finding
-from ..units import fmt_pct
+from .base import Evidence, Finding
+from ...units import fmt_pct
+from ...specs import peaks_for
+from ..hardware import waves
+from ..ncu_join import join_ncu
+from ..roofline import estimate_roofline, roofline
 
 HEADROOM = 0.6
 LATENCY_PCT = 0.1
@@ -45,8 +49,6 @@ def metrics_list(kernel_metrics) -> list:
 def _peaks_for(name, peaks):
     if peaks is not None or not name:
         return peaks
-    from ..specs import peaks_for
-
     return peaks_for(name)
 
 
@@ -54,8 +56,6 @@ def roofline_points(a, kernel_metrics=None, peaks=None, hardware=None, estimate=
     """(roofline points, estimated?) for a trace: ncu counters when given, else the estimate.
     ``hardware`` (the ncu inputs' precomputed rooflines, objects with ``.roofline``) and
     ``estimate`` (the trace's precomputed shape estimate) are used as given."""
-    from .roofline import estimate_roofline, roofline
-
     if hardware:
         return [p for h in hardware for p in h.roofline.points], False
     kms = metrics_list(kernel_metrics)
@@ -79,8 +79,6 @@ def trace_time_by_name(a, kernel_metrics, joins=None) -> dict[str, int]:
     Empty without a trace."""
     if a is None or len(a.trace.kernels) == 0:
         return {}
-    from .ncu_join import join_ncu
-
     out: dict[str, int] = {}
     kms = metrics_list(kernel_metrics)
     for i, km in enumerate(kms):
@@ -199,8 +197,6 @@ _FIX = {
 
 
 def rule_occupancy(a, kernel_metrics=None, peaks=None, hardware=None) -> list[Finding]:
-    from .hardware import waves
-
     if hardware:
         kernel_metrics = [h.metrics for h in hardware]
     ks = _kernels(kernel_metrics)
