@@ -46,11 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from ..ingest.load_summary import Distribution
+from ..ingest.load_summary import Distribution, distribution
 from ..ingest.scheduler_log import (  # noqa: F401  (re-exported)
     Arrival, Decision, Finish, FirstToken, Iteration, Member, SchedulerLog, SchedulerMeta, is_scheduler_log,
     read_scheduler_log)
-from ..loadgen.stats import distribution
 
 ITER_RANGE = re.compile(r"iteration (\d+)\Z")
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import TraceFormatError
 
@@ -62,6 +65,15 @@ class LoadSummary:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
+    """Count, mean, min, p50/p90/p99 (linear interpolation) and max of ``values``."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return Distribution(0, None, None, None, None, None, None)
+    p50, p90, p99 = (float(v) for v in np.percentile(x, [50, 90, 99], method="linear"))
+    return Distribution(int(x.size), float(x.mean()), float(x.min()), p50, p90, p99, float(x.max()))
 
 
 def is_summary_file(path: str | Path) -> bool:

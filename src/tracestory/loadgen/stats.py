@@ -23,21 +23,12 @@ Definitions (all from the records of :mod:`tracestory.loadgen.generator`):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 
 import numpy as np
 
 from ..stats import percentile  # noqa: F401  (re-exported)
-from ..ingest.load_summary import Distribution, LoadSummary, is_summary_file, read_summary  # noqa: F401
+from ..ingest.load_summary import Distribution, LoadSummary, distribution, is_summary_file, read_summary  # noqa: F401
 from .generator import LoadResult, RequestRecord
-
-
-def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        return Distribution(0, None, None, None, None, None, None)
-    p50, p90, p99 = (float(v) for v in np.percentile(x, [50, 90, 99], method="linear"))
-    return Distribution(int(x.size), float(x.mean()), float(x.min()), p50, p90, p99, float(x.max()))
 
 
 def is_good(r: RequestRecord, slo_ttft_ns: int | None, slo_itl_ns: int | None) -> bool:
