@@ -24,6 +24,9 @@ def cmd_analyze(args) -> int:
     from ..render import jsonout, terminal
 
     results = load_and_analyze(args, args.json)
+    if not results.runs and not results.hardware:
+        raise UsageError(f"{results.inputs.paths[0]}: analyze prints trace and kernel-metric tables; a scheduler "
+                         "event log alone is told by `tracestory report`")
     # Piped output gets a fixed width wide enough for the tables (rich would pick 80).
     console = Console(width=None if sys.stdout.isatty() else 120)
     for a in results.analyses:
