@@ -46,6 +46,8 @@ phases, warm-up outside the capture.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from dataclasses import dataclass
 
@@ -196,6 +198,7 @@ class Comparison:
     phases: tuple[PhaseDelta, ...]  # phase families of either side, A's order first
     fused: tuple[FusedKernel, ...]
     changes: Changes
+    findings: tuple = ()  # comparison_findings of this comparison, computed once by compare()
 
 
 # ------------------------------------------------------------------ per side
@@ -447,11 +450,12 @@ def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15) -> C
         idle_fraction_delta=(sb.idle_fraction - sa.idle_fraction
                              if sa.idle_fraction is not None and sb.idle_fraction is not None else None),
     )
-    return Comparison(
+    c = Comparison(
         a=sa, b=sb, taxonomy=a.classification.taxonomy.name, speedups=speedups,
         headline=speedups[0] if speedups else None, categories=cats,
         kernels=tuple(kernels[:top]), families=_families(kernels), phases=_phases(a, b),
         fused=_fusions(kernels), changes=changes)
+    return dataclasses.replace(c, findings=comparison_findings(c))
 
 
 # ------------------------------------------------------------------ findings

@@ -30,7 +30,7 @@ from .batching import BatchingResult, analyze_batching
 from .categories import Taxonomy
 from .families import family_table
 from .findings import Finding, derive_findings, gap_causes, ncu_findings
-from .hardware import hardware_analysis
+from .hardware import hardware_analysis, waves
 from .memory import memory_timeline
 from .multigpu import MultiGpu, combine, rank_summary
 from .ncu_join import NcuJoin, join_ncu
@@ -65,6 +65,7 @@ class KernelMetricsResults:
     join: NcuJoin | None                # None without a trace
     roofline: Roofline
     kernels: tuple                      # analysis.hardware.KernelHardware of the top kernels
+    waves: tuple                        # per kernel of ``metrics``: grid blocks / (SMs x blocks per SM), or None
 
     def __repr__(self) -> str:
         return f"KernelMetricsResults({self.path!r}, kernels={len(self.metrics.kernels)}, device={self.device!r})"
@@ -156,7 +157,8 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
         rf = roofline(km, pk)
         hardware.append(KernelMetricsResults(
             path=path, metrics=km, device=device, peaks=pk, peaks_warning=peaks_warning(device) if pk is None else None,
-            join=join, roofline=rf, kernels=hardware_analysis(km, join, rf, pk, top=TOP_HARDWARE_KERNELS)))
+            join=join, roofline=rf, kernels=hardware_analysis(km, join, rf, pk, top=TOP_HARDWARE_KERNELS),
+            waves=tuple(waves(k) for k in km.kernels)))
     hardware = tuple(hardware)
 
     runs = []

@@ -54,10 +54,25 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_demo(args) -> int:
-    from ..render.build import demo
+DEMO_TRACE = "llama2layer_eager_decode.trace.json.gz"
+DEMO_GOAL = "Understand where GPU time goes in Llama prefill and decode on the H200, and what to optimize first."
 
-    print(demo(Path(args.output_dir)))
+
+def cmd_demo(args) -> int:
+    """Report on the bundled H200 Llama trace into ``DIR/report.md`` (+ analysis.json and report.html)."""
+    from importlib import resources
+
+    from ..analysis.results import AnalysisOptions, analyze_inputs
+    from ..render.build import write_report
+    from ..render.html import write_html
+
+    trace = Path(str(resources.files("tracestory") / "data" / "demo" / DEMO_TRACE))
+    results = analyze_inputs(load_inputs([trace]), AnalysisOptions(goal=DEMO_GOAL, command="tracestory demo"))
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = write_report(results, out_dir / "report.md", json_path=out_dir / "analysis.json")
+    write_html(out, out_dir / "report.html")
+    print(out)
     return 0
 
 

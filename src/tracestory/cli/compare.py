@@ -79,7 +79,7 @@ def _renderables(c, findings):
 def cmd_compare(args) -> int:
     from rich.console import Console
 
-    from ..analysis.compare import compare, comparison_findings
+    from ..analysis.compare import compare
     from ..render.compare import comparison_json, render_comparison
 
     refuse_overwrite((args.a, args.b), args.output, args.json)
@@ -91,7 +91,7 @@ def cmd_compare(args) -> int:
     c = compare(_load_one(args.a, tax), _load_one(args.b, tax),
                 label_a=label_a, label_b=label_b, top=args.top)
     console = Console(width=None if sys.stdout.isatty() else 120)
-    for r in _renderables(c, comparison_findings(c)):
+    for r in _renderables(c, c.findings):
         console.print(r)
     if args.output:
         Path(args.output).write_text(render_comparison(c))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from ..analysis.compare import Comparison, comparison_findings
+from ..analysis.compare import Comparison
 from .ascii import Bar, bar_chart, fmt_ms, fmt_ns, fmt_pct
 from .jsonable import jsonable
 from .md import fmt_evidence, md_table, short_name
@@ -179,7 +179,7 @@ def what_changed(c: Comparison) -> list[str]:
 def _why_it_matters(c: Comparison) -> list[str]:
     a, b, ch = c.a, c.b, c.changes
     out = []
-    for f in comparison_findings(c):
+    for f in c.findings:
         out.append(f"{f.title}. {f.implication} {f.recommendation}")
     idle = [s for s in (a, b) if s.idle_fraction is not None and s.idle_fraction >= 0.5]
     if idle:
@@ -202,7 +202,7 @@ def _why_it_matters(c: Comparison) -> list[str]:
 
 def findings_lines(c: Comparison) -> list[str]:
     out = []
-    for i, f in enumerate(comparison_findings(c), 1):
+    for i, f in enumerate(c.findings, 1):
         out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
         out += [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence]
         out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
@@ -247,5 +247,5 @@ def comparison_json(c: Comparison) -> dict:
     """All of the comparison in base units (ns, counts, fractions), plus its findings."""
     doc = {"schema": SCHEMA}
     doc.update(jsonable(c))
-    doc["findings"] = [jsonable(f) for f in comparison_findings(c)]
+    doc["findings"] = [jsonable(f) for f in c.findings]
     return doc

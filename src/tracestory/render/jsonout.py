@@ -142,31 +142,22 @@ def analysis_json(run) -> dict:
     return out
 
 
-def _with_waves(row: dict) -> dict:
-    """An ncu ``kernels[]`` row plus ``waves`` (grid blocks / (SMs x resident blocks per SM),
-    ``analyze.hardware.waves``: CSV exports round ncu's own value to 0.00 for small grids) and
-    ``first_wave_fill_fraction`` (how full the first wave is: ``min(waves, 1)``)."""
-    from types import SimpleNamespace
-
-    from ..analysis.hardware import waves
-
-    fields = ("grid_size", "sm_count", "waves_per_sm", "occupancy_limit_registers",
-              "occupancy_limit_shared_mem", "occupancy_limit_warps", "occupancy_limit_blocks")
-    w = waves(SimpleNamespace(**{f: row.get(f) for f in fields}))
-    return {**row, "waves": w, "first_wave_fill_fraction": None if w is None else min(w, 1.0)}
-
-
 def kernel_rows(hardware) -> list[dict]:
     """One row per Nsight Compute kernel of every input (``Results.hardware``): its metrics, the
-    input's path, its roofline point (against the report's resolved peaks) and its bound."""
+    input's path, its roofline point (against the report's resolved peaks), its bound, ``waves``
+    (grid blocks / (SMs x resident blocks per SM), ``analysis.hardware.waves``: CSV exports
+    round ncu's own value to 0.00 for small grids) and ``first_wave_fill_fraction`` (how full
+    the first wave is: ``min(waves, 1)``)."""
     rows = []
     for h in hardware:
         by_id = {p.kernel_id: p for p in h.roofline.points}
-        for row, k in zip(kernel_metrics_to_json(h.metrics), h.metrics.kernels, strict=True):
+        for row, k, w in zip(kernel_metrics_to_json(h.metrics), h.metrics.kernels, h.waves, strict=True):
             point = jsonable(by_id[k.id]) if k.id in by_id else None
             row["source_path"] = h.path
             row["roofline"] = point
             row["bound"] = point["bound"] if point else None
+            row["waves"] = w
+            row["first_wave_fill_fraction"] = None if w is None else min(w, 1.0)
             rows.append(row)
     return rows
 
@@ -178,7 +169,7 @@ def document(results) -> dict:
     doc = {"schema": SCHEMA, "traces": [analysis_json(run) for run in results.runs]}
     if results.hardware:
         rows = kernel_rows(results.hardware)
-        doc["kernels"] = [_with_waves(r) for r in rows]
+        doc["kernels"] = rows
         names = {r["device_name"] for r in rows if r.get("device_name")}
         names |= {h.metrics.device_name for h in results.hardware if h.metrics.device_name}
         if not results.runs:
