@@ -20,3 +20,13 @@ class Context:
     @property
     def command(self) -> str | None:
         return self.results.options.command
+
+    @property
+    def no_trace(self) -> str | None:
+        """The n/a line of a section that needs a timeline trace, when the inputs hold none
+        (Nsight Compute metrics alone, or a scheduler event log alone); else None."""
+        if self.results.runs:
+            return None
+        if self.results.batching is not None:
+            return "n/a: the inputs hold a scheduler event log but no timeline trace (Kineto or Nsight Systems)."
+        return "n/a: the inputs hold no timeline trace (Kineto or Nsight Systems), only per-kernel metrics."

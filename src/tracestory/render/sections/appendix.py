@@ -61,4 +61,7 @@ def _appendix(analyses, inputs, command) -> list[str]:
 
 
 def render(c: Context) -> list[str]:
+    if c.no_trace:
+        return ["**Inputs**", "", *[f"- `{p}`" for p in c.inputs], "", "**Command**", "",
+                *fence([c.command or "n/a (not given)"], "bash"), ""]
     return _appendix(c.results.analyses, list(c.inputs), c.command)

@@ -88,4 +88,4 @@ def _attention_kernels(a) -> list[str]:
 
 
 def render(c: Context) -> list[str]:
-    return _codebase(c.results.runs)
+    return [c.no_trace, ""] if c.no_trace else _codebase(c.results.runs)

@@ -61,4 +61,6 @@ def _cuda_version(v) -> str:
 
 def render(c: Context) -> list[str]:
     m = c.results.manifest
-    return [render_environment(m).strip(), ""] if m else _environment(c.results.analyses)
+    if m:
+        return [render_environment(m).strip(), ""]
+    return [c.no_trace, ""] if c.no_trace else _environment(c.results.analyses)

@@ -11,6 +11,8 @@ from . import Context
 
 def render(c: Context) -> list[str]:
     r = c.results
+    if c.no_trace and r.batching is None:
+        return [c.no_trace, ""]
     out = []
     if r.batching is not None:
         out += [demote(render_batch_story(r.batching).strip(), 1) + ("\n\n### Kernel timeline" if r.runs else ""), ""]

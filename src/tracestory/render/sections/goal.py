@@ -19,5 +19,7 @@ def _goal(goal, questions, analyses) -> list[str]:
 
 
 def render(c: Context) -> list[str]:
+    if c.no_trace:
+        return [c.no_trace, ""]
     o = c.results.options
     return _goal(o.goal, o.questions, c.results.analyses)

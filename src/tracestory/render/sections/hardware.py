@@ -46,5 +46,7 @@ def render(c: Context) -> list[str]:
     r = c.results
     if r.hardware:
         return [hardware_section(r.hardware).strip(), ""]
+    if c.no_trace:
+        return [c.no_trace, ""]
     estimate = estimated_roofline_section(r.runs)
     return _hardware(r.analyses) + ([estimate.strip(), ""] if estimate else [])

@@ -50,5 +50,8 @@ def _observations(findings, analyses) -> list[str]:
 
 def render(c: Context) -> list[str]:
     r = c.results
+    if c.no_trace:
+        fs = r.ncu_findings
+        return _surprises([fs], None) + _observations([fs], [None]) if fs else [c.no_trace, ""]
     return (_surprises(r.findings, r.multigpu, r.multigpu_findings) + _multigpu_observations(r.multigpu, r.multigpu_findings)
             + _observations(r.findings, r.analyses))

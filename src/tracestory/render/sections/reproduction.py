@@ -21,4 +21,6 @@ def _reproduction(inputs, command) -> list[str]:
 
 def render(c: Context) -> list[str]:
     m = c.results.manifest
-    return [render_reproduction(m).strip(), ""] if m else _reproduction(list(c.inputs), c.command)
+    if m:
+        return [render_reproduction(m).strip(), ""]
+    return [c.no_trace, ""] if c.no_trace else _reproduction(list(c.inputs), c.command)

@@ -79,7 +79,23 @@ def _multigpu_summary(multigpu, fs) -> list[str]:
 # Findings that are surprises by nature: behaviour the run's own steady state does not predict.
 
 
+def _without_trace(c: Context) -> str:
+    r = c.results
+    if r.batching is not None:
+        return _batch_summary(r.batching)
+    text = ("Per-kernel hardware metrics only (no timeline); the key numbers are in Hardware Behavior "
+            "Analysis. Add a torch.profiler or nsys capture of the same run for the execution story."
+            if r.hardware else c.no_trace)
+    fs = r.ncu_findings
+    key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])
+    if key:
+        text += " Key insight: " + "; ".join(f.title for f in key) + f". Recommendation: {key[0].recommendation}"
+    return text
+
+
 def render(c: Context) -> list[str]:
     r = c.results
+    if c.no_trace:
+        return [_without_trace(c), ""]
     head = [_batch_summary(r.batching), ""] if r.batching is not None else []
     return head + _multigpu_summary(r.multigpu, r.multigpu_findings) + _executive(r.analyses, r.findings)

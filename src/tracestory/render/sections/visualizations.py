@@ -110,8 +110,26 @@ def _has_roofline(r) -> bool:
                                    for run in r.runs)
 
 
+def _without_trace(c: Context) -> list[str]:
+    if c.results.batching is not None:
+        return ["The charts of this serving run (KV cache blocks and device memory over time) are in the "
+                "Execution Story. Kernel timeline, breakdown and roofline: n/a (no trace; capture the "
+                "server with `tracestory capture ... --load` to add one).", "",
+                "Interactive exploration: add a Kineto or nsys trace of the run and open it with "
+                "`tracestory export perfetto` in https://ui.perfetto.dev.", ""]
+    if c.results.hardware:
+        return [c.no_trace.replace("n/a:", "Timeline: n/a:"), "",
+                "Interactive exploration: open the .ncu-rep in the Nsight Compute UI (ncu-ui) for the "
+                "source-level and per-section views behind these numbers.", ""]
+    return [c.no_trace, ""]
+
+
 def render(c: Context) -> list[str]:
-    out = _visualizations(c.results.analyses) + _visual_extras(c.results, list(c.inputs), _has_roofline(c.results))
+    if c.no_trace:
+        out = _without_trace(c)
+    else:
+        out = (_visualizations(c.results.analyses)
+               + _visual_extras(c.results, list(c.inputs), _has_roofline(c.results)))
     if c.plots:
         out += ["Plots (PNG):", "", "\n".join(f"![{p.stem}]({p.name})" for p in c.plots), ""]
     return out
