@@ -108,7 +108,7 @@ def plot_memory(run, path: Path) -> Path | None:
 def plot_warp_stalls(rows, path: Path, *, top: int = 4, title: str = "") -> Path | None:
     """Horizontal bars of each stall reason's share of stall cycles, one panel per kernel (the
     ``top`` longest Nsight Compute kernels that carry stall metrics). ``rows``: the ``kernels[]``
-    JSON rows of ``report.hardware_glue.hardware_results``. ``None`` without stall metrics."""
+    JSON rows of ``render.jsonout.kernel_rows``. ``None`` without stall metrics."""
     rows = [r for r in rows or () if r.get("warp_stall_pct")]
     rows = sorted(rows, key=lambda r: (-(r.get("duration_ns") or 0), str(r.get("name"))))[:top]
     if not rows:
