@@ -85,7 +85,13 @@ def test_peaks_report_findings_and_json_agree(tmp_path):
 COUNTED = ("join_ncu", "roofline", "memory_timeline", "gap_causes", "derive_findings", "estimate_roofline")
 
 
-def test_each_analysis_runs_once_per_report(tmp_path, monkeypatch):
+@pytest.mark.parametrize("inputs, expected", [
+    ([H200_LLAMA, NCU_RAW], {"join_ncu": 1, "roofline": 1, "memory_timeline": 1, "gap_causes": 1,
+                             "derive_findings": 1, "estimate_roofline": 0}),
+    ([H200_LLAMA], {"join_ncu": 0, "roofline": 0, "memory_timeline": 1, "gap_causes": 1,
+                    "derive_findings": 1, "estimate_roofline": 1}),
+], ids=["trace_and_ncu", "trace_only"])
+def test_each_analysis_runs_once_per_report(tmp_path, monkeypatch, inputs, expected):
     calls = dict.fromkeys(COUNTED, 0)
     originals = {name: getattr(results_module, name) for name in COUNTED}
 
@@ -101,10 +107,9 @@ def test_each_analysis_runs_once_per_report(tmp_path, monkeypatch):
         for name, fn in originals.items():
             if getattr(mod, name, None) is fn:
                 monkeypatch.setattr(mod, name, counting(name, fn))
-    assert main(["report", str(H200_LLAMA), str(NCU_RAW), "-o", str(tmp_path / "r.md"),
+    assert main(["report", *map(str, inputs), "-o", str(tmp_path / "r.md"),
                  "--json", str(tmp_path / "r.json"), "--plots"]) == 0
-    assert calls == {"join_ncu": 1, "roofline": 1, "memory_timeline": 1, "gap_causes": 1, "derive_findings": 1,
-                     "estimate_roofline": 0}
+    assert calls == expected
 
 
 def test_results_are_frozen_and_print_short():
@@ -113,3 +118,24 @@ def test_results_are_frozen_and_print_short():
     with pytest.raises(AttributeError):
         r.runs = ()
     assert r.findings == [r.runs[0].findings] and r.options.goal == "why?"
+
+
+def test_peaks_reach_the_shape_estimate_too(tmp_path):
+    """Without ncu input the roofline is estimated from op shapes; the --peaks file's bandwidth is
+    the roof of that estimate in the JSON, in the bound finding and in the Hardware section."""
+    peaks = tmp_path / "peaks.toml"
+    peaks.write_text(PEAKS_TOML)
+    md, js = tmp_path / "r.md", tmp_path / "r.json"
+    assert main(["report", str(H200_LLAMA), "--peaks", str(peaks), "-o", str(md), "--json", str(js)]) == 0
+    trace = json.loads(js.read_text())["traces"][0]
+    assert trace["peaks"]["dram_bytes_per_s"] == PEAK_BW
+    points = {p["label"]: p for p in trace["roofline_estimate"]["points"]}
+    for p in points.values():
+        if p["bound"] == "memory":
+            assert p["pct_of_roof"] == pytest.approx(100 * p["achieved_bytes_per_s"] / PEAK_BW, rel=1e-9)
+    (bound,) = [f for f in trace["findings"] if f["rule"] == "bound"]
+    ev = {e["label"]: e["value"] for e in bound["evidence"]}
+    assert ev["source"] == "estimated from op shapes"
+    name = ev["memory-bound #1"]
+    assert ev["memory-bound #1 share of its roof"] == pytest.approx(points[name]["pct_of_roof"] / 100, rel=1e-9)
+    assert "legend: / = DRAM roof 1.00 TB/s" in md.read_text()
