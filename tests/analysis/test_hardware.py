@@ -68,7 +68,7 @@ def test_warp_stall_chart_width_and_legend():
 def _hardware(path, trace, km, peaks):
     join, rf = join_ncu(trace, km), roofline(km, peaks)
     return KernelMetricsResults(str(path), km, km.device_name, peaks, None, join, rf,
-                                hardware_analysis(km, join, rf, peaks))
+                                hardware_analysis(km, join, rf, peaks), tuple(waves(k) for k in km.kernels))
 
 
 @pytest.mark.parametrize("path", [NCU_RAW, NCU_DETAILS, NCU_REP] + sorted((TEST_DATA / "ncu").glob("*.gz")),
