@@ -1,41 +1,78 @@
 """tracestory: GPU traces in, the story of the execution out.
 
-The verbs::
+The verbs, each callable any number of times in one process::
 
-    traces = tracestory.load("trace.json.gz")        # files -> Trace per rank/process
-    result = tracestory.analyze(traces[0])           # Trace -> Analysis (frozen results)
-    tracestory.report([result], "report.md")         # Analysis -> Markdown story
-    with tracestory.region("decode"):                # one marker for nsys, ncu and torch.profiler
+    trace = tracestory.load("trace.json.gz")          # one file -> Trace (load_all for many ranks)
+    results = tracestory.analyze(trace)               # a Trace or a path -> Results (computed once)
+    tracestory.report(["trace.json.gz"], "r.md")      # paths or Results -> Markdown story
+    with tracestory.region("decode"):                 # one marker for nsys, ncu and torch.profiler
         ...
 
-Capturing a workload is ``tracestory.capture.pipeline.capture`` (and ``tracestory capture`` on
-the command line). Nothing heavy is imported here: torch, ncu_report and matplotlib load only
-when a function needs them.
+``load_inputs(paths)`` reads everything a report can take (traces, Nsight Compute metrics,
+capture folders, a scheduler event log and a load summary). Capturing a workload is
+``tracestory.capture.pipeline.capture`` (and ``tracestory capture`` on the command line).
+Nothing heavy is imported here: torch, ncu_report and matplotlib load only when a function
+needs them.
 """
 
 from __future__ import annotations
 
-from .analysis import Analysis, analyze
-from .capture.region import region
+import os
+from dataclasses import replace
+from pathlib import Path
 
-__all__ = ["Analysis", "analyze", "load", "region", "report"]
+from .analysis.results import AnalysisOptions, Results, analyze_inputs
+from .capture.region import region
+from .errors import UsageError
+from .ingest import Inputs, load_inputs
+from .trace import Trace
+
+__all__ = ["AnalysisOptions", "Inputs", "Results", "Trace", "analyze", "load", "load_all", "load_inputs",
+           "region", "report"]
 __version__ = "0.1.0"
 
 
-def load(*paths):
-    """Read traces (Kineto, nsys SQLite/CSV, capture folders) -> list of Trace, one per rank."""
-    from .ingest import load_inputs
+def load_all(path) -> list[Trace]:
+    """Every trace in ``path`` (a file, a folder of rank traces, a capture folder): one Trace per
+    rank or process."""
+    return list(load_inputs([path]).traces)
 
-    return load_inputs(paths).traces
+
+def load(path) -> Trace:
+    """The one trace in ``path``. A path that holds several ranks or processes raises
+    :class:`~tracestory.errors.UsageError` pointing to :func:`load_all`."""
+    traces = load_all(path)
+    if len(traces) != 1:
+        raise UsageError(f"{path}: holds {len(traces)} traces (ranks or processes), not one; "
+                         "use tracestory.load_all(path) for a list of them")
+    return traces[0]
 
 
-def report(analyses, output, *, goal=None, questions=()):
-    """Write the Markdown story report of ``analyses`` to ``output``; returns its path."""
-    from pathlib import Path
+def _inputs_of(items) -> Inputs:
+    """Paths and already-loaded traces -> one Inputs."""
+    if isinstance(items, (str, os.PathLike, Trace)):
+        items = [items]
+    items = list(items)
+    paths = [p for p in items if not isinstance(p, Trace)]
+    traces = [t for t in items if isinstance(t, Trace)]
+    inputs = load_inputs(paths) if paths else Inputs()
+    if traces:
+        inputs = replace(inputs, traces=(*inputs.traces, *traces),
+                         paths=(*inputs.paths, *(t.meta.source_path for t in traces)))
+    return inputs
 
-    from .ingest import Inputs
+
+def analyze(trace_or_path, **options) -> Results:
+    """All results of a trace, a path, or a list of them. ``options`` are those of
+    :class:`~tracestory.analysis.results.AnalysisOptions` (``taxonomy``, ``k``, ``peaks_path``,
+    ``goal``, ``questions``, ``command``)."""
+    return analyze_inputs(_inputs_of(trace_or_path), AnalysisOptions(**options))
+
+
+def report(paths_or_results, output, *, plots: bool = False, json_path=None, **options) -> Path:
+    """Write the Markdown story report to ``output``; returns its path. ``paths_or_results``: a
+    :class:`Results`, or what :func:`analyze` takes (then ``options`` go to it)."""
     from .render.build import write_report
 
-    analyses = list(analyses)
-    inputs = Inputs(traces=[a.trace for a in analyses], paths=[a.trace.meta.source_path for a in analyses])
-    return write_report(inputs, analyses, output=Path(output), goal=goal, questions=tuple(questions))
+    results = paths_or_results if isinstance(paths_or_results, Results) else analyze(paths_or_results, **options)
+    return write_report(results, Path(output), plots=plots, json_path=json_path)

@@ -246,3 +246,10 @@ def peaks_warning(device_name: str | None) -> str | None:
         return None
     return (f"no peak FLOP/s or bandwidth known for GPU {device_name or '(unnamed)'!r}: roofline "
             "percentages are n/a; pass --peaks FILE with dram_bytes_per_s and flops_per_s")
+
+
+def resolve_peaks(device_names, overrides_path=None, *, manifest: Mapping | None = None) -> dict[str, Peaks | None]:
+    """The peaks of each named GPU, resolved once for a whole report: the ``--peaks`` file over a
+    capture manifest's ``peaks`` entry over the built-in measurements over the datasheet row
+    (:func:`peaks_for`). Unnamed devices are left out; an unknown GPU maps to ``None``."""
+    return {name: peaks_for(name, overrides_path, manifest=manifest) for name in dict.fromkeys(device_names) if name}

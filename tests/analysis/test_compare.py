@@ -286,7 +286,7 @@ def test_markdown_numbers_and_shape(fused_cmp):
     prose = "\n".join(what_changed(c))
     assert f"Launches: {_launches(da)} -> {_launches(db)} API calls" in prose
     assert f"Kernels: {c.a.kernel_count} -> {c.b.kernel_count} runs; 4 kernel names only in eager" in prose
-    # Seed 001's table shape: metric rows, both runs in ms, the speedup.
+    # The eager-vs-compiled table shape: metric rows, both runs in ms, the speedup.
     assert "|  | eager [ms] | fused [ms] | speedup fused vs eager |" in md
     med = f"{statistics.median(_iterations(da, 'decode')) / 1e6:.3f}"
     assert f"| decode iteration, median (16 vs 16) | {med} |" in md
@@ -345,7 +345,7 @@ def test_taxonomy_mismatch():
 
 @pytest.mark.parametrize("pair", ["decode_default", "decode_max-autotune"])
 def test_seed001_eager_vs_compiled_on_real_h200_captures(pair):
-    """Seed 001's table on our own captures: which side is compiled, and by how much the GPU
+    """The eager-vs-compiled table on our own captures: which side is compiled, and by how much the GPU
     op time changed, from a plain json sum of each file; the finding names the compiled side."""
     pa, pb = TEST_DATA / "compare" / f"{pair}_a.trace.json.gz", TEST_DATA / "compare" / f"{pair}_b.trace.json.gz"
     da, db = _doc(pa), _doc(pb)
@@ -355,6 +355,6 @@ def test_seed001_eager_vs_compiled_on_real_h200_captures(pair):
     op = next(s for s in c.speedups if s.metric == "GPU op time")
     ta, tb = sum(_ns(e["dur"]) for e in _gpu(da)), sum(_ns(e["dur"]) for e in _gpu(db))
     assert (op.a_ns, op.b_ns) == (ta, tb) and op.speedup == pytest.approx(ta / tb)
-    assert tb < ta  # compiled is faster on the GPU here (unlike seed 001's RTX runs)
+    assert tb < ta  # compiled is faster on the GPU here (unlike earlier RTX runs)
     f = next(f for f in comparison_findings(c) if f.rule == "compiled_vs_eager")
     assert "compiled" in f.title.lower() and "faster" in f.title.lower()

@@ -8,6 +8,7 @@ import pytest
 from conftest import H200_LLAMA, NCU_DETAILS, NCU_RAW, NCU_REP, TEST_DATA
 
 from tracestory.analysis.hardware import analyze_kernel, hardware_analysis, waves
+from tracestory.analysis.results import KernelMetricsResults
 from tracestory.analysis.ncu_join import join_ncu
 from tracestory.analysis.roofline import roofline
 from tracestory.ingest.kineto import load_kineto
@@ -64,13 +65,20 @@ def test_warp_stall_chart_width_and_legend():
     assert "n/a" in render_warp_stalls_ascii(load_ncu(NCU_DETAILS)[0])
 
 
+def _hardware(path, trace, km, peaks):
+    join, rf = join_ncu(trace, km), roofline(km, peaks)
+    return KernelMetricsResults(str(path), km, km.device_name, peaks, None, join, rf,
+                                hardware_analysis(km, join, rf, peaks), tuple(waves(k) for k in km.kernels))
+
+
 @pytest.mark.parametrize("path", [NCU_RAW, NCU_DETAILS, NCU_REP] + sorted((TEST_DATA / "ncu").glob("*.gz")),
                          ids=lambda p: p.name)
 def test_section_renders_on_every_fixture(path):
     trace = load_kineto(H200_LLAMA)
     km = load_ncu(path)
     peaks = peaks_for(km.device_name or "NVIDIA H200")
-    md = render_hardware_section(km, join_ncu(trace, km), roofline(km, peaks), peaks)
+    h = _hardware(path, trace, km, peaks)
+    md = render_hardware_section(h)
     assert "**Occupancy**" in md and "**Compute utilization**" in md and "**Memory behavior**" in md
     assert "**Warp stall reasons**" in md and "### Roofline" in md
     assert not md.startswith("## ")
@@ -79,4 +87,4 @@ def test_section_renders_on_every_fixture(path):
         assert "FLOPs: n/a" in md  # absent metrics print n/a, never 0
     chart_lines = md.split("```")[1::2]
     assert all(len(line) <= 100 for block in chart_lines for line in block.splitlines())
-    assert md == render_hardware_section(km, join_ncu(trace, km), roofline(km, peaks), peaks)  # deterministic
+    assert md == render_hardware_section(_hardware(path, trace, km, peaks))  # deterministic

@@ -196,11 +196,8 @@ def test_no_memory_samples_is_none_and_says_so():
 
 
 def test_plot_memory_png(tmp_path):
-    from tracestory.render.plots import plot_memory as plot_from_analysis
-
     a = analyze(load_kineto(H200_LLAMA))
-    for path in (plot_memory(memory_timeline(a.trace, a.phases), tmp_path / "m.png"),
-                 plot_from_analysis(a, tmp_path / "a.png")):
+    for path in (plot_memory(memory_timeline(a.trace, a.phases), tmp_path / "m.png"),):
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert plot_memory(None, tmp_path / "none.png") is None

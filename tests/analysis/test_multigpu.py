@@ -30,11 +30,10 @@ from conftest import A100_NCCL, NSYS_2024, REPO, TEST_DATA
 from tracestory.analysis.multigpu import combine, rank_summary
 from tracestory.errors import UsageError
 from tracestory.ingest.ranks import load_ranks, rank_from_name, rank_sources
+from tracestory.analysis.findings.multigpu import headline, multigpu_findings
 from tracestory.render.multigpu import (
     display_window,
-    headline,
     lanes,
-    multigpu_findings,
     multigpu_json,
     plot_multigpu,
     render_multigpu_section,

@@ -93,7 +93,7 @@ def test_render_environment(torch_folder):
     env = m["environment"]
     text = render_environment(m)
     gib = env["gpus"][0]["memory_bytes"] / 2**30
-    assert f"| GPU | 1 x NVIDIA H200 (compute capability 9.0, {gib:.1f} GiB memory, 132 SMs) |" in text
+    assert f"| GPU | 1 x NVIDIA H200 (compute capability 9.0, {gib:.0f} GiB memory, 132 SMs) |" in text  # 3 digits
     for key, label in (("driver_version", "Driver"), ("torch", "PyTorch"), ("triton", "Triton"),
                        ("python", "Python"), ("cuda_runtime", "CUDA runtime (torch)")):
         assert f"| {label} | {env[key]} |" in text
@@ -119,9 +119,9 @@ def test_render_actions_log(ncu_folder):
         assert f"**Action 1.{j}: {s['name']}**" in text
         assert s["command"] in text
         assert s["started_at"] in text
-    # 32_695_735_561 ns = 32.70 s; 832_182_605 ns = 832.2 ms; 49_227_786 B = 46.9 MiB
-    assert steps[0]["duration_ns"] == 32_695_735_561 and "took 32.70 s, exit code 0." in text
-    assert "took 832.2 ms, exit code 0." in text
+    # 3 significant digits: 32_695_735_561 ns = 32.7 s; 832_182_605 ns = 832 ms; 49_227_786 B = 46.9 MiB
+    assert steps[0]["duration_ns"] == 32_695_735_561 and "took 32.7 s, exit code 0." in text
+    assert "took 832 ms, exit code 0." in text
     assert "- `ncu/h200_ncu.ncu-rep` (46.9 MiB)" in text
     assert "- `launch_count` = `12` (flag)" in text
 
@@ -135,7 +135,7 @@ def test_render_actions_log_failed_capture():
                                   "error": "exit code 3", "files": []}]}]}
     text = render_actions_log(m)
     assert "### Phase 1: capture with ncu (failed)" in text
-    assert "took 1.5 ms, exit code 3." in text and "Failed: exit code 3" in text
+    assert "took 1.50 ms, exit code 3." in text and "Failed: exit code 3" in text
     assert "no `ncu/` folder was written by it" in text
 
 

@@ -1,4 +1,4 @@
-"""tracestory check: seed 003's checklist against Markdown reports.
+"""tracestory check: the report checklist against Markdown reports.
 
 Three kinds of input:
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import A100_NCCL, H100_BERT, H200_LLAMA, NCU_DETAILS, NCU_RAW, NCU_REP, NSYS_2022, NSYS_2024, TEST_DATA
-from tracestory.analysis import analyze
+from tracestory.analysis.results import AnalysisOptions, analyze_inputs
 from tracestory.cli import main
 from tracestory.errors import TraceFormatError
 from tracestory.ingest import load_inputs
@@ -54,10 +54,9 @@ def reports(tmp_path_factory) -> dict[str, Path]:
     out = {}
     for name, paths in REPORTS.items():
         paths = [tmp / "cap" / p if isinstance(p, str) else p for p in paths]
-        inputs = load_inputs(paths)
-        analyses = [analyze(t) for t in inputs.traces]
-        out[name] = write_report(inputs, analyses, output=tmp / f"{name}.md",
-                                 command="tracestory report " + " ".join(str(p) for p in paths))
+        results = analyze_inputs(load_inputs(paths),
+                                 AnalysisOptions(command="tracestory report " + " ".join(str(p) for p in paths)))
+        out[name] = write_report(results, tmp / f"{name}.md")
     return out
 
 
@@ -70,7 +69,7 @@ def _status(c) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", list(REPORTS))
 def test_every_generated_report_passes(name, reports):
-    """Issue 7: every report tracestory writes passes the checklist for the inputs it has."""
+    """Every report tracestory writes passes the checklist for the inputs it has."""
     c = check_file(reports[name])
     assert [i.number for i in c.items] == [n for n, _ in ITEMS]
     assert not c.failed, f"{name}: " + "; ".join(f"{i.number} {i.reason}" for i in c.failed)

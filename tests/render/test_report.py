@@ -3,33 +3,44 @@
 Golden files live in tests/golden/; rewrite them with TRACESTORY_UPDATE_GOLDEN=1.
 """
 
+import dataclasses
 import gzip
 import json
 import os
 import re
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import H200_LLAMA, KINETO_FIXTURES, REPO
 
-from tracestory.analysis import analyze
-from tracestory.ingest.kineto import load_kineto
-from tracestory.render.markdown import SECTIONS, render_report
+from tracestory.analysis.results import AnalysisOptions, analyze_inputs
+from tracestory.ingest import load_inputs
+from tracestory.render.markdown import SECTION_TITLES, render_report
 from tracestory.render.story import best_repeat, fold, short_name
 
 GOLDEN = REPO / "tests" / "golden"
 
 
+def _results(path, **options):
+    """The results of one trace, listed in the report under its file name only."""
+    inputs = dataclasses.replace(load_inputs([path]), paths=(path.name,))
+    return analyze_inputs(inputs, AnalysisOptions(**options))
+
+
 @lru_cache(maxsize=None)
+def _run(path):
+    return _results(path, command=f"tracestory report {path.name} -o report.md")
+
+
 def _analysis(path):
-    return analyze(load_kineto(path))
+    return _run(path).analyses[0]
 
 
 @lru_cache(maxsize=None)
 def _report(path):
-    return render_report([_analysis(path)], inputs=[path.name],
-                         command=f"tracestory report {path.name} -o report.md")
+    return render_report(_run(path))
 
 
 def _fenced_blocks(text):
@@ -76,7 +87,7 @@ def test_headings_exact_and_in_order(path):
             inside = not inside
         elif not inside and line.startswith("## "):
             blocks_ok.append(line[3:])
-    assert blocks_ok == list(SECTIONS)
+    assert blocks_ok == list(SECTION_TITLES)
 
 
 @pytest.mark.parametrize("path", KINETO_FIXTURES, ids=ids)
@@ -111,20 +122,14 @@ def test_tables_well_formed(path):
 
 
 def test_deterministic():
-    a = _analysis(H200_LLAMA)
-    assert render_report([a], inputs=["x"]) == render_report([a], inputs=["x"])
+    r = _run(H200_LLAMA)
+    assert render_report(r) == render_report(r)
 
 
-def test_extra_sections_and_goal():
-    a = _analysis(H200_LLAMA)
-    text = render_report([a], goal="Why is decode slow?", questions=("Is attention the bottleneck?",),
-                         extra_sections={"Hardware Behavior Analysis": "NCU BODY HERE",
-                                         "Environment": "ENV BODY",
-                                         "_plots": "![timeline](r_timeline.png)"})
-    assert "![timeline](r_timeline.png)" in _section(text, "Visualizations")
-    hw = _section(text, "Hardware Behavior Analysis")
-    assert hw.strip() == "NCU BODY HERE"
-    assert _section(text, "Environment").strip() == "ENV BODY"
+def test_goal_questions_and_plots():
+    r = _results(H200_LLAMA, goal="Why is decode slow?", questions=("Is attention the bottleneck?",))
+    text = render_report(r, plots=[Path("out/r_timeline.png")])
+    assert "![r_timeline](r_timeline.png)" in _section(text, "Visualizations")
     goal = _section(text, "Goal Interpretation")
     assert "**Original Goal**: Why is decode slow?" in goal
     assert "1. Is attention the bottleneck?" in goal

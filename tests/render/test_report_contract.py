@@ -38,7 +38,7 @@ import pytest
 from conftest import (A100_NCCL, H100_BERT, H200_LLAMA, NCU_DETAILS, NCU_RAW, NCU_REP, NSYS_2022,
                       NSYS_2024)
 
-from tracestory.analysis import analyze
+from tracestory.analysis.results import AnalysisOptions, analyze_inputs
 from tracestory.ingest import load_inputs
 from tracestory.render.build import write_report
 
@@ -57,11 +57,10 @@ CASES = {
 
 @lru_cache(maxsize=None)
 def _report(case: str, out_dir: str) -> tuple[str, dict]:
-    inputs = load_inputs(CASES[case])
-    analyses = [analyze(t) for t in inputs.traces]
+    results = analyze_inputs(load_inputs(CASES[case]), AnalysisOptions(command=f"tracestory report {case}",
+                                                                       goal="Where does the time go?"))
     md, js = Path(out_dir) / f"{case}.md", Path(out_dir) / f"{case}.json"
-    write_report(inputs, analyses, output=md, json_path=js, command=f"tracestory report {case}",
-                 goal="Where does the time go?")
+    write_report(results, md, json_path=js)
     return md.read_text(encoding="utf-8"), json.loads(js.read_text())
 
 
@@ -291,13 +290,9 @@ def test_the_checker_catches_numbers_from_nowhere(out_dir):
 def test_every_visualization_as_png(tmp_path, paths, expected):
     """Per trace the figures of write_plots, plus write_hardware_plots: with ncu rows the warp
     stall distribution and the roofline, else the roofline estimated from op shapes."""
-    from tracestory.render.hardware_glue import hardware_results
-    from tracestory.render.plots import write_hardware_plots, write_plots
+    from tracestory.render.build import write_plots_for
 
-    inputs = load_inputs(paths)
-    analyses = [analyze(t) for t in inputs.traces]
-    rows, _ = hardware_results(inputs, analyses) if inputs.kernel_metrics else (None, None)
-    written = write_plots(analyses, tmp_path, stem="r") + write_hardware_plots(rows, analyses, tmp_path, stem="r")
+    written = write_plots_for(analyze_inputs(load_inputs(paths)), tmp_path, "r")
     assert {p.stem.split("_", 1)[1] for p in written} == expected
     for p in written:
         data = p.read_bytes()

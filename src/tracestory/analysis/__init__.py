@@ -7,14 +7,13 @@ trace; the report and the CLI render its :class:`Analysis`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ..trace import Trace
-    from .breakdown import Breakdown
-    from .categories import Classification, Taxonomy
-    from .phases import Phases
-    from .timeline import Timeline
+from ..trace import Trace
+from .breakdown import Breakdown, breakdown
+from .categories import Classification, Taxonomy, classify
+from .categories import taxonomy as builtin
+from .phases import Phases, phases
+from .timeline import Timeline, timeline
 
 
 @dataclass(frozen=True)
@@ -27,15 +26,14 @@ class Analysis:
     timeline: "Timeline | None"
     phases: "Phases"
 
+    def __repr__(self) -> str:
+        return (f"Analysis({self.trace.label!r}, kernels={self.breakdown.kernel_count}, "
+                f"phases={len(self.phases.phases)}, taxonomy={self.breakdown.taxonomy!r})")
+
 
 def analyze(trace: "Trace", taxonomy: "Taxonomy | None" = None, k: float = 2.0) -> Analysis:
     """Classify kernels (``llm`` taxonomy unless given), break GPU time down by category with
     Amdahl ceilings for a ``k``-times faster category, and compute the timeline and phases."""
-    from .breakdown import breakdown
-    from .categories import classify, taxonomy as builtin
-    from .phases import phases
-    from .timeline import timeline
-
     tax = taxonomy or builtin("llm")
     cls = classify(trace, tax)
     return Analysis(

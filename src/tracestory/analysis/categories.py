@@ -97,10 +97,6 @@ class Classification:
     kernel_category: np.ndarray  # int32 index into taxonomy.categories, one per kernels row
     memop_category: np.ndarray  # int32, one per memops row
 
-    def category_names(self, codes: np.ndarray) -> np.ndarray:
-        """Object array of category names for an array of category indices."""
-        return np.asarray(self.taxonomy.categories, dtype=object)[np.asarray(codes)]
-
 
 # ----------------------------------------------------------------------------- loading
 

@@ -36,7 +36,7 @@ case. ``busbw = algbw x factor`` with factor ``2(n-1)/n`` (all-reduce), ``(n-1)/
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -432,11 +432,3 @@ def group_collectives(stats: Sequence[CollectiveStat]) -> tuple[CollectiveGroup,
         )))
     out.sort(key=lambda t: (-t[0], t[1].kind, t[1].pg))
     return tuple(g for _, g in out)
-
-
-def kind_totals(stats: Sequence[CollectiveStat]) -> Mapping[str, int]:
-    """Count of collectives per kind."""
-    out: dict[str, int] = {}
-    for s in stats:
-        out[s.kind] = out.get(s.kind, 0) + 1
-    return out

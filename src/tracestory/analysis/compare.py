@@ -13,8 +13,8 @@ sides). Every quantity below is computed per side from that side's results, then
   so does GPU work still running after the range closed). Without phases (source ``none``) or
   without a timeline, the GPU window, or ``None``.
 * **Iteration time**: per phase, the same latency, ``max(range end, last GPU op end) - range
-  start``: what a caller timing the range with a device sync would measure (seed 001 timed its
-  NVTX range this way). The iteration family is ``ProfilerStep`` when the phases come from it,
+  start``: what a caller timing the range with a device sync would measure (an NVTX range timed
+  around a synchronised step measures this). The iteration family is ``ProfilerStep`` when the phases come from it,
   else a family whose name contains ``decode``, else the most numerous family of >= 2 phases.
   Its median is the headline (robust to a first-iteration JIT outlier); the mean is kept too.
 * **Launches**: runtime/driver API calls that launch GPU work, CUDA or HIP (kernel and graph
@@ -46,6 +46,8 @@ phases, warm-up outside the capture.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from dataclasses import dataclass
 
@@ -53,6 +55,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .families import SMALL_OP_FAMILIES, kernel_family
+from ..units import fmt_ns
 from .launch_apis import is_graph_launch, is_launch_name
 from .findings import Evidence, Finding
 
@@ -194,6 +197,7 @@ class Comparison:
     phases: tuple[PhaseDelta, ...]  # phase families of either side, A's order first
     fused: tuple[FusedKernel, ...]
     changes: Changes
+    findings: tuple = ()  # comparison_findings of this comparison, computed once by compare()
 
 
 # ------------------------------------------------------------------ per side
@@ -445,24 +449,15 @@ def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15) -> C
         idle_fraction_delta=(sb.idle_fraction - sa.idle_fraction
                              if sa.idle_fraction is not None and sb.idle_fraction is not None else None),
     )
-    return Comparison(
+    c = Comparison(
         a=sa, b=sb, taxonomy=a.classification.taxonomy.name, speedups=speedups,
         headline=speedups[0] if speedups else None, categories=cats,
         kernels=tuple(kernels[:top]), families=_families(kernels), phases=_phases(a, b),
         fused=_fusions(kernels), changes=changes)
+    return dataclasses.replace(c, findings=comparison_findings(c))
 
 
 # ------------------------------------------------------------------ findings
-
-
-def _dur(ns: float) -> str:
-    """3 significant digits in the unit that fits, as the report prints durations."""
-    a = abs(ns)
-    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
-        if a >= scale:
-            v = ns / scale
-            return f"{v:.3g} {unit}" if abs(v) < 100 else f"{v:.0f} {unit}"
-    return f"{ns:.0f} ns"
 
 
 def comparison_findings(c: Comparison) -> tuple[Finding, ...]:
@@ -534,17 +529,17 @@ def _why(c: Comparison) -> str:
     parts = []
     ia, ib = a.iteration, b.iteration
     if c.headline is not None and c.headline.metric.startswith("iteration") and ia and ib:
-        parts.append(f"per {ia.family} iteration (median) the GPU is busy {_dur(ia.gpu_busy_median_ns)} of "
-                     f"{_dur(ia.median_ns)} in {a.label} and {_dur(ib.gpu_busy_median_ns)} of "
-                     f"{_dur(ib.median_ns)} in {b.label}")
+        parts.append(f"per {ia.family} iteration (median) the GPU is busy {fmt_ns(ia.gpu_busy_median_ns)} of "
+                     f"{fmt_ns(ia.median_ns)} in {a.label} and {fmt_ns(ib.gpu_busy_median_ns)} of "
+                     f"{fmt_ns(ib.median_ns)} in {b.label}")
     elif a.busy_ns is not None and b.busy_ns is not None:
-        parts.append(f"GPU busy {_dur(a.busy_ns)} -> {_dur(b.busy_ns)}")
+        parts.append(f"GPU busy {fmt_ns(a.busy_ns)} -> {fmt_ns(b.busy_ns)}")
     if ch.idle_fraction_delta is not None:
         parts.append(f"idle share {100 * a.idle_fraction:.1f}% -> {100 * b.idle_fraction:.1f}%")
     moved = sorted(ch.grew + ch.shrank, key=lambda d: -abs(d.delta_ns))
     if moved:
         d = moved[0]
-        parts.append(f"{d.name} {'+' if d.delta_ns > 0 else '-'}{_dur(abs(d.delta_ns))}")
+        parts.append(f"{d.name} {'+' if d.delta_ns > 0 else '-'}{fmt_ns(abs(d.delta_ns))}")
     if ch.launch_delta is not None:
         parts.append(f"launches {a.launch_count} -> {b.launch_count}")
     return "; ".join(parts) + "." if parts else "no timeline to explain it."

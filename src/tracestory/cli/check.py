@@ -1,4 +1,4 @@
-"""``tracestory check report.md``: seed 003's checklist against a Markdown report.
+"""``tracestory check report.md``: the report checklist against a Markdown report.
 
 Prints one line per item (PASS / FAIL / N/A with the reason; rules in
 :mod:`tracestory.render.checklist`). Exit code 0 when no item fails, 1 when any fails, 2 when
@@ -13,7 +13,7 @@ from pathlib import Path
 
 def cmd_check(args) -> int:
     from ..render.checklist import check_file, render_text
-    from ..render.jsonout import jsonable
+    from ..render.jsonable import jsonable
 
     results = [check_file(p) for p in args.reports]
     for i, c in enumerate(results):
@@ -27,7 +27,7 @@ def cmd_check(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("check", help="evaluate seed 003's checklist against a Markdown report",
+    p = subparsers.add_parser("check", help="evaluate the report checklist against a Markdown report",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("reports", nargs="+", metavar="REPORT", help="Markdown report(s) written by tracestory report")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")

@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from .common import add_taxonomy, refuse_overwrite, taxonomy_from
+
 
 def _label(path: str) -> str:
     name = Path(path.rstrip("/")).name
@@ -77,17 +79,11 @@ def _renderables(c, findings):
 def cmd_compare(args) -> int:
     from rich.console import Console
 
-    from ..analysis.categories import load_rules, taxonomy
-    from ..analysis.compare import compare, comparison_findings
-    from ..errors import UsageError
+    from ..analysis.compare import compare
     from ..render.compare import comparison_json, render_comparison
 
-    for out in (args.output, args.json):
-        if out and Path(out).resolve() in {Path(p).resolve() for p in (args.a, args.b)}:
-            raise UsageError(f"{out}: is one of the inputs; refusing to overwrite it with output")
-    tax = taxonomy(args.taxonomy)
-    if args.rules:
-        tax = load_rules(args.rules, tax)
+    refuse_overwrite((args.a, args.b), args.output, args.json)
+    tax = taxonomy_from(args)
     label_a = args.label_a or _label(args.a)
     label_b = args.label_b or _label(args.b)
     if label_a == label_b:
@@ -95,7 +91,7 @@ def cmd_compare(args) -> int:
     c = compare(_load_one(args.a, tax), _load_one(args.b, tax),
                 label_a=label_a, label_b=label_b, top=args.top)
     console = Console(width=None if sys.stdout.isatty() else 120)
-    for r in _renderables(c, comparison_findings(c)):
+    for r in _renderables(c, c.findings):
         console.print(r)
     if args.output:
         Path(args.output).write_text(render_comparison(c))
@@ -115,7 +111,6 @@ def register(subparsers) -> None:
     p.add_argument("--label-b", help="name of B in tables (default: its file name)")
     p.add_argument("-o", "--output", metavar="MD", help="write the comparison as Markdown")
     p.add_argument("--json", metavar="OUT", help="write the comparison as JSON")
-    p.add_argument("--taxonomy", default="llm", choices=("llm", "moe"), help="kernel categories (default: llm)")
-    p.add_argument("--rules", metavar="FILE", help="TOML file of category rules to add or replace")
+    add_taxonomy(p)
     p.add_argument("--top", type=int, default=15, help="kernels in the top-kernels table (default: 15)")
     p.set_defaults(func=cmd_compare)

@@ -10,23 +10,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .common import add_inputs, add_taxonomy, read_inputs, taxonomy_from
+
 
 def _perfetto(args) -> int:
     from ..analysis import analyze
-    from ..analysis.categories import load_rules, taxonomy
     from ..errors import UsageError
     from ..export.perfetto import export_perfetto
-    from ..ingest import load_inputs
 
     out = Path(args.output)
-    if any(Path(p).is_file() and Path(p).resolve() == out.resolve() for p in args.inputs):
-        raise UsageError(f"{out}: is one of the inputs; refusing to overwrite it with output")
-    inputs = load_inputs(args.inputs)
+    inputs = read_inputs(args, out)
     if not inputs.traces:
         raise UsageError("no trace with a GPU timeline in the inputs (Nsight Compute data alone has none)")
-    tax = taxonomy(args.taxonomy)
-    if args.rules:
-        tax = load_rules(args.rules, tax)
+    tax = taxonomy_from(args)
     result = export_perfetto([analyze(t, tax) for t in inputs.traces], out)
     print(f"wrote {result.path}: {result.process_count} process(es), {result.track_count} tracks, "
           f"{result.slice_count} slices, {result.flow_count} launch flows, {result.counter_count} counter samples")
@@ -40,10 +36,8 @@ def register(subparsers) -> None:
     p = sub.add_parser("perfetto", help="Chrome-trace JSON for ui.perfetto.dev / chrome://tracing",
                        description="Kernels by stream with their categories, phases, idle gaps with "
                                    "their cause, CPU threads and launch flows; one process per rank.")
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="Kineto .json(.gz), nsys .sqlite/.nsys-rep, or a folder (one process per trace)")
+    add_inputs(p, help="Kineto .json(.gz), nsys .sqlite/.nsys-rep, or a folder (one process per trace)")
     p.add_argument("-o", "--output", default="trace.perfetto.json.gz",
                    help="output path; gzip-compressed when it ends in .gz (default: trace.perfetto.json.gz)")
-    p.add_argument("--taxonomy", default="llm", choices=("llm", "moe"), help="kernel categories (default: llm)")
-    p.add_argument("--rules", metavar="FILE", help="TOML file of category rules to add or replace")
+    add_taxonomy(p)
     p.set_defaults(func=_perfetto)

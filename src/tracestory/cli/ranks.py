@@ -15,10 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .common import add_inputs, refuse_overwrite
+
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("ranks", help="multi-GPU analysis of many rank traces (process pool or dask)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="rank traces: files, folders, globs, a --torchrun capture")
+    add_inputs(p, help="rank traces: files, folders, globs, a --torchrun capture")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU; 1: in-process)")
     p.add_argument("--dask", metavar="ADDRESS", help="dask.distributed scheduler address, or 'local' for a LocalCluster")
     p.add_argument("-o", "--output", help="write the multi-GPU section as Markdown")
@@ -29,23 +31,26 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.multigpu import combine, rank_summary
+    from ..analysis.findings.multigpu import multigpu_findings
     from ..errors import UsageError
     from ..ingest.ranks import rank_sources
     from ..parallel import map_ranks
     from ..render.multigpu import headline, multigpu_json, render_multigpu_section
 
+    refuse_overwrite(args.inputs, args.output, args.json)
     sources = rank_sources(args.inputs)
     if len(sources) < 2:
         raise UsageError(f"{' '.join(args.inputs)}: expected the traces of at least 2 ranks, found {len(sources)}")
     summaries = map_ranks(sources, rank_summary, workers=args.workers, dask_address=args.dask)
     result = combine(summaries)
+    findings = multigpu_findings(result)
     h = headline(result)
     print(f"{len(result.ranks)} ranks: " + (h if h else "no collective matched across ranks."))
     if args.output:
         Path(args.output).write_text(f"# Multi-GPU analysis: {len(result.ranks)} ranks\n\n"
-                                     + render_multigpu_section(result) + "\n")
+                                     + render_multigpu_section(result, findings) + "\n")
         print(f"wrote {args.output}")
     if args.json:
-        Path(args.json).write_text(json.dumps(multigpu_json(result), indent=1) + "\n")
+        Path(args.json).write_text(json.dumps(multigpu_json(result, findings), indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0

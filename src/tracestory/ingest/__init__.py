@@ -1,21 +1,29 @@
-"""Files -> Trace (and Nsight Compute KernelMetrics).
+"""Files -> :class:`Inputs`: traces, Nsight Compute kernel metrics, capture manifests, and the
+serving run's scheduler event log and load summary.
 
 :func:`load_inputs` takes whatever a user passes on the command line — Kineto traces, Nsight
 Systems SQLite/CSV/report files, Nsight Compute reports or CSVs, capture folders, folders of
-rank traces — sniffs each one and returns the traces and kernel metrics it holds. Each reader
-lives in its own module and is imported only when a file of its kind is seen.
+rank traces, a scheduler event log (docs/SCHEDULER_LOG.md) and a ``tracestory load --json``
+summary — sniffs each one and returns what it holds. Each reader lives in its own module of
+this package; the trace readers are imported only when a file of their kind is seen.
+
+One report tells one serving run: at most one scheduler event log and one load summary (from
+the command line or from a capture folder), and a summary only together with its log.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
+from .capture_folder import MANIFEST, load_artifact_folder
+from .load_summary import LoadSummary, is_summary_file, read_summary
+from .scheduler_log import SchedulerLog, is_scheduler_log, read_scheduler_log
 
 Progress = Callable[[int, int], None]
 
@@ -23,17 +31,31 @@ _TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".sqlite", ".nsys-rep"
                    ".ncu-rep", ".ncu-rep.gz")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Inputs:
-    """Everything read from the command line's inputs."""
+    """Everything read from the inputs, in the order given.
 
-    traces: list[Trace] = field(default_factory=list)
-    kernel_metrics: list = field(default_factory=list)   # (path, KernelMetrics) pairs
-    manifests: list[dict] = field(default_factory=list)  # capture folders' manifest.json
-    artifact_dirs: list[str] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-    scheduler_logs: list[str] = field(default_factory=list)   # capture folders' serving logs
-    load_summaries: list[str] = field(default_factory=list)   # capture folders' load summaries
+    ``kernel_metrics``: ``(path, KernelMetrics)`` pairs, one per Nsight Compute input.
+    ``paths``: the inputs as given, trace inputs first, then the serving files named directly.
+    ``scheduler_log`` / ``load_summary``: the serving run's parsed files, or None."""
+
+    traces: tuple[Trace, ...] = ()
+    kernel_metrics: tuple = ()
+    manifests: tuple[dict, ...] = ()       # capture folders' manifest.json
+    artifact_dirs: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    scheduler_log: SchedulerLog | None = None
+    load_summary: LoadSummary | None = None
+
+    def __repr__(self) -> str:
+        return (f"Inputs(traces={len(self.traces)}, kernel_metrics={len(self.kernel_metrics)}, "
+                f"manifests={len(self.manifests)}, scheduler_log={self.scheduler_log is not None}, "
+                f"load_summary={self.load_summary is not None}, paths={list(self.paths)[:4]!r})")
+
+    @property
+    def manifest(self) -> dict | None:
+        """The first capture folder's manifest (the one the report's Environment tells)."""
+        return self.manifests[0] if self.manifests else None
 
 
 def sniff(path: Path) -> str:
@@ -108,22 +130,39 @@ def _expand(path: Path) -> list[Path]:
     return files
 
 
-def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | None = None) -> Inputs:
-    """Read every input; folders with a ``manifest.json`` are capture folders."""
-    out = Inputs()
-    for raw in paths:
-        path = Path(raw)
-        out.paths.append(str(path))
-        if path.is_dir() and (path / "manifest.json").exists():
-            from ..capture.artifacts import load_artifact_folder
+def split_serving_files(paths) -> tuple[list, list, list]:
+    """(other inputs, scheduler event logs, load summaries) among ``paths``: the serving files
+    are read by their own readers, not the trace readers."""
+    logs = [p for p in paths if Path(p).is_file() and is_scheduler_log(p)]
+    summaries = [p for p in paths if p not in logs and Path(p).is_file() and is_summary_file(p)]
+    return [p for p in paths if p not in logs and p not in summaries], logs, summaries
 
+
+def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | None = None,
+                require_content: bool = True) -> Inputs:
+    """Read every input; folders with a ``manifest.json`` are capture folders.
+
+    Raises :class:`~tracestory.errors.UsageError` for two scheduler logs or two load summaries,
+    a summary without its log, and (``require_content``) inputs that hold no trace, no kernel
+    metrics and no scheduler log."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [str(p) for p in paths]
+    others, logs, summaries = split_serving_files(paths)
+    traces: list[Trace] = []
+    metrics: list = []
+    manifests: list[dict] = []
+    dirs: list[str] = []
+    for raw in others:
+        path = Path(raw)
+        if path.is_dir() and (path / MANIFEST).exists():
             folder = load_artifact_folder(path)
-            out.manifests.append(folder.manifest)
-            out.artifact_dirs.append(str(path))
+            manifests.append(folder.manifest)
+            dirs.append(str(path))
             require_gpu = bool(folder.manifest.get("environment", {}).get("gpus"))
             files = folder.trace_files
-            out.scheduler_logs += [str(p) for p in folder.scheduler_logs]
-            out.load_summaries += [str(p) for p in folder.load_summaries]
+            logs += [str(p) for p in folder.scheduler_logs]
+            summaries += [str(p) for p in folder.load_summaries]
         elif path.is_dir():
             require_gpu, files = True, _expand(path)
         else:
@@ -132,7 +171,19 @@ def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | 
             progress = progress_factory(f) if progress_factory else None
             kind, value = load_file(f, require_gpu=require_gpu, progress=progress)
             if kind == "traces":
-                out.traces.extend(value)
+                traces.extend(value)
             else:
-                out.kernel_metrics.append((str(f), value))
-    return out
+                metrics.append((str(f), value))
+    for what, found in (("scheduler event log", logs), ("load summary", summaries)):
+        if len(found) > 1:
+            raise UsageError(f"{found[1]}: one {what} per report (found {len(found)}: {', '.join(found)})")
+    if summaries and not logs:
+        raise UsageError(f"{summaries[0]}: a load summary is reported with the scheduler event log of the same "
+                         "run (`tracestory serve --event-log`), found none")
+    if require_content and not traces and not metrics and not logs:
+        raise UsageError("no trace or kernel metrics found in the inputs")
+    named = [p for p in paths if p in logs or p in summaries]
+    return Inputs(traces=tuple(traces), kernel_metrics=tuple(metrics), manifests=tuple(manifests),
+                  artifact_dirs=tuple(dirs), paths=tuple([*others, *named]),
+                  scheduler_log=read_scheduler_log(logs[0]) if logs else None,
+                  load_summary=read_summary(summaries[0]) if summaries else None)

@@ -45,11 +45,9 @@ microsecond timestamps lose sub-microsecond precision in the JSON float itself.
 from __future__ import annotations
 
 import gc
-import gzip
 import math
 import os
 import re
-import zlib
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
@@ -687,16 +685,3 @@ def _int_or_none(v) -> int | None:
         return int(str(v).strip().strip('"'))
     except ValueError:
         return None
-
-
-def is_kineto(path: str | os.PathLike) -> bool:
-    """Cheap sniff: a .json / .json.gz whose first KB looks like a Chrome trace object."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        with (gzip.open if gz else open)(path, "rb") as f:
-            head = f.read(4096)
-    except (OSError, EOFError, zlib.error):
-        return path.name.endswith((".json", ".json.gz"))
-    return head.lstrip()[:1] == b"{" or path.name.endswith((".json", ".json.gz"))

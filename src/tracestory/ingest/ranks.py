@@ -103,7 +103,7 @@ def _files_of(raw: str | os.PathLike) -> list[Path]:
     if path.is_file():
         return [path]
     if (path / "manifest.json").exists():
-        from ..capture.artifacts import load_artifact_folder
+        from .capture_folder import load_artifact_folder
 
         folder = load_artifact_folder(path)
         have_sqlite = {p.name[: -len(".sqlite")] for p in folder.nsys_sqlite}

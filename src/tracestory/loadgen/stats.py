@@ -26,73 +26,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import MISSING, asdict, dataclass, fields
-from pathlib import Path
 
 import numpy as np
 
 from ..stats import percentile  # noqa: F401  (re-exported)
-from ..stats import summarize as summarize_values
+from ..ingest.load_summary import Distribution, LoadSummary, distribution, is_summary_file, read_summary  # noqa: F401
 from .generator import LoadResult, RequestRecord
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """Percentiles of one latency, in ns; every field None without samples."""
-
-    count: int
-    mean_ns: float | None
-    min_ns: float | None
-    p50_ns: float | None
-    p90_ns: float | None
-    p99_ns: float | None
-    max_ns: float | None
-
-
-@dataclass(frozen=True)
-class LoadSummary:
-    mode: str
-    target_qps: float | None
-    concurrency: int | None
-    duration_s: float
-    planned: int                       # records (every planned or started request)
-    sent: int
-    ok: int
-    failed: int                        # sent and not ok, cancelled included
-    failures: dict[str, int]           # kind (or http_<code>) -> count
-    elapsed_ns: int
-    send_window_ns: int
-    achieved_qps: float | None
-    sent_qps: float | None
-    input_tokens: int
-    output_tokens: int
-    input_tokens_per_s: float | None
-    output_tokens_per_s: float | None
-    ttft: Distribution
-    itl: Distribution
-    e2e: Distribution
-    slo_ttft_ns: int | None
-    slo_itl_ns: int | None
-    good: int | None
-    goodput_rps: float | None
-    goodput_fraction: float | None
-    interrupted: bool
-    deadline_hit: bool
-    t0_unix_ns: int
-    # added later: files written before lack them
-    not_sent: int = 0
-    slo_e2el_ns: int | None = None
-    prompts_exact: bool | None = None        # lengths counted by a real tokenizer
-    capped_at: int | None = None             # planning stopped at --max-requests
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
-    sm = summarize_values(values, (90, 99))
-    return Distribution(sm.count, sm.mean, sm.min, sm.median, sm.at(90), sm.at(99), sm.max)
 
 
 def is_good(r: RequestRecord, slo_ttft_ns: float | None, slo_tpot_ns: float | None,
@@ -145,46 +84,3 @@ def summarize(result: LoadResult) -> LoadSummary:
         interrupted=result.interrupted, deadline_hit=result.deadline_hit, t0_unix_ns=result.t0_unix_ns,
         not_sent=len(recs) - sent, slo_e2el_ns=slo_e2el,
         prompts_exact=result.prompts.exact if result.prompts is not None else None, capped_at=result.capped_at)
-
-
-def is_summary_file(path: str | Path) -> bool:
-    """Sniff rule: a ``.json`` file under 1 MiB holding ``{"config": {...}, "summary": {"mode": ...,
-    "ttft": {...}}}`` (what ``tracestory load --json`` writes)."""
-    import json
-
-    p = Path(path)
-    try:
-        if not p.name.lower().endswith(".json") or p.stat().st_size > 1 << 20:
-            return False
-        doc = json.loads(p.read_bytes())
-    except (OSError, ValueError):
-        return False
-    s = doc.get("summary") if isinstance(doc, dict) else None
-    return isinstance(s, dict) and "mode" in s and isinstance(s.get("ttft"), dict)
-
-
-def read_summary(path: str | Path) -> LoadSummary:
-    """The :class:`LoadSummary` of a ``tracestory load --json`` file; a missing key or a wrong
-    type raises :class:`~tracestory.errors.TraceFormatError` naming it."""
-    import json
-
-    from ..errors import TraceFormatError
-
-    try:
-        doc = json.loads(Path(path).read_bytes())
-    except (OSError, ValueError) as e:
-        raise TraceFormatError(path, "a `tracestory load --json` summary", f"unreadable JSON ({e})") from None
-    s = doc.get("summary") if isinstance(doc, dict) else None
-    if not isinstance(s, dict):
-        raise TraceFormatError(path, "a `tracestory load --json` summary", "no \"summary\" object")
-    required = [f for f in fields(LoadSummary) if f.default is MISSING]
-    missing = [f.name for f in required if f.name not in s]
-    if missing:
-        raise TraceFormatError(path, "a `tracestory load --json` summary", f"no key {missing[0]!r} in \"summary\"")
-    values = dict(s)
-    for name in ("ttft", "itl", "e2e"):
-        d = s[name]
-        if not isinstance(d, dict) or any(f.name not in d for f in fields(Distribution)):
-            raise TraceFormatError(path, f"summary.{name} with count and p50/p90/p99 in ns", repr(d)[:80])
-        values[name] = Distribution(**{f.name: d[f.name] for f in fields(Distribution)})
-    return LoadSummary(**{f.name: values[f.name] for f in fields(LoadSummary) if f.name in values})

@@ -1,4 +1,4 @@
-"""Seed 003's "Continuous Batching" execution story, from a scheduler event log.
+"""The report's "Continuous Batching" execution story, from a scheduler event log.
 
 :func:`render_batch_story` writes Markdown sections: the scenario and arrivals, the scheduler
 decisions per iteration with their reasons, engine stalls, chunked prefill, KV cache events and preemptions,
@@ -24,6 +24,7 @@ import numpy as np
 
 from ..analysis.batching import STALL_MIN_NS, STALL_RATIO, BatchingResult, Iteration
 from .ascii import clip_text, fmt_bytes, fmt_ns, fmt_pct, time_axis
+from .md import md_table
 
 MAX_ENTRIES = 40
 MAX_TRACED_ROWS = 24
@@ -279,8 +280,6 @@ def _kv(r: BatchingResult) -> list[str]:
 
 
 def _kernels(r: BatchingResult) -> list[str]:
-    from .markdown import md_table
-
     its = r.log.iterations
     rows = []
     for kind in ("prefill-only", "mixed", "decode-only"):
@@ -317,8 +316,6 @@ def _kernels(r: BatchingResult) -> list[str]:
 
 
 def _trace_lines(r: BatchingResult) -> list[str]:
-    from .markdown import md_table
-
     j = r.trace
     busy, rng = np.array(j.gpu_busy_ns, dtype=np.float64), np.array(j.range_ns, dtype=np.float64)
     frac = busy.sum() / rng.sum() if rng.sum() > 0 else None
@@ -382,8 +379,6 @@ def _stalls(r: BatchingResult) -> list[str]:
 def _latency(r: BatchingResult) -> list[str]:
     def row(name, d):
         return [name, d.count, fmt_ns(d.p50_ns), fmt_ns(d.p90_ns), fmt_ns(d.p99_ns), fmt_ns(d.max_ns)]
-
-    from .markdown import md_table
 
     lines = ["Server-side latency per request (from the log; percentiles by linear interpolation):", "",
              *md_table(["", "requests", "p50", "p90", "p99", "max"],

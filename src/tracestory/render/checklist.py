@@ -1,9 +1,10 @@
-"""Seed 003's checklist, evaluated against a Markdown report (``tracestory check``).
+"""The report checklist, evaluated against a Markdown report (``tracestory check``).
 
-Every item of the seed's checklist is checked, numbered in the seed's order (1-14, with the
-visualization sub-items 13.1-13.6), after four structure items S1-S4 that come from the seed's
-"Report Structure" and visualization principles (and issue 7: charts within 100 columns,
-Markdown that parses). Each item is PASS, FAIL or N/A with a one-line reason. N/A is decided
+Every item of the report format's checklist is checked, numbered in its order (1-14, with the
+visualization sub-items 13.1-13.6), after four structure items S1-S4 that come from the
+format's structure and visualization principles (charts within 100 columns, Markdown that
+parses). Each rule is a function named after what it checks (``check_structure``, ...); the
+section headings come from the report's own registry (``render.markdown.SECTIONS``). Each item is PASS, FAIL or N/A with a one-line reason. N/A is decided
 only from what the report itself states: a section whose first paragraph is an ``n/a``
 statement (``n/a: the inputs hold no timeline trace``), a line that marks the needed data
 ``n/a``, or facts the report gives (one GPU, no memory samples).
@@ -17,8 +18,8 @@ Width is display columns (East Asian wide characters 2, combining marks 0, tabs 
 
 Rules per item
 --------------
-* S1 structure: the title ``# Hands-On Learning Report: ...`` and the seed's 11 ``## `` headings,
-  exact, each once, in the seed's order (other sections may sit between them).
+* S1 structure: the title ``# Hands-On Learning Report: ...`` and the report's 11 ``## `` headings,
+  exact, each once, in the report's order (other sections may sit between them).
 * S2 every code fence is closed. S3 every chart line <= 100 columns.
 * S4 every table row has the header's column count and the delimiter row is well formed.
 * 1 Executive Summary: a number (the insight quantified) and a recommendation ("recommend").
@@ -77,11 +78,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceFormatError
+from .markdown import SECTION_TITLES, TITLE_PREFIX
 
-SECTIONS = ("Executive Summary", "Environment", "Codebase Analysis Summary", "Goal Interpretation",
-            "Actions Log", "Execution Story", "Visualizations", "Hardware Behavior Analysis",
-            "Observations and Insights", "Reproduction Guide", "Appendix")
-TITLE_PREFIX = "Hands-On Learning Report:"
+SECTIONS = SECTION_TITLES   # the report's own registry (render.markdown.SECTIONS)
 CHART_SECTIONS = ("Execution Story", "Visualizations", "Hardware Behavior Analysis", "Observations and Insights")
 COMMAND_LANGS = {"bash", "sh", "shell", "console", "zsh", "python", "py", "diff", "patch", "json", "toml",
                  "yaml", "yml", "c", "cpp", "cuda", "markdown", "md", "ini", "sql", "powershell"}
@@ -89,7 +88,7 @@ SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
 WIDTH = 100
 
 ITEMS: tuple[tuple[str, str], ...] = (
-    ("S1", "Report structure: the seed's title and 11 sections, exact headings, in order"),
+    ("S1", "Report structure: the title and 11 sections, exact headings, in order"),
     ("S2", "Markdown parses: every code fence is closed"),
     ("S3", "Charts stay within 100 columns"),
     ("S4", "Tables are well formed"),
@@ -311,7 +310,7 @@ def _missing(name: str) -> tuple[str, str]:
 # ------------------------------------------------------------------ structure items
 
 
-def _s1(r: _Report):
+def check_structure(r: _Report):
     d = r.doc
     if not d.title or not d.title.startswith(TITLE_PREFIX):
         return FAIL, f"title is {d.title!r}, expected '# {TITLE_PREFIX} ...'"
@@ -324,10 +323,10 @@ def _s1(r: _Report):
     order = [h for h in h2 if h in SECTIONS]
     if order != list(SECTIONS):
         return FAIL, f"out of order: {', '.join(order)}"
-    return PASS, "title and all 11 sections in the seed's order"
+    return PASS, "title and all 11 sections in the report's order"
 
 
-def _s2(r: _Report):
+def check_fences_closed(r: _Report):
     bad = [f for f in r.doc.fences if f.end is None]
     if bad:
         return FAIL, f"code fence opened on line {bad[0].start + 1} is never closed"
@@ -339,7 +338,7 @@ def _s2(r: _Report):
     return PASS, f"{len(r.doc.fences)} code fences, all closed"
 
 
-def _s3(r: _Report):
+def check_chart_width(r: _Report):
     charts = r.charts()
     for f in charts:
         for k, line in enumerate(f.lines):
@@ -349,7 +348,7 @@ def _s3(r: _Report):
     return PASS, f"{len(charts)} charts, every line <= {WIDTH} columns"
 
 
-def _s4(r: _Report):
+def check_tables(r: _Report):
     d, n, i = r.doc, 0, 0
     while i + 1 < len(d.lines):
         head, delim = d.lines[i], d.lines[i + 1]
@@ -378,7 +377,7 @@ _TOOLS = re.compile(r"perfetto|chrome://tracing|tensorboard|nsys-ui|ncu-ui|nsigh
                     r"(gui|ui)|holistic ?trace ?analysis|\bHTA\b", re.IGNORECASE)
 
 
-def _i1(r: _Report):
+def check_summary_quantified(r: _Report):
     name = "Executive Summary"
     if not r.has(name):
         return _missing(name)
@@ -392,7 +391,7 @@ def _i1(r: _Report):
     return PASS, "a quantified insight and a recommendation"
 
 
-def _i2(r: _Report):
+def check_story_steps(r: _Report):
     name = "Execution Story"
     if not r.has(name):
         return _missing(name)
@@ -405,7 +404,7 @@ def _i2(r: _Report):
     return PASS, f"{len(steps)} step lines"
 
 
-def _i3(r: _Report):
+def check_timing_correlation(r: _Report):
     names = [n for n in ("Execution Story", "Visualizations") if r.has(n) and not r.na(n)]
     if not names:
         if r.has("Execution Story") and r.na("Execution Story"):
@@ -435,7 +434,7 @@ def _hw_na(r: _Report):
     return None
 
 
-def _i4(r: _Report):
+def check_hardware_interpreted(r: _Report):
     if (res := _hw_na(r)):
         return res
     bad = [h for h, t in r.blocks("Hardware Behavior Analysis")
@@ -445,7 +444,7 @@ def _i4(r: _Report):
     return PASS, "every block with metrics interprets them"
 
 
-def _i5(r: _Report):
+def check_kernel_aspects(r: _Report):
     if (res := _hw_na(r)):
         return res
     lines = r.text("Hardware Behavior Analysis").splitlines()
@@ -479,7 +478,7 @@ def _findings(r: _Report):
     return None, r.blocks(name)
 
 
-def _i6(r: _Report):
+def check_observations_quantified(r: _Report):
     res, blocks = _findings(r)
     if res:
         return res
@@ -489,7 +488,7 @@ def _i6(r: _Report):
     return PASS, f"{len(blocks)} findings, each with numbers"
 
 
-def _i7(r: _Report):
+def check_surprises_noted(r: _Report):
     res, _ = _findings(r)
     if res:
         return res
@@ -499,7 +498,7 @@ def _i7(r: _Report):
     return FAIL, "nothing is called out as unexpected (surprise, outlier, anomaly, despite, ...)"
 
 
-def _i8(r: _Report):
+def check_implications(r: _Report):
     res, blocks = _findings(r)
     if res:
         return res
@@ -516,7 +515,7 @@ def _commands(r: _Report, name: str) -> list[str]:
     return out + [" ".join(ln.strip()[2:].split()) for ln in r.prose(name) if ln.strip().startswith("$ ")]
 
 
-def _i9(r: _Report):
+def check_actions_log(r: _Report):
     name = "Actions Log"
     if not r.has(name):
         return _missing(name)
@@ -534,8 +533,8 @@ def _i9(r: _Report):
     return PASS, f"{len(cmds)} commands" + (f" for {len(actions)} actions" if actions else "")
 
 
-def _i10(r: _Report):
-    nine = _i9(r)
+def check_code_diffs(r: _Report):
+    nine = check_actions_log(r)
     if nine[0] == NA:
         return NA, f"no actions log ({nine[1]})"
     if any(f.lang in ("diff", "patch") for f in r.doc.fences):
@@ -554,7 +553,7 @@ def _i10(r: _Report):
     return FAIL, "no diff and no statement that the code was not modified"
 
 
-def _i11(r: _Report):
+def check_reproduction_tested(r: _Report):
     name = "Reproduction Guide"
     if not r.has(name):
         return _missing(name)
@@ -571,7 +570,7 @@ def _i11(r: _Report):
     return FAIL, "none of its commands is recorded as run, and it does not say it was verified"
 
 
-def _i12(r: _Report):
+def check_artifacts(r: _Report):
     d = r.doc
     for k, line in enumerate(d.lines):
         if d.in_fence[k] or not re.search(r"\b(Inputs|Artifacts)\b", line):
@@ -595,7 +594,7 @@ def _image_with(r: _Report, pattern: str) -> str | None:
     return next((p for p in r.images() if re.search(pattern, p, re.IGNORECASE)), None)
 
 
-def _i13_1(r: _Report):
+def check_timeline_chart(r: _Report):
     f = next((f for f in r.charts() if any(_AXIS.search(ln) for ln in f.lines) and any("│" in ln for ln in f.lines)),
              None)
     if f:
@@ -605,7 +604,7 @@ def _i13_1(r: _Report):
     return FAIL, "no chart with a time axis and lanes"
 
 
-def _i13_2(r: _Report):
+def check_breakdown_chart(r: _Report):
     d = r.doc
     for f in r.charts():
         bars = [ln for ln in f.lines if re.search(r"[█#▌]{1,}\s+.*\d", ln)]
@@ -617,7 +616,7 @@ def _i13_2(r: _Report):
     return FAIL, "no bar chart of GPU time by category or kernel"
 
 
-def _i13_3(r: _Report):
+def check_memory_chart(r: _Report):
     relevant = re.search(r"peak (allocated|reserved)|memory samples|allocated and reserved|memory usage",
                          "\n".join(r.doc.lines), re.IGNORECASE)
     if not relevant:
@@ -632,7 +631,7 @@ def _i13_3(r: _Report):
     return FAIL, f"the report gives memory usage ({relevant.group(0)!r}) but no memory-over-time chart"
 
 
-def _i13_4(r: _Report):
+def check_warp_stalls_chart(r: _Report):
     if (res := _hw_na(r)):
         return res if res[0] == NA else (NA, "no Hardware Behavior Analysis section")
     f = _chart_with(r, r"stall")
@@ -645,7 +644,7 @@ def _i13_4(r: _Report):
     return FAIL, "kernel metrics given but no warp stall chart"
 
 
-def _i13_5(r: _Report):
+def check_roofline_chart(r: _Report):
     f = _chart_with(r, r"roofline")
     if f:
         return PASS, f"roofline chart in {f.section} (line {f.start + 1})"
@@ -656,7 +655,7 @@ def _i13_5(r: _Report):
     return FAIL, "no roofline chart and no line saying why it is n/a"
 
 
-def _i13_6(r: _Report):
+def check_multigpu_chart(r: _Report):
     text = "\n".join(ln for k, ln in enumerate(r.doc.lines) if not r.doc.in_fence[k])
     # The run's width, not the machine's: a host with 4 GPUs running one process is not distributed.
     sizes = [int(x or y) for x, y in re.findall(r"world size (\d+)|(\d+) GPUs\*\*", text, re.IGNORECASE)]
@@ -671,16 +670,16 @@ def _i13_6(r: _Report):
     return FAIL, "the run is distributed but no chart has lanes for several GPUs/ranks"
 
 
-def _i14(r: _Report):
+def check_interactive_tools(r: _Report):
     m = _TOOLS.search("\n".join(r.doc.lines))
     if m:
         return PASS, f"names {m.group(0)}"
     return FAIL, "no interactive tool named (Perfetto, chrome://tracing, TensorBoard, Nsight UI)"
 
 
-_RULES = {"S1": _s1, "S2": _s2, "S3": _s3, "S4": _s4, "1": _i1, "2": _i2, "3": _i3, "4": _i4, "5": _i5,
-          "6": _i6, "7": _i7, "8": _i8, "9": _i9, "10": _i10, "11": _i11, "12": _i12, "13.1": _i13_1,
-          "13.2": _i13_2, "13.3": _i13_3, "13.4": _i13_4, "13.5": _i13_5, "13.6": _i13_6, "14": _i14}
+_RULES = {"S1": check_structure, "S2": check_fences_closed, "S3": check_chart_width, "S4": check_tables, "1": check_summary_quantified, "2": check_story_steps, "3": check_timing_correlation, "4": check_hardware_interpreted, "5": check_kernel_aspects,
+          "6": check_observations_quantified, "7": check_surprises_noted, "8": check_implications, "9": check_actions_log, "10": check_code_diffs, "11": check_reproduction_tested, "12": check_artifacts, "13.1": check_timeline_chart,
+          "13.2": check_breakdown_chart, "13.3": check_memory_chart, "13.4": check_warp_stalls_chart, "13.5": check_roofline_chart, "13.6": check_multigpu_chart, "14": check_interactive_tools}
 
 
 # ------------------------------------------------------------------ entry points
@@ -690,7 +689,7 @@ def check_text(text: str, *, path: str = "report.md") -> Checklist:
     """Evaluate every item against the report ``text``."""
     r = _Report(parse(text))
     if not r.doc.sections:
-        raise TraceFormatError(path, "a Markdown report with '## ' sections (seed 003's structure)",
+        raise TraceFormatError(path, "a Markdown report with '## ' sections (the story report's structure)",
                                "no '## ' heading outside code fences")
     results: dict[str, tuple[str, str]] = {}
     for number, _ in ITEMS:
@@ -723,7 +722,7 @@ def check_file(path) -> Checklist:
 
 def render_text(c: Checklist) -> list[str]:
     """One line per item: number, status, item text, reason; then the counts."""
-    out = [f"checklist of seed 003 for {c.path}"]
+    out = [f"report checklist for {c.path}"]
     for i in c.items:
         out.append(f"{i.number:>5}  {i.status:<4}  {i.text} - {i.reason}")
     n = c.counts()

@@ -1,6 +1,6 @@
 """A :class:`~tracestory.analysis.compare.Comparison` as Markdown and as JSON.
 
-The Markdown generalizes seed 001's eager-vs-compiled table (one row per time metric, the two
+The Markdown generalizes the classic eager-vs-compiled table (one row per time metric, the two
 runs in ms and the speedup) and adds the counts, a per-category table with a paired bar
 chart, the top kernels, kernel families, fusions, phases and a "What changed and why it
 matters" section written from the comparison's facts. Every number printed is formatted from
@@ -11,20 +11,13 @@ writes out in base units; charts stay within 100 columns.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from ..analysis.compare import Comparison, comparison_findings
+from ..analysis.compare import Comparison
 from .ascii import Bar, bar_chart, fmt_ms, fmt_ns, fmt_pct
-from .story import short_name
+from .jsonable import jsonable
+from .md import fmt_evidence, md_table, short_name
 
 SCHEMA = "tracestory.comparison/1"
-
-
-def _md_table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str) -> list[str]:
-    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
-    return (["| " + " | ".join(cell(h) for h in headers) + " |",
-             "|" + "|".join(" ---: " if a == "r" else " --- " for a in align) + "|"]
-            + ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows])
 
 
 def _x(v: float | None) -> str:
@@ -53,7 +46,7 @@ def _verdict(s: float) -> str:
 
 
 def summary_table(c: Comparison) -> list[str]:
-    """Seed 001's table shape: time metrics of both runs in ms and the speedup (A / B)."""
+    """The eager-vs-compiled table shape: time metrics of both runs in ms and the speedup (A / B)."""
     a, b = c.a, c.b
     rows = []
     for s in c.speedups:
@@ -67,7 +60,7 @@ def summary_table(c: Comparison) -> list[str]:
         elif s.metric == "GPU op time":
             label = "GPU op time (sum of kernel + memop durations)"
         rows.append((label, fmt_ms(s.a_ns), fmt_ms(s.b_ns), _x(s.speedup)))
-    return _md_table(("", f"{a.label} [ms]", f"{b.label} [ms]", f"speedup {b.label} vs {a.label}"), rows, "lrrr")
+    return md_table(("", f"{a.label} [ms]", f"{b.label} [ms]", f"speedup {b.label} vs {a.label}"), rows, "lrrr")
 
 
 def counts_table(c: Comparison) -> list[str]:
@@ -87,7 +80,7 @@ def counts_table(c: Comparison) -> list[str]:
         ("GPU idle share of window", idle(a.idle_fraction), idle(b.idle_fraction),
          "n/a" if ch.idle_fraction_delta is None else f"{100 * ch.idle_fraction_delta:+.1f} pts"),
     ]
-    return _md_table(("", a.label, b.label, f"{b.label} - {a.label}"), rows, "lrrr")
+    return md_table(("", a.label, b.label, f"{b.label} - {a.label}"), rows, "lrrr")
 
 
 def category_table(c: Comparison) -> list[str]:
@@ -95,7 +88,7 @@ def category_table(c: Comparison) -> list[str]:
     rows = [(d.name, fmt_ms(d.a_time_ns), fmt_pct(d.a_share), d.a_count, fmt_ms(d.b_time_ns),
              fmt_pct(d.b_share), d.b_count, _delta_ns(d.delta_ns), _x(d.ratio))
             for d in c.categories]
-    return _md_table(("category", f"{a} (ms)", f"{a} share", f"{a} ops", f"{b} (ms)", f"{b} share",
+    return md_table(("category", f"{a} (ms)", f"{a} share", f"{a} ops", f"{b} (ms)", f"{b} share",
                       f"{b} ops", "change", f"{b} / {a}"), rows, "lrrrrrrrr")
 
 
@@ -115,21 +108,21 @@ def kernel_table(c: Comparison) -> list[str]:
     where = {"a": f"only {a}", "b": f"only {b}", None: "both"}
     rows = [(_kname(k.name), k.category, where[k.only_in], fmt_ms(k.a_time_ns), k.a_count,
              fmt_ms(k.b_time_ns), k.b_count, _delta_ns(k.delta_ns)) for k in c.kernels]
-    return _md_table(("kernel", "category", "in", f"{a} (ms)", f"{a} runs", f"{b} (ms)", f"{b} runs",
+    return md_table(("kernel", "category", "in", f"{a} (ms)", f"{a} runs", f"{b} (ms)", f"{b} runs",
                       "change"), rows, "lllrrrrr")
 
 
 def family_table(c: Comparison) -> list[str]:
     a, b = c.a.label, c.b.label
     rows = [(f.name, fmt_ms(f.a_time_ns), f.a_count, fmt_ms(f.b_time_ns), f.b_count) for f in c.families]
-    return _md_table(("kernel family", f"{a} (ms)", f"{a} runs", f"{b} (ms)", f"{b} runs"), rows, "lrrrr")
+    return md_table(("kernel family", f"{a} (ms)", f"{a} runs", f"{b} (ms)", f"{b} runs"), rows, "lrrrr")
 
 
 def phase_table(c: Comparison) -> list[str]:
     a, b = c.a.label, c.b.label
     rows = [(p.family, p.a_count, fmt_ms(p.a_median_ns), p.b_count, fmt_ms(p.b_median_ns), _x(p.speedup))
             for p in c.phases]
-    return _md_table(("phase family", f"{a} count", f"{a} median (ms)", f"{b} count", f"{b} median (ms)",
+    return md_table(("phase family", f"{a} count", f"{a} median (ms)", f"{b} count", f"{b} median (ms)",
                       "speedup"), rows, "lrrrrr")
 
 
@@ -186,7 +179,7 @@ def what_changed(c: Comparison) -> list[str]:
 def _why_it_matters(c: Comparison) -> list[str]:
     a, b, ch = c.a, c.b, c.changes
     out = []
-    for f in comparison_findings(c):
+    for f in c.findings:
         out.append(f"{f.title}. {f.implication} {f.recommendation}")
     idle = [s for s in (a, b) if s.idle_fraction is not None and s.idle_fraction >= 0.5]
     if idle:
@@ -208,10 +201,8 @@ def _why_it_matters(c: Comparison) -> list[str]:
 
 
 def findings_lines(c: Comparison) -> list[str]:
-    from .markdown import fmt_evidence  # lazy: markdown imports the whole report stack
-
     out = []
-    for i, f in enumerate(comparison_findings(c), 1):
+    for i, f in enumerate(c.findings, 1):
         out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
         out += [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence]
         out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
@@ -254,9 +245,7 @@ def render_comparison(c: Comparison, *, title: str | None = None) -> str:
 
 def comparison_json(c: Comparison) -> dict:
     """All of the comparison in base units (ns, counts, fractions), plus its findings."""
-    from .jsonout import jsonable
-
     doc = {"schema": SCHEMA}
     doc.update(jsonable(c))
-    doc["findings"] = [jsonable(f) for f in comparison_findings(c)]
+    doc["findings"] = [jsonable(f) for f in c.findings]
     return doc

@@ -1,15 +1,18 @@
 """Markdown body of ``## Hardware Behavior Analysis`` and its ASCII charts (<= 100 columns).
 
-Everything shown comes from :mod:`tracestory.ingest.ncu` records, :mod:`..analyze.roofline` points
-and :mod:`..analyze.hardware` interpretations; a missing number prints ``n/a``. Output is
-deterministic (no clocks, no dict-order surprises: rows are sorted).
+Everything shown comes from the report's :class:`~tracestory.analysis.results.Results`: each
+Nsight Compute input's records, roofline points and per-kernel interpretations
+(``Results.hardware``), or without ncu input each trace's roofline estimated from op shapes
+(``RunResults.roofline_estimate``); a missing number prints ``n/a``. Output is deterministic
+(no clocks, no dict-order surprises: rows are sorted).
 """
 
 from __future__ import annotations
 
 import math
 
-from ..analysis.hardware import hardware_analysis
+from ..specs import peaks_warning
+from ..units import clip_text, fmt_ns, fmt_si
 
 _MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -18,28 +21,11 @@ def _na(v, fmt="{:.1f}", unit="") -> str:
     return "n/a" if v is None else fmt.format(v) + unit
 
 
-def _si(v: float, unit: str) -> str:
-    for p, s in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= p:
-            return f"{v / p:.3g} {s}{unit}"
-    return f"{v:.3g} {unit}"
-
-
-def _t(ns) -> str:
-    if ns is None:
-        return "n/a"
-    return f"{ns / 1e3:.2f} us" if ns < 1e6 else f"{ns / 1e6:.3f} ms"
-
-
-def _short(name: str, n: int) -> str:
-    return name if len(name) <= n else name[: n - 3] + "..."
-
-
 # ------------------------------------------------------------------------- warp stalls
 def render_warp_stalls_ascii(kernel_metrics_row, width: int = 100) -> str:
     """Horizontal bars: each stall reason's share of stall cycles for one kernel."""
     k = kernel_metrics_row
-    title = f"Warp stall reasons, % of stall cycles: {_short(k.name, width - 41)}"
+    title = f"Warp stall reasons, % of stall cycles: {clip_text(k.name, width - 41)}"
     if not k.warp_stall_pct:
         return title + "\n  n/a: this input has no warp-stall metrics (the details page lacks them)"
     rows = sorted(((v, r) for r, v in k.warp_stall_pct.items() if v >= 0.5), key=lambda x: (-x[0], x[1]))
@@ -102,7 +88,7 @@ def render_roofline_ascii(roofline, peaks, width: int = 100) -> str:
         r, c = row(p.achieved_flops_per_s), col(p.arithmetic_intensity)
         if 0 <= r < H and 0 <= c < W:
             grid[r][c] = "*" if grid[r][c] in _MARKS else _MARKS[i]
-    labels = {row(10.0 ** e): _si(10.0 ** e, "") for e in range(y0, math.floor(y1) + 1)}
+    labels = {row(10.0 ** e): fmt_si(10.0 ** e, "", digits=1) for e in range(y0, math.floor(y1) + 1)}
     lines = [head, "FLOP/s"]
     for r in range(H):
         lines.append(f"{labels.get(r, ''):>{lab_w}}|" + "".join(grid[r]).rstrip())
@@ -120,18 +106,18 @@ def render_roofline_ascii(roofline, peaks, width: int = 100) -> str:
     lines.append(" " * (lab_w + 1) + "arithmetic intensity (FLOP per DRAM byte)")
     lines.append(f"legend: / = DRAM roof {bw / 1e12:.2f} TB/s; * = several kernels in one cell")
     for i, (d, r) in enumerate(roofs):
-        lines.append(f"        {'=' if i == 0 else '-'} = {d} roof {_si(r, 'FLOP/s')}, "
+        lines.append(f"        {'=' if i == 0 else '-'} = {d} roof {fmt_si(r, 'FLOP/s')}, "
                      f"ridge point at AI {r / bw:.0f} FLOP/byte")
     for i, p in enumerate(placed[: len(_MARKS)]):
-        lines.append(f"  {_MARKS[i]} {_short(p.label, 44):44} AI {p.arithmetic_intensity:8.3g} "
-                     f"{_si(p.achieved_flops_per_s, 'FLOP/s'):>13} {p.bound or 'n/a'}"
+        lines.append(f"  {_MARKS[i]} {clip_text(p.label, 44):44} AI {p.arithmetic_intensity:8.3g} "
+                     f"{fmt_si(p.achieved_flops_per_s, 'FLOP/s'):>13} {p.bound or 'n/a'}"
                      f" {_na(p.pct_of_roof, '{:.0f}', '% of roof')}")
     for p in pts:
         if not _placeable(p):
             why = "no FLOP counters" if p.flops is None else ("no FLOPs counted" if not p.flops else
                                                                "no DRAM bytes or time")
-            lines.append(f"  - {_short(p.label, 60)}: not placed ({why})")
-    lines.append(f"peaks: {_short(peaks.source, width - 7)}")
+            lines.append(f"  - {clip_text(p.label, 60)}: not placed ({why})")
+    lines.append(f"peaks: {clip_text(peaks.source, width - 7)}")
     return "\n".join(line[:width] for line in lines)
 
 
@@ -142,9 +128,16 @@ def _block(title: str, rows: list[str], notes) -> list[str]:
     return out + [""]
 
 
-def render_hardware_section(km, join, roofline, peaks, top: int = 5) -> str:
-    """Markdown body for ``## Hardware Behavior Analysis`` (no heading line)."""
-    analysis = hardware_analysis(km, join, roofline, peaks, top=top)
+def hardware_section(hardware) -> str:
+    """The section body for every Nsight Compute input (``Results.hardware``), each after the
+    warning of unknown peaks when its GPU has none."""
+    return "\n".join((f"_{h.peaks_warning}_\n\n" if h.peaks_warning else "") + render_hardware_section(h)
+                     for h in hardware)
+
+
+def render_hardware_section(h) -> str:
+    """Markdown body for one Nsight Compute input (a ``KernelMetricsResults``; no heading line)."""
+    km, join, roofline, peaks, analysis = h.metrics, h.join, h.roofline, h.peaks, h.kernels
     by_id = {k.id: k for k in km.kernels}
     points = {p.kernel_id: p for p in roofline.points} if roofline is not None else {}
     dev = km.device_name or "unknown GPU"
@@ -160,12 +153,12 @@ def render_hardware_section(km, join, roofline, peaks, top: int = 5) -> str:
     for h in analysis:
         k = by_id[h.kernel_id]
         p = points.get(k.id)
-        out += [f"### `{_short(k.name, 90)}`", "",
+        out += [f"### `{clip_text(k.name, 90)}`", "",
                 f"Verdict: {h.verdict}.", "",
                 (f"Launch: grid={k.grid or 'n/a'}, block={k.block or 'n/a'}, registers/thread "
                 f"{_na(k.registers_per_thread, '{}')}, shared memory static {_na(k.static_shared_mem_bytes, '{}', ' B')}"
                 f" + dynamic {_na(k.dynamic_shared_mem_bytes, '{}', ' B')}, waves/SM {_na(k.waves_per_sm, '{:.2f}')}, "
-                f"duration {_t(k.duration_ns)}."), ""]
+                f"duration {fmt_ns(k.duration_ns)}."), ""]
         limits = ", ".join(f"{lab} {_na(getattr(k, f), '{:.0f}')}" for lab, f in (
             ("registers", "occupancy_limit_registers"), ("shared memory", "occupancy_limit_shared_mem"),
             ("warps", "occupancy_limit_warps"), ("blocks", "occupancy_limit_blocks")))
@@ -173,17 +166,17 @@ def render_hardware_section(km, join, roofline, peaks, top: int = 5) -> str:
             (f"theoretical {_na(k.theoretical_occupancy_pct, '{:.1f}', '%')}, achieved "
             f"{_na(k.achieved_occupancy_pct, '{:.1f}', '%')}"),
             f"blocks per SM allowed by each limit: {limits}"], h.occupancy)
-        flops = ", ".join(f"{p_}: {_si(v, 'FLOP')}" for p_, v in sorted((k.flops_by_precision or {}).items()) if v)
+        flops = ", ".join(f"{p_}: {fmt_si(v, 'FLOP')}" for p_, v in sorted((k.flops_by_precision or {}).items()) if v)
         out += _block("Compute utilization", [
             (f"SM throughput {_na(k.sm_throughput_pct, '{:.1f}', '%')} of peak; tensor pipe "
             f"{_na(k.tensor_pipe_pct, '{:.1f}', '%')}, FP32 pipe {_na(k.fp32_pipe_pct, '{:.1f}', '%')}, "
             f"FP64 pipe {_na(k.fp64_pipe_pct, '{:.1f}', '%')} of active cycles"),
             (f"FLOPs: {flops or 'n/a'}; achieved "
-            f"{'n/a' if k.achieved_flops_per_s is None else _si(k.achieved_flops_per_s, 'FLOP/s')}")], h.compute)
+            f"{'n/a' if k.achieved_flops_per_s is None else fmt_si(k.achieved_flops_per_s, 'FLOP/s')}")], h.compute)
         bps = None if p is None else p.achieved_bytes_per_s
         out += _block("Memory behavior", [
             (f"DRAM throughput {_na(k.dram_throughput_pct, '{:.1f}', '%')} of peak "
-            f"({'n/a' if bps is None else _si(bps, 'B/s')}); memory throughput "
+            f"({'n/a' if bps is None else fmt_si(bps, 'B/s')}); memory throughput "
             f"{_na(k.memory_throughput_pct, '{:.1f}', '%')}"),
             (f"DRAM read {_na(k.dram_bytes_read, '{:.4g}', ' B')}, written {_na(k.dram_bytes_written, '{:.4g}', ' B')};"
             f" arithmetic intensity {_na(k.arithmetic_intensity, '{:.3g}', ' FLOP/B')}"),
@@ -195,3 +188,34 @@ def render_hardware_section(km, join, roofline, peaks, top: int = 5) -> str:
     if roofline is not None:
         out += ["### Roofline", "", "```", render_roofline_ascii(roofline, peaks), "```", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def estimated_roofline_section(runs) -> str | None:
+    """Roofline from the trace's ops (FLOPs recorded by the profiler, or from shapes), for traces
+    without Nsight Compute data. ``None`` when no op carries enough to estimate."""
+    out = []
+    for run in runs:
+        rf, peaks = run.roofline_estimate, run.peaks
+        if rf is None or not rf.points:
+            continue
+        out += ["**Roofline (estimate from op shapes; no hardware counters)**", ""]
+        if rf.note:
+            out += [rf.note, ""]
+        if peaks is None:
+            out += [f"_{peaks_warning(run.device)}_", ""]
+        out += ["```text", render_roofline_ascii(rf, peaks), "```", ""]
+        out += ["| kernel | count | FLOPs | bytes (est.) | FLOP/B | achieved | bound | % of roof |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+        for p in sorted(rf.points, key=lambda p: -(p.duration_ns or 0))[:10]:
+            out.append(f"| `{p.label[:60]}` | {p.count} | {fmt_si(p.flops, 'FLOP')} | {fmt_si(p.dram_bytes, 'B')} | "
+                       f"{'n/a' if p.arithmetic_intensity is None else f'{p.arithmetic_intensity:.3g}'} | "
+                       f"{_achieved(p)} | {p.bound or 'n/a'} | "
+                       f"{'n/a' if p.pct_of_roof is None else f'{p.pct_of_roof:.1f}%'} |")
+        out.append("")
+    return "\n".join(out) if out else None
+
+
+def _achieved(p) -> str:
+    if p.bound == "memory" and p.achieved_bytes_per_s is not None:
+        return fmt_si(p.achieved_bytes_per_s, "B/s")
+    return "n/a" if p.achieved_flops_per_s is None else fmt_si(p.achieved_flops_per_s, "FLOP/s")

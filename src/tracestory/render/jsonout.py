@@ -10,42 +10,14 @@ every number in the report's prose can be traced to a value here (tested in
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from typing import Any
-
 import numpy as np
 
+from ..ingest.ncu import kernel_metrics_to_json
+from .batch_story import batch_json
+from .jsonable import jsonable
+from .multigpu import multigpu_json
+
 SCHEMA = "tracestory.analysis/1"
-
-
-def jsonable(obj: Any) -> Any:
-    """Dataclasses, numpy scalars, tuples -> plain JSON values. Numpy arrays and fields marked
-    ``compare=False`` (row-index helpers, full sample series) are left out."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {}
-        for f in dataclasses.fields(obj):
-            if not f.compare:
-                continue
-            v = getattr(obj, f.name)
-            if isinstance(v, np.ndarray):
-                continue
-            out[f.name] = jsonable(v)
-        return out
-    if isinstance(obj, dict) or (hasattr(obj, "items") and hasattr(obj, "keys")):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        x = float(obj)
-        return x if math.isfinite(x) else None
-    if isinstance(obj, np.ndarray):
-        return [jsonable(v) for v in obj.tolist()]
-    return obj
 
 
 def cuda_version(v) -> str | None:
@@ -93,21 +65,10 @@ def peaks_json(peaks) -> dict | None:
     return out
 
 
-def _device_peaks(trace, peaks):
-    if peaks is not None:
-        return peaks
-    from ..specs import peaks_for
-
-    devs = trace.meta.devices
-    return peaks_for(devs[0].name) if devs and devs[0].name else None
-
-
-def kernel_families_json(a) -> list[dict]:
-    """The report's kernel-family table (:mod:`tracestory.analysis.families`): ops, time,
-    share of GPU op time and top kernel per family."""
-    from ..analysis.families import family_table
-
-    fams = family_table(a.trace)
+def kernel_families_json(run) -> list[dict]:
+    """The report's kernel-family table (``RunResults.families``): ops, time, share of GPU op
+    time and top kernel per family."""
+    fams = run.families
     total = sum(f[2] for f in fams) or 1
     return [{"family": f, "ops": n, "time_ns": t, "share": t / total, "top_kernel": k} for f, n, t, k in fams]
 
@@ -138,18 +99,11 @@ def launch_configs_json(a, top: int = 10) -> list[dict]:
     return out
 
 
-def analysis_json(a, *, hardware: list | None = None, kernel_metrics=None, peaks=None,
-                  findings=None, memory=None) -> dict:
-    """One trace's results. ``gpu`` sums: ``kernel_time_ns + memop_time_ns`` equals the sum of
-    ``categories[].time_ns``; ``busy_ns`` is the union of kernel and memop intervals.
-
-    ``findings`` / ``memory`` default to ``derive_findings`` / ``memory_timeline`` of ``a`` (pass
-    the report's own to save the work); ``kernel_metrics`` and ``peaks`` are handed to
-    ``derive_findings`` and, without ncu input, to the roofline estimate."""
-    from ..analysis.findings import derive_findings
-    from ..analysis.memory import memory_timeline
-    from ..analysis.roofline import estimate_roofline
-
+def analysis_json(run) -> dict:
+    """One trace's results (a ``RunResults``). ``gpu`` sums: ``kernel_time_ns + memop_time_ns``
+    equals the sum of ``categories[].time_ns``; ``busy_ns`` is the union of kernel and memop
+    intervals."""
+    a = run.analysis
     b, t = a.breakdown, a.timeline
     gpu = {
         "kernel_count": b.kernel_count,
@@ -162,16 +116,8 @@ def analysis_json(a, *, hardware: list | None = None, kernel_metrics=None, peaks
         "sum_ns": t.sum_ns if t else None,
         "busy_fraction": t.busy_ns / t.window_ns if t and t.window_ns else None,
     }
-    if memory is None:
-        memory = memory_timeline(a.trace, a.phases)
-    if findings is None:
-        findings = derive_findings(a, kernel_metrics=kernel_metrics, peaks=peaks, memory=memory)
-    dev_peaks = _device_peaks(a.trace, peaks)
-    estimate = None
-    if not kernel_metrics:
-        rf = estimate_roofline(a.trace, dev_peaks)
-        if rf.points:
-            estimate = {"note": rf.note, "points": [jsonable(p) for p in rf.points]}
+    rf = run.roofline_estimate
+    estimate = {"note": rf.note, "points": [jsonable(p) for p in rf.points]} if rf is not None and rf.points else None
     timeline = jsonable(t) if t else None
     if timeline is not None:
         for g in timeline["largest_gaps"]:   # the report prints where each gap is in the window
@@ -186,55 +132,52 @@ def analysis_json(a, *, hardware: list | None = None, kernel_metrics=None, peaks
         "timeline": timeline,
         "phases": jsonable(a.phases),
         "phase_count": len(a.phases.phases),
-        "kernel_families": kernel_families_json(a),
+        "kernel_families": kernel_families_json(run),
         "launch_configs": launch_configs_json(a),
-        "findings": [finding_json(f) for f in findings],
-        "memory": jsonable(memory) if memory is not None else None,
-        "peaks": peaks_json(dev_peaks),
+        "findings": [finding_json(f) for f in run.findings],
+        "memory": jsonable(run.memory) if run.memory is not None else None,
+        "peaks": peaks_json(run.peaks),
         "roofline_estimate": estimate,
     }
-    if hardware is not None:
-        out["kernels"] = hardware
     return out
 
 
-def _with_waves(row: dict) -> dict:
-    """An ncu ``kernels[]`` row plus ``waves`` (grid blocks / (SMs x resident blocks per SM),
-    ``analyze.hardware.waves``: CSV exports round ncu's own value to 0.00 for small grids) and
-    ``first_wave_fill_fraction`` (how full the first wave is: ``min(waves, 1)``)."""
-    from types import SimpleNamespace
+def kernel_rows(hardware) -> list[dict]:
+    """One row per Nsight Compute kernel of every input (``Results.hardware``): its metrics, the
+    input's path, its roofline point (against the report's resolved peaks), its bound, ``waves``
+    (grid blocks / (SMs x resident blocks per SM), ``analysis.hardware.waves``: CSV exports
+    round ncu's own value to 0.00 for small grids) and ``first_wave_fill_fraction`` (how full
+    the first wave is: ``min(waves, 1)``)."""
+    rows = []
+    for h in hardware:
+        by_id = {p.kernel_id: p for p in h.roofline.points}
+        for row, k, w in zip(kernel_metrics_to_json(h.metrics), h.metrics.kernels, h.waves, strict=True):
+            point = jsonable(by_id[k.id]) if k.id in by_id else None
+            row["source_path"] = h.path
+            row["roofline"] = point
+            row["bound"] = point["bound"] if point else None
+            row["waves"] = w
+            row["first_wave_fill_fraction"] = None if w is None else min(w, 1.0)
+            rows.append(row)
+    return rows
 
-    from ..analysis.hardware import waves
 
-    fields = ("grid_size", "sm_count", "waves_per_sm", "occupancy_limit_registers",
-              "occupancy_limit_shared_mem", "occupancy_limit_warps", "occupancy_limit_blocks")
-    w = waves(SimpleNamespace(**{f: row.get(f) for f in fields}))
-    return {**row, "waves": w, "first_wave_fill_fraction": None if w is None else min(w, 1.0)}
-
-
-def document(analyses, *, hardware: list | None = None, extra: dict | None = None,
-             kernel_metrics=None, peaks=None) -> dict:
-    """The whole JSON document. ``kernel_metrics``: the Nsight Compute results (``Inputs.
-    kernel_metrics`` pairs or ``KernelMetrics``) the report used, so findings match it; without
-    any trace their findings go to ``ncu_findings``."""
-    from ..specs import peaks_for
-
-    analyses = list(analyses)
-    doc = {"schema": SCHEMA,
-           "traces": [analysis_json(a, kernel_metrics=kernel_metrics, peaks=peaks) for a in analyses]}
-    names: set[str] = set()
-    if hardware is not None:
-        doc["kernels"] = [_with_waves(r) for r in hardware]
-        names |= {r["device_name"] for r in hardware if r.get("device_name")}
-    if kernel_metrics:
-        from ..analysis.findings import ncu_findings
-        from ..analysis.rules_hardware import metrics_list
-
-        names |= {km.device_name for km in metrics_list(kernel_metrics) if km.device_name}
-        if not analyses:
-            doc["ncu_findings"] = [finding_json(f) for f in ncu_findings(kernel_metrics, peaks=peaks)]
-    if names:
-        doc["ncu_peaks"] = {n: peaks_json(peaks or peaks_for(n)) for n in sorted(names)}
-    if extra:
-        doc.update(jsonable(extra))
+def document(results) -> dict:
+    """The whole JSON document of ``results`` (:class:`~tracestory.analysis.results.Results`).
+    Nsight Compute rows go under ``kernels`` with the peaks of their GPUs under ``ncu_peaks``;
+    without any trace their findings go to ``ncu_findings``."""
+    doc = {"schema": SCHEMA, "traces": [analysis_json(run) for run in results.runs]}
+    if results.hardware:
+        rows = kernel_rows(results.hardware)
+        doc["kernels"] = rows
+        names = {r["device_name"] for r in rows if r.get("device_name")}
+        names |= {h.metrics.device_name for h in results.hardware if h.metrics.device_name}
+        if not results.runs:
+            doc["ncu_findings"] = [finding_json(f) for f in results.ncu_findings]
+        if names:
+            doc["ncu_peaks"] = {n: peaks_json(results.peaks.get(n)) for n in sorted(names)}
+    if results.multigpu is not None:
+        doc["multigpu"] = multigpu_json(results.multigpu, results.multigpu_findings)
+    if results.batching is not None:
+        doc["batching"] = batch_json(results.batching)
     return doc

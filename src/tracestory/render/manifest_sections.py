@@ -13,27 +13,10 @@ import re
 import shlex
 from typing import Any, Iterable, Mapping
 
+from ..units import fmt_bytes, fmt_ns
+
 NA = "n/a"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # nvidia-smi underlines the topology header
-
-
-def _bytes(n: int | None) -> str:
-    if n is None:
-        return NA
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-def _duration(ns: int | None) -> str:
-    if ns is None:
-        return NA
-    if ns >= 60_000_000_000:
-        return f"{ns / 60e9:.1f} min"
-    if ns >= 1_000_000_000:
-        return f"{ns / 1e9:.2f} s"
-    return f"{ns / 1e6:.1f} ms"
 
 
 def _v(value: Any, why: str = "not recorded") -> str:
@@ -57,7 +40,7 @@ def _gpu_line(gpus: list[Mapping[str, Any]]) -> str:
         groups[key] = groups.get(key, 0) + 1
     parts = []
     for (name, cc, mem, sms), n in groups.items():
-        detail = [f"compute capability {_v(cc)}", f"{_bytes(mem)} memory"]
+        detail = [f"compute capability {_v(cc)}", f"{fmt_bytes(mem)} memory"]
         if sms:
             detail.append(f"{sms} SMs")
         parts.append(f"{n} x {_v(name)} ({', '.join(detail)})")
@@ -119,7 +102,7 @@ def _files_lines(files: Iterable[Mapping[str, Any]]) -> list[str]:
     files = list(files)
     if not files:
         return []
-    return ["Output files:", ""] + [f"- `{f['path']}` ({_bytes(f.get('bytes'))})" for f in files]
+    return ["Output files:", ""] + [f"- `{f['path']}` ({fmt_bytes(f.get('bytes'))})" for f in files]
 
 
 def render_actions_log(manifest: Mapping[str, Any]) -> str:
@@ -130,7 +113,7 @@ def render_actions_log(manifest: Mapping[str, Any]) -> str:
     for i, cap in enumerate(captures, 1):
         status = cap.get("status", NA)
         lines += [f"### Phase {i}: capture with {cap.get('tool', '?')} ({status})", ""]
-        lines.append(f"Started {_v(cap.get('started_at'))}, took {_duration(cap.get('duration_ns'))}; "
+        lines.append(f"Started {_v(cap.get('started_at'))}, took {fmt_ns(cap.get('duration_ns'))}; "
                      f"working folder `{_v(cap.get('workload', {}).get('cwd'))}`.")
         if cap.get("external_profiler"):
             lines.append(f"Ran under {cap['external_profiler']}: torch.profiler was not started "
@@ -143,7 +126,7 @@ def render_actions_log(manifest: Mapping[str, Any]) -> str:
                 " (in-process: tracestory runs the workload under torch.profiler)" if step.get("in_process") else "")
             lines += [f"**Action {i}.{j}: {step.get('name')}**{how}", ""]
             lines += _fence(step.get("command") or " ".join(step.get("argv") or []), "bash")
-            lines.append(f"Started {_v(step.get('started_at'))}, took {_duration(step.get('duration_ns'))}, "
+            lines.append(f"Started {_v(step.get('started_at'))}, took {fmt_ns(step.get('duration_ns'))}, "
                          f"{_step_result(step)}.")
             if step.get("status") != "ok" and step.get("error"):
                 err = str(step["error"]).strip().splitlines()[-1]
@@ -246,7 +229,7 @@ def _tree(root: str, latest: Mapping[str, Mapping[str, Any]]) -> str:
         for m, f in enumerate(sorted(files, key=lambda f: f["path"])):
             leaf = f["path"].split("/", 1)[-1]
             lines.append(pad + ("└── " if m == len(files) - 1 else "├── ") +
-                         f"{leaf}  ({_bytes(f.get('bytes'))})")
+                         f"{leaf}  ({fmt_bytes(f.get('bytes'))})")
     return "\n".join(lines)
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .ascii import clip_text, fmt_bytes, fmt_ns, time_axis
-from .story import short_name
+from .md import short_name
+from .mpl import pyplot, save
 
 WIDTH = 100
 HEIGHT = 10
@@ -149,9 +150,7 @@ def plot_memory(mt, path: Path, *, title: str = "") -> Path | None:
     what ran then. ``None`` when there is nothing to draw."""
     if mt is None or not mt.devices:
         return None
-    from .plots import _pyplot, _save
-
-    plt = _pyplot()
+    plt = pyplot()
     devs = mt.devices[:8]
     fig, axes = plt.subplots(len(devs), 1, figsize=(10, 3.2 * len(devs)), squeeze=False)
     for ax, d in zip(axes[:, 0], devs):
@@ -171,4 +170,4 @@ def plot_memory(mt, path: Path, *, title: str = "") -> Path | None:
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("time since the first memory sample (ms)")
     axes[0, 0].set_title(f"Device memory over time{' — ' + title if title else ''}")
-    return _save(fig, path)
+    return save(fig, path)

@@ -1,6 +1,6 @@
 """Multi-GPU results -> the report's section, findings, JSON and a PNG.
 
-The section follows seed 003's "multi-GPU communication timeline": one lane per GPU over one
+The section is the report format's "multi-GPU communication timeline": one lane per GPU over one
 step (the last step common to every rank, else the whole run) on the aligned clock, each column
 showing what dominated that slice of time: compute, waiting inside a collective for the last
 GPU, or communication proper; the arrival of the last GPU at each collective (the point where
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis.findings import Evidence, Finding
 from ..analysis.multigpu import MultiGpu
+from ..analysis.findings.multigpu import _gbps, _gpu, _kind, headline
 from .ascii import (
     IDLE,
     WIDTH,
@@ -30,28 +30,14 @@ from .ascii import (
     time_axis,
     wrap_legend,
 )
+from .jsonable import jsonable
+from .md import md_table
+from .mpl import pyplot, save
 
 COMPUTE, WAIT, COMM = "▓", "▒", "░"
 BARRIER = "↑"
 MIN_FILL = 0.05
 MAX_LANES = 16
-_KIND_TITLE = {"allreduce": "all-reduce", "allgather": "all-gather", "reduce_scatter": "reduce-scatter",
-               "alltoall": "all-to-all", "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "send/recv",
-               "send": "send", "recv": "recv"}
-
-
-def _kind(kind: str | None) -> str:
-    return _KIND_TITLE.get(kind or "", kind or "unknown")
-
-
-def _gbps(bps: float | None) -> str:
-    return "n/a" if bps is None else f"{bps / 1e9:.1f} GB/s"
-
-
-def _gpu(rank: int) -> str:
-    return f"GPU {rank}"
-
-
 # ------------------------------------------------------------------ timeline
 
 
@@ -149,164 +135,17 @@ def render_timeline(result: MultiGpu, width: int = WIDTH) -> list[str]:
     return [clip_text(x, width) for x in lines]
 
 
-# ------------------------------------------------------------------ findings
-
-
-def _late_text(s) -> str:
-    return fmt_ns(s.late_mean_ns) if s.late_mean_ns is not None else "n/a"
-
-
-def _main_kind(result: MultiGpu, rank: int) -> str:
-    """The collective type the others spent most time waiting in for ``rank``."""
-    waits: dict[str, int] = {}
-    for c in result.collectives:
-        if c.last_rank == rank:
-            waits[c.kind] = waits.get(c.kind, 0) + c.total_wait_ns
-    return _kind(max(waits, key=lambda k: (waits[k], k))) if waits else "collectives"
-
-
-def _straggler_cause(result: MultiGpu, s) -> tuple[str, str]:
-    """Why the straggler is late, from its per-step compute and idle time against the others'."""
-    late = s.late_mean_ns or 0.0
-    per_step = late * s.last_count / max(s.steps, 1)
-    ce, ie, sl = s.compute_excess_mean_ns, s.idle_excess_mean_ns, s.start_late_mean_ns
-    if ce is not None and ce > 0 and ce >= 0.5 * per_step:
-        return (f"It has more GPU work: {fmt_ns(ce)} more compute per step than the others' mean.",
-                f"Investigate {_gpu(s.rank)}'s workload imbalance: compare its kernels per step with another "
-                f"GPU's (extra or larger kernels, uneven sharding, sequence lengths or expert load) and "
-                f"balance the work.")
-    host = max(ie or 0.0, 0.0) + max(sl or 0.0, 0.0)
-    if ce is not None and host > 0:
-        return (f"Its GPU does no more compute than the others ({fmt_ns(ce)} more per step) but starts its steps "
-                f"{fmt_ns(sl)} later and idles {fmt_ns(ie)} more inside them: its host submits the work late.",
-                f"Look at {_gpu(s.rank)}'s host side before its collectives: launch overhead, Python work, "
-                f"data loading, CPU contention or core affinity (its trace's CPU ops and the largest GPU gaps); "
-                f"CUDA Graphs remove the launch cost.")
-    return ("Neither its compute nor its idle time stands out per step.",
-            f"Compare {_gpu(s.rank)}'s timeline with another GPU's around its late collectives; check its "
-            f"clocks and throttling (nvidia-smi -q -d CLOCK,PERFORMANCE).")
-
-
-def headline(result: MultiGpu) -> str | None:
-    """One sentence: the straggler, where the others wait, communication share and exposure."""
-    parts = []
-    s = result.straggler
-    if s is not None:
-        every = (f", in {s.steps_last} of {s.steps} steps" if s.steps_last < s.steps else ", every step") \
-            if s.steps else ""
-        parts.append(f"{_gpu(s.rank)} arrives last at {s.last_count} of {s.compared} collectives, "
-                     f"{_late_text(s)} late on average{every}; the others wait in "
-                     f"{_main_kind(result, s.rank)} ({fmt_ns(s.wait_caused_ns)} in total)")
-    if result.comm_share is not None:
-        basis = "step time" if result.steps else "GPU time"
-        parts.append(f"communication is {fmt_pct(result.comm_share, 0)} of {basis}"
-                     + (f", {fmt_pct(result.exposed_share, 0)} of it exposed" if result.exposed_share is not None else ""))
-    return ("; ".join(parts) + ".") if parts else None
-
-
-def multigpu_findings(result: MultiGpu) -> list[Finding]:
-    """Straggler, load imbalance, communication share, clock alignment and bandwidth findings."""
-    out: list[Finding] = []
-    s = result.straggler
-    mean_window = float(np.mean([b.window_ns for b in result.per_rank])) if result.per_rank else 0.0
-    if s is not None:
-        others = max(len(result.ranks) - 1, 1)
-        frac = s.wait_caused_ns / others / mean_window if mean_window > 0 else 0.0
-        sev = "high" if frac >= 0.1 else "medium" if frac >= 0.02 else "low"
-        ev = [Evidence("last to arrive at collectives", s.last_count, "count"),
-              Evidence("collectives on two or more GPUs", s.compared, "count"),
-              Evidence("mean lateness when last (vs median of the others)", s.late_mean_ns, "ns"),
-              Evidence("wait it caused (sum over the other GPUs)", s.wait_caused_ns, "ns"),
-              Evidence("wait at all collectives (all GPUs)", s.total_wait_ns, "ns"),
-              Evidence("per other GPU, share of its GPU window", frac, "fraction")]
-        if s.steps:
-            ev.append(Evidence("steps where it caused the most wait", s.steps_last, "count"))
-            ev.append(Evidence("its compute minus the others' mean, per step", s.compute_excess_mean_ns, "ns"))
-            ev.append(Evidence("its idle time minus the others' mean, per step", s.idle_excess_mean_ns, "ns"))
-            ev.append(Evidence("its step start minus the others' median, mean over steps", s.start_late_mean_ns, "ns"))
-        cause, rec = _straggler_cause(result, s)
-        out.append(Finding(
-            "multigpu_straggler", sev,
-            f"{_gpu(s.rank)} is the slowest GPU: last at {s.last_count} of {s.compared} collectives, "
-            f"{_late_text(s)} late on average",
-            tuple(ev),
-            f"A collective completes only when every GPU has joined it: the others sit in "
-            f"{_main_kind(result, s.rank)} while {_gpu(s.rank)} catches up, {fmt_ns(s.wait_caused_ns)} of GPU "
-            f"time in total. {cause}",
-            rec))
-    if result.imbalance_max is not None and result.imbalance_max >= 1.05 and len(result.ranks) > 1:
-        slow = [st.slowest_rank for st in result.steps] or [max(result.per_rank, key=lambda b: b.compute_ns).rank]
-        vals, counts = np.unique(slow, return_counts=True)
-        top = int(vals[np.argmax(counts)])
-        ev = (Evidence("max / mean compute (worst step)", result.imbalance_max, "ratio"),
-              Evidence("GPU with the most compute (most often)", _gpu(top), "text"),
-              Evidence("steps where it had the most compute", int(counts.max()) if result.steps else None, "count"),
-              Evidence("steps", len(result.steps), "count"))
-        out.append(Finding(
-            "multigpu_imbalance", "medium" if result.imbalance_max >= 1.1 else "low",
-            f"Load imbalance: max/mean compute per {'step' if result.steps else 'run'} reaches "
-            f"{result.imbalance_max:.2f}, most on {_gpu(top)}",
-            ev, "With synchronous collectives every step runs at the pace of the GPU with the most work.",
-            "Balance the work per GPU (shard sizes, tokens per rank, expert placement) or overlap the "
-            "collectives with independent compute."))
-    if result.comm_share is not None and result.comm_share > 0:
-        exposed = result.exposed_share
-        cost = result.comm_share * (exposed if exposed is not None else 1.0)
-        ev = (Evidence("communication share of " + ("step time" if result.steps else "GPU window"),
-                       result.comm_share, "fraction"),
-              Evidence("exposed share of communication (not overlapped by compute)", exposed, "fraction"),
-              Evidence("waiting inside collectives (all GPUs)", sum(b.wait_ns for b in result.per_rank), "ns"))
-        out.append(Finding(
-            "multigpu_communication", "medium" if cost >= 0.1 else "low" if cost >= 0.02 else "info",
-            f"Communication is {fmt_pct(result.comm_share)} of {'step time' if result.steps else 'the GPU window'}"
-            + (f", {fmt_pct(exposed)} of it exposed" if exposed is not None else ""),
-            ev, "Exposed communication adds to the step; part of it is waiting for the slowest GPU, not transfer.",
-            "Overlap collectives with compute (async collectives, bucketing, sequence or tensor-parallel "
-            "overlap), and remove the straggler first: its wait is paid by every other GPU."))
-    al = result.alignment
-    if len(result.ranks) > 1:
-        bad = al.residual_median_ns is not None and al.residual_median_ns > 50_000
-        out.append(Finding(
-            "multigpu_clocks", "low" if bad or al.unaligned_ranks else "info",
-            f"Rank clocks aligned by {al.method.replace('_', ' ')}"
-            + (f", collective ends agree within {fmt_ns(al.residual_median_ns)} (median)"
-               if al.residual_median_ns is not None else ""),
-            (Evidence("collectives used", al.matched_collectives, "count"),
-             Evidence("residual end spread, median", al.residual_median_ns, "ns"),
-             Evidence("residual end spread, max", al.residual_max_ns, "ns"),
-             Evidence("ranks without a shared collective", ", ".join(map(str, al.unaligned_ranks)) or "none", "text")),
-            "Arrival skew and waits are measured on this common clock; their error is about the residual.",
-            "Nothing to do unless the residual is large: then capture all ranks with one profiler session "
-            "(nsys) or keep the traces' baseTimeNanoseconds."))
-    big = [g for g in result.groups if g.busbw_median_bytes_per_s is not None and g.bytes]
-    if big:
-        g = max(big, key=lambda g: (g.bytes, g.count))
-        out.append(Finding(
-            "multigpu_bandwidth", "info",
-            f"Largest {_kind(g.kind)} ({fmt_bytes(g.bytes)} {g.dtype or ''}) reaches "
-            f"{_gbps(g.busbw_median_bytes_per_s)} bus bandwidth (median)",
-            (Evidence("message size", g.bytes, "bytes"), Evidence("instances", g.count, "count"),
-             Evidence("algorithm / protocol", f"{g.algorithm or 'n/a'} / {g.protocol or 'n/a'}", "text"),
-             Evidence("transfer time, median", g.transfer_median_ns, "ns"),
-             Evidence("bus bandwidth, median", _gbps(g.busbw_median_bytes_per_s), "text")),
-            "Bus bandwidth (NCCL's definition) is comparable to the link's peak whatever the GPU count.",
-            "Compare with the link's peak (NVLink, PCIe, network) and with nccl-tests on the same "
-            "machine; small messages are latency-bound and never reach it."))
-    return out
-
-
 # ------------------------------------------------------------------ section
 
 
 def _table(headers, rows, align):
-    from .markdown import md_table
-
     return md_table(headers, rows, align)
 
 
-def render_multigpu_section(result: MultiGpu, *, with_findings: bool = True) -> str:
-    """Markdown body of the multi-GPU section (no heading of its own level 2). The full report
-    lists the findings in Observations and Insights instead (``with_findings=False``)."""
+def render_multigpu_section(result: MultiGpu, findings=()) -> str:
+    """Markdown body of the multi-GPU section (no heading of its own level 2), with ``findings``
+    (:func:`~tracestory.analysis.findings.multigpu.multigpu_findings`) at its end. The full report
+    lists them in Observations and Insights instead (and passes none here)."""
     out = ["```text", *render_timeline(result), "```", ""]
     h = headline(result)
     if h:
@@ -355,7 +194,7 @@ def render_multigpu_section(result: MultiGpu, *, with_findings: bool = True) -> 
         out += _table(("step", "span (max)", "compute min / max", "max/mean compute", "most compute",
                        "comm share", "exposed", "last GPU", "wait"), rows, "lrrrlrrlr")
         out += [""]
-    fs = multigpu_findings(result) if with_findings else []
+    fs = list(findings)
     if fs:
         out += ["#### Findings", ""]
         out += [f"- [{f.severity.upper()}] {f.title}. {f.implication} {f.recommendation}" for f in fs]
@@ -366,10 +205,8 @@ def render_multigpu_section(result: MultiGpu, *, with_findings: bool = True) -> 
 # ------------------------------------------------------------------ JSON and plot
 
 
-def multigpu_json(result: MultiGpu) -> dict:
+def multigpu_json(result: MultiGpu, findings=()) -> dict:
     """Every result of the section in base units (ns, bytes, bytes/s); no per-rank arrays."""
-    from .jsonout import jsonable
-
     return {
         "ranks": list(result.ranks),
         "sources": {str(r): s.source for r, s in zip(result.ranks, result.summaries)},
@@ -383,19 +220,17 @@ def multigpu_json(result: MultiGpu) -> dict:
         "headline": headline(result),
         "collective_groups": jsonable(result.groups),
         "collectives": jsonable(result.collectives),
-        "findings": jsonable(multigpu_findings(result)),
+        "findings": jsonable(list(findings)),
     }
 
 
 def plot_multigpu(result: MultiGpu, path: str | Path) -> Path | None:
     """PNG: lanes per GPU over the displayed step (compute, waiting, communication, barriers)
     and per-GPU totals. None when there is no GPU activity."""
-    from .plots import _pyplot, _save
-
     win = display_window(result)
     if win is None:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     t0, t1, what = win
@@ -435,4 +270,4 @@ def plot_multigpu(result: MultiGpu, path: str | Path) -> Path | None:
     bx.set_ylabel("ms over the whole trace")
     bx.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    return _save(fig, Path(path))
+    return save(fig, Path(path))

@@ -18,28 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.links import gpu_ops_column
-from ..errors import ToolNotFound
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise ToolNotFound("matplotlib", "pip install 'tracestory[plots]' to write PNG plots") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    # Deterministic output: no timestamps or software version in the PNG metadata.
-    plt.rcParams["svg.hashsalt"] = "tracestory"
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path
+from ..units import fmt_ns
+from .md import short_name
+from .mpl import pyplot as _pyplot
+from .mpl import save as _save
 
 
 def _colors(categories) -> dict[str, tuple]:
@@ -115,25 +97,18 @@ def plot_phases(a, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def plot_memory(a, path: Path) -> Path | None:
-    """Allocated and reserved GPU memory over time, per device (``report.memory.plot_memory``:
-    the same series and peak annotation as the report's ASCII memory chart)."""
-    from ..analysis.memory import memory_timeline
+def plot_memory(run, path: Path) -> Path | None:
+    """Allocated and reserved GPU memory over time, per device, of one run's memory timeline
+    (``render.memory.plot_memory``: the same series and peak annotation as the ASCII chart)."""
     from .memory import plot_memory as _plot
 
-    return _plot(memory_timeline(a.trace, a.phases), path, title=a.trace.label)
-
-
-def _short(name: str, n: int = 48) -> str:
-    from .story import short_name
-
-    return short_name(name, n)
+    return _plot(run.memory, path, title=run.trace.label)
 
 
 def plot_warp_stalls(rows, path: Path, *, top: int = 4, title: str = "") -> Path | None:
     """Horizontal bars of each stall reason's share of stall cycles, one panel per kernel (the
     ``top`` longest Nsight Compute kernels that carry stall metrics). ``rows``: the ``kernels[]``
-    JSON rows of ``report.hardware_glue.hardware_results``. ``None`` without stall metrics."""
+    JSON rows of ``render.jsonout.kernel_rows``. ``None`` without stall metrics."""
     rows = [r for r in rows or () if r.get("warp_stall_pct")]
     rows = sorted(rows, key=lambda r: (-(r.get("duration_ns") or 0), str(r.get("name"))))[:top]
     if not rows:
@@ -154,7 +129,7 @@ def plot_warp_stalls(rows, path: Path, *, top: int = 4, title: str = "") -> Path
             ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {v:.1f}%", va="center", fontsize=7)
         ax.set_xlim(0, max(vals) * 1.15)
         dur = r.get("duration_ns")
-        ax.set_title(_short(str(r.get("name")), 70) + (f" ({dur / 1e3:.1f} us)" if dur else ""), fontsize=9)
+        ax.set_title(short_name(str(r.get("name")), 70) + (f" ({fmt_ns(dur)})" if dur else ""), fontsize=9)
         ax.tick_params(labelsize=8)
     axes[-1, 0].set_xlabel("% of stall cycles ('selected', the issuing cycle, is not a stall)")
     fig.suptitle(f"Warp stall reasons (Nsight Compute){' — ' + title if title else ''}", fontsize=10)
@@ -197,7 +172,7 @@ def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False
                    zorder=3, s=30)
         ax.annotate(str(i), (p["arithmetic_intensity"], p["achieved_flops_per_s"]), xytext=(4, 3),
                     textcoords="offset points", fontsize=8)
-    names = [f"{i}: {_short(str(p.get('label')), 44)} ({p.get('bound') or 'n/a'}"
+    names = [f"{i}: {short_name(str(p.get('label')), 44)} ({p.get('bound') or 'n/a'}"
              + (f", {p['pct_of_roof']:.0f}% of roof)" if p.get("pct_of_roof") is not None else ")")
              for i, p in enumerate(pts, 1)]
     ax.text(1.02, 1.0, "\n".join(names), transform=ax.transAxes, va="top", fontsize=7, family="monospace")
@@ -212,8 +187,7 @@ def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False
     return _save(fig, path)
 
 
-def write_hardware_plots(hardware_rows, analyses, out_dir: Path, *, stem: str = "report",
-                         peaks_path=None, manifest=None) -> list[Path]:
+def write_hardware_plots(hardware_rows, runs, out_dir: Path, *, stem: str = "report") -> list[Path]:
     """The hardware figures: with Nsight Compute rows, the warp-stall distribution and the
     roofline of the profiled kernels; without them, each trace's roofline estimated from op
     shapes (when its GPU's peaks are known). Returns the paths written."""
@@ -224,33 +198,32 @@ def write_hardware_plots(hardware_rows, analyses, out_dir: Path, *, stem: str = 
             if p is not None:
                 out.append(p)
         return out
-    from ..analysis.roofline import estimate_roofline
-    from ..specs import peaks_for
-    from .jsonout import jsonable
+    from .jsonable import jsonable
 
-    analyses = list(analyses)
-    for i, a in enumerate(analyses):
-        devs = a.trace.meta.devices
-        peaks = peaks_for(devs[0].name, peaks_path, manifest=manifest) if devs and devs[0].name else None
-        rf = estimate_roofline(a.trace, peaks)
-        suffix = f"_{i}" if len(analyses) > 1 else ""
-        p = plot_roofline([jsonable(q) for q in rf.points], out_dir / f"{stem}_roofline{suffix}.png",
-                          title=a.trace.label, estimate=True)
+    runs = list(runs)
+    for i, run in enumerate(runs):
+        if run.roofline_estimate is None:
+            continue
+        suffix = f"_{i}" if len(runs) > 1 else ""
+        p = plot_roofline([jsonable(q) for q in run.roofline_estimate.points], out_dir / f"{stem}_roofline{suffix}.png",
+                          title=run.trace.label, estimate=True)
         if p is not None:
             out.append(p)
     return out
 
 
-def write_plots(analyses, out_dir: Path, *, stem: str = "report") -> list[Path]:
-    """Write every applicable figure for every analysis; returns the paths written."""
+def write_plots(runs, out_dir: Path, *, stem: str = "report") -> list[Path]:
+    """Write every applicable figure for every run (``Results.runs``); returns the paths written."""
     out: list[Path] = []
-    for i, a in enumerate(analyses):
-        suffix = f"_{i}" if len(analyses) > 1 else ""
+    runs = list(runs)
+    for i, run in enumerate(runs):
+        a = run.analysis
+        suffix = f"_{i}" if len(runs) > 1 else ""
         out.append(plot_breakdown(a, out_dir / f"{stem}_breakdown{suffix}.png"))
         if a.timeline is not None:
             out.append(plot_timeline(a, out_dir / f"{stem}_timeline{suffix}.png"))
-        for fn, name in ((plot_phases, "phases"), (plot_memory, "memory")):
-            p = fn(a, out_dir / f"{stem}_{name}{suffix}.png")
+        for p in (plot_phases(a, out_dir / f"{stem}_phases{suffix}.png"),
+                  plot_memory(run, out_dir / f"{stem}_memory{suffix}.png")):
             if p is not None:
                 out.append(p)
     return out

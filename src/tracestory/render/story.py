@@ -1,5 +1,5 @@
-"""The Execution Story: the capture walked phase by phase, as in seed 003's single-request
-template, as plain text lines (the caller puts them in a code fence). Width <= 100 columns.
+"""The Execution Story: the capture walked phase by phase, as in the report format's
+single-request template, as plain text lines (the caller puts them in a code fence). Width <= 100 columns.
 
 Per phase (prefill, each decode step, each ProfilerStep, or the whole trace):
 
@@ -25,53 +25,17 @@ matrix-vector work, memory-bound by nature).
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 
-from ..analysis.findings import gap_causes
 from ..analysis.links import api_column, gpu_ops_column, gpu_ops_launch_index
 from .ascii import clip_text, fmt_ms, fmt_ns
+from .md import short_name  # noqa: F401  (re-exported)
 
 WIDTH = 100
 MAX_LINES_PER_PHASE = 40
 MIN_PERIOD = 3
 HOT = "  <- MOST TIME HERE"
-
-
-# ------------------------------------------------------------------ names
-
-
-_NOISE = {"void", "at", "native", "c10", "std", "detail", "float", "int", "long", "unsigned",
-          "char", "bool", "true", "false", "anonymous", "namespace", "BFloat16", "Half",
-          "Array", "array", "cutlass", "const", "at_cuda_detail", "cub", "signed", "short",
-          "double", "__nv_bfloat16", "half", "func_wrapper_t", "gpu_kernel_impl_nocast",
-          "gpu_kernel_impl", "unsigned_int", "OffsetCalculator", "TrivialOffsetCalculator"}
-
-
-def short_name(name: str, width: int = 48) -> str:
-    """A readable kernel name: no ``void``, no argument list, no namespaces; for a template
-    kernel the most telling template argument in brackets (the functor of an ATen elementwise
-    kernel, the tile config of a CUTLASS ``Kernel``)."""
-    s = name.strip()
-    if s.startswith(("Memcpy", "Memset")):
-        return clip_text(s, width)
-    if s.startswith("void "):
-        s = s[5:]
-    s = s.replace("(anonymous namespace)::", "")
-    base_end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
-    base = s[:base_end].split("::")[-1] or s[:base_end]
-    inner = ""
-    if base_end < len(s) and s[base_end] == "<":
-        idents = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", s[base_end:].split("(")[0]
-                            if base in ("Kernel", "Kernel2") else s[base_end:])
-        idents = [w for w in idents if w not in _NOISE and not w.startswith("Offset")]
-        if base in ("Kernel", "Kernel2") and idents:
-            return clip_text(idents[0], width)
-        if idents:
-            inner = idents[0]
-    out = f"{base}[{inner}]" if inner else base
-    return clip_text(out, width)
 
 
 def parse_json_cell(value):
@@ -301,8 +265,9 @@ def _step_time(ph) -> int:
     return ph.gpu_span_ns if ph.gpu_span_ns is not None else ph.wall_ns
 
 
-def execution_story(analysis) -> list[str]:
-    """The story's lines (no code fence), each <= 100 columns."""
+def execution_story(analysis, gaps=()) -> list[str]:
+    """The story's lines (no code fence), each <= 100 columns. ``gaps``: the trace's idle-gap
+    causes (``RunResults.gap_causes``), told where they fall."""
     tr, phs = analysis.trace, analysis.phases
     ops = _Ops(analysis)
     whole = phs.source == "none"
@@ -310,7 +275,7 @@ def execution_story(analysis) -> list[str]:
     if not phases:
         return ["(no phases and no GPU ops: nothing to tell)"]
     origin = min([phases[0].start_ns] + ([int(ops.start[0])] if len(ops.start) else []))
-    causes = {c.start_ns: c for c in gap_causes(tr)} if analysis.timeline is not None else {}
+    causes = {c.start_ns: c for c in gaps}
     lines = [f"EXECUTION STORY: {tr.label}",
              f"Phases from {phs.source!r}: {len(phases)} phase(s); times are from the first "
              f"phase's CPU start.",

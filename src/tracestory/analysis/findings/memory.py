@@ -16,7 +16,9 @@ level (for a PyTorch process, the allocator's reserved memory).
 
 from __future__ import annotations
 
-from .rules_base import Evidence, Finding, fmt_b, fmt_p
+from .base import Evidence, Finding
+from ...units import fmt_bytes, fmt_pct
+from ..memory import memory_timeline
 
 FULL_SHARE = 0.9
 FRAG_RATIO = 1.5
@@ -38,8 +40,6 @@ def _where(p) -> str | None:
 
 def rule_memory(a, memory=None) -> list[Finding]:
     if memory is None:
-        from .memory import memory_timeline
-
         memory = memory_timeline(a.trace, a.phases)
     if memory is None or not memory.devices:
         return []
@@ -71,11 +71,11 @@ def rule_memory(a, memory=None) -> list[Finding]:
         ev.append(Evidence("next kernel after the peak (GPU idle then)", p.kernel_next, "text"))
     where = _where(p)
     level = "allocated" if memory.has_reserved else "cudaMalloc'd"
-    head = f"Peak {level} GPU memory {fmt_b(pa)}" + (f" in {p.phase or p.cpu_op}" if (p.phase or p.cpu_op) else "")
+    head = f"Peak {level} GPU memory {fmt_bytes(pa)}" + (f" in {p.phase or p.cpu_op}" if (p.phase or p.cpu_op) else "")
     frag = pr is not None and pr >= FRAG_RATIO * max(pa, 1) and pr - pa >= FRAG_BYTES
     cap_share = pr / d.total_memory_bytes if pr is not None and d.total_memory_bytes else None
     if d.peak_allocated_share is not None and d.peak_allocated_share >= FULL_SHARE:
-        return [Finding("memory", "high", f"{head}: {fmt_p(d.peak_allocated_share)} of the device",
+        return [Finding("memory", "high", f"{head}: {fmt_pct(d.peak_allocated_share)} of the device",
                         tuple(ev),
                         "The run is at the edge of device memory: a longer context, a larger batch or "
                         "fragmentation turns this into an out-of-memory error."

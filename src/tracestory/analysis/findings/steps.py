@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rules_base import Evidence, Finding, fmt_p, fmt_t, linear_fit
+from .base import Evidence, Finding, linear_fit
+from ...units import fmt_ns, fmt_pct
+from ...ingest.kineto import parse_json_field
 
 RATIO = 1.5
 
@@ -57,8 +59,6 @@ def _kv_layout(name: str) -> int | None:
 def kv_lengths(trace, phases) -> list[int | None]:
     """KV length per phase (see the module docstring); None where no attention op with a key
     shape ran inside the phase's CPU range."""
-    from ..ingest.kineto import parse_json_field
-
     o = trace.ops
     if len(o) == 0:
         return [None] * len(phases)
@@ -109,7 +109,7 @@ def rule_first_step(a) -> list[Finding]:
                 "first_step", "medium",
                 f"First {fam} step ({first.name}) is {ratio:.1f}x the median of the rest",
                 tuple(ev),
-                f"{first.name} pays a one-off cost of {fmt_t(t0 - med)} (warm-up: JIT compilation, "
+                f"{first.name} pays a one-off cost of {fmt_ns(t0 - med)} (warm-up: JIT compilation, "
                 "kernel autotuning, allocator growth, cold caches) that skews totals and means "
                 "over the capture.",
                 "Warm up before measuring (a torch.profiler schedule with wait/warmup steps, or a "
@@ -129,7 +129,7 @@ def rule_first_step(a) -> list[Finding]:
                 f"Surprise: the first {fam} step ({first.name}) is {1 / ratio:.1f}x faster than "
                 f"the median of the rest",
                 tuple(ev),
-                f"The later steps pay about {fmt_t(med - t0)} each that {first.name} did not: {why} "
+                f"The later steps pay about {fmt_ns(med - t0)} each that {first.name} did not: {why} "
                 "pays a per-shape cost (a plan, autotuning or compilation) the warm-up already "
                 "paid for the first step's shapes.",
                 "Make later steps reuse what the first one had: pad or bucket the growing "
@@ -147,7 +147,7 @@ def rule_step_outlier(a) -> list[Finding]:
             continue  # rule_first_step tells it with its cause
         out.append(Finding(
             "step_outlier", "medium",
-            f"{o.name} took {o.ratio:.1f}x its family median ({fmt_t(o.time_ns)})",
+            f"{o.name} took {o.ratio:.1f}x its family median ({fmt_ns(o.time_ns)})",
             (Evidence("step time", o.time_ns, "ns"),
              Evidence("family median", o.family_median_ns, "ns"),
              Evidence("ratio", o.ratio, "x")),
@@ -202,7 +202,7 @@ def rule_step_trend(a) -> list[Finding]:
             busy_grows = len(steps) >= 5 and bfit[2] is not None and bfit[2] >= 0.5 and bfit[0] > 0
         what = f"{f.family} step time (ITL)" if by_kv else f"{f.family} step time"
         if grows:
-            title = (f"{what} {'grows' if slope > 0 else 'shrinks'} by {fmt_t(abs(slope))} per {per} "
+            title = (f"{what} {'grows' if slope > 0 else 'shrinks'} by {fmt_ns(abs(slope))} per {per} "
                      f"(r2 {r2:.2f})")
             imp = ("Step time follows the " + ("KV-cache length: attention reads the whole cache "
                    "every step, so per-token latency rises with context." if by_kv else
@@ -212,7 +212,7 @@ def rule_step_trend(a) -> list[Finding]:
             sev = "medium"
         else:
             spread = float(t.max() / t.min()) if t.min() > 0 else None
-            title = (f"{f.family}: {len(steps)} steps, {fmt_t(t.min())}-{fmt_t(t.max())} per step, "
+            title = (f"{f.family}: {len(steps)} steps, {fmt_ns(t.min())}-{fmt_ns(t.max())} per step, "
                      f"no linear trend" + (" with KV length" if by_kv else "")
                      + (f" (r2 {r2:.2f})" if r2 is not None else ""))
             imp = "Step time does not follow the " + ("KV length" if by_kv else "step number")
@@ -224,11 +224,11 @@ def rule_step_trend(a) -> list[Finding]:
             if spread is not None:
                 ev.append(Evidence("slowest / fastest step", spread, "x"))
         if busy_grows and not grows:
-            imp += (f" GPU busy time does grow, {fmt_t(bfit[0])} per {per} (r2 {bfit[2]:.2f}): the "
+            imp += (f" GPU busy time does grow, {fmt_ns(bfit[0])} per {per} (r2 {bfit[2]:.2f}): the "
                     + ("device work scales with the cache" if by_kv else "device work grows step by step")
                     + ", but other time hides it.")
         if busy_share is not None and busy_share < 0.2:
-            imp += (f" The GPU is busy only {fmt_p(busy_share)} of each step: step time is host "
+            imp += (f" The GPU is busy only {fmt_pct(busy_share)} of each step: step time is host "
                     f"time, not kernel time.")
             sev = "medium" if sev == "low" else sev
         out.append(Finding("step_trend", sev, title, tuple(ev), imp, rec))

@@ -21,18 +21,23 @@ GPU is idle half its window, since kernel time is then not the first lever):
   the breakdown's base is GPU op time, not wall time, the finding also gives the ceiling on the
   GPU window when idle time is kept: ``W / (W - c)`` with W the window and c the category's
   busy time inside it (its union, overlaps counted once) - the honest end-to-end bound.
-* ``first_step``, ``step_outlier``, ``step_trend`` (ITL against KV length): :mod:`.rules_steps`.
+* ``first_step``, ``step_outlier``, ``step_trend`` (ITL against KV length): :mod:`.steps`.
 * ``bound`` (memory- vs compute-bound kernels, from ncu counters or the shape estimate),
-  ``occupancy_limiter``, ``occupancy_achieved`` (ncu only): :mod:`.rules_hardware`.
+  ``occupancy_limiter``, ``occupancy_achieved`` (ncu only): :mod:`.hardware`.
 * ``memcpy_share``: memcpy + memset >= 5% of GPU op time, split by copy kind.
 * ``communication``: communication kernels' share and the part of their time overlapped by
   other GPU ops (intersection of unions).
 * ``eager_fusion``: no Triton kernels and >= 30% of launches in small-op categories
   (elementwise, norm, reduction, softmax, rope, embedding): a fusion candidate; or, with Triton
   kernels, a note that the run is compiled.
-* ``memory`` (peak, fragmentation, what ran at the peak): :mod:`.rules_memory`.
+* ``memory`` (peak, fragmentation, what ran at the peak): :mod:`.memory`.
 
-The records (:class:`Finding`, :class:`Evidence`) live in :mod:`.rules_base` and are
+The multi-GPU rules (straggler, imbalance, communication, clocks, bandwidth) take the combined
+multi-GPU result instead of one trace: :mod:`.multigpu`. The comparison rules stay with their
+model in :mod:`tracestory.analysis.compare`. Every rule runs once per report, from
+:func:`~tracestory.analysis.results.analyze_inputs`.
+
+The records (:class:`Finding`, :class:`Evidence`) live in :mod:`.base` and are
 re-exported here.
 """
 
@@ -42,13 +47,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import MEMOP_KINDS, Trace
-from . import intervals
-from .links import gpu_ops_column, launch_index
-from .rules_base import SEVERITIES, Evidence, Finding, capital, fmt_p, fmt_t
-from .rules_hardware import rule_bound, rule_occupancy
-from .rules_memory import rule_memory
-from .rules_steps import rule_first_step, rule_step_outlier, rule_step_trend
+from ...trace import MEMOP_KINDS, Trace
+from .. import intervals
+from ..links import gpu_ops_column, launch_index
+from .base import SEVERITIES, Evidence, Finding, capital
+from ...units import fmt_ns, fmt_pct
+from .hardware import rule_bound, rule_occupancy
+from .memory import rule_memory
+from .steps import rule_first_step, rule_step_outlier, rule_step_trend
 
 __all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "derive_findings", "ncu_findings",
            "gap_causes", "category_mask"]
@@ -72,7 +78,7 @@ class GapCause:
 # ------------------------------------------------------------------ small helpers
 
 
-_t, _p = fmt_t, fmt_p
+_t, _p = fmt_ns, fmt_pct
 
 
 def _cat_names(analysis) -> tuple[str, ...]:
@@ -234,11 +240,11 @@ def rule_gpu_idle(a) -> list[Finding]:
     return [Finding("gpu_idle", sev, title, ev, imp, rec)]
 
 
-def rule_cpu_stall(a) -> list[Finding]:
+def rule_cpu_stall(a, gaps=None) -> list[Finding]:
     tl = a.timeline
     if tl is None or tl.idle_ns <= 0:
         return []
-    causes = [g for g in gap_causes(a.trace) if g.op_name]
+    causes = [g for g in (gap_causes(a.trace) if gaps is None else gaps) if g.op_name]
     if not causes:
         return []
     groups: dict[str, list[GapCause]] = {}
@@ -362,11 +368,13 @@ def rule_eager_fusion(a) -> list[Finding]:
 RULES = (rule_gpu_idle, rule_cpu_stall, rule_dominant_category, rule_first_step, rule_step_outlier,
          rule_step_trend, rule_bound, rule_occupancy, rule_memcpy_share, rule_communication,
          rule_eager_fusion, rule_memory)
-_TAKES = {rule_bound: ("kernel_metrics", "peaks"), rule_occupancy: ("kernel_metrics", "peaks"),
-          rule_memory: ("memory",)}
+_TAKES = {rule_bound: ("kernel_metrics", "peaks", "hardware", "joins", "estimate"),
+          rule_occupancy: ("kernel_metrics", "peaks", "hardware"),
+          rule_memory: ("memory",), rule_cpu_stall: ("gaps",)}
 
 
-def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None) -> tuple[Finding, ...]:
+def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None, hardware=None, joins=None,
+                    estimate=None, gaps=None) -> tuple[Finding, ...]:
     """All findings for one analysed trace, most severe first (rule order within a severity).
 
     ``analysis`` has ``trace``, ``classification``, ``breakdown``, ``timeline`` (or None) and
@@ -377,8 +385,13 @@ def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None) -
       shape estimate, and the occupancy rules fire;
     * ``peaks``: a ``specs.Peaks`` (``--peaks FILE`` / a manifest's measured peaks); default
       the built-in table for the trace's (or ncu's) device name;
-    * ``memory``: a precomputed ``analyze.memory.memory_timeline`` result (else computed)."""
-    given = {"kernel_metrics": kernel_metrics, "peaks": peaks, "memory": memory}
+    * ``memory``: a precomputed ``analysis.memory.memory_timeline`` result (else computed);
+    * ``hardware`` / ``joins`` / ``estimate`` / ``gaps``: what
+      :func:`~tracestory.analysis.results.analyze_inputs` computed once (the ncu inputs with
+      their peaks, joins and rooflines; the joins of this trace to them; the trace's shape
+      roofline; its gap causes), used instead of computing them again."""
+    given = {"kernel_metrics": kernel_metrics, "peaks": peaks, "memory": memory, "hardware": hardware,
+             "joins": joins, "estimate": estimate, "gaps": gaps}
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(analysis, **{k: given[k] for k in _TAKES.get(rule, ())}))
@@ -386,8 +399,9 @@ def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None) -
     return tuple(sorted(found, key=lambda f: order[f.severity]))  # stable: rule order kept
 
 
-def ncu_findings(kernel_metrics, *, peaks=None) -> tuple[Finding, ...]:
+def ncu_findings(kernel_metrics, *, peaks=None, hardware=None) -> tuple[Finding, ...]:
     """Findings for Nsight Compute results alone (no timeline trace): roofline and occupancy."""
-    found = rule_bound(None, kernel_metrics, peaks) + rule_occupancy(None, kernel_metrics, peaks)
+    found = (rule_bound(None, kernel_metrics, peaks, hardware=hardware)
+             + rule_occupancy(None, kernel_metrics, peaks, hardware=hardware))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return tuple(sorted(found, key=lambda f: order[f.severity]))

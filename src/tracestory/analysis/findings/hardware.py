@@ -24,7 +24,12 @@ from __future__ import annotations
 
 import math
 
-from .rules_base import Evidence, Finding, fmt_p
+from .base import Evidence, Finding
+from ...units import fmt_pct
+from ...specs import peaks_for
+from ..hardware import waves
+from ..ncu_join import join_ncu
+from ..roofline import estimate_roofline, roofline
 
 HEADROOM = 0.6
 LATENCY_PCT = 0.1
@@ -44,15 +49,15 @@ def metrics_list(kernel_metrics) -> list:
 def _peaks_for(name, peaks):
     if peaks is not None or not name:
         return peaks
-    from ..specs import peaks_for
-
     return peaks_for(name)
 
 
-def roofline_points(a, kernel_metrics=None, peaks=None) -> tuple[list, bool]:
-    """(roofline points, estimated?) for a trace: ncu counters when given, else the estimate."""
-    from .roofline import estimate_roofline, roofline
-
+def roofline_points(a, kernel_metrics=None, peaks=None, hardware=None, estimate=None) -> tuple[list, bool]:
+    """(roofline points, estimated?) for a trace: ncu counters when given, else the estimate.
+    ``hardware`` (the ncu inputs' precomputed rooflines, objects with ``.roofline``) and
+    ``estimate`` (the trace's precomputed shape estimate) are used as given."""
+    if hardware:
+        return [p for h in hardware for p in h.roofline.points], False
     kms = metrics_list(kernel_metrics)
     dev = a.trace.meta.devices[0].name if a is not None and a.trace.meta.devices else None
     if kms:
@@ -62,20 +67,22 @@ def roofline_points(a, kernel_metrics=None, peaks=None) -> tuple[list, bool]:
         return pts, False
     if a is None:
         return [], True
+    if estimate is not None:
+        return list(estimate.points), True
     return list(estimate_roofline(a.trace, _peaks_for(dev, peaks)).points), True
 
 
-def trace_time_by_name(a, kernel_metrics) -> dict[str, int]:
+def trace_time_by_name(a, kernel_metrics, joins=None) -> dict[str, int]:
     """For each ncu kernel name, the trace's total time of the kernel it joins to
     (``ncu_join``: name key and launch order; the matched trace name's summed durations).
+    ``joins``: the precomputed join of each kernel-metrics input to this trace, in order.
     Empty without a trace."""
     if a is None or len(a.trace.kernels) == 0:
         return {}
-    from .ncu_join import join_ncu
-
     out: dict[str, int] = {}
-    for km in metrics_list(kernel_metrics):
-        join = join_ncu(a.trace, km)
+    kms = metrics_list(kernel_metrics)
+    for i, km in enumerate(kms):
+        join = joins[i] if joins is not None else join_ncu(a.trace, km)
         for k in km.kernels:
             m = join.for_kernel(k.id)
             if m is not None and m.name_total_ns:
@@ -104,9 +111,11 @@ def _by_name(points, weights: dict[str, int] | None = None) -> list[tuple[str, i
     return sorted(out, key=lambda r: (-r[1], r[0]))
 
 
-def rule_bound(a, kernel_metrics=None, peaks=None) -> list[Finding]:
-    pts, est = roofline_points(a, kernel_metrics, peaks)
-    weights = trace_time_by_name(a, kernel_metrics) if not est else None
+def rule_bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, estimate=None) -> list[Finding]:
+    if hardware:
+        kernel_metrics = [h.metrics for h in hardware]
+    pts, est = roofline_points(a, kernel_metrics, peaks, hardware, estimate)
+    weights = trace_time_by_name(a, kernel_metrics, joins) if not est else None
     rows = _by_name(pts, weights)
     if not rows:
         return []
@@ -137,10 +146,10 @@ def rule_bound(a, kernel_metrics=None, peaks=None) -> list[Finding]:
     share = mem_t / placed
     dom = "memory" if share >= 0.5 else "compute"
     title = (f"{'Memory' if dom == 'memory' else 'Compute'}-bound kernels take "
-             f"{fmt_p(share if dom == 'memory' else 1 - share)} of the placed kernel time"
+             f"{fmt_pct(share if dom == 'memory' else 1 - share)} of the placed kernel time"
              f"{' (estimate)' if est else ''}")
     imp = (f"The longest kernel is {top[2]}-bound"
-           + (f" at {fmt_p(top_pct / 100)} of its roof" if top_pct is not None else "") + ". ")
+           + (f" at {fmt_pct(top_pct / 100)} of its roof" if top_pct is not None else "") + ". ")
     if dom == "memory":
         imp += ("Memory-bound kernels go faster only by moving fewer DRAM bytes: more FLOPs or "
                 "faster math do not help them.")
@@ -153,12 +162,12 @@ def rule_bound(a, kernel_metrics=None, peaks=None) -> list[Finding]:
                "(skip padding, exploit sparsity or causality).")
     if top_pct is not None and top_pct < 100 * HEADROOM:
         sev = "medium"
-        rec += (f" The top kernel is at {fmt_p(top_pct / 100)} of its roof: profile it with "
+        rec += (f" The top kernel is at {fmt_pct(top_pct / 100)} of its roof: profile it with "
                 f"Nsight Compute (occupancy, stalls) before changing the algorithm.")
     else:
         sev = "low"
     if slow / placed >= 0.25:
-        imp += (f" {fmt_p(slow / placed)} of the placed time is in kernels below a tenth of their roof: "
+        imp += (f" {fmt_pct(slow / placed)} of the placed time is in kernels below a tenth of their roof: "
                 "they are too small to load either the memory system or the math units "
                 "(latency-bound: launch overhead, too few blocks).")
     if est:
@@ -187,13 +196,13 @@ _FIX = {
 }
 
 
-def rule_occupancy(a, kernel_metrics=None, peaks=None) -> list[Finding]:
-    from .hardware import waves
-
+def rule_occupancy(a, kernel_metrics=None, peaks=None, hardware=None) -> list[Finding]:
+    if hardware:
+        kernel_metrics = [h.metrics for h in hardware]
     ks = _kernels(kernel_metrics)
     if not ks:
         return []
-    pts, _ = roofline_points(a, kernel_metrics, peaks)
+    pts, _ = roofline_points(a, kernel_metrics, peaks, hardware)
     pct = {}
     for p in pts:
         if p.pct_of_roof is not None:
@@ -226,7 +235,7 @@ def rule_occupancy(a, kernel_metrics=None, peaks=None) -> list[Finding]:
         fix = "; ".join(_FIX.get(x, x) for x in k.occupancy_limiters)
         if roof is not None and roof >= 100 * HEADROOM:
             sev = "low"
-            imp = (f"Occupancy is low by design here: the kernel still reaches {fmt_p(roof / 100)} of "
+            imp = (f"Occupancy is low by design here: the kernel still reaches {fmt_pct(roof / 100)} of "
                    f"its roof (large tiles, warp specialisation hide latency with few warps).")
             rec = "No action: more resident warps would not make this kernel faster."
         else:
@@ -236,7 +245,7 @@ def rule_occupancy(a, kernel_metrics=None, peaks=None) -> list[Finding]:
             rec = f"Raise occupancy: {fix}; then re-check achieved occupancy and stalls with ncu."
         out.append(Finding("occupancy_limiter", sev,
                            f"Occupancy of the longest limited kernel is capped at "
-                           f"{fmt_p(k.theoretical_occupancy_pct / 100)} by {lim}",
+                           f"{fmt_pct(k.theoretical_occupancy_pct / 100)} by {lim}",
                            tuple(ev), imp, rec))
     gap = [k for k in ks if k.theoretical_occupancy_pct and k.achieved_occupancy_pct is not None
            and k.achieved_occupancy_pct < ACHIEVED_GAP * k.theoretical_occupancy_pct]

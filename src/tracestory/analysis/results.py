@@ -1,0 +1,188 @@
+"""Inputs -> :class:`Results`: every result of one report, computed once.
+
+:func:`analyze_inputs` is the one place that
+
+* resolves the GPU peaks (``--peaks`` file > capture manifest > built-in measurements >
+  datasheet, :func:`~tracestory.specs.resolve_peaks`), once per device name;
+* joins each Nsight Compute input to the first trace and places its kernels on the roofline
+  against those peaks; without ncu input, estimates each trace's roofline from its op shapes;
+* runs the standard analysis of each trace (:func:`~tracestory.analysis.analyze`), its memory
+  timeline, its idle-gap causes, its kernel-family table, and **all** its findings, handing the
+  rules what was computed above (so the Hardware section, the findings and the JSON quote the
+  same roofline figures);
+* combines several ranks into the multi-GPU result and its findings, and analyses the serving
+  run's scheduler event log (joined with the first trace and the load summary when given).
+
+Renderers read a :class:`Results` and never call an analysis function. Everything is frozen;
+``repr`` is a one-line summary (the traces it holds are large).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..ingest import Inputs
+from ..specs import Peaks, peaks_warning, resolve_peaks
+from ..trace import Trace
+from . import Analysis, analyze
+from .batching import BatchingResult, analyze_batching
+from .categories import Taxonomy
+from .families import family_table
+from .findings import Finding, derive_findings, gap_causes, ncu_findings
+from .hardware import hardware_analysis, waves
+from .memory import memory_timeline
+from .multigpu import MultiGpu, combine, rank_summary
+from .ncu_join import NcuJoin, join_ncu
+from .roofline import Roofline, estimate_roofline, roofline
+from .findings.multigpu import multigpu_findings
+
+TOP_HARDWARE_KERNELS = 5
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """What the user asked for: categories (``taxonomy``, default ``llm``), the Amdahl what-if
+    factor ``k``, a ``--peaks`` file, the report's goal and questions, and the command line."""
+
+    taxonomy: Taxonomy | None = None
+    k: float = 2.0
+    peaks_path: str | None = None
+    goal: str | None = None
+    questions: tuple[str, ...] = ()
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelMetricsResults:
+    """One Nsight Compute input: its kernels joined to the first trace and on the roofline."""
+
+    path: str
+    metrics: Any                        # ingest.ncu.KernelMetrics
+    device: str | None
+    peaks: Peaks | None
+    peaks_warning: str | None           # why the roofline percentages are n/a, else None
+    join: NcuJoin | None                # None without a trace
+    roofline: Roofline
+    kernels: tuple                      # analysis.hardware.KernelHardware of the top kernels
+    waves: tuple                        # per kernel of ``metrics``: grid blocks / (SMs x blocks per SM), or None
+
+    def __repr__(self) -> str:
+        return f"KernelMetricsResults({self.path!r}, kernels={len(self.metrics.kernels)}, device={self.device!r})"
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """One trace's results."""
+
+    analysis: Analysis
+    device: str | None
+    peaks: Peaks | None
+    memory: Any                         # analysis.memory.MemoryTimeline | None
+    gap_causes: tuple                   # findings.GapCause, empty without a timeline
+    roofline_estimate: Roofline | None  # from op shapes; None when ncu metrics were given
+    families: tuple                     # (family, ops, time_ns, top kernel) rows
+    findings: tuple[Finding, ...]
+
+    @property
+    def trace(self) -> Trace:
+        return self.analysis.trace
+
+    def __repr__(self) -> str:
+        return (f"RunResults({self.trace.label!r}, kernels={self.analysis.breakdown.kernel_count}, "
+                f"findings={len(self.findings)}, device={self.device!r})")
+
+
+@dataclass(frozen=True)
+class Results:
+    """Every result of one report."""
+
+    inputs: Inputs
+    options: AnalysisOptions
+    runs: tuple[RunResults, ...]
+    hardware: tuple[KernelMetricsResults, ...]
+    ncu_findings: tuple[Finding, ...]   # findings of the kernel metrics when no trace was given
+    peaks: dict                          # device name -> Peaks | None, as resolved
+    multigpu: MultiGpu | None
+    multigpu_findings: tuple[Finding, ...]
+    batching: BatchingResult | None
+
+    @property
+    def analyses(self) -> list[Analysis]:
+        return [r.analysis for r in self.runs]
+
+    @property
+    def findings(self) -> list[tuple[Finding, ...]]:
+        """The findings of each run, in run order."""
+        return [r.findings for r in self.runs]
+
+    @property
+    def manifest(self) -> dict | None:
+        return self.inputs.manifest
+
+    def __repr__(self) -> str:
+        labels = [r.trace.label for r in self.runs[:3]] + (["..."] if len(self.runs) > 3 else [])
+        return (f"Results(runs={labels!r}, ncu_inputs={len(self.hardware)}, "
+                f"findings={sum(len(r.findings) for r in self.runs) + len(self.ncu_findings)}, "
+                f"multigpu={self.multigpu is not None}, batching={self.batching is not None})")
+
+
+def _device(trace: Trace) -> str | None:
+    devs = trace.meta.devices
+    return devs[0].name if devs and devs[0].name else None
+
+
+def is_multigpu(traces) -> bool:
+    """Several ranks: two traces or more, with distinct ranks or with collectives."""
+    if len(traces) < 2:
+        return False
+    ranks = {t.meta.rank for t in traces if t.meta.rank is not None}
+    return len(ranks) >= 2 or any(len(t.collectives) for t in traces)
+
+
+def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Results:
+    """All results of ``inputs`` (see the module docstring for what is computed, once)."""
+    options = options or AnalysisOptions()
+    traces = list(inputs.traces)
+    first = traces[0] if traces else None
+    names = [_device(t) for t in traces]
+    names += [km.device_name or (_device(first) if first else None) for _, km in inputs.kernel_metrics]
+    peaks = resolve_peaks(names, options.peaks_path, manifest=inputs.manifest)
+
+    hardware = []
+    for path, km in inputs.kernel_metrics:
+        device = km.device_name or (_device(first) if first else None)
+        pk = peaks.get(device) if device else None
+        join = join_ncu(first, km) if first is not None else None
+        rf = roofline(km, pk)
+        hardware.append(KernelMetricsResults(
+            path=path, metrics=km, device=device, peaks=pk, peaks_warning=peaks_warning(device) if pk is None else None,
+            join=join, roofline=rf, kernels=hardware_analysis(km, join, rf, pk, top=TOP_HARDWARE_KERNELS),
+            waves=tuple(waves(k) for k in km.kernels)))
+    hardware = tuple(hardware)
+
+    runs = []
+    for i, trace in enumerate(traces):
+        a = analyze(trace, options.taxonomy, k=options.k)
+        device = _device(trace)
+        pk = peaks.get(device) if device else None
+        memory = memory_timeline(trace, a.phases)
+        gaps = gap_causes(trace) if a.timeline is not None else ()
+        estimate = estimate_roofline(trace, pk) if not hardware else None
+        joins = ([h.join for h in hardware] if i == 0 else [join_ncu(trace, h.metrics) for h in hardware]) \
+            if hardware else None
+        findings = derive_findings(a, kernel_metrics=[h.metrics for h in hardware] or None, peaks=pk, memory=memory,
+                                   hardware=hardware or None, joins=joins, estimate=estimate, gaps=gaps)
+        runs.append(RunResults(analysis=a, device=device, peaks=pk, memory=memory, gap_causes=tuple(gaps),
+                               roofline_estimate=estimate, families=tuple(family_table(trace)),
+                               findings=findings))
+
+    mg = combine([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
+    batching = None
+    if inputs.scheduler_log is not None:
+        batching = analyze_batching(inputs.scheduler_log, trace=first, client=inputs.load_summary)
+    return Results(
+        inputs=inputs, options=options, runs=tuple(runs), hardware=hardware,
+        ncu_findings=ncu_findings([h.metrics for h in hardware], hardware=hardware) if hardware and not runs else (),
+        peaks=peaks, multigpu=mg, multigpu_findings=tuple(multigpu_findings(mg)) if mg is not None else (),
+        batching=batching)

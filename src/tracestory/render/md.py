@@ -1,0 +1,101 @@
+"""Markdown building blocks every part of the report shares (a leaf: it imports no renderer).
+
+Tables escape pipes; fences default to ``text``; :func:`demote` pushes headings down to embed one
+document in another (outside code fences); :func:`fmt_evidence` prints a finding's evidence by
+its unit (``tracestory.units`` chooses the unit).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from ..analysis.findings.base import Evidence
+from ..units import clip_text, fmt_bytes, fmt_ns, fmt_pct
+
+
+_NOISE = {"void", "at", "native", "c10", "std", "detail", "float", "int", "long", "unsigned",
+          "char", "bool", "true", "false", "anonymous", "namespace", "BFloat16", "Half",
+          "Array", "array", "cutlass", "const", "at_cuda_detail", "cub", "signed", "short",
+          "double", "__nv_bfloat16", "half", "func_wrapper_t", "gpu_kernel_impl_nocast",
+          "gpu_kernel_impl", "unsigned_int", "OffsetCalculator", "TrivialOffsetCalculator"}
+
+
+def short_name(name: str, width: int = 48) -> str:
+    """A readable kernel name: no ``void``, no argument list, no namespaces; for a template
+    kernel the most telling template argument in brackets (the functor of an ATen elementwise
+    kernel, the tile config of a CUTLASS ``Kernel``)."""
+    s = name.strip()
+    if s.startswith(("Memcpy", "Memset")):
+        return clip_text(s, width)
+    if s.startswith("void "):
+        s = s[5:]
+    s = s.replace("(anonymous namespace)::", "")
+    base_end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
+    base = s[:base_end].split("::")[-1] or s[:base_end]
+    inner = ""
+    if base_end < len(s) and s[base_end] == "<":
+        idents = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", s[base_end:].split("(")[0]
+                            if base in ("Kernel", "Kernel2") else s[base_end:])
+        idents = [w for w in idents if w not in _NOISE and not w.startswith("Offset")]
+        if base in ("Kernel", "Kernel2") and idents:
+            return clip_text(idents[0], width)
+        if idents:
+            inner = idents[0]
+    out = f"{base}[{inner}]" if inner else base
+    return clip_text(out, width)
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
+             align: str | None = None) -> list[str]:
+    """A pipe table; ``align`` is one char per column (``l`` or ``r``). Pipes in cells escaped."""
+    align = align or "l" * len(headers)
+    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
+    out = ["| " + " | ".join(cell(h) for h in headers) + " |",
+           "|" + "|".join(" ---: " if a == "r" else " --- " for a in align) + "|"]
+    out += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return out
+
+
+def fence(lines: Sequence[str], lang: str = "text") -> list[str]:
+    return [f"```{lang}", *lines, "```"]
+
+
+def demote(markdown: str, levels: int) -> str:
+    """Headings one or more levels deeper (outside code fences), to embed a document."""
+    out, fenced = [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,5} ", line):
+            line = "#" * levels + line
+        out.append(line)
+    return "\n".join(out)
+
+
+def fmt_evidence(e: Evidence) -> str:
+    v = e.value
+    if v is None:
+        return "n/a"
+    if e.unit == "ns":
+        return fmt_ns(v)
+    if e.unit == "ns_per_step":
+        return f"{fmt_ns(v)} per step"
+    if e.unit == "fraction":
+        return fmt_pct(v)
+    if e.unit == "x":
+        return f"{v:.2f}x"
+    if e.unit == "per_ms":
+        return f"{v:.2f} per ms"
+    if e.unit == "bytes":
+        return fmt_bytes(v)
+    if e.unit == "ratio":
+        return f"{v:.2f}"
+    if e.unit == "count":
+        return f"{int(v)}"
+    return f"`{short_name(str(v), 70)}`" if e.unit == "text" else str(v)
+
+
+def label(a) -> str:
+    """The trace's label, of an Analysis or a RunResults."""
+    return a.trace.label

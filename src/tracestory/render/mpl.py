@@ -1,0 +1,29 @@
+"""matplotlib, imported only when a plot is drawn (the ``plots`` extra), set up for
+deterministic PNGs (Agg backend, no timestamp or version in the metadata)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ToolNotFound
+
+
+def pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ToolNotFound("matplotlib", "pip install 'tracestory[plots]' to write PNG plots") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # Deterministic output: no timestamps or software version in the PNG metadata.
+    plt.rcParams["svg.hashsalt"] = "tracestory"
+    return plt
+
+
+def save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

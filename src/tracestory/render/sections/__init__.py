@@ -1,0 +1,32 @@
+"""One module per heading of the report, in the report's order; each has ``render(ctx) ->
+list[str]`` (the section's body lines, no heading). :class:`Context` is what every section reads.
+The registry that orders them is ``render.markdown.SECTIONS``; no section imports it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every section reads: the results, the inputs as the report lists them, and the
+    PNG plots written beside the report (empty without ``--plots``)."""
+
+    results: object                      # analysis.results.Results
+    inputs: tuple[str, ...]
+    plots: tuple[Path, ...] = ()
+
+    @property
+    def command(self) -> str | None:
+        return self.results.options.command
+
+    @property
+    def no_trace(self) -> str | None:
+        """The n/a line of a section that needs a timeline trace, when the inputs hold none
+        (Nsight Compute metrics alone, or a scheduler event log alone); else None."""
+        if self.results.runs:
+            return None
+        if self.results.batching is not None:
+            return "n/a: the inputs hold a scheduler event log but no timeline trace (Kineto or Nsight Systems)."
+        return "n/a: the inputs hold no timeline trace (Kineto or Nsight Systems), only per-kernel metrics."

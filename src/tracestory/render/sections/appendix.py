@@ -1,0 +1,67 @@
+"""Appendix: per trace the category table with Amdahl ceilings, top kernels, phases, timeline
+quantities, idle gaps and streams; then the inputs and the command."""
+
+from __future__ import annotations
+
+from ...units import fmt_ms, fmt_ns, fmt_pct
+from ..md import fence, label, md_table, short_name
+from . import Context
+
+
+def _appendix(analyses, inputs, command) -> list[str]:
+    out = []
+    for a in analyses:
+        if len(analyses) > 1:
+            out += [f"### {label(a)}", ""]
+        b, tl, phs = a.breakdown, a.timeline, a.phases
+        out += ["**Categories** (share of GPU op time; ceiling = 1/(1-p); "
+                f"what-if = category {b.speedup_factor:g}x faster)", ""]
+        out += md_table(("category", "time (ms)", "ops", "share", "mean", "Amdahl ceiling", "what-if"),
+                        [(c.name, fmt_ms(c.time_ns), c.count, f"{c.percent:.1f}%", fmt_ns(c.mean_ns),
+                          f"{c.amdahl_max_speedup:.2f}x" if c.amdahl_max_speedup is not None else "unbounded",
+                          f"{c.whatif_speedup:.2f}x") for c in b.categories], "lrrrrrr")
+        out += ["", "**Top kernels**", ""]
+        out += md_table(("kernel", "category", "time (ms)", "count", "mean", "share"),
+                        [(f"`{short_name(x.name, 60)}`", x.category, fmt_ms(x.time_ns), x.count,
+                          fmt_ns(x.mean_ns), f"{x.percent:.1f}%") for x in b.kernels], "llrrrr")
+        out += ["", f"**Phases** (source: {phs.source})", ""]
+        out += md_table(("#", "phase", "CPU wall (ms)", "GPU span (ms)", "GPU busy (ms)", "kernels", "memops"),
+                        [(p.index, p.name, fmt_ms(p.wall_ns), fmt_ms(p.gpu_span_ns), fmt_ms(p.gpu_busy_ns),
+                          p.kernel_count, p.memop_count) for p in phs.phases[:64]], "rlrrrrr")
+        if len(phs.phases) > 64:
+            out.append(f"({len(phs.phases) - 64} more phases not listed)")
+        if tl is not None:
+            out += ["", "**Timeline**", ""]
+            ll = tl.launch_latency
+            out += md_table(("quantity", "value"), [
+                ("GPU window", fmt_ns(tl.window_ns)), ("busy (union)", fmt_ns(tl.busy_ns)),
+                ("plain sum of op durations", fmt_ns(tl.sum_ns)), ("idle", fmt_ns(tl.idle_ns)),
+                ("idle waiting for launch", fmt_ns(tl.idle_launch_wait_ns)),
+                ("idle other", fmt_ns(tl.idle_other_ns)), ("gaps", tl.gap_count),
+                ("kernels per ms", f"{tl.kernels_per_ms:.2f}"),
+                (f"kernels < {fmt_ns(tl.short_kernel_ns)}", fmt_pct(tl.short_kernel_share)),
+                ("launch latency p50 / p90 / p99",
+                 f"{fmt_ns(ll.p50_ns)} / {fmt_ns(ll.p90_ns)} / {fmt_ns(ll.p99_ns)} ({ll.count} ops)"),
+                ("launch-bound verdict", "yes" if tl.launch_bound else "no")], "lr")
+            out += ["", "**Idle gap histogram**", ""]
+            out += md_table(("gap length", "count", "total"),
+                            [(lab, n, fmt_ns(t)) for lab, n, t in tl.gap_histogram], "lrr")
+            out += ["", "**Largest gaps**", ""]
+            out += md_table(("at (ms from window start)", "length", "launch wait", "after", "before"),
+                            [(fmt_ms(g.start_ns - tl.start_ns), fmt_ns(g.dur_ns), fmt_ns(g.launch_wait_ns),
+                              f"`{short_name(g.before, 40)}`", f"`{short_name(g.after, 40)}`")
+                             for g in tl.largest_gaps], "rrrll")
+            out += ["", "**Streams**", ""]
+            out += md_table(("device", "stream", "busy", "ops"),
+                            [(s.device, s.stream, fmt_ns(s.busy_ns), s.op_count) for s in tl.streams], "rrrr")
+        out.append("")
+    out += ["**Inputs**", ""] + ([f"- `{p}`" for p in inputs] or ["- n/a (not given)"]) + [""]
+    out += ["**Command**", ""] + fence([command or "n/a (not given)"], "bash") + [""]
+    return out
+
+
+def render(c: Context) -> list[str]:
+    if c.no_trace:
+        return ["**Inputs**", "", *[f"- `{p}`" for p in c.inputs], "", "**Command**", "",
+                *fence([c.command or "n/a (not given)"], "bash"), ""]
+    return _appendix(c.results.analyses, list(c.inputs), c.command)

@@ -1,0 +1,91 @@
+"""Codebase Analysis Summary: kernel families, execution mode, precisions and the attention
+implementation, as the kernel names and op input types show them."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ...analysis.families import is_generated
+from ...units import fmt_ns, fmt_pct
+from ..md import label, md_table, short_name
+from ..story import parse_json_cell
+from . import Context
+
+
+_PRECISIONS: tuple[tuple[str, str], ...] = (
+    ("fp8", r"fp8|e4m3|e5m2|Float8"),
+    ("bf16", r"bf16|BFloat16|bfloat16"),
+    ("fp16", r"(?<![b])f16|fp16|half|Half"),
+    ("tf32", r"tf32"),
+    ("fp32", r"(?<![a-z])float(?![0-9])|f32|fp32|s1688gemm"),
+)
+
+
+def _precisions(a) -> tuple[list[str], list[str]]:
+    """Precisions named by kernel names, and by recorded op input dtypes (GEMM/attention ops)."""
+    tr = a.trace
+    kn = [tr.name(int(c)) for c in np.unique(tr.kernels["name"])]
+    ot: list[str] = []
+    if len(tr.ops):
+        codes = [i for i, s in enumerate(tr.strings)
+                 if s in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::_scaled_mm")
+                 or "scaled_dot_product" in s]
+        sel = np.flatnonzero(np.isin(tr.ops["name"], codes))
+        for v in dict.fromkeys(tr.ops["input_types"][sel].tolist()):
+            t = parse_json_cell(v)
+            if isinstance(t, list):
+                ot += [str(x) for x in t if x]
+    pick = lambda texts: [p for p, pat in _PRECISIONS if any(re.search(pat, t) for t in texts)]
+    return pick(kn), pick(sorted(set(ot)))
+
+
+def _codebase(runs) -> list[str]:
+    out = []
+    for run in runs:
+        a = run.analysis
+        if len(runs) > 1:
+            out += [f"### {label(a)}", ""]
+        fams = run.families
+        total = sum(f[2] for f in fams) or 1
+        out += md_table(("kernel family", "ops", "time", "share", "top kernel"),
+                        [(f, n, fmt_ns(t), fmt_pct(t / total), f"`{short_name(k, 60)}`")
+                         for f, n, t, k in fams], "lrrrl")
+        out.append("")
+        names = {f[0] for f in fams}
+        triton = any(is_generated(n) for n in names)
+        out.append(f"- Execution mode: {'compiled (Triton/Inductor kernels present)' if triton else 'eager (no Triton/Inductor kernels)'}")
+        kp, op = _precisions(a)
+        out.append(f"- Precisions in GEMM/attention op inputs: {', '.join(op) if op else 'n/a (shapes/types not recorded)'}; "
+                   f"named in kernel names: {', '.join(kp) if kp else 'none'}")
+        att = [f for f in fams if f[0] in ("FlashAttention", "cuDNN")]
+        att_k = [n for n in _attention_kernels(a)]
+        if att_k:
+            out.append("- Attention implementation: " + "; ".join(att_k))
+        else:
+            out.append("- Attention implementation: none found (no attention-category kernels)")
+        del att
+        out.append("")
+    return out
+
+
+def _attention_kernels(a) -> list[str]:
+    cats = a.classification.taxonomy.categories
+    codes = [i for i, c in enumerate(cats) if "attention" in c]
+    if not codes:
+        return []
+    k = a.trace.kernels
+    m = np.isin(a.classification.kernel_category, codes)
+    out = []
+    for c in np.unique(k["name"][m]):
+        n = a.trace.name(int(c))
+        kind = ("cuDNN SDPA" if "sdpa" in n.lower() or "cudnn" in n.lower() else
+                "FlashAttention" if "flash" in n.lower() else
+                "memory-efficient (CUTLASS fmha)" if "fmha" in n.lower() else "other")
+        out.append(f"{kind} `{short_name(n, 60)}` x{int((k['name'][m] == c).sum())}")
+    return out
+
+
+def render(c: Context) -> list[str]:
+    return [c.no_trace, ""] if c.no_trace else _codebase(c.results.runs)

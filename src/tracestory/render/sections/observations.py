@@ -1,0 +1,57 @@
+"""Observations and Insights: the surprises line, the multi-GPU findings, then each trace's
+findings with their evidence, implication and recommendation."""
+
+from __future__ import annotations
+
+from ..md import fmt_evidence, label
+from . import Context
+
+
+SURPRISE_RULES = ("first_step", "step_outlier", "cpu_stall", "multigpu_straggler", "multigpu_clocks")
+
+SURPRISE_CHECKS = "first-step/JIT outliers, step-time outliers, idle gaps caused by one host op"
+
+
+def _surprises(findings, multigpu, multigpu_fs=()) -> list[str]:
+    """One line ahead of the findings: what was unexpected, or which checks found nothing."""
+    fs = [f for group in findings for f in group] + list(multigpu_fs)
+    hits = [f.title for f in fs if f.rule in SURPRISE_RULES]
+    if hits:
+        return ["**Surprises**: " + "; ".join(hits) + " (details below).", ""]
+    checks = SURPRISE_CHECKS + (", a straggler GPU" if multigpu is not None else "")
+    return [f"**Surprises**: none found by the checks for {checks}.", ""]
+
+
+def _multigpu_observations(multigpu, fs) -> list[str]:
+    if multigpu is None:
+        return []
+    out = ["### Multi-GPU", ""]
+    for i, f in enumerate(fs, 1):
+        out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
+        out += [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence]
+        out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
+    return out
+
+
+def _observations(findings, analyses) -> list[str]:
+    out = []
+    for a, fs in zip(analyses, findings):
+        if len(analyses) > 1:
+            out += [f"### {label(a)}", ""]
+        if not fs:
+            out += ["No rule fired.", ""]
+        for i, f in enumerate(fs, 1):
+            out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
+            out += [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence]
+            out += ["", f"**Implication**: {f.implication}", "",
+                    f"**Recommendation**: {f.recommendation}", ""]
+    return out
+
+
+def render(c: Context) -> list[str]:
+    r = c.results
+    if c.no_trace:
+        fs = r.ncu_findings
+        return _surprises([fs], None) + _observations([fs], [None]) if fs else [c.no_trace, ""]
+    return (_surprises(r.findings, r.multigpu, r.multigpu_findings) + _multigpu_observations(r.multigpu, r.multigpu_findings)
+            + _observations(r.findings, r.analyses))

@@ -1,0 +1,101 @@
+"""Executive Summary: the serving run, the GPUs, and per trace what ran, how busy the GPU was,
+the key findings and the first recommendation."""
+
+from __future__ import annotations
+
+from ...units import fmt_ns, fmt_pct
+from ...analysis.findings.multigpu import headline
+from ..md import label
+from . import Context
+
+
+def _executive(analyses, findings) -> list[str]:
+    out = []
+    for a, fs in zip(analyses, findings):
+        b, tl = a.breakdown, a.timeline
+        head = f"**{label(a)}**: " if len(analyses) > 1 else ""
+        s1 = (f"{head}The capture holds {b.kernel_count} kernels and {b.memop_count} memory ops "
+              f"({fmt_ns(b.total_time_ns)} of GPU op time)")
+        if tl is not None:
+            s1 += (f" in a {fmt_ns(tl.window_ns)} GPU window, busy {fmt_pct(tl.busy_ns / tl.window_ns)}"
+                   if tl.window_ns else "")
+        s1 += f" across {len(a.phases.phases)} phase(s) from {a.phases.source!r}."
+        key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])
+        s2 = "Key insight: " + "; ".join(f.title for f in key) + "." if key else ""
+        s3 = f"Recommendation: {key[0].recommendation}" if key else ""
+        out.append(" ".join(x for x in (s1, s2, s3) if x))
+        out.append("")
+    return out
+
+
+def _batch_summary(b) -> str:
+    """The serving run in one paragraph: load, latency, how iteration time follows the batch."""
+    n = len(b.requests)
+    parts = [f"**Serving run**: {n} requests, {sum(b.kinds.values())} scheduler iterations "
+             f"({', '.join(f'{v} {k}' for k, v in sorted(b.kinds.items()))})"]
+    if b.ttft.count:
+        parts.append(f"TTFT p50 {fmt_ns(b.ttft.p50_ns)} / p99 {fmt_ns(b.ttft.p99_ns)}, "
+                     f"end-to-end p50 {fmt_ns(b.e2e.p50_ns)}")
+    if b.iteration_ns.count:
+        parts.append(f"iteration time p50 {fmt_ns(b.iteration_ns.p50_ns)}")
+    text = "; ".join(parts) + "."
+    c = b.client
+    if c is not None and c.achieved_qps is not None:
+        good = f", goodput {fmt_pct(c.goodput_fraction)}" if c.goodput_fraction is not None else ""
+        text += (f" The load generator achieved {c.achieved_qps:.2f} req/s with {c.failed} failed{good}; "
+                 f"its TTFT p50 {fmt_ns(c.ttft.p50_ns)}, ITL p50 {fmt_ns(c.itl.p50_ns)}.")
+    if b.stalls:
+        worst = max(b.stalls, key=lambda x: x.duration_ns)
+        text += (f" {len(b.stalls)} engine stall(s); the longest, iteration {worst.iter}, took "
+                 f"{fmt_ns(worst.duration_ns)} ({worst.times_median:.0f}x the median) while "
+                 f"{worst.arrivals_during} request(s) arrived (Execution Story: Engine stalls).")
+    f = b.fit
+    if f is not None and f.r_squared is not None:
+        terms = []
+        if f.b_prefill_ns_per_token is not None:
+            terms.append(f"{fmt_ns(f.b_prefill_ns_per_token)} per prefill token")
+        if f.b_decode_ns_per_seq is not None:
+            terms.append(f"{fmt_ns(f.b_decode_ns_per_seq)} per decode sequence")
+        text += (f" Iteration time = {fmt_ns(f.a_ns)} + " + " + ".join(terms) + f" (R^2 {f.r_squared:.2f})."
+                 if terms else "")
+    if b.preemptions:
+        text += (f" {len(b.preemptions)} preemption(s): the KV cache ran out; recommendation: more KV "
+                 "blocks (memory) or a lower --max-num-seqs.")
+    elif f is not None and f.b_decode_ns_per_seq is not None and f.a_ns > 0:
+        text += (" Recommendation: raise the batch (more concurrent requests or --max-num-seqs) while "
+                 "the per-sequence cost stays below the fixed per-iteration cost.")
+    return text
+
+
+def _multigpu_summary(multigpu, fs) -> list[str]:
+    if multigpu is None:
+        return []
+    h = headline(multigpu)
+    rec = next((f.recommendation for f in fs if f.severity in ("high", "medium")), None)
+    line = f"**{len(multigpu.ranks)} GPUs**: " + (h[:1].upper() + h[1:] if h else "no collective was matched across ranks.")
+    return [line + (f" Recommendation: {rec}" if rec else ""), ""]
+
+
+# Findings that are surprises by nature: behaviour the run's own steady state does not predict.
+
+
+def _without_trace(c: Context) -> str:
+    r = c.results
+    if r.batching is not None:
+        return _batch_summary(r.batching)
+    text = ("Per-kernel hardware metrics only (no timeline); the key numbers are in Hardware Behavior "
+            "Analysis. Add a torch.profiler or nsys capture of the same run for the execution story."
+            if r.hardware else c.no_trace)
+    fs = r.ncu_findings
+    key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])
+    if key:
+        text += " Key insight: " + "; ".join(f.title for f in key) + f". Recommendation: {key[0].recommendation}"
+    return text
+
+
+def render(c: Context) -> list[str]:
+    r = c.results
+    if c.no_trace:
+        return [_without_trace(c), ""]
+    head = [_batch_summary(r.batching), ""] if r.batching is not None else []
+    return head + _multigpu_summary(r.multigpu, r.multigpu_findings) + _executive(r.analyses, r.findings)

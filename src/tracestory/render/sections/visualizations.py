@@ -1,0 +1,135 @@
+"""Visualizations: category breakdown, per-stream timeline, op-duration histogram, memory over
+time, the multi-GPU timeline, roofline availability, interactive viewers and the PNG plots."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...analysis.links import gpu_ops_column
+from ...units import fmt_ms, fmt_ns
+from ..ascii import Bar, Lane, bar_chart, lanes_timeline, log_histogram
+from ..md import fence, label, short_name
+from ..memory import memory_section
+from ..multigpu import render_multigpu_section
+from . import Context
+
+
+def _visualizations(analyses) -> list[str]:
+    out = []
+    for a in analyses:
+        if len(analyses) > 1:
+            out += [f"### {label(a)}", ""]
+        b = a.breakdown
+        bars = [Bar(c.name, c.time_ns, f"{fmt_ms(c.time_ns):>10} ms {c.percent:5.1f}%")
+                for c in b.categories]
+        out += ["GPU time breakdown by category (share of GPU op time, kernels + memops):", ""]
+        out += fence(bar_chart(bars, title=f"category   (total {fmt_ns(b.total_time_ns)} of GPU op time)"))
+        out.append("")
+        tl = a.timeline
+        if tl is None:
+            out += ["Timeline: n/a (the input has no per-op start times)", ""]
+            continue
+        out += ["GPU timeline, one lane per stream (each column: the category with the most "
+                "time in it; `·` idle), phases above:", ""]
+        out += fence(_timeline_chart(a, tl.start_ns, tl.end_ns))
+        out.append("")
+        zoom = next((p for p in a.phases.phases if p.gpu_span_ns), None)
+        if tl.busy_ns < 0.2 * tl.window_ns and zoom is not None and a.phases.source != "none":
+            out += [f"Zoom on the first phase, `{zoom.name}` (GPU span {fmt_ns(zoom.gpu_span_ns)}):", ""]
+            out += fence(_timeline_chart(a, zoom.gpu_start_ns, zoom.gpu_end_ns))
+            out.append("")
+        dur = np.concatenate([a.trace.kernels.dur_ns, a.trace.memops.dur_ns])
+        hist = log_histogram(dur, title="GPU op durations (count of ops per log bin):")
+        if hist:
+            out += fence(hist) + [""]
+    return out
+
+
+def _visual_extras(results, inputs, has_roofline: bool) -> list[str]:
+    """Memory over time, multi-GPU timeline (or why either is n/a), roofline availability,
+    interactive viewers."""
+    analyses, findings, multigpu = results.analyses, results.findings, results.multigpu
+    out = []
+    for run in results.runs:
+        head = [f"Memory over time, {label(run)}:", ""] if len(analyses) > 1 else ["Memory over time:", ""]
+        out += head + memory_section(run.memory) + [""]
+    if multigpu is not None:
+        out += ["### Multi-GPU communication timeline", "",
+                render_multigpu_section(multigpu), ""]
+    else:
+        ws = [a.trace.meta.world_size for a in analyses if (a.trace.meta.world_size or 1) > 1]
+        if ws:
+            out += [f"Multi-GPU timeline: n/a: the input holds {len(analyses)} of {max(ws)} ranks; pass every "
+                    "rank's trace (a folder, a glob or a `--torchrun` capture folder) for the per-GPU lanes, "
+                    "collective skew and stragglers.", ""]
+    if not has_roofline:
+        if any(f.rule == "bound" for fs in findings for f in fs):
+            out += ["Roofline chart: n/a here (no Nsight Compute metrics); the roofline estimated from op "
+                    "shapes is summarized in Observations (memory- vs compute-bound kernels).", ""]
+        else:
+            out += ["Roofline: n/a: no Nsight Compute metrics and no recorded op shapes (capture with "
+                    "`record_shapes=True`, or add an ncu report) to place kernels against the roofline.", ""]
+    ins = " ".join(inputs) if inputs else "TRACE"
+    out += ["Interactive exploration: `tracestory export perfetto " + ins + " -o timeline.json.gz` writes this "
+            "analyzed timeline (categories, phases, idle gaps as annotations) for https://ui.perfetto.dev or "
+            "chrome://tracing; the raw inputs also open there (Kineto JSON) or in the Nsight Systems / "
+            "Nsight Compute UIs (.nsys-rep, .ncu-rep).", ""]
+    return out
+
+
+def _timeline_chart(a, t0: int, t1: int) -> list[str]:
+    tr, cl = a.trace, a.classification
+    cats = tuple(cl.taxonomy.categories)
+    dev = gpu_ops_column(tr, "device")
+    stream = gpu_ops_column(tr, "stream")
+    s = gpu_ops_column(tr, "start_ns")
+    e = gpu_ops_column(tr, "end_ns")
+    c = np.concatenate([cl.kernel_category, cl.memop_category])
+    lanes = []
+    pairs = [tuple(map(int, p)) for p in np.unique(np.stack([dev, stream], axis=1), axis=0)] if len(dev) else []
+    for d, x in pairs[:8]:
+        sel = (dev == d) & (stream == x)
+        lanes.append(Lane(f"gpu{d} s{x}", s[sel], e[sel], c[sel]))
+    phs = [p for p in a.phases.phases if p.gpu_start_ns is not None]
+    markers = []
+    if a.phases.source != "none" and phs:
+        segs = np.array([[p.gpu_start_ns, p.gpu_end_ns] for p in phs])
+        markers.append(("phases(GPU)", segs, [p.name for p in phs]))
+    inside = np.flatnonzero((s < t1) & (e > t0))
+    hot = int(inside[np.argmax((e - s)[inside])]) if inside.size else int(np.argmax(e - s))
+    hotspot = (int(s[hot]), f"longest op: {short_name(tr.name(int(gpu_ops_column(tr, 'name')[hot])), 40)}"
+                            f" {fmt_ns(int(e[hot] - s[hot]))}")
+    lines = lanes_timeline(lanes, cats, t0, t1, hotspot=hotspot, markers=markers)
+    if len(pairs) > 8:
+        lines.append(f"({len(pairs) - 8} more streams not drawn)")
+    return lines
+
+
+def _has_roofline(r) -> bool:
+    return bool(r.hardware) or any(run.roofline_estimate is not None and run.roofline_estimate.points
+                                   for run in r.runs)
+
+
+def _without_trace(c: Context) -> list[str]:
+    if c.results.batching is not None:
+        return ["The charts of this serving run (KV cache blocks and device memory over time) are in the "
+                "Execution Story. Kernel timeline, breakdown and roofline: n/a (no trace; capture the "
+                "server with `tracestory capture ... --load` to add one).", "",
+                "Interactive exploration: add a Kineto or nsys trace of the run and open it with "
+                "`tracestory export perfetto` in https://ui.perfetto.dev.", ""]
+    if c.results.hardware:
+        return [c.no_trace.replace("n/a:", "Timeline: n/a:"), "",
+                "Interactive exploration: open the .ncu-rep in the Nsight Compute UI (ncu-ui) for the "
+                "source-level and per-section views behind these numbers.", ""]
+    return [c.no_trace, ""]
+
+
+def render(c: Context) -> list[str]:
+    if c.no_trace:
+        out = _without_trace(c)
+    else:
+        out = (_visualizations(c.results.analyses)
+               + _visual_extras(c.results, list(c.inputs), _has_roofline(c.results)))
+    if c.plots:
+        out += ["Plots (PNG):", "", "\n".join(f"![{p.stem}]({p.name})" for p in c.plots), ""]
+    return out
