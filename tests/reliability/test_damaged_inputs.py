@@ -490,13 +490,7 @@ def _gz_cases():
 GZ_CASES = _gz_cases()
 
 
-SNIFFED_IN_INIT = pytest.mark.xfail(
-    strict=True, raises=zlib.error,
-    reason="a .csv.gz is sniffed by ingest/__init__.py, which must read its head through files.read_head")
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=SNIFFED_IN_INIT) if c == "csv: deflate bytes flipped" else c
-                                  for c in GZ_CASES])
+@pytest.mark.parametrize("case", list(GZ_CASES))
 def test_damaged_gzip_refused(case, tmp_path, capsys, caplog, monkeypatch):
     name, data = GZ_CASES[case]
     monkeypatch.setenv("TRACESTORY_MAX_INPUT_BYTES", "16M")
@@ -521,8 +515,6 @@ def test_special_files_refused_before_opening(tmp_path, capsys, caplog):
         TALLY["special files", "refused (exit 2, one line)"] += 1
 
 
-@pytest.mark.xfail(strict=True, reason="ingest/__init__.py opens a .json to sniff it before any reader: "
-                                        "load_file must call files.refuse_special first")
 def test_fifo_named_like_a_trace_refused_through_the_cli(tmp_path):
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)

@@ -13,7 +13,6 @@ the command line or from a capture folder), and a summary only together with its
 
 from __future__ import annotations
 
-import gzip
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Callable
 from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
 from .capture_folder import MANIFEST, load_artifact_folder
+from .files import read_head
 from .load_summary import LoadSummary, is_summary_file, read_summary
 from .scheduler_log import SchedulerLog, is_scheduler_log, read_scheduler_log
 
@@ -65,21 +65,12 @@ def sniff(path: Path) -> str:
         return "ncu-rep"
     if name.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-        if head[:2] == b"\x1f\x8b" and not name.endswith(".json"):
-            with gzip.open(path, "rb") as f:  # a gzip'ed CSV or SQLite file: sniff the content
-                head = f.read(4096)
-    except OSError as e:  # includes gzip.BadGzipFile
-        raise TraceFormatError(path, "a readable file", str(e)) from None
-    except EOFError:
-        raise TraceFormatError(path, "a complete gzip file", "a truncated gzip stream") from None
+    head = read_head(path)  # special files refused, a gzip layer inflated (damage: one line)
     if head.startswith(b"SQLite format 3\x00"):
         return "nsys-sqlite"
     if name.endswith(".csv") or b'"Kernel Name"' in head or b"Time (%)" in head:
         return _sniff_csv(head, path)
-    if head[:2] == b"\x1f\x8b" or name.endswith(".json") or head.lstrip()[:1] in (b"{", b"["):
+    if name.endswith(".json") or head.lstrip()[:1] in (b"{", b"["):
         return "kineto"
     raise TraceFormatError(path, "a Kineto .json(.gz), nsys .sqlite/.nsys-rep/CSV or ncu .ncu-rep/CSV",
                            f"an unrecognized file starting with {head[:16]!r}")

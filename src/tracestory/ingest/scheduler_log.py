@@ -13,6 +13,7 @@ iterations by number).
 from __future__ import annotations
 
 import gzip
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,8 +134,8 @@ def is_scheduler_log(path: str | Path) -> bool:
                     return isinstance(obj, dict) and obj.get("type") == "meta" and _is_int(obj.get("version"))
                 if f.tell() > 1 << 16:
                     return False
-    except (OSError, EOFError, msgspec.DecodeError, UnicodeDecodeError):
-        return False
+    except (OSError, EOFError, zlib.error, msgspec.DecodeError, UnicodeDecodeError):
+        return False  # not a readable scheduler log: the trace readers say what it is
     return False
 
 
