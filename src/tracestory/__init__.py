@@ -26,6 +26,7 @@ from .capture.region import region
 from .errors import UsageError
 from .ingest import Inputs, load_inputs
 from .trace import Trace
+from .render.build import write_report
 
 __all__ = ["AnalysisOptions", "Inputs", "Results", "Trace", "analyze", "load", "load_all", "load_inputs",
            "region", "report"]
@@ -72,7 +73,6 @@ def analyze(trace_or_path, **options) -> Results:
 def report(paths_or_results, output, *, plots: bool = False, json_path=None, **options) -> Path:
     """Write the Markdown story report to ``output``; returns its path. ``paths_or_results``: a
     :class:`Results`, or what :func:`analyze` takes (then ``options`` go to it)."""
-    from .render.build import write_report
 
     results = paths_or_results if isinstance(paths_or_results, Results) else analyze(paths_or_results, **options)
     return write_report(results, Path(output), plots=plots, json_path=json_path)

@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from .errors import TracestoryError, UsageError
+from .ingest import load_file
+from .ingest.ranks import load_source
 
 Progress = Callable[[int, int], None]
 
@@ -101,16 +103,13 @@ def _display(item) -> str:
 
 
 def _load(item) -> list:
-    # Imported here: the module stays cheap to import, and a worker pays for ingest only when it runs.
     if isinstance(item, (str, os.PathLike)):
-        from .ingest import load_file
 
         kind, value = load_file(item)
         if kind != "traces":
             raise UsageError(f"{os.fspath(item)}: expected a rank trace (Kineto or Nsight Systems), "
                              "found an Nsight Compute report")
         return value
-    from .ingest.ranks import load_source
 
     return load_source(item)
 

@@ -50,6 +50,9 @@ from ..ingest.load_summary import Distribution, distribution
 from ..ingest.scheduler_log import (  # noqa: F401  (re-exported)
     Arrival, Decision, Finish, FirstToken, Iteration, Member, SchedulerLog, SchedulerMeta, is_scheduler_log,
     read_scheduler_log)
+from ..trace import CPU_SIDE, GPU_SIDE
+from .intervals import union_length
+from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 
 ITER_RANGE = re.compile(r"iteration (\d+)\Z")
 
@@ -275,9 +278,6 @@ def prefill_heavy(it: Iteration) -> bool:
 def join_trace(log: SchedulerLog, trace) -> TraceJoin | None:
     """GPU time per iteration and top kernels per class; None when the trace has no
     ``iteration N`` ranges."""
-    from ..trace import CPU_SIDE, GPU_SIDE
-    from .intervals import union_length
-    from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 
     codes = {c: int(m.group(1)) for c, s in enumerate(trace.strings) if (m := ITER_RANGE.match(s))}
     r = trace.ranges

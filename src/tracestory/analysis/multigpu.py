@@ -65,6 +65,9 @@ from .collectives import (
     matched_times,
     rank_collectives,
 )
+from .phases import phases
+from ..errors import UsageError
+from ..ingest.ranks import check_ranks
 
 COMM_KERNEL = re.compile(r"nccl|all_?reduce|reduce_?scatter|all_?gather|all_?to_?all|sendrecv|"
                          r"cross_device_reduce|nvshmem", re.IGNORECASE)
@@ -150,7 +153,6 @@ def _cap(s: np.ndarray, e: np.ndarray, max_n: int = DISPLAY_MAX) -> tuple[np.nda
 
 
 def _steps(trace: Trace, cu, mu, au) -> RankSteps:
-    from .phases import phases
 
     ph = phases(trace)
     chosen = [p for p in ph.phases if p.gpu_start_ns is not None]
@@ -289,7 +291,6 @@ def align_clocks(summaries: Sequence[RankSummary], ranks: Sequence[int], per_ran
     else:
         found = [c for c in cands if c[0] == method]
         if not found:
-            from ..errors import UsageError
 
             raise UsageError(f"clock alignment {method!r} is not possible for these traces "
                              f"(possible: {', '.join(c[0] for c in cands)}, collective_ends)")
@@ -383,7 +384,6 @@ class MultiGpu:
 
 
 def _rank_of(summaries: Sequence[RankSummary]) -> list[int]:
-    from ..ingest.ranks import check_ranks
 
     return check_ranks([s.rank for s in summaries], [s.source for s in summaries])
 
@@ -435,7 +435,6 @@ def _steps_balance(summaries, ranks, stats, offsets) -> tuple[StepBalance, ...]:
 def combine(summaries: Sequence[RankSummary], *, clock: str = "auto") -> MultiGpu:
     """All ranks together (see the module docstring); ``clock`` forces an alignment method."""
     if not summaries:
-        from ..errors import UsageError
 
         raise UsageError("no rank summaries to combine")
     ranks = _rank_of(summaries)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..specs import Peaks
+from ..ingest.kineto import parse_json_field
 
 # An estimated point above this share of its roof is an estimate error and is dropped.
 ROOF_TOLERANCE_PCT = 100.0
@@ -197,7 +198,6 @@ _BSHD = ("_flash_attention_forward", "_efficient_attention_forward")
 
 def _cost(name: str, dims_raw, types_raw, flops_field: float) -> tuple[float, float, str | None]:
     """(FLOPs, bytes, precision) of one op from its shapes; NaN when not estimable."""
-    from ..ingest.kineto import parse_json_field
 
     dims = parse_json_field(dims_raw) or []
     types = parse_json_field(types_raw) or []

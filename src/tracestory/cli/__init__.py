@@ -15,13 +15,20 @@ from ..errors import TracestoryError, UsageError
 from ..ingest import load_inputs
 from .common import (add_analysis_options, add_taxonomy, load_and_analyze, progress_factory, refuse_overwrite,
                      taxonomy_from)
+from ..render import jsonout, terminal
+from ..render.build import write_report
+from ..render.html import write_html
+from ..analysis.results import AnalysisOptions, analyze_inputs
+from ..analysis.breakdown import breakdown
+from ..analysis.categories import classify
+from ..render.category_table import category_table, category_table_text
+from . import bench, capture, check, compare, eval, export, loadgen, ranks, serve
 
 
 # --------------------------------------------------------------------------- commands
 def cmd_analyze(args) -> int:
     from rich.console import Console
 
-    from ..render import jsonout, terminal
 
     results = load_and_analyze(args, args.json)
     if not results.runs and not results.hardware:
@@ -41,14 +48,12 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from ..render.build import write_report
 
     results = load_and_analyze(args, args.json, args.output, goal=args.goal, questions=tuple(args.question or ()),
                                command="tracestory " + " ".join(sys.argv[1:]))
     out = write_report(results, Path(args.output), plots=args.plots, json_path=args.json)
     print(out)
     if args.html:
-        from ..render.html import write_html
 
         print(write_html(out, Path(args.html) if args.html != "-" else out.with_suffix(".html")))
     return 0
@@ -62,9 +67,6 @@ def cmd_demo(args) -> int:
     """Report on the bundled H200 Llama trace into ``DIR/report.md`` (+ analysis.json and report.html)."""
     from importlib import resources
 
-    from ..analysis.results import AnalysisOptions, analyze_inputs
-    from ..render.build import write_report
-    from ..render.html import write_html
 
     trace = Path(str(resources.files("tracestory") / "data" / "demo" / DEMO_TRACE))
     results = analyze_inputs(load_inputs([trace]), AnalysisOptions(goal=DEMO_GOAL, command="tracestory demo"))
@@ -77,9 +79,6 @@ def cmd_demo(args) -> int:
 
 
 def cmd_categories(args) -> int:
-    from ..analysis.breakdown import breakdown
-    from ..analysis.categories import classify
-    from ..render.category_table import category_table, category_table_text
 
     refuse_overwrite([args.input], args.output)
     inputs = load_inputs([args.input], progress_factory=progress_factory())
@@ -135,7 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command_modules():
     """Subcommands that live in their own modules of this package, in help order."""
-    from . import bench, capture, check, compare, eval, export, loadgen, ranks, serve
 
     return (check, compare, export, ranks, capture, bench, eval, serve, loadgen)
 

@@ -12,6 +12,9 @@ import sys
 from typing import Any, Sequence
 
 from ..capture import settings as _settings
+from ..capture import pipeline
+from ..capture.under_load import url_of
+from ..errors import TracestoryError
 
 _HELP = {
     "torch": "run the workload under torch.profiler (a child process the capture supervises)",
@@ -64,12 +67,10 @@ def _flags(args: argparse.Namespace, tool: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..capture import pipeline
 
     tool = args.capture_tool
     p = pipeline.plan(tool, args.workload or [], _flags(args, tool), config=args.config)
     if args.dry_run:
-        from ..capture.under_load import url_of
 
         for s in p.steps:
             if s.name == "torch-profile" and s.role is None:
@@ -107,7 +108,6 @@ def _kept(result) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry (``python -m tracestory.cli.capture torch -- ...``)."""
-    from ..errors import TracestoryError
 
     parser = argparse.ArgumentParser(prog="tracestory")
     register(parser.add_subparsers(dest="command", required=True))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from ..render.checklist import check_file, render_text
+from ..render.jsonable import jsonable
 
 
 def cmd_check(args) -> int:
-    from ..render.checklist import check_file, render_text
-    from ..render.jsonable import jsonable
 
     results = [check_file(p) for p in args.reports]
     for i, c in enumerate(results):

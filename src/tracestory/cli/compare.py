@@ -13,6 +13,13 @@ import sys
 from pathlib import Path
 
 from .common import add_taxonomy, refuse_overwrite, taxonomy_from
+from ..analysis import analyze
+from ..errors import UsageError
+from ..ingest import load_inputs
+from ..render.ascii import fmt_ns, fmt_pct
+from ..render.story import short_name
+from ..analysis.compare import compare
+from ..render.compare import comparison_json, render_comparison
 
 
 def _label(path: str) -> str:
@@ -23,9 +30,6 @@ def _label(path: str) -> str:
 
 
 def _load_one(path: str, taxonomy):
-    from ..analysis import analyze
-    from ..errors import UsageError
-    from ..ingest import load_inputs
 
     inputs = load_inputs([path])
     if len(inputs.traces) != 1:
@@ -38,8 +42,6 @@ def _renderables(c, findings):
     from rich.table import Table
     from rich.text import Text
 
-    from ..render.ascii import fmt_ns, fmt_pct
-    from ..render.story import short_name
 
     a, b = c.a, c.b
     sign = lambda ns: ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
@@ -79,8 +81,6 @@ def _renderables(c, findings):
 def cmd_compare(args) -> int:
     from rich.console import Console
 
-    from ..analysis.compare import compare
-    from ..render.compare import comparison_json, render_comparison
 
     refuse_overwrite((args.a, args.b), args.output, args.json)
     tax = taxonomy_from(args)

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .common import add_inputs, add_taxonomy, read_inputs, taxonomy_from
+from ..analysis import analyze
+from ..errors import UsageError
+from ..export.perfetto import export_perfetto
 
 
 def _perfetto(args) -> int:
-    from ..analysis import analyze
-    from ..errors import UsageError
-    from ..export.perfetto import export_perfetto
 
     out = Path(args.output)
     inputs = read_inputs(args, out)

@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from .common import add_inputs, refuse_overwrite
+from ..analysis.multigpu import combine, rank_summary
+from ..analysis.findings.multigpu import multigpu_findings
+from ..errors import UsageError
+from ..ingest.ranks import rank_sources
+from ..parallel import map_ranks
+from ..render.multigpu import headline, multigpu_json, render_multigpu_section
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -30,12 +36,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.multigpu import combine, rank_summary
-    from ..analysis.findings.multigpu import multigpu_findings
-    from ..errors import UsageError
-    from ..ingest.ranks import rank_sources
-    from ..parallel import map_ranks
-    from ..render.multigpu import headline, multigpu_json, render_multigpu_section
 
     refuse_overwrite(args.inputs, args.output, args.json)
     sources = rank_sources(args.inputs)

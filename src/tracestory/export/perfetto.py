@@ -57,6 +57,9 @@ from ..analysis import intervals
 from ..analysis.links import api_column, gpu_ops_column, gpu_ops_launch_index, launch_index
 from ..errors import UsageError
 from ..trace import API_DRIVER, CPU_SIDE, MEMOP_KINDS
+from ..analysis.findings import gap_causes
+from ..analysis.timeline import gap_attribution
+from ..analysis import Analysis
 
 _SLICE = '{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s,"name":%s,"cat":%s,"args":%s}'
 _FLOW_S = '{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%s,"name":"launch","cat":"launch"}'
@@ -249,8 +252,6 @@ def _phase_tracks(p: _Process, a) -> None:
 
 
 def _gap_track(p: _Process, a) -> None:
-    from ..analysis.findings import gap_causes
-    from ..analysis.timeline import gap_attribution
 
     t = a.trace
     starts = gpu_ops_column(t, "start_ns").astype(np.int64)
@@ -386,7 +387,6 @@ def _flows(p: _Process, a, op_tid: np.ndarray, api_tid: np.ndarray, first_id: in
 def export_perfetto(analyses, path) -> PerfettoExport:
     """Write the analyzed timeline of one analysis, or of several (one process per rank), as a
     Chrome-trace JSON at ``path`` (gzip when it ends in ``.gz``). See the module docstring."""
-    from ..analysis import Analysis
 
     if isinstance(analyses, Analysis):
         analyses = [analyses]

@@ -24,6 +24,11 @@ from .capture_folder import MANIFEST, load_artifact_folder
 from .files import read_head
 from .load_summary import LoadSummary, is_summary_file, read_summary
 from .scheduler_log import SchedulerLog, is_scheduler_log, read_scheduler_log
+from .kineto import load_kineto
+from .nsys_sqlite import load_nsys_sqlite
+from .nsys_rep import export_nsys_rep
+from .nsys_csv import load_nsys_csv
+from .ncu import load_ncu
 
 Progress = Callable[[int, int], None]
 
@@ -93,22 +98,17 @@ def load_file(path: str | os.PathLike, *, require_gpu: bool = True, progress: Pr
         raise UsageError(f"{path}: no such file or folder")
     kind = sniff(path)
     if kind == "kineto":
-        from .kineto import load_kineto
 
         return "traces", [load_kineto(path, require_gpu=require_gpu, progress=progress)]
     if kind in ("nsys-sqlite", "nsys-rep"):
-        from .nsys_sqlite import load_nsys_sqlite
 
         if kind == "nsys-rep":
-            from .nsys_rep import export_nsys_rep
 
             path = export_nsys_rep(path)
         return "traces", load_nsys_sqlite(path)
     if kind == "nsys-csv":
-        from .nsys_csv import load_nsys_csv
 
         return "traces", load_nsys_csv(path)
-    from .ncu import load_ncu
 
     return "ncu", load_ncu(path)
 

@@ -62,6 +62,8 @@ import numpy as np
 
 from ..errors import TraceFormatError, TracestoryError
 from .files import refuse_special, state
+from .ncu_rep import read_rep
+from .ncu_csv import read_csv
 
 # ------------------------------------------------------------------------------- units
 _PREFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9,
@@ -457,11 +459,9 @@ def load_ncu(path: str | os.PathLike) -> KernelMetrics:
 def _load(path: Path) -> KernelMetrics:
     warnings: list[str] = []
     if _is_rep(path):
-        from .ncu_rep import read_rep
 
         fmt, kernels = "ncu-rep", read_rep(path, warnings)
     else:
-        from .ncu_csv import read_csv
 
         fmt, kernels = read_csv(path, warnings)
     if not kernels:

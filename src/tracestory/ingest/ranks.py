@@ -34,6 +34,11 @@ from pathlib import Path
 
 from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
+from . import sniff
+from .capture_folder import load_artifact_folder
+from .kineto import load_kineto
+from .nsys_sqlite import load_nsys_sqlite
+from .nsys_rep import export_nsys_rep
 
 _RANK_WORD = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _TRAILING = re.compile(r"(\d+)$")
@@ -82,7 +87,6 @@ def _peek_rank(path: Path) -> int | None:
 
 
 def _kind(path: Path) -> str | None:
-    from . import sniff
 
     kind = sniff(path)
     return kind if kind in ("kineto", "nsys-sqlite", "nsys-rep") else None
@@ -103,7 +107,6 @@ def _files_of(raw: str | os.PathLike) -> list[Path]:
     if path.is_file():
         return [path]
     if (path / "manifest.json").exists():
-        from .capture_folder import load_artifact_folder
 
         folder = load_artifact_folder(path)
         have_sqlite = {p.name[: -len(".sqlite")] for p in folder.nsys_sqlite}
@@ -159,15 +162,12 @@ def load_source(source: RankSource, *, require_gpu: bool = True) -> list[Trace]:
     """The Trace(s) of one source, ranks filled in as far as this file tells them (see the
     module docstring); :func:`check_ranks` decides across sources."""
     if source.kind == "kineto":
-        from .kineto import load_kineto
 
         traces = [load_kineto(source.path, require_gpu=require_gpu)]
     else:
-        from .nsys_sqlite import load_nsys_sqlite
 
         path = source.path
         if source.kind == "nsys-rep":
-            from .nsys_rep import export_nsys_rep
 
             path = export_nsys_rep(path)
         traces = load_nsys_sqlite(path)

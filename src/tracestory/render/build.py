@@ -9,13 +9,13 @@ from pathlib import Path
 from ..analysis.results import Results
 from . import jsonout
 from .markdown import render_report
+from .multigpu import plot_multigpu
+from .plots import write_hardware_plots, write_plots
 
 
 
 def write_plots_for(results: Results, out_dir: Path, stem: str) -> list[Path]:
     """Every PNG figure of the report (matplotlib), in report order."""
-    from .multigpu import plot_multigpu
-    from .plots import write_hardware_plots, write_plots
 
     images = write_plots(results.runs, out_dir, stem=stem)
     rows = jsonout.kernel_rows(results.hardware) if results.hardware else None

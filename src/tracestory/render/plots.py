@@ -22,6 +22,8 @@ from ..units import fmt_ns
 from .md import short_name
 from .mpl import pyplot as _pyplot
 from .mpl import save as _save
+from .memory import plot_memory as _plot
+from .jsonable import jsonable
 
 
 def _colors(categories) -> dict[str, tuple]:
@@ -100,7 +102,6 @@ def plot_phases(a, path: Path) -> Path | None:
 def plot_memory(run, path: Path) -> Path | None:
     """Allocated and reserved GPU memory over time, per device, of one run's memory timeline
     (``render.memory.plot_memory``: the same series and peak annotation as the ASCII chart)."""
-    from .memory import plot_memory as _plot
 
     return _plot(run.memory, path, title=run.trace.label)
 
@@ -198,7 +199,6 @@ def write_hardware_plots(hardware_rows, runs, out_dir: Path, *, stem: str = "rep
             if p is not None:
                 out.append(p)
         return out
-    from .jsonable import jsonable
 
     runs = list(runs)
     for i, run in enumerate(runs):
