@@ -114,7 +114,7 @@ class Operators:
     total_gpu_ns: int  # kernels + memops, plain sum of durations
     top_level: tuple[OpStat, ...]  # by gpu_ns, largest first
     leaf: tuple[OpStat, ...]
-    modules: tuple[ModuleStat, ...]  # by path (tree order)
+    modules: tuple[ModuleStat, ...]  # in the order of their first call (parents before children)
     unattributed_count: int  # GPU ops whose launch call is not in the trace
     unattributed_ns: int
     outside_ops_count: int  # launched, but outside every op and range
@@ -503,13 +503,12 @@ def _modules(mods: Table, launch: np.ndarray, linked: np.ndarray, l_start: np.nd
     first = np.full(ng, -1, dtype=np.int64)
     first[code[::-1]] = np.arange(n)[::-1]
     stats = []
-    for i in range(ng):
+    for i in sorted(range(ng), key=lambda i: (int(nest.start[first[i]]), int(nest.depth[first[i]]))):
         row = int(first[i])
         stats.append(ModuleStat(
             path=str(path[row]), name=str(names[row]), depth=int(nest.depth[row]),
             calls=int(calls[i]), gpu_op_count=int(g_cnt[i]), gpu_ns=int(g_incl[i]), self_gpu_ns=int(g_self[i]),
             share=float(g_incl[i]) / total if total > 0 else 0.0,
         ))
-    stats.sort(key=lambda s: s.path)
     inside_any = int(dur[pts[hit]].sum())
     return tuple(stats), inside_any
