@@ -200,3 +200,79 @@ def test_trace_without_module_events_has_no_modules():
     assert len(load_module_ranges(H200_LLAMA)) == 0
     result = operators(load_kineto(H200_LLAMA))
     assert result.modules == () and result.module_source == "none" and result.module_gpu_ns == 0
+
+
+def _built_trace(ops=(), ranges=(), launches=(), kernels=()):
+    """A trace from hand-written rows: ops (name, start, end, tid, dims), ranges (name, start,
+    end, tid), launches (correlation, start, tid), kernels (name, correlation, start, end)."""
+    from tracestory.trace import CPU_SIDE, StringPool, TraceMeta, build_trace, make_table
+
+    pool = StringPool()
+    tables = {}
+    if ops:
+        tables["ops"] = make_table("ops", name=[pool.code(o[0]) for o in ops], start_ns=[o[1] for o in ops],
+                                   end_ns=[o[2] for o in ops], pid=[1] * len(ops), tid=[o[3] for o in ops],
+                                   input_dims=[o[4].encode() for o in ops], input_types=[b'["float"]'] * len(ops))
+    if ranges:
+        tables["ranges"] = make_table("ranges", name=[pool.code(r[0]) for r in ranges], start_ns=[r[1] for r in ranges],
+                                      end_ns=[r[2] for r in ranges], pid=[1] * len(ranges), tid=[r[3] for r in ranges],
+                                      side=[CPU_SIDE] * len(ranges))
+    tables["api"] = make_table("api", name=[pool.code("cudaLaunchKernel")] * len(launches),
+                               correlation=[a[0] for a in launches], start_ns=[a[1] for a in launches],
+                               end_ns=[a[1] + 1 for a in launches], pid=[1] * len(launches), tid=[a[2] for a in launches])
+    tables["kernels"] = make_table("kernels", name=[pool.code(k[0]) for k in kernels], correlation=[k[1] for k in kernels],
+                                   start_ns=[k[2] for k in kernels], end_ns=[k[3] for k in kernels])
+    return build_trace(TraceMeta(source_path="built", source_format="kineto"), pool, **tables)
+
+
+def test_hand_built_nesting_threads_step_markers_fallback_and_remainders():
+    """Thread 1: ProfilerStep#0 [0, 1000) holds aten::linear [100, 400) holding aten::mm
+    [150, 300); a sibling aten::mm [500, 600) with other dims; a launch at 700 inside only the
+    annotation 'sampler' [650, 800). Thread 2: aten::add [100, 200). Kernels (ns): k1 10 (mm in
+    linear), k2 20 (second mm), k3 40 (annotation), k4 80 (launched on thread 3, no op), k5 160
+    (correlation 99 has no launch), k6 320 (aten::add on thread 2, launched at 150)."""
+    trace = _built_trace(
+        ops=[("ProfilerStep#0", 0, 1000, 1, "[]"), ("aten::linear", 100, 400, 1, "[[2, 4]]"),
+             ("aten::mm", 150, 300, 1, "[[2, 4], [4, 8]]"), ("aten::mm", 500, 600, 1, "[[8, 8], [8, 8]]"),
+             ("aten::add", 100, 200, 2, "[[3]]")],
+        ranges=[("ProfilerStep#0", 0, 1000, 1), ("sampler", 650, 800, 1)],
+        launches=[(1, 200, 1), (2, 550, 1), (3, 700, 1), (4, 200, 3), (6, 150, 2)],
+        kernels=[("k1", 1, 1000, 1010), ("k2", 2, 1100, 1120), ("k3", 3, 1200, 1240), ("k4", 4, 1300, 1380),
+                 ("k5", 99, 1400, 1560), ("k6", 6, 1600, 1920)],
+    )
+    r = operators(trace)
+    total = 10 + 20 + 40 + 80 + 160 + 320
+    assert (r.total_gpu_ns, r.unattributed_ns, r.unattributed_count, r.outside_ops_ns, r.outside_ops_count) == \
+        (total, 160, 1, 80, 1)
+    leaf = {(s.name, s.input_dims): (s.gpu_ns, s.kind, s.top_kernels) for s in r.leaf}
+    assert leaf == {
+        ("aten::add", "[[3]]"): (320, "op", (("k6", 320),)),
+        ("sampler", None): (40, "annotation", (("k3", 40),)),
+        ("aten::mm", "[[8, 8], [8, 8]]"): (20, "op", (("k2", 20),)),
+        ("aten::mm", "[[2, 4], [4, 8]]"): (10, "op", (("k1", 10),)),
+    }
+    top = [(s.name, s.input_dims, s.gpu_ns) for s in r.top_level]
+    assert top == [("aten::add", "[[3]]", 320), ("sampler", None, 40), ("aten::mm", "[[8, 8], [8, 8]]", 20),
+                   ("aten::linear", "[[2, 4]]", 10)]
+    assert r.leaf[0].share == pytest.approx(320 / total)
+
+
+def test_nvtx_ranges_are_the_ops_when_the_trace_has_no_cpu_ops():
+    """Nsight Systems: no ops table; NVTX push/pop ranges 'forward' [0, 100) > 'attn' [10, 50)."""
+    trace = _built_trace(ranges=[("forward", 0, 100, 7), ("attn", 10, 50, 7)],
+                         launches=[(1, 20, 7), (2, 60, 7)],
+                         kernels=[("flash", 1, 200, 230), ("gemm", 2, 300, 305)])
+    r = operators(trace)
+    assert r.op_source == "nvtx"
+    assert [(s.name, s.kind, s.gpu_ns) for s in r.leaf] == [("attn", "nvtx", 30), ("forward", "nvtx", 5)]
+    assert [(s.name, s.gpu_ns, s.calls, s.launches) for s in r.top_level] == [("forward", 35, 1, 2)]
+
+
+def test_a_launch_after_an_overlapping_sibling_goes_to_the_op_that_contains_it():
+    """Ops that overlap instead of nesting (A [0, 100), B [50, 150), C [0, 300) enclosing both):
+    a launch at 120 lies in B and C, not A."""
+    trace = _built_trace(ops=[("C", 0, 300, 1, "[]"), ("A", 0, 100, 1, "[]"), ("B", 50, 150, 1, "[]")],
+                         launches=[(1, 120, 1), (2, 200, 1)],
+                         kernels=[("k", 1, 400, 410), ("k", 2, 500, 503)])
+    r = operators(trace)
+    assert {s.name: s.gpu_ns for s in r.leaf} == {"B": 10, "C": 3}
