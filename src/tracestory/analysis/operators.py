@@ -141,12 +141,22 @@ class _Intervals:
     source_row: np.ndarray  # row in the table the intervals came from
 
 
+def _dense(*columns: np.ndarray) -> np.ndarray:
+    """Dense int64 codes of the tuples formed by equal-length integer columns (1-D sorts only:
+    ``np.unique(axis=...)`` sorts structured rows, tens of times slower)."""
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    for c in columns:
+        _, inv = np.unique(c, return_inverse=True)
+        _, code = np.unique(code * (int(inv.max()) + 1 if inv.size else 1) + inv.reshape(-1), return_inverse=True)
+        code = code.reshape(-1).astype(np.int64)
+    return code
+
+
 def _thread_codes(pid: np.ndarray, tid: np.ndarray, *more: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
     """Dense codes of (pid, tid) pairs, shared by every pair of arrays given."""
     pids = np.concatenate([pid] + [p for p, _ in more]).astype(np.int64)
     tids = np.concatenate([tid] + [t for _, t in more]).astype(np.int64)
-    _, inv = np.unique(np.stack([pids, tids]), axis=1, return_inverse=True)
-    inv = inv.reshape(-1).astype(np.int64)
+    inv = _dense(pids, tids)
     sizes = [len(pid)] + [len(p) for p, _ in more]
     return np.split(inv, np.cumsum(sizes)[:-1])
 
@@ -244,9 +254,7 @@ def _group_ops(trace: Trace, rows: np.ndarray, kinds: np.ndarray, names: np.ndar
         return ()
     r = rows[has]
     # group key: (kind, name, dims, types) of the interval each GPU op was given to
-    key = np.stack([kinds[r], names[r], _factorize(dims[r]), _factorize(types[r])])
-    _, g = np.unique(key, axis=1, return_inverse=True)
-    g = g.reshape(-1)
+    g = _dense(kinds[r], names[r], _factorize(dims[r]), _factorize(types[r]))
     ng = int(g.max()) + 1
     d = dur[has]
     gpu_ns_int = np.zeros(ng, dtype=np.int64)
@@ -258,8 +266,7 @@ def _group_ops(trace: Trace, rows: np.ndarray, kinds: np.ndarray, names: np.ndar
     first = np.full(ng, -1, dtype=np.int64)
     first[g[::-1]] = r[::-1]  # one representative interval per group
     # top kernels: (group, GPU op name) sums, largest first within each group
-    _, pair = np.unique(np.stack([g, gpu_name[has]]), axis=1, return_inverse=True)
-    pair = pair.reshape(-1)
+    pair = _dense(g, gpu_name[has])
     p_time = np.zeros(int(pair.max()) + 1, dtype=np.int64)
     np.add.at(p_time, pair, d)
     p_group = np.zeros_like(p_time)
@@ -297,8 +304,11 @@ def _distinct_per_group(g: np.ndarray, item: np.ndarray, ng: int) -> np.ndarray:
     ok = item >= 0
     if not ok.any():
         return np.zeros(ng, dtype=np.int64)
-    pairs = np.unique(np.stack([g[ok], item[ok]]), axis=1)
-    return np.bincount(pairs[0], minlength=ng)
+    width = int(item[ok].max()) + 1
+    v = np.sort(g[ok] * width + item[ok])  # g and item < 2**31 in any real trace: no overflow
+    first = np.ones(v.size, dtype=bool)
+    first[1:] = v[1:] != v[:-1]  # (a sort, not np.unique: its hash path is slower here)
+    return np.bincount(v[first] // width, minlength=ng)
 
 
 _KIND_OP, _KIND_ANNOTATION, _KIND_NVTX = 0, 1, 2
@@ -445,22 +455,15 @@ def _interval_columns(sources: list[_Source]) -> dict[str, np.ndarray]:
     for si, s in enumerate(sources):
         t, r = s.table, s.rows
         n = r.size
-        if s.with_shapes:
-            dims, types = _bytes_column(t["input_dims"][r]), _bytes_column(t["input_types"][r])
+        if s.with_shapes:  # raw JSON bytes as recorded (None: not recorded); decoded per group only
+            dims, types = t["input_dims"][r], t["input_types"][r]
         else:
-            dims = types = np.full(n, b"", dtype=object)
+            dims = types = np.full(n, None, dtype=object)
         parts.append(dict(start_ns=t["start_ns"][r].astype(np.int64), end_ns=t["end_ns"][r].astype(np.int64),
                           pid=t["pid"][r].astype(np.int64), tid=t["tid"][r].astype(np.int64),
                           name=t["name"][r].astype(np.int64), input_dims=dims, input_types=types,
                           kind=np.full(n, s.kind, np.int64), source=np.full(n, si, np.int64)))
     return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-
-
-def _bytes_column(values: np.ndarray) -> np.ndarray:
-    """Object column of raw JSON bytes; None (not recorded) becomes b""."""
-    out = np.empty(len(values), dtype=object)
-    out[:] = [b"" if v is None else bytes(v) if not isinstance(v, str) else v.encode() for v in values.tolist()]
-    return out
 
 
 def _modules(mods: Table, launch: np.ndarray, linked: np.ndarray, l_start: np.ndarray, l_pid: np.ndarray,
