@@ -145,11 +145,18 @@ def _dense(*columns: np.ndarray) -> np.ndarray:
     """Dense int64 codes of the tuples formed by equal-length integer columns (1-D sorts only:
     ``np.unique(axis=...)`` sorts structured rows, tens of times slower)."""
     code = np.zeros(len(columns[0]), dtype=np.int64)
+    span = 1  # code < span
     for c in columns:
         _, inv = np.unique(c, return_inverse=True)
-        _, code = np.unique(code * (int(inv.max()) + 1 if inv.size else 1) + inv.reshape(-1), return_inverse=True)
-        code = code.reshape(-1).astype(np.int64)
-    return code
+        k = int(inv.max()) + 1 if inv.size else 1
+        if span * k >= 1 << 62:  # re-densify before the packed key could overflow
+            _, code = np.unique(code, return_inverse=True)
+            code = code.reshape(-1).astype(np.int64)
+            span = int(code.max()) + 1 if code.size else 1
+        code = code * k + inv.reshape(-1)
+        span *= k
+    _, code = np.unique(code, return_inverse=True)
+    return code.reshape(-1).astype(np.int64)
 
 
 def _thread_codes(pid: np.ndarray, tid: np.ndarray, *more: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
