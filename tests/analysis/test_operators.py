@@ -276,3 +276,45 @@ def test_a_launch_after_an_overlapping_sibling_goes_to_the_op_that_contains_it()
                          kernels=[("k", 1, 400, 410), ("k", 2, 500, 503)])
     r = operators(trace)
     assert {s.name: s.gpu_ns for s in r.leaf} == {"B": 10, "C": 3}
+
+
+def test_gpu_time_per_nvtx_range_matches_sql_on_a_real_nsys_export():
+    """Nsight Systems 2022.1 export with NVTX push/pop ranges and no CPU ops: the NVTX ranges are
+    the ops. Expected values from SQL rows and a plain scan: GPU activity -> runtime call of the
+    same correlationId -> push/pop ranges (eventType 59) of the call's thread containing its start;
+    leaf the shortest, top level the longest."""
+    import sqlite3
+
+    from conftest import NSYS_2022
+
+    from tracestory.ingest.nsys_sqlite import load_nsys_sqlite
+
+    with sqlite3.connect(NSYS_2022) as db:
+        gpu = db.execute("SELECT correlationId, end - start FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
+                         "SELECT correlationId, end - start FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL "
+                         "SELECT correlationId, end - start FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchall()
+        calls = {c: (s, tid) for c, s, tid in db.execute(
+            "SELECT correlationId, start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
+        ranges = db.execute("SELECT text, start, end, globalTid FROM NVTX_EVENTS WHERE eventType = 59").fetchall()
+    leaf, top = defaultdict(int), defaultdict(int)
+    unattributed = outside = 0
+    for corr, d in gpu:
+        if corr not in calls:
+            unattributed += d
+            continue
+        t, tid = calls[corr]
+        chain = [r for r in ranges if r[3] == tid and r[1] <= t < r[2]]
+        if not chain:
+            outside += d
+            continue
+        leaf[min(chain, key=lambda r: r[2] - r[1])[0]] += d
+        top[max(chain, key=lambda r: r[2] - r[1])[0]] += d
+    (trace,) = load_nsys_sqlite(NSYS_2022)
+    result = operators(trace)
+    assert result.op_source == "nvtx"
+    assert (result.unattributed_ns, result.outside_ops_ns) == (unattributed, outside)
+    assert {s.name: s.gpu_ns for s in result.leaf} == dict(leaf)
+    assert {s.name: s.gpu_ns for s in result.top_level} == dict(top)
+    assert (len(result.leaf), len(result.top_level)) == (len(leaf), len(top))
+    assert dict(leaf) != dict(top)  # the ranges nest: leaf and top level differ
+    assert len(gpu) == 12 + 30 + 17 and result.gpu_op_count == len(gpu)
