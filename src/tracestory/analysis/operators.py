@@ -133,8 +133,9 @@ class _Intervals:
 
     start: np.ndarray
     end: np.ndarray
-    key_start: np.ndarray  # (thread << 32) | rank(start): one sortable key per (thread, time)
+    key_start: np.ndarray  # thread * span + time offset: one sortable key per (thread, time)
     key_end: np.ndarray
+    span: int
     parent: np.ndarray  # row of the innermost interval enclosing this one, -1
     depth: np.ndarray
     root: np.ndarray  # row of the outermost enclosing interval (itself at depth 0)
@@ -163,9 +164,39 @@ def _thread_codes(pid: np.ndarray, tid: np.ndarray, *more: tuple[np.ndarray, np.
     """Dense codes of (pid, tid) pairs, shared by every pair of arrays given."""
     pids = np.concatenate([pid] + [p for p, _ in more]).astype(np.int64)
     tids = np.concatenate([tid] + [t for _, t in more]).astype(np.int64)
-    inv = _dense(pids, tids)
     sizes = [len(pid)] + [len(p) for p, _ in more]
+    if pids.size and pids.min() >= -1 and pids.max() < 1 << 29 and tids.min() >= -1 and tids.max() < 1 << 32:
+        # one packed key; threads are few, so the distinct keys are found fast and each row's
+        # code is a binary search among them
+        key = ((pids + 1) << 33) | (tids + 1)
+        inv = np.searchsorted(np.unique(key), key).astype(np.int64)
+    else:
+        inv = _dense(pids, tids)
     return np.split(inv, np.cumsum(sizes)[:-1])
+
+
+def _time_keys(thread: np.ndarray, times: list[np.ndarray], point_thread: np.ndarray):
+    """One sortable int64 key per (thread, time): ``thread * span + (time - t0)`` when that
+    fits, else ``thread * span + rank of time`` (coordinate compression). ``times``: the arrays of
+    interval times (threads ``thread``) then the points (threads ``point_thread``), last.
+    Returns one key array per array of ``times``, and ``span``."""
+    sizes = [t.size for t in times]
+    allt = np.concatenate(times)
+    if allt.size == 0:
+        return [np.zeros(0, np.int64) for _ in times], 1
+    t0, t1 = int(allt.min()), int(allt.max())
+    n_threads = int(max(thread.max() if thread.size else 0, point_thread.max() if point_thread.size else 0)) + 1
+    span = t1 - t0 + 1
+    if span * n_threads < 1 << 62:
+        rel = allt - t0
+    else:
+        uniq, rel = np.unique(allt, return_inverse=True)
+        rel = rel.reshape(-1).astype(np.int64)
+        span = uniq.size
+    parts = np.split(rel, np.cumsum(sizes)[:-1])
+    out = [thread.astype(np.int64) * span + part for part in parts[:-1]]
+    out.append(point_thread.astype(np.int64) * span + parts[-1])
+    return out, span
 
 
 def _nest(start: np.ndarray, end: np.ndarray, thread: np.ndarray, points: np.ndarray,
@@ -176,14 +207,7 @@ def _nest(start: np.ndarray, end: np.ndarray, thread: np.ndarray, points: np.nda
     keep = end > start
     start, end, thread, source_row = start[keep], end[keep], thread[keep], source_row[keep]
     n = start.size
-    # Coordinate compression: the rank of each time among all times, so that (thread, time)
-    # packs into one int64 that sorts like the pair.
-    times, inv = np.unique(np.concatenate([start, end, points]), return_inverse=True)
-    del times
-    inv = inv.astype(np.int64)
-    ks = (thread.astype(np.int64) << 32) | inv[:n]
-    ke = (thread.astype(np.int64) << 32) | inv[n:2 * n]
-    kp = (point_thread.astype(np.int64) << 32) | inv[2 * n:]
+    (ks, ke, kp), span = _time_keys(thread, [start, end, points], point_thread)
     order = np.lexsort((-ke, ks))
     start, end, ks, ke, source_row = start[order], end[order], ks[order], ke[order], source_row[order]
 
@@ -203,10 +227,10 @@ def _nest(start: np.ndarray, end: np.ndarray, thread: np.ndarray, points: np.nda
         j = np.searchsorted(ks[up], ks[child], side="right") - 1
         ok = j >= 0
         cand = up[np.maximum(j, 0)]
-        ok &= (ks[cand] <= ks[child]) & (ke[cand] > ks[child]) & ((ks[cand] >> 32) == (ks[child] >> 32))
+        ok &= (ks[cand] <= ks[child]) & (ke[cand] > ks[child]) & (ks[cand] // span == ks[child] // span)
         parent[child[ok]] = cand[ok]
         root[child[ok]] = root[cand[ok]]
-    nest = _Intervals(start, end, ks, ke, parent, depth, root, source_row)
+    nest = _Intervals(start, end, ks, ke, span, parent, depth, root, source_row)
     return nest, _innermost(nest, kp)
 
 
@@ -223,7 +247,7 @@ def _innermost(nest: _Intervals, kp: np.ndarray) -> np.ndarray:
     # most one step per nesting level.
     while pending.size:
         p = kp[pending]
-        same_thread = (nest.key_start[cur] >> 32) == (p >> 32)
+        same_thread = nest.key_start[cur] // nest.span == p // nest.span
         inside = same_thread & (nest.key_end[cur] > p)
         out[pending[inside]] = cur[inside]
         go = ~inside & same_thread
