@@ -120,8 +120,10 @@ class Operators:
     outside_ops_count: int  # launched, but outside every op and range
     outside_ops_ns: int
     module_gpu_ns: int  # GPU time launched inside some module (0 without modules)
-    # Per GPU op (kernels then memops, the order of links.gpu_ops_launch_index): the row of the
-    # chosen leaf / top-level interval in ``op_intervals``, -1 where none.
+    # Per GPU op (kernels then memops, the order of links.gpu_ops_launch_index): the chosen leaf /
+    # top-level interval, -1 where none. Numbered over the candidate intervals: the rows of
+    # ``trace.ops`` (or of the CPU ranges, for "nvtx") without step markers, in table order, then
+    # the CPU ranges that stand in for ops ("annotation").
     leaf_row: np.ndarray = field(compare=False, repr=False, default=None)
     top_row: np.ndarray = field(compare=False, repr=False, default=None)
 
@@ -276,16 +278,17 @@ def _text(raw) -> str | None:
         return raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
 
 
-def _group_ops(trace: Trace, rows: np.ndarray, kinds: np.ndarray, names: np.ndarray, dims: np.ndarray,
-               types: np.ndarray, op_instance: np.ndarray, launch: np.ndarray, is_kernel: np.ndarray,
-               dur: np.ndarray, gpu_name: np.ndarray, total: int) -> tuple[OpStat, ...]:
+def _group_ops(trace: Trace, rows: np.ndarray, candidates: "_Candidates", op_instance: np.ndarray,
+               launch: np.ndarray, is_kernel: np.ndarray, dur: np.ndarray, gpu_name: np.ndarray,
+               total: int) -> tuple[OpStat, ...]:
     """OpStats of the GPU ops that have an op (``rows`` >= 0 marks them, per GPU op)."""
     has = rows >= 0
     if not has.any():
         return ()
     r = rows[has]
     # group key: (kind, name, dims, types) of the interval each GPU op was given to
-    g = _dense(kinds[r], names[r], _factorize(dims[r]), _factorize(types[r]))
+    kinds, names, dims, types = (candidates.column(c, r) for c in ("kind", "name", "input_dims", "input_types"))
+    g = _dense(kinds, names, _factorize(dims), _factorize(types))
     ng = int(g.max()) + 1
     d = dur[has]
     gpu_ns_int = np.zeros(ng, dtype=np.int64)
@@ -295,7 +298,7 @@ def _group_ops(trace: Trace, rows: np.ndarray, kinds: np.ndarray, names: np.ndar
     calls = _distinct_per_group(g, op_instance[has], ng)
     launches = _distinct_per_group(g, launch[has], ng)
     first = np.full(ng, -1, dtype=np.int64)
-    first[g[::-1]] = r[::-1]  # one representative interval per group
+    first[g[::-1]] = np.arange(r.size)[::-1]  # one representative interval per group
     # top kernels: (group, GPU op name) sums, largest first within each group
     pair = _dense(g, gpu_name[has])
     p_time = np.zeros(int(pair.max()) + 1, dtype=np.int64)
@@ -409,35 +412,31 @@ def operators(trace: Trace, modules: Table | None = None) -> Operators:
     else:
         op_source, primary, fallback = "none", None, None
 
-    # One table of candidate intervals: primary rows first, fallback rows after them.
+    # Candidate intervals: primary rows first, fallback rows after them.
     sources = [s for s in (primary, fallback) if s is not None]
+    candidates = _Candidates(sources)
     leaf = np.full(n_gpu, -1, dtype=np.int64)
     top = np.full(n_gpu, -1, dtype=np.int64)
-    interval_cols = None
-    if sources:
-        interval_cols = _interval_columns(sources)
-        pts = np.flatnonzero(linked)
-        for si, src in enumerate(sources):
-            sel = interval_cols["source"] == si
-            thread_i, thread_p = _thread_codes(interval_cols["pid"][sel], interval_cols["tid"][sel],
-                                               (l_pid[pts], l_tid[pts]))
-            nest, inner = _nest(interval_cols["start_ns"][sel], interval_cols["end_ns"][sel], thread_i,
-                                l_start[pts], thread_p, np.flatnonzero(sel))
-            hit = inner >= 0
-            # keep the primary source's answer; the fallback only fills launches it left open
-            fill = hit & (leaf[pts] < 0)
-            leaf[pts[fill]] = nest.source_row[inner[fill]]
-            # an annotation standing in for an op is its own top level: its outer ranges are
-            # phases (decode_3, ProfilerStep), not operators
-            outer = nest.root[inner[fill]] if src is primary else inner[fill]
-            top[pts[fill]] = nest.source_row[outer]
+    pts = np.flatnonzero(linked)
+    for src, offset in zip(sources, candidates.offsets):
+        t, r = src.table, src.rows
+        thread_i, thread_p = _thread_codes(t["pid"][r], t["tid"][r], (l_pid[pts], l_tid[pts]))
+        nest, inner = _nest(t["start_ns"][r].astype(np.int64, copy=False), t["end_ns"][r].astype(np.int64, copy=False),
+                            thread_i, l_start[pts], thread_p, np.arange(r.size, dtype=np.int64) + offset)
+        hit = inner >= 0
+        # keep the primary source's answer; the fallback only fills launches it left open
+        fill = hit & (leaf[pts] < 0)
+        leaf[pts[fill]] = nest.source_row[inner[fill]]
+        # an annotation standing in for an op is its own top level: its outer ranges are
+        # phases (decode_3, ProfilerStep), not operators
+        outer = nest.root[inner[fill]] if src is primary else inner[fill]
+        top[pts[fill]] = nest.source_row[outer]
 
     unattributed = ~linked
     outside = linked & (leaf < 0)
-    if interval_cols is not None:
-        common = dict(trace=trace, kinds=interval_cols["kind"], names=interval_cols["name"],
-                      dims=interval_cols["input_dims"], types=interval_cols["input_types"], launch=launch,
-                      is_kernel=is_kernel, dur=dur, gpu_name=gpu_name, total=total)
+    if sources:
+        common = dict(trace=trace, candidates=candidates, launch=launch, is_kernel=is_kernel, dur=dur,
+                      gpu_name=gpu_name, total=total)
         leaf_stats = _group_ops(rows=leaf, op_instance=leaf, **common)
         top_stats = _group_ops(rows=top, op_instance=top, **common)
         shapes = bool(primary is not None and primary.kind == _KIND_OP
@@ -480,21 +479,30 @@ class _Source:
     with_shapes: bool
 
 
-def _interval_columns(sources: list[_Source]) -> dict[str, np.ndarray]:
-    """The candidate intervals of every source, concatenated (rows of ``leaf_row``/``top_row``)."""
-    parts = []
-    for si, s in enumerate(sources):
-        t, r = s.table, s.rows
-        n = r.size
-        if s.with_shapes:  # raw JSON bytes as recorded (None: not recorded); decoded per group only
-            dims, types = t["input_dims"][r], t["input_types"][r]
-        else:
-            dims = types = np.full(n, None, dtype=object)
-        parts.append(dict(start_ns=t["start_ns"][r].astype(np.int64), end_ns=t["end_ns"][r].astype(np.int64),
-                          pid=t["pid"][r].astype(np.int64), tid=t["tid"][r].astype(np.int64),
-                          name=t["name"][r].astype(np.int64), input_dims=dims, input_types=types,
-                          kind=np.full(n, s.kind, np.int64), source=np.full(n, si, np.int64)))
-    return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+class _Candidates:
+    """The candidate intervals of every source as one row space (source 0's rows first): the
+    rows that ``leaf_row`` / ``top_row`` hold. Columns are gathered only for the rows asked."""
+
+    def __init__(self, sources: list[_Source]):
+        self.sources = sources
+        sizes = [s.rows.size for s in sources]
+        self.offsets = [int(x) for x in np.concatenate([[0], np.cumsum(sizes)])] if sources else [0]
+
+    def column(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """``name`` ("kind", "name", "input_dims", "input_types") at candidate ``rows``."""
+        text = name in ("input_dims", "input_types")
+        out = np.full(rows.size, None, dtype=object) if text else np.zeros(rows.size, dtype=np.int64)
+        for si, src in enumerate(self.sources):
+            lo, hi = self.offsets[si], self.offsets[si + 1]
+            m = (rows >= lo) & (rows < hi)
+            local = src.rows[rows[m] - lo]
+            if name == "kind":
+                out[m] = src.kind
+            elif not text:
+                out[m] = src.table[name][local]
+            elif src.with_shapes:
+                out[m] = src.table[name][local]
+        return out
 
 
 def _modules(mods: Table, launch: np.ndarray, linked: np.ndarray, l_start: np.ndarray, l_pid: np.ndarray,
