@@ -170,6 +170,16 @@ def test_missing_values_stay_missing_in_every_output(cloverleaf):
     t.to_csv(buf)
     assert buf.getvalue().splitlines()[1].split(",")[2:6] == ["", "", "", ""]
     assert t.to_pandas()["calls"].isna().all()
+    assert str(t.to_pandas()["calls"].dtype) == "Int64"  # a nullable integer, not floats
+    assert str(t.to_arrow().schema.field("calls").type) == "int64"
+
+
+def test_columns_keep_their_types_in_an_empty_table(llama):
+    t = table("modules", llama)  # this trace was taken without with_stack: no module calls
+    assert len(t) == 0
+    schema = t.to_arrow().schema
+    assert [str(schema.field(c).type) for c in ("path", "depth", "total_ns", "share")] == \
+        ["string", "int64", "int64", "double"]
 
 
 def test_every_table_builds_and_unknown_names_are_refused(llama):

@@ -90,7 +90,10 @@ class Table:
             import pandas as pd
         except ImportError:
             raise ToolNotFound("pandas", "pip install pandas (the table is also available as .columns)") from None
-        return pd.DataFrame({k: v if isinstance(v, np.ndarray) else list(v) for k, v in self.columns.items()})
+        nullable = {"int": "Int64", "float": "Float64", "str": "string"}
+        return pd.DataFrame({k: v if isinstance(v, np.ndarray) and v.dtype != object
+                             else pd.array(_py_list(v), dtype=nullable[column_kind(k)])
+                             for k, v in self.columns.items()})
 
     def to_arrow(self):
         """A ``pyarrow.Table`` (pyarrow is optional: ``pip install pyarrow``)."""
@@ -98,8 +101,8 @@ class Table:
             import pyarrow as pa
         except ImportError:
             raise ToolNotFound("pyarrow", "pip install pyarrow (the table is also available as .columns)") from None
-        return pa.table({k: _py_list(v) if not isinstance(v, np.ndarray) or v.dtype == object else v
-                         for k, v in self.columns.items()})
+        types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
+        return pa.table({k: pa.array(_py_list(v), type=types[column_kind(k)]) for k, v in self.columns.items()})
 
     def to_csv(self, file: str | os.PathLike | io.TextIOBase) -> None:
         """Write CSV with a header row: to a path, or to an open text file (``sys.stdout``).
@@ -139,18 +142,31 @@ def _cell(v, width: int) -> str:
     return clip_text(text, width).replace("|", "\\|")
 
 
-def _column(values: Sequence) -> np.ndarray | list:
-    """A numpy array when no value is missing, else the list (None stays None)."""
+# Column kinds by name (the same name means the same thing in every table); others are int.
+_TEXT_COLUMNS = frozenset({"name", "kind", "input_dims", "input_types", "top_kernels", "category", "path", "family",
+                           "before", "after", "dtype"})
+_FLOAT_COLUMNS = frozenset({"share", "mean_ns", "median_ns", "stddev_ns", "amdahl_max_speedup",
+                            "speedup_if_k_times_faster", "k"})
+
+
+def column_kind(column: str) -> str:
+    """"str", "float" or "int": the type of a column, whatever its rows (an empty table too)."""
+    return "str" if column in _TEXT_COLUMNS else "float" if column in _FLOAT_COLUMNS else "int"
+
+
+_NUMPY = {"str": object, "float": np.float64, "int": np.int64}
+
+
+def _column(name: str, values: Sequence) -> np.ndarray | list:
+    """A numpy array of the column's type when no value is missing, else the list (None stays)."""
     values = list(values)
     if any(v is None for v in values):
         return values
-    if values and all(isinstance(v, str) for v in values):
-        return np.asarray(values, dtype=object)
-    return np.asarray(values)
+    return np.asarray(values, dtype=_NUMPY[column_kind(name)])
 
 
 def _make(name: str, columns: Mapping[str, Sequence]) -> Table:
-    return Table(name, {k: _column(v) for k, v in columns.items()})
+    return Table(name, {k: _column(k, v) for k, v in columns.items()})
 
 
 # --------------------------------------------------------------------------- tables
