@@ -8,7 +8,8 @@ name modules), so this reads them on their own: it finds the ``"nn.Module: `` na
 decompressed document with a byte search and decodes only the events around them.
 
 Limits: an event is cut out of the text as the ``{...}`` around the name with at most one
-level of nested object (``args``), which is how Kineto writes them; anything else is skipped.
+level of nested object (``args``, before or after the name), which is how Kineto writes them;
+anything else is skipped.
 This reads the file a second time: on a multi-GB trace that costs about as much as the
 decompression.
 """
@@ -49,13 +50,19 @@ def _as_int(v) -> int:
 
 def module_ranges_from_bytes(buf: bytes | bytearray) -> Table:
     """The module calls in a decompressed Kineto document (see :func:`load_module_ranges`)."""
-    view = bytes(buf) if not isinstance(buf, bytes) else buf
+    view = buf  # bytes or bytearray: searched in place, never copied (it can be GBs)
     decoder = msgspec.json.Decoder(_ModuleEvent)
     starts, ends, pids, tids, names = [], [], [], [], []
     pos = view.find(_NEEDLE)
     while pos >= 0:
-        lo = view.rfind(b"{", 0, pos)
-        m = _EVENT.match(view, lo) if lo >= 0 else None
+        lo, m = pos, None
+        for _ in range(3):  # the event's own "{", or an args object written before the name
+            lo = view.rfind(b"{", 0, lo)
+            if lo < 0:
+                break
+            m = _EVENT.match(view, lo)
+            if m is not None and m.end() > pos:
+                break
         nxt = pos + len(_NEEDLE)
         if m is not None and m.end() > pos:
             try:
