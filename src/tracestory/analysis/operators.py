@@ -47,9 +47,8 @@ Limits
   overlaps a sibling instead of nesting is never taken to enclose a launch it does not contain
   (each match is checked), so such launches move up to the nearest op that does contain them.
 
-Vectorised: one sort of all interval ends and launch times (coordinate compression, so that
-(thread, time) is one sortable int64 key), one ``searchsorted`` per query set, and a walk up
-the parent links that loops over nesting depth, never over events.
+Vectorised: the nesting and the innermost-interval search are sorts and ``searchsorted``
+(:mod:`tracestory.analysis.nesting`); groups are packed int64 keys; no loop over events.
 """
 
 from __future__ import annotations
@@ -62,6 +61,7 @@ import numpy as np
 
 from ..trace import CPU_SIDE, Table, Trace
 from .links import api_column, gpu_ops_launch_index
+from .nesting import dense_codes, nest_intervals, thread_codes
 
 TOP_KERNELS = 3
 MODULE_PREFIX = "nn.Module: "
@@ -128,137 +128,6 @@ class Operators:
     top_row: np.ndarray = field(compare=False, repr=False, default=None)
 
 
-# --------------------------------------------------------------------------- nesting
-@dataclass(frozen=True)
-class _Intervals:
-    """CPU intervals of one kind, sorted by (thread, start asc, end desc), with their nesting."""
-
-    start: np.ndarray
-    end: np.ndarray
-    key_start: np.ndarray  # thread * span + time offset: one sortable key per (thread, time)
-    key_end: np.ndarray
-    span: int
-    parent: np.ndarray  # row of the innermost interval enclosing this one, -1
-    depth: np.ndarray
-    root: np.ndarray  # row of the outermost enclosing interval (itself at depth 0)
-    source_row: np.ndarray  # row in the table the intervals came from
-
-
-def _dense(*columns: np.ndarray) -> np.ndarray:
-    """Dense int64 codes of the tuples formed by equal-length integer columns (1-D sorts only:
-    ``np.unique(axis=...)`` sorts structured rows, tens of times slower)."""
-    code = np.zeros(len(columns[0]), dtype=np.int64)
-    span = 1  # code < span
-    for c in columns:
-        _, inv = np.unique(c, return_inverse=True)
-        k = int(inv.max()) + 1 if inv.size else 1
-        if span * k >= 1 << 62:  # re-densify before the packed key could overflow
-            _, code = np.unique(code, return_inverse=True)
-            code = code.reshape(-1).astype(np.int64)
-            span = int(code.max()) + 1 if code.size else 1
-        code = code * k + inv.reshape(-1)
-        span *= k
-    _, code = np.unique(code, return_inverse=True)
-    return code.reshape(-1).astype(np.int64)
-
-
-def _thread_codes(pid: np.ndarray, tid: np.ndarray, *more: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
-    """Dense codes of (pid, tid) pairs, shared by every pair of arrays given."""
-    pids = np.concatenate([pid] + [p for p, _ in more]).astype(np.int64)
-    tids = np.concatenate([tid] + [t for _, t in more]).astype(np.int64)
-    sizes = [len(pid)] + [len(p) for p, _ in more]
-    if pids.size and pids.min() >= -1 and pids.max() < 1 << 29 and tids.min() >= -1 and tids.max() < 1 << 32:
-        # one packed key; threads are few, so the distinct keys are found fast and each row's
-        # code is a binary search among them
-        key = ((pids + 1) << 33) | (tids + 1)
-        inv = np.searchsorted(np.unique(key), key).astype(np.int64)
-    else:
-        inv = _dense(pids, tids)
-    return np.split(inv, np.cumsum(sizes)[:-1])
-
-
-def _time_keys(thread: np.ndarray, times: list[np.ndarray], point_thread: np.ndarray):
-    """One sortable int64 key per (thread, time): ``thread * span + (time - t0)`` when that
-    fits, else ``thread * span + rank of time`` (coordinate compression). ``times``: the arrays of
-    interval times (threads ``thread``) then the points (threads ``point_thread``), last.
-    Returns one key array per array of ``times``, and ``span``."""
-    sizes = [t.size for t in times]
-    allt = np.concatenate(times)
-    if allt.size == 0:
-        return [np.zeros(0, np.int64) for _ in times], 1
-    t0, t1 = int(allt.min()), int(allt.max())
-    n_threads = int(max(thread.max() if thread.size else 0, point_thread.max() if point_thread.size else 0)) + 1
-    span = t1 - t0 + 1
-    if span * n_threads < 1 << 62:
-        rel = allt - t0
-    else:
-        uniq, rel = np.unique(allt, return_inverse=True)
-        rel = rel.reshape(-1).astype(np.int64)
-        span = uniq.size
-    parts = np.split(rel, np.cumsum(sizes)[:-1])
-    out = [thread.astype(np.int64) * span + part for part in parts[:-1]]
-    out.append(point_thread.astype(np.int64) * span + parts[-1])
-    return out, span
-
-
-def _nest(start: np.ndarray, end: np.ndarray, thread: np.ndarray, points: np.ndarray,
-          point_thread: np.ndarray, source_row: np.ndarray) -> tuple[_Intervals, np.ndarray]:
-    """Nesting of intervals per thread, and the innermost interval containing each point
-    (``start <= point < end``, same thread; -1 where none). Empty intervals are dropped: they
-    contain nothing."""
-    keep = end > start
-    start, end, thread, source_row = start[keep], end[keep], thread[keep], source_row[keep]
-    n = start.size
-    (ks, ke, kp), span = _time_keys(thread, [start, end, points], point_thread)
-    order = np.lexsort((-ke, ks))
-    start, end, ks, ke, source_row = start[order], end[order], ks[order], ke[order], source_row[order]
-
-    # Depth: intervals begun at or before this one (in sort order) minus those already ended.
-    # Within one thread key the counts of earlier threads cancel.
-    ended = np.searchsorted(np.sort(ke), ks, side="right")
-    depth = np.maximum(np.arange(n) - ended, 0).astype(np.int64)
-    parent = np.full(n, -1, dtype=np.int64)
-    root = np.arange(n, dtype=np.int64)
-    max_depth = int(depth.max()) if n else 0
-    rows_at = [np.flatnonzero(depth == d) for d in range(max_depth + 1)]
-    for d in range(1, max_depth + 1):
-        child, up = rows_at[d], rows_at[d - 1]
-        if child.size == 0 or up.size == 0:
-            continue
-        # the last interval one level up that starts at or before the child (rows are in key order)
-        j = np.searchsorted(ks[up], ks[child], side="right") - 1
-        ok = j >= 0
-        cand = up[np.maximum(j, 0)]
-        ok &= (ks[cand] <= ks[child]) & (ke[cand] > ks[child]) & (ks[cand] // span == ks[child] // span)
-        parent[child[ok]] = cand[ok]
-        root[child[ok]] = root[cand[ok]]
-    nest = _Intervals(start, end, ks, ke, span, parent, depth, root, source_row)
-    return nest, _innermost(nest, kp)
-
-
-def _innermost(nest: _Intervals, kp: np.ndarray) -> np.ndarray:
-    """Innermost interval containing each point key; -1 where none."""
-    n = nest.key_start.size
-    out = np.full(kp.size, -1, dtype=np.int64)
-    if n == 0 or kp.size == 0:
-        return out
-    cand = np.searchsorted(nest.key_start, kp, side="right") - 1
-    pending = np.flatnonzero(cand >= 0)
-    cur = cand[pending]
-    # Walk up from the last interval begun before the point until one still contains it: at
-    # most one step per nesting level.
-    while pending.size:
-        p = kp[pending]
-        same_thread = nest.key_start[cur] // nest.span == p // nest.span
-        inside = same_thread & (nest.key_end[cur] > p)
-        out[pending[inside]] = cur[inside]
-        go = ~inside & same_thread
-        pending, cur = pending[go], nest.parent[cur[go]]
-        alive = cur >= 0
-        pending, cur = pending[alive], cur[alive]
-    return out
-
-
 # --------------------------------------------------------------------------- grouping
 def _factorize(values: np.ndarray) -> np.ndarray:
     """Dense int codes of hashable values (bytes, str) at C speed."""
@@ -288,7 +157,7 @@ def _group_ops(trace: Trace, rows: np.ndarray, candidates: "_Candidates", op_ins
     r = rows[has]
     # group key: (kind, name, dims, types) of the interval each GPU op was given to
     kinds, names, dims, types = (candidates.column(c, r) for c in ("kind", "name", "input_dims", "input_types"))
-    g = _dense(kinds, names, _factorize(dims), _factorize(types))
+    g = dense_codes(kinds, names, _factorize(dims), _factorize(types))
     ng = int(g.max()) + 1
     d = dur[has]
     gpu_ns_int = np.zeros(ng, dtype=np.int64)
@@ -300,7 +169,7 @@ def _group_ops(trace: Trace, rows: np.ndarray, candidates: "_Candidates", op_ins
     first = np.full(ng, -1, dtype=np.int64)
     first[g[::-1]] = np.arange(r.size)[::-1]  # one representative interval per group
     # top kernels: (group, GPU op name) sums, largest first within each group
-    pair = _dense(g, gpu_name[has])
+    pair = dense_codes(g, gpu_name[has])
     p_time = np.zeros(int(pair.max()) + 1, dtype=np.int64)
     np.add.at(p_time, pair, d)
     p_group = np.zeros_like(p_time)
@@ -420,8 +289,8 @@ def operators(trace: Trace, modules: Table | None = None) -> Operators:
     pts = np.flatnonzero(linked)
     for src, offset in zip(sources, candidates.offsets):
         t, r = src.table, src.rows
-        thread_i, thread_p = _thread_codes(t["pid"][r], t["tid"][r], (l_pid[pts], l_tid[pts]))
-        nest, inner = _nest(t["start_ns"][r].astype(np.int64, copy=False), t["end_ns"][r].astype(np.int64, copy=False),
+        thread_i, thread_p = thread_codes(t["pid"][r], t["tid"][r], (l_pid[pts], l_tid[pts]))
+        nest, inner = nest_intervals(t["start_ns"][r].astype(np.int64, copy=False), t["end_ns"][r].astype(np.int64, copy=False),
                             thread_i, l_start[pts], thread_p, np.arange(r.size, dtype=np.int64) + offset)
         hit = inner >= 0
         # keep the primary source's answer; the fallback only fills launches it left open
@@ -509,10 +378,10 @@ def _modules(mods: Table, launch: np.ndarray, linked: np.ndarray, l_start: np.nd
              l_tid: np.ndarray, dur: np.ndarray, total: int) -> tuple[tuple[ModuleStat, ...], int]:
     """Inclusive and self GPU time per module path."""
     pts = np.flatnonzero(linked)
-    thread_m, thread_p = _thread_codes(np.asarray(mods["pid"]), np.asarray(mods["tid"]), (l_pid[pts], l_tid[pts]))
+    thread_m, thread_p = thread_codes(np.asarray(mods["pid"]), np.asarray(mods["tid"]), (l_pid[pts], l_tid[pts]))
     start = np.asarray(mods["start_ns"], dtype=np.int64)
     end = np.asarray(mods["end_ns"], dtype=np.int64)
-    nest, inner = _nest(start, end, thread_m, l_start[pts], thread_p, np.arange(len(mods)))
+    nest, inner = nest_intervals(start, end, thread_m, l_start[pts], thread_p, np.arange(len(mods)))
     n = nest.start.size
     if n == 0:
         return (), 0
