@@ -8,6 +8,7 @@ same wherever it appears. The unit is chosen *after* rounding: 999,999 ns is ``1
 from __future__ import annotations
 
 import math
+import re
 
 NA = "n/a"
 
@@ -107,3 +108,47 @@ def clip_text(text: str, width: int) -> str:
 def capital(text: str) -> str:
     """The first letter upper-cased, the rest untouched."""
     return text[:1].upper() + text[1:]
+
+
+_NOISE = {"void", "at", "native", "c10", "std", "detail", "float", "int", "long", "unsigned",
+          "char", "bool", "true", "false", "anonymous", "namespace", "BFloat16", "Half",
+          "Array", "array", "cutlass", "const", "at_cuda_detail", "cub", "signed", "short",
+          "double", "__nv_bfloat16", "half", "func_wrapper_t", "gpu_kernel_impl_nocast",
+          "gpu_kernel_impl", "unsigned_int", "OffsetCalculator", "TrivialOffsetCalculator"}
+
+
+def short_name(name: str, width: int = 48) -> str:
+    """A readable kernel name: no ``void``, no argument list, no namespaces; for a template
+    kernel the most telling template argument in brackets (the functor of an ATen elementwise
+    kernel, the tile config of a CUTLASS ``Kernel``)."""
+    s = name.strip()
+    if s.startswith(("Memcpy", "Memset")):
+        return clip_text(s, width)
+    if s.startswith("void "):
+        s = s[5:]
+    s = s.replace("(anonymous namespace)::", "")
+    base_end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
+    base = s[:base_end].split("::")[-1] or s[:base_end]
+    inner = ""
+    if base_end < len(s) and s[base_end] == "<":
+        idents = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", s[base_end:].split("(")[0]
+                            if base in ("Kernel", "Kernel2") else s[base_end:])
+        idents = [w for w in idents if w not in _NOISE and not w.startswith("Offset")]
+        if base in ("Kernel", "Kernel2") and idents:
+            return clip_text(idents[0], width)
+        if idents:
+            inner = idents[0]
+    out = f"{base}[{inner}]" if inner else base
+    return clip_text(out, width)
+
+
+def kernel_base(name: str) -> str:
+    """A kernel's base name: no ``void``, no template arguments, no parameters, no namespaces
+    (``void clover::par_ranged2d_kernel<...>(...)`` -> ``par_ranged2d_kernel``): the name a
+    template's instantiations share."""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    s = s.replace("(anonymous namespace)::", "")
+    end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
+    return s[:end].split("::")[-1] or s[:end] or s

@@ -154,7 +154,8 @@ def _numbers(text):
 def test_numbers_in_prose_come_from_results(path):
     """Every number in the Executive Summary and in the Observations' titles and implications is
     a formatting of a value in the analysis results (breakdown, timeline, phases, findings)."""
-    from tracestory.analysis.findings import derive_findings
+    from tracestory.analysis.results import analyze_inputs
+    from tracestory.ingest import load_inputs
     from tracestory.render.ascii import fmt_bytes, fmt_ns, fmt_pct
 
     a = _analysis(path)
@@ -162,8 +163,11 @@ def test_numbers_in_prose_come_from_results(path):
     for obj in (a.breakdown, a.timeline, *a.breakdown.categories, *a.phases.families,
                 *a.phases.outliers, *a.phases.phases):
         values += [v for v in vars(obj).values() if isinstance(v, (int, float, np.integer, np.floating))]
-    for f in derive_findings(a):
+    run = analyze_inputs(load_inputs([path])).runs[0]   # the findings the report prints
+    for f in run.findings:
         values += [e.value for e in f.evidence if isinstance(e.value, (int, float, np.integer, np.floating))]
+    if run.producer is not None and run.producer.graphs.graph_time_fraction is not None:
+        values.append(run.producer.graphs.graph_time_fraction)
     b, tl = a.breakdown, a.timeline
     values += [b.kernel_count, b.memop_count, len(a.phases.phases)]
     if tl is not None:

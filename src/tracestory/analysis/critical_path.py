@@ -10,8 +10,9 @@ waiting for when it started:
   started (a cross-stream dependency such as an event wait, inferred from timing since traces do
   not record events), and the start of its own launch call (the host began submitting it). If
   the launch call is the latest, the path jumps to the CPU (the GPU waited for the host);
-  otherwise it stays on the GPU. An op that starts more than ``WAIT_NS`` after it was ready
-  waited for something the trace does not show (an event recorded by work outside the trace,
+  otherwise it stays on the GPU (the launch call's own duration counts as ``launch``). An op that
+  starts more than ``WAIT_NS`` after it was ready (after its launch call returned, when the
+  launch was the last thing it needed) waited for something the trace does not show (an event recorded by work outside the trace,
   another process, a stream wait): that stretch is ``wait``.
 * a **CPU API call** (launch, copy, synchronisation) starts after the API call that ended last
   before it, on any thread of the process (the host read as one sequence, so the path follows
@@ -166,7 +167,12 @@ def critical_path(trace: Trace, cls: Classification, window: tuple[int, int] | N
                 break
             waited = "wait" if s - best > WAIT_NS else None
             if best == ready_launch:
-                totals[waited or "launch"] += s - ready_launch
+                # The host was submitting until the call returned; an op that starts long after
+                # that waited for something else.
+                submitted = min(int(a_end[la]), s)
+                after = s - submitted
+                totals["wait" if after > WAIT_NS else "launch"] += after
+                totals["launch"] += submitted - ready_launch
                 t, node, on_gpu = ready_launch, la, False
                 continue
             prev = sp if best == ready_stream else xs

@@ -17,6 +17,11 @@ computed from what the inputs hold, never assumed:
 * **kernel metrics**: no Nsight Compute input, so occupancy, stalls and measured roofline are
   not analysed.
 * **categories**: more than 5% of GPU op time in kernels the taxonomy does not name.
+* **roofline estimate**: shape-based points above their roof, dropped as estimate errors.
+* **damaged input**: what a reader dropped from a damaged file, and why (its warnings).
+
+Many traces (ranks) each with the same limitation are reported once per trace; a report on many
+ranks states the input-wide ones (ranks, kernel metrics) once.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..ingest.files import warnings_of
 from ..trace import Trace
 from ..units import fmt_ns, fmt_pct
 
@@ -81,9 +87,12 @@ def phase_coverage(trace: Trace, phases) -> tuple[float | None, int, int]:
     return float(dur[inside].sum()) / total, int(outside.sum()), int(dur[outside].sum())
 
 
-def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metrics: bool) -> tuple[Limitation, ...]:
+def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metrics: bool,
+                dropped_estimates: int = 0, kernel_metrics_warnings: Sequence[tuple[str, str]] = ()
+                ) -> tuple[Limitation, ...]:
     """The limitations of one set of inputs (``analyses``: one :class:`~tracestory.analysis.Analysis`
-    per trace, same order)."""
+    per trace, same order; ``dropped_estimates``: shape-based roofline points dropped as above
+    their roof)."""
     out: list[Limitation] = []
     cov = rank_coverage(traces)
     if cov.partial:
@@ -92,8 +101,16 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
     if traces and not has_kernel_metrics:
         out.append(Limitation("hardware counters", "no Nsight Compute input: occupancy, warp stalls and the "
                               "measured roofline are not analysed."))
+    for path, w in kernel_metrics_warnings:
+        out.append(Limitation("damaged input", f"{path}: {w}"))
+    if dropped_estimates:
+        out.append(Limitation("roofline estimate", f"{dropped_estimates} kernel{'s' if dropped_estimates != 1 else ''}"
+                              " whose shape-based estimate came out above the roof were dropped as estimate "
+                              "errors; no finding is built on them."))
     for t, a in zip(traces, analyses):
         who = f"{t.meta.source_path}: " if len(traces) > 1 else ""
+        for w in warnings_of(t):
+            out.append(Limitation("damaged input", f"{t.meta.source_path}: {w}"))
         if not t.meta.has_timeline:
             out.append(Limitation("timeline", f"{who}summary tables only (no per-event timeline): idle time, "
                                   "phases and the critical path cannot be computed."))

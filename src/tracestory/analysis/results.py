@@ -34,6 +34,12 @@ from .hardware import hardware_analysis, waves
 from .memory import memory_timeline
 from .multigpu import MultiGpu, combine, rank_summary
 from .ncu_join import NcuJoin, join_ncu
+from .critical_path import CriticalPath, step_critical_path
+from .exposure import Exposure, exposure
+from .kernels import KernelFacts, kernel_facts
+from .limitations import Limitation, RankCoverage, limitations, rank_coverage
+from .producer import Producer, detect_producer
+from .questions import Answer, answer_all
 from .roofline import Roofline, estimate_roofline, roofline
 from .findings.multigpu import multigpu_findings
 
@@ -83,6 +89,11 @@ class RunResults:
     roofline_estimate: Roofline | None  # from op shapes; None when ncu metrics were given
     families: tuple                     # (family, ops, time_ns, top kernel) rows
     findings: tuple[Finding, ...]
+    producer: Producer | None = None    # framework, engine, compiler, graph replays, mode, platform
+    exposure: Exposure | None = None    # per-category exposed time and overlap-aware ceilings
+    critical_path: CriticalPath | None = None
+    critical_path_scope: str = ""       # "the whole trace" or "the median step (NAME)"
+    kernel_facts: KernelFacts | None = None  # execution mode, precisions, attention implementations
 
     @property
     def trace(self) -> Trace:
@@ -106,6 +117,10 @@ class Results:
     multigpu: MultiGpu | None
     multigpu_findings: tuple[Finding, ...]
     batching: BatchingResult | None
+    limitations: tuple[Limitation, ...] = ()   # what these inputs could not support, and why
+    answers: tuple[Answer, ...] = ()           # the goal and questions, each mapped to findings
+    ranks: RankCoverage | None = None          # ranks given and declared (multi-rank inputs)
+    selection: "RankSelection | None" = None   # many traces: the ones the per-trace sections tell
 
     @property
     def analyses(self) -> list[Analysis]:
@@ -171,12 +186,18 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
         estimate = estimate_roofline(trace, pk) if not hardware else None
         joins = ([h.join for h in hardware] if i == 0 else [join_ncu(trace, h.metrics) for h in hardware]) \
             if hardware else None
+        producer = detect_producer(trace)
+        exposed = exposure(trace, a.classification)
+        path, scope = step_critical_path(trace, a.classification, a.phases) if a.timeline is not None else (None, "")
         findings = derive_findings(a, kernel_metrics=[h.metrics for h in hardware] or None, peaks=pk, memory=memory,
-                                   hardware=hardware or None, joins=joins, estimate=estimate, gaps=gaps)
+                                   hardware=hardware or None, joins=joins, estimate=estimate, gaps=gaps,
+                                   producer=producer, exposure=exposed, critical_path=path, critical_scope=scope)
         runs.append(RunResults(analysis=a, device=device, peaks=pk, memory=memory, gap_causes=tuple(gaps),
                                roofline_estimate=estimate, families=tuple(family_table(trace)),
-                               findings=findings))
+                               findings=findings, producer=producer, exposure=exposed, critical_path=path,
+                               critical_path_scope=scope, kernel_facts=kernel_facts(a, producer)))
 
+    coverage = rank_coverage(traces) if traces else None
     mg = combine([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
     batching = None
     if inputs.scheduler_log is not None:
@@ -184,5 +205,78 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
     return Results(
         inputs=inputs, options=options, runs=tuple(runs), hardware=hardware,
         ncu_findings=ncu_findings([h.metrics for h in hardware], hardware=hardware) if hardware and not runs else (),
-        peaks=peaks, multigpu=mg, multigpu_findings=tuple(multigpu_findings(mg)) if mg is not None else (),
-        batching=batching)
+        peaks=peaks, multigpu=mg,
+        multigpu_findings=tuple(multigpu_findings(mg, coverage)) if mg is not None else (),
+        batching=batching,
+        limitations=limitations(traces, [r.analysis for r in runs], has_kernel_metrics=bool(hardware),
+                                 dropped_estimates=sum(len(r.roofline_estimate.dropped) for r in runs
+                                                       if r.roofline_estimate is not None),
+                                 kernel_metrics_warnings=[(h.path, w) for h in hardware
+                                                          for w in getattr(h.metrics, "warnings", ()) or ()]),
+        answers=answer_all(options.goal, options.questions, [f for r in runs for f in r.findings],
+                           _sections_with_data(runs, hardware, mg, batching)),
+        ranks=coverage, selection=select_runs(runs))
+
+
+MANY_RANKS = 4          # above this many traces, the per-trace story is told once
+OUTLIER_SPREAD = 0.10   # a rank whose GPU op time or busy share differs from the median by more
+
+
+@dataclass(frozen=True)
+class RankSelection:
+    """Many traces told once: the median trace (by GPU op time) stands for the rest, and the
+    traces that differ from it by more than 10% in GPU op time or GPU busy share are named with
+    what sets them apart. Per-trace numbers stay in the Appendix table and the JSON."""
+
+    median: int                                   # index into Results.runs
+    outliers: tuple[tuple[int, str], ...]         # (index, what sets it apart), at most 3
+    total_ns: tuple[float, float, float]          # GPU op time: min, median, max over traces
+    busy: tuple[float, float, float] | None       # GPU busy share: min, median, max
+
+    @property
+    def shown(self) -> tuple[int, ...]:
+        return (self.median, *(i for i, _ in self.outliers))
+
+
+def select_runs(runs) -> RankSelection | None:
+    """The :class:`RankSelection` of more than :data:`MANY_RANKS` traces, else None."""
+    if len(runs) <= MANY_RANKS:
+        return None
+    total = [float(r.analysis.breakdown.total_time_ns) for r in runs]
+    busy = [r.analysis.timeline.busy_ns / r.analysis.timeline.window_ns
+            if r.analysis.timeline is not None and r.analysis.timeline.window_ns else None for r in runs]
+    order = sorted(range(len(runs)), key=lambda i: (total[i], i))
+    median = order[len(order) // 2]
+    med_t = total[median]
+    known = [b for b in busy if b is not None]
+    med_b = sorted(known)[len(known) // 2] if known else None
+    scored = []
+    for i in range(len(runs)):
+        if i == median:
+            continue
+        why = []
+        if med_t > 0 and abs(total[i] / med_t - 1) > OUTLIER_SPREAD:
+            why.append(f"GPU op time {total[i] / med_t:.2f}x the median trace's")
+        if med_b and busy[i] is not None and abs(busy[i] - med_b) > OUTLIER_SPREAD:
+            why.append(f"GPU busy {busy[i] * 100:.1f}% against {med_b * 100:.1f}%")
+        if why:
+            scored.append((abs(total[i] / med_t - 1) if med_t else 0.0, i, "; ".join(why)))
+    scored.sort(reverse=True)
+    return RankSelection(median, tuple((i, w) for _, i, w in scored[:3]), (min(total), med_t, max(total)),
+                         (min(known), med_b, max(known)) if known else None)
+
+
+def _sections_with_data(runs, hardware, multigpu, batching) -> tuple[str, ...]:
+    """The report sections that hold numbers for these inputs (for answering questions)."""
+    out = ["Executive Summary"] if runs or hardware else []
+    if runs:
+        out += ["Execution Story", "Visualizations", "Appendix"]
+    if hardware or any(r.roofline_estimate is not None and r.roofline_estimate.points for r in runs):
+        out.append("Hardware Behavior Analysis")
+    if any(r.memory is not None for r in runs):
+        out.append("Memory")
+    if multigpu is not None:
+        out.append("Multi-GPU")
+    if batching is not None:
+        out.append("Continuous Batching")
+    return tuple(out)

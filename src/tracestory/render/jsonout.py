@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.limitations import phase_coverage
+from ..ingest.files import warnings_of
 from ..ingest.ncu import kernel_metrics_to_json
 from .batch_story import batch_json
 from .jsonable import jsonable
@@ -138,8 +140,48 @@ def analysis_json(run) -> dict:
         "memory": jsonable(run.memory) if run.memory is not None else None,
         "peaks": peaks_json(run.peaks),
         "roofline_estimate": estimate,
+        "roofline_estimate_dropped": [{"kernel": k, "pct_of_roof": v} for k, v in rf.dropped] if rf is not None else [],
+        "producer": producer_json(run.producer),
+        "kernel_facts": kernel_facts_json(run.kernel_facts),
+        "exposure": jsonable(run.exposure) if run.exposure is not None else None,
+        "critical_path": critical_path_json(run.critical_path, run.critical_path_scope),
+        "phase_coverage": phase_coverage_json(a),
+        "warnings": list(warnings_of(a.trace)),
     }
     return out
+
+
+def producer_json(p) -> dict | None:
+    """What made the trace (``analysis.producer``), with the graph-replay counts."""
+    if p is None:
+        return None
+    return {"framework": p.framework, "engine": p.engine, "compiled": p.compiled, "mode": p.mode,
+            "platform": p.platform, "evidence": list(p.evidence),
+            "graphs": {**jsonable(p.graphs), "graph_time_fraction": p.graphs.graph_time_fraction,
+                       "replays_graphs": p.replays_graphs}}
+
+
+def kernel_facts_json(f) -> dict | None:
+    if f is None:
+        return None
+    return {"execution_mode": f.execution_mode,
+            "precisions": [{"precision": p, "share": sh} for p, sh in f.precisions],
+            "attention": [{"implementation": i, "launches": n, "time_ns": t} for i, n, t in f.attention]}
+
+
+def critical_path_json(cp, scope: str) -> dict | None:
+    if cp is None:
+        return None
+    return {"scope": scope, "start_ns": cp.start_ns, "end_ns": cp.end_ns, "span_ns": cp.span_ns,
+            "dominant": cp.dominant, "by_label_ns": dict(cp.by_label),
+            "share": {label: cp.share(label) for label, _ in cp.by_label},
+            "gpu_ops_on_path": cp.gpu_ops_on_path, "cpu_calls_on_path": cp.cpu_calls_on_path}
+
+
+def phase_coverage_json(a) -> dict | None:
+    share, n_out, ns_out = phase_coverage(a.trace, a.phases)
+    return None if share is None else {"share_of_kernel_time": share, "kernels_outside": n_out,
+                                       "kernel_time_outside_ns": ns_out}
 
 
 def kernel_rows(hardware) -> list[dict]:
@@ -180,4 +222,14 @@ def document(results) -> dict:
         doc["multigpu"] = multigpu_json(results.multigpu, results.multigpu_findings)
     if results.batching is not None:
         doc["batching"] = batch_json(results.batching)
+    doc["limitations"] = [{"analysis": x.analysis, "reason": x.reason} for x in results.limitations]
+    doc["answers"] = [jsonable(x) for x in results.answers]
+    if results.ranks is not None:
+        doc["ranks"] = {"given": results.ranks.given, "declared": results.ranks.declared,
+                        "partial": results.ranks.partial}
+    if results.selection is not None:
+        doc["told_once"] = jsonable(results.selection)
+    ncu_warn = [{"path": h.path, "warnings": list(getattr(h.metrics, "warnings", ()) or ())} for h in results.hardware]
+    if any(w["warnings"] for w in ncu_warn):
+        doc["kernel_metrics_warnings"] = ncu_warn
     return doc

@@ -51,10 +51,12 @@ from ...trace import MEMOP_KINDS, Trace
 from .. import intervals
 from ..links import gpu_ops_column, launch_index
 from .base import SEVERITIES, Evidence, Finding, capital
-from ...units import fmt_ns, fmt_pct
+from ...units import fmt_ns, fmt_pct, kernel_base
 from .hardware import rule_bound, rule_occupancy
 from .memory import rule_memory
 from .steps import rule_first_step, rule_step_outlier, rule_step_trend
+from ..graphs import DIRECT, kernel_origins
+from ..links import launch_start_ns
 
 __all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "derive_findings", "ncu_findings",
            "gap_causes", "category_mask"]
@@ -144,9 +146,7 @@ def gap_causes(trace: Trace, *, min_ns: int = STALL_MIN_NS, limit: int = 50) -> 
 # ------------------------------------------------------------------ rules
 
 _ADVICE = {
-    "gemm": "check the GEMM shapes and precision: batch more tokens per GEMM, keep dimensions "
-            "multiples of 64/128 for the tensor cores, and try a lower precision (fp8) where "
-            "accuracy allows",
+    "gemm": "check the GEMM shapes and precision (see the device-aware advice in _gemm_advice)",
     "attention": "use a fused attention backend suited to the phase (FlashAttention / "
                  "FlashInfer; a decode-specialised kernel for one-token queries)",
     "communication": "overlap collectives with compute (bucketing, async all-reduce) or "
@@ -162,10 +162,79 @@ _FUSE = ("fuse the small ops: torch.compile (Inductor) or fused kernels (fused R
          "SwiGLU, fused RoPE) cut launches and memory round-trips")
 
 
-def rule_dominant_category(a) -> list[Finding]:
+def _is_pytorch(producer) -> bool:
+    return producer is None or producer.is_pytorch
+
+
+def _fuse_advice(producer) -> str:
+    if _is_pytorch(producer):
+        return _FUSE
+    return ("fuse the small kernels into fewer, larger ones (one pass over memory per fused chain) and launch "
+            "fewer of them")
+
+
+def _taxonomy_fits(a, producer) -> bool:
+    """The category story fits: a PyTorch program (the taxonomy is for LLM and transformer work)
+    whose kernels the taxonomy names (under 20% in ``other``)."""
+    other = next((c for c in a.breakdown.categories if c.name == "other"), None)
+    other_share = other.time_ns / a.breakdown.total_time_ns if other and a.breakdown.total_time_ns else 0.0
+    return _is_pytorch(producer) and other_share < 0.2
+
+
+def _top_kernels_finding(a) -> list[Finding]:
+    """The headline when the taxonomy does not fit: the top kernels by name (a template's
+    instantiations together, as a profiler's summary by base name shows them), with their shares."""
+    tr, b = a.trace, a.breakdown
+    k = tr.kernels
+    if len(k) == 0 or b.total_time_ns <= 0:
+        return []
+    dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
+    codes, inverse = np.unique(k["name"], return_inverse=True)
+    base_of = [kernel_base(tr.name(int(c))) if c >= 0 else "" for c in codes]
+    bases, base_idx = np.unique(np.array(base_of, dtype=object), return_inverse=True)
+    per_base_t = np.bincount(base_idx[inverse], weights=dur, minlength=bases.size)
+    per_base_n = np.bincount(base_idx[inverse], minlength=bases.size)
+    per_base_kinds = np.bincount(base_idx, minlength=bases.size)
+    order = np.argsort(-per_base_t, kind="stable")[:3]
+    top = int(order[0])
+    p = float(per_base_t[top]) / b.total_time_ns
+    ev = [Evidence(f"{bases[i]} ({int(per_base_n[i])} calls, {int(per_base_kinds[i])} instantiations)",
+                   float(per_base_t[i]) / b.total_time_ns, "fraction") for i in order]
+    ev += [Evidence("top kernel time", int(per_base_t[top]), "ns"), Evidence("top kernel calls", int(per_base_n[top]), "count")]
+    title = (f"The top kernel is {bases[top]}: {_p(p)} of GPU op time ({_t(int(per_base_t[top]))} across "
+             f"{int(per_base_n[top])} calls")
+    title += f", {int(per_base_kinds[top])} instantiations)" if per_base_kinds[top] > 1 else ")"
+    sev = "high" if p >= 0.5 else "medium" if p >= 0.25 else "low"
+    return [Finding("dominant_kernel", sev, title, tuple(ev),
+                    "This program's kernels are outside the LLM categories, so the story names them: the top "
+                    "kernel is where GPU time goes.",
+                    f"Profile {bases[top]} with Nsight Compute (ncu --kernel-name regex:{bases[top]}) to see whether "
+                    "memory bandwidth, compute or occupancy bounds it.")]
+
+
+def _gemm_advice(trace) -> str:
+    """GEMM advice with the lower precisions this GPU has (fp8 from compute capability 8.9, bf16
+    from 8.0, fp16 before)."""
+    cc = max(((d.cc_major or 0) * 10 + (d.cc_minor or 0) for d in trace.meta.devices), default=0)
+    name = " ".join(d.name or "" for d in trace.meta.devices).lower()
+    if "mi3" in name or cc >= 89:
+        lower = "fp8 where accuracy allows"
+    elif cc >= 80 or "mi2" in name:
+        lower = "bf16 (fp8 needs Hopper/Ada or newer)"
+    elif cc:
+        lower = "fp16 with tensor cores (this GPU has no bf16 or fp8 tensor cores)"
+    else:
+        lower = "a lower precision the GPU supports (bf16/fp16, fp8 on Hopper and newer)"
+    return ("check the GEMM (and convolution) shapes and precision: larger batches per GEMM, dimensions "
+            f"multiples of 64/128 for the tensor cores, and {lower}")
+
+
+def rule_dominant_category(a, producer=None, exposure=None) -> list[Finding]:
     b = a.breakdown
     if not b.categories or b.total_time_ns <= 0:
         return []
+    if not _taxonomy_fits(a, producer):
+        return _top_kernels_finding(a)
     top = max(b.categories, key=lambda c: c.time_ns)
     p = top.time_ns / b.total_time_ns
     ev = [Evidence("share of GPU op time", p, "fraction"),
@@ -177,12 +246,25 @@ def rule_dominant_category(a) -> list[Finding]:
         ev.append(Evidence("top kernel", top.top_kernels[0].name, "text"))
     implication = (f"{top.name} is {_p(p)} of GPU op time: it is where a kernel-level "
                    f"optimisation pays most.")
+    sev = "high" if p >= 0.5 else "medium" if p >= 0.25 else "low"
+    exp = exposure.get(top.name) if exposure is not None else None
+    if exp is not None and exposure.busy_ns > 0:
+        ev.append(Evidence("exposed time (no other category running)", exp.exposed_ns, "ns"))
+        ev.append(Evidence("ceiling on GPU busy time from its exposed part", exp.exposed_ceiling, "x"))
+        of = exp.overlapped_fraction
+        if of is not None and of >= 0.5:
+            implication = (f"{top.name} is {_p(p)} of summed GPU op time, but {_p(of)} of it runs under other "
+                           f"GPU work: removing it entirely would shorten GPU busy time at most "
+                           + (f"{exp.exposed_ceiling:.2f}x" if exp.exposed_ceiling else "by its exposed part")
+                           + ", not the summed-time ceiling.")
+            share_exposed = exp.exposed_ns / exposure.busy_ns
+            sev = "medium" if share_exposed >= 0.25 else "low"
     tl = a.timeline
     if tl is not None and tl.window_ns > 0:
         km, mm = category_mask(a, (top.name,))
-        s = np.concatenate([a.trace.kernels["start_ns"][km], a.trace.memops["start_ns"][mm]])
-        e = np.concatenate([a.trace.kernels["end_ns"][km], a.trace.memops["end_ns"][mm]])
-        c = intervals.union_length(s, e)
+        st = np.concatenate([a.trace.kernels["start_ns"][km], a.trace.memops["start_ns"][mm]])
+        en = np.concatenate([a.trace.kernels["end_ns"][km], a.trace.memops["end_ns"][mm]])
+        c = intervals.union_length(st, en)
         if c < tl.window_ns:
             wc = tl.window_ns / (tl.window_ns - c)
             ev.append(Evidence("ceiling on the GPU window (idle kept)", wc, "x"))
@@ -190,21 +272,37 @@ def rule_dominant_category(a) -> list[Finding]:
                 implication += (f" But the GPU is idle {_p(tl.idle_fraction)} of its window, so "
                                 f"removing {top.name} entirely would shorten the window only "
                                 f"{wc:.2f}x: idle time is the bigger lever.")
-    sev = "high" if p >= 0.5 else "medium" if p >= 0.25 else "low"
     if sev == "high" and tl is not None and tl.idle_fraction >= 0.5:
         sev = "medium"  # the GPU is mostly idle: kernel time is not the first lever
-    rec = _ADVICE.get(top.name, _FUSE if top.name in SMALL_OP_CATEGORIES else
+    rec = _ADVICE.get(top.name, _fuse_advice(producer) if top.name in SMALL_OP_CATEGORIES else
                       f"profile the top {top.name} kernels with Nsight Compute to see what bounds them")
+    if top.name == "gemm":
+        rec = _gemm_advice(a.trace)
+    if top.name == "communication":
+        rec = _comm_advice(a, producer)
+    if top.name == "memcpy":
+        rec = _memcpy_advice(producer)
     return [Finding("dominant_category", sev, f"{top.name} dominates GPU op time ({_p(p)})",
                     tuple(ev), implication, rec[:1].upper() + rec[1:] + ".")]
 
 
-def rule_gpu_idle(a) -> list[Finding]:
+def _direct_launch_latency_p50(trace: Trace) -> float | None:
+    """Median launch call start -> kernel start over kernels launched one by one (not replayed
+    from a graph: their "latency" would be the time since the graph launch)."""
+    direct = kernel_origins(trace) == DIRECT
+    if not direct.any():
+        return None
+    lat = trace.kernels["start_ns"][direct] - launch_start_ns(trace, trace.kernels)[direct]
+    return float(np.median(lat))
+
+
+def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
     tl = a.timeline
     if tl is None or tl.window_ns <= 0:
         return []
     wait_share = tl.idle_launch_wait_ns / tl.idle_ns if tl.idle_ns > 0 else None
-    ev = (Evidence("GPU window", tl.window_ns, "ns"),
+    replayed = producer is not None and producer.replays_graphs
+    ev = [Evidence("GPU window", tl.window_ns, "ns"),
           Evidence("GPU busy (union)", tl.busy_ns, "ns"),
           Evidence("idle share of window", tl.idle_fraction, "fraction"),
           Evidence("idle waiting for launches", tl.idle_launch_wait_ns, "ns"),
@@ -212,10 +310,30 @@ def rule_gpu_idle(a) -> list[Finding]:
           Evidence("launch-wait share of idle", wait_share, "fraction"),
           Evidence("kernels shorter than 10 us", tl.short_kernel_share, "fraction"),
           Evidence("kernels per ms of window", tl.kernels_per_ms, "per_ms"),
-          Evidence("launch latency p50 (call start -> GPU start)", tl.launch_latency.p50_ns, "ns"),
+          Evidence("launch latency p50 of directly launched kernels (call start -> GPU start)",
+                   _direct_launch_latency_p50(a.trace), "ns"),
           Evidence("idle gaps", tl.gap_count, "count"),
           Evidence("mean gap", tl.idle_ns / tl.gap_count if tl.gap_count else None, "ns"),
-          Evidence("largest gap", tl.largest_gaps[0].dur_ns if tl.largest_gaps else None, "ns"))
+          Evidence("largest gap", tl.largest_gaps[0].dur_ns if tl.largest_gaps else None, "ns")]
+    if replayed:
+        g = producer.graphs
+        ev.append(Evidence("kernel time replayed from graphs", g.graph_time_fraction, "fraction"))
+        if tl.idle_fraction < 0.2:
+            return [Finding("gpu_idle", "info", f"GPU kept busy: idle {_p(tl.idle_fraction)} of its window",
+                            tuple(ev), "The run replays CUDA graphs and the GPU stays busy: kernel time is what "
+                            "to optimise.", "Work on the dominant category's kernels.")]
+        bound = critical_path.dominant if critical_path is not None else None
+        why = {"host": "host work between replays (scheduling, sampling, input preparation)",
+               "sync": "host synchronisation between replays",
+               "wait": "waits on work the trace does not show (events, other streams or processes)",
+               "launch": "the launch of the replays themselves"}.get(bound, "work between replays")
+        return [Finding(
+            "gpu_idle", "high" if tl.idle_fraction >= 0.5 else "medium",
+            f"GPU idle {_p(tl.idle_fraction)} of its window between graph replays", tuple(ev),
+            f"{_p(g.graph_time_fraction)} of kernel time is replayed from {g.graph_launches} graph "
+            f"launch{'es' if g.graph_launches != 1 else ''}, so the per-kernel launch cost is already gone; "
+            f"the idle time is {why}" + (f" (the critical path is mostly {bound})" if bound else "") + ".",
+            _between_replays_advice(bound))]
     if tl.launch_bound:
         sev = "high" if tl.idle_fraction >= 0.5 else "medium"
         title = f"Launch-bound: the GPU is idle {_p(tl.idle_fraction)} of its window"
@@ -223,24 +341,107 @@ def rule_gpu_idle(a) -> list[Finding]:
                + (f"{_p(wait_share)} of the idle time is spent before the next GPU op was even "
                   f"launched. " if wait_share is not None else "")
                + "Faster kernels would not shorten this run; less host work per GPU op would.")
-        rec = ("Cut host overhead per step: capture the step in CUDA Graphs (torch.compile "
-               "mode='reduce-overhead' or torch.cuda.graphs), fuse small ops, remove host syncs, "
-               "and look at what the CPU does inside the largest gaps (Appendix: largest gaps).")
+        if producer is not None and producer.engine == "vLLM":
+            rec = ("This step ran without graph replays: vLLM replays CUDA graphs only when --enforce-eager is off "
+                   "and the batch fits its CUDA-graph capture sizes; check both, and look at what the CPU does "
+                   "inside the largest gaps (Appendix: largest gaps).")
+        elif producer is not None and producer.engine == "SGLang":
+            rec = ("This step ran without graph replays: SGLang replays CUDA graphs unless --disable-cuda-graph is "
+                   "set and only up to --cuda-graph-max-bs; check both, and look at what the CPU does inside the "
+                   "largest gaps (Appendix: largest gaps).")
+        elif _is_pytorch(producer):
+            rec = ("Cut host overhead per step: capture the step in CUDA Graphs (torch.compile "
+                   "mode='reduce-overhead' or torch.cuda.graphs), fuse small ops, remove host syncs, "
+                   "and look at what the CPU does inside the largest gaps (Appendix: largest gaps).")
+        else:
+            rec = ("Cut host work per GPU op: launch fewer, larger kernels, capture the launch sequence in a "
+                   "CUDA graph (cudaStreamBeginCapture / cudaGraphLaunch), remove host synchronisation from "
+                   "the loop, and look at what the CPU does inside the largest gaps (Appendix: largest gaps).")
     elif tl.idle_fraction >= 0.2:
         sev = "medium"
         title = f"GPU idle {_p(tl.idle_fraction)} of its window, mostly not launch wait"
         imp = ("Ops were submitted but waited: synchronisation, cross-stream dependencies or "
                "copies gate the GPU.")
-        rec = "Look for host syncs (.item(), .cpu(), cudaStreamSynchronize) and event waits in the largest gaps."
+        rec = ("Look for host syncs (.item(), .cpu(), cudaStreamSynchronize) and event waits in the largest gaps."
+               if _is_pytorch(producer) else
+               "Look for host synchronisation (cudaDeviceSynchronize, blocking copies) and event waits in the "
+               "largest gaps.")
     else:
         sev = "info"
         title = f"GPU kept busy: idle {_p(tl.idle_fraction)} of its window"
         imp = "The run is GPU-bound: kernel time is what to optimise."
         rec = "Work on the dominant category's kernels."
-    return [Finding("gpu_idle", sev, title, ev, imp, rec)]
+    return [Finding("gpu_idle", sev, title, tuple(ev), imp, rec)]
 
 
-def rule_cpu_stall(a, gaps=None) -> list[Finding]:
+def _between_replays_advice(bound: str | None) -> str:
+    if bound == "wait":
+        return ("Find what the GPU waited for: the largest gap (Appendix) ends with an op that was submitted long "
+                "before it ran; look for event waits (cudaStreamWaitEvent / hipStreamWaitEvent) on work outside "
+                "this trace (another stream, process or the previous step) and for blocking copies that wait "
+                "behind them.")
+    if bound == "sync":
+        return ("Remove the host synchronisation between replays (a blocking copy or .item() per step): keep "
+                "results on the GPU or copy them asynchronously and read them one step later.")
+    return ("Shorten what runs between replays: overlap the host's per-step work with the running replay "
+            "(prepare step N+1 while N runs), move remaining eager ops into the graph, and look at what the "
+            "host does inside the largest gaps (Appendix: largest gaps).")
+
+
+def rule_graph_replay(a, producer=None) -> list[Finding]:
+    """How much of the run is replayed from CUDA/HIP graphs (kernel origin by launch call)."""
+    if producer is None or producer.graphs.graph_kernels == 0:
+        return []
+    g = producer.graphs
+    return [Finding(
+        "graph_replay", "info",
+        f"{_p(g.graph_time_fraction)} of kernel time is replayed from {g.graph_launches} graph "
+        f"launch{'es' if g.graph_launches != 1 else ''} ({g.graph_kernels} of {g.kernel_count} kernels)",
+        (Evidence("graph launches", g.graph_launches, "count"),
+         Evidence("kernels replayed from graphs", g.graph_kernels, "count"),
+         Evidence("kernels launched directly", g.direct_kernels, "count"),
+         Evidence("kernels with no launch call in the trace", g.unlinked_kernels, "count"),
+         Evidence("most kernels in one replay", g.max_kernels_per_graph_launch, "count"),
+         Evidence("share of kernel time from graphs", g.graph_time_fraction, "fraction")),
+        "Replayed kernels pay no per-kernel launch cost; launch latency and the launch-bound verdict are "
+        "read from the directly launched kernels only, and a gap inside a replay is a device-side "
+        "dependency, not launch overhead.",
+        "Nothing to add for the replayed part; look at the directly launched kernels and the host work "
+        "between replays.")]
+
+
+_BOUND_TEXT = {
+    "gpu": ("GPU execution", "kernel time is what shortens this run"),
+    "communication": ("communication kernels", "overlap or shrink the collectives on the path"),
+    "launch": ("waiting for launches", "the GPU waits for the host to submit work"),
+    "host": ("host work between API calls", "the CPU (framework, Python, scheduling) sets the pace"),
+    "sync": ("host synchronisation", "the host blocks on the GPU and then has to catch up"),
+    "wait": ("waits on work the trace does not show", "a submitted op waited for an event, another "
+             "stream or process, or work queued before the capture"),
+}
+
+
+def rule_critical_path(a, critical_path=None, critical_scope="") -> list[Finding]:
+    cp = critical_path
+    if cp is None or cp.span_ns <= 0 or cp.dominant is None:
+        return []
+    what, why = _BOUND_TEXT[cp.dominant]
+    share = cp.share(cp.dominant)
+    ev = tuple(Evidence(f"{label} on the critical path", ns, "ns") for label, ns in cp.by_label if ns) + (
+        Evidence(f"{cp.dominant} share of the critical path", share, "fraction"),
+        Evidence("critical path span", cp.span_ns, "ns"),
+        Evidence("GPU ops on the path", cp.gpu_ops_on_path, "count"),
+        Evidence("CPU calls on the path", cp.cpu_calls_on_path, "count"))
+    return [Finding(
+        "critical_path", "info",
+        f"Critical path over {critical_scope or 'the trace'}: {_p(share)} is {what}", ev,
+        f"Walking back from the last GPU op along stream order, launch links and host calls, "
+        f"{_p(share)} of {_t(cp.span_ns)} is {what}: {why}.",
+        "Shorten the dominant part first: time that is not on the critical path (work overlapped with "
+        "it) does not shorten the run.")]
+
+
+def rule_cpu_stall(a, gaps=None, producer=None) -> list[Finding]:
     tl = a.timeline
     if tl is None or tl.idle_ns <= 0:
         return []
@@ -271,22 +472,45 @@ def rule_cpu_stall(a, gaps=None) -> list[Finding]:
             f"While the GPU sat idle the host was inside {name} (each gap lasts at least "
             f"{_t(int(durs.min()))}); this CPU work, not GPU execution, is {_p(share)} of the "
             f"idle time.",
-            _stall_advice(name)))
+            _stall_advice(name, producer)))
     return out
 
 
-def _stall_advice(name: str) -> str:
+def _stall_advice(name: str, producer=None) -> str:
     if "cudnn" in name.lower():
         return ("cuDNN builds an execution plan for every new shape; with a growing KV length "
                 "each decode step is a new shape. Use a backend without per-shape planning for "
                 "decode (torch.backends.cuda.enable_cudnn_sdp(False) to fall back to "
                 "FlashAttention / efficient SDPA, or a paged-KV decode kernel), or pad the KV "
                 "length to a few bucket sizes so plans are reused.")
-    return (f"Profile the CPU side of {name} (py-spy, or torch.profiler with_stack=True) and move "
-            f"its work out of the step, cache it, or overlap it with GPU work.")
+    tool = "py-spy, or torch.profiler with_stack=True" if _is_pytorch(producer) else "perf, or nsys CPU sampling"
+    return (f"Profile the CPU side of {name} ({tool}) and move its work out of the step, cache it, or "
+            f"overlap it with GPU work.")
 
 
-def rule_memcpy_share(a) -> list[Finding]:
+def _memcpy_advice(producer) -> str:
+    if _is_pytorch(producer):
+        return _ADVICE["memcpy"]
+    return ("remove host<->device copies from the loop (pinned memory, keep data on the GPU, copy "
+            "asynchronously on a side stream)")
+
+
+def _comm_advice(a, producer) -> str:
+    """Communication advice that fits the collective and the program (training or inference)."""
+    names = " ".join(a.trace.name(int(c)) for c in np.unique(a.trace.kernels["name"])[:5000]).lower()
+    if "alltoall" in names or "all_to_all" in names or "dispatch" in names and "combine" in names:
+        return ("balance what each rank sends in the all-to-all (tokens per expert, embedding rows per "
+                "rank) and overlap the exchange with compute (pipeline the next micro-batch's exchange)")
+    if producer is not None and producer.mode == "training":
+        return ("overlap gradient collectives with the backward pass (DDP/FSDP bucketing, larger "
+                "buckets) or reduce their volume (lower-precision gradients, gradient compression)")
+    if producer is not None and producer.mode == "inference":
+        return ("overlap the tensor-parallel collectives with compute (async TP, fused all-reduce + norm, "
+                "one-shot all-reduce for small messages) or use fewer ranks for small batches")
+    return _ADVICE["communication"]
+
+
+def rule_memcpy_share(a, producer=None) -> list[Finding]:
     b, m = a.breakdown, a.trace.memops
     if len(m) == 0 or b.total_time_ns <= 0:
         return []
@@ -303,40 +527,52 @@ def rule_memcpy_share(a) -> list[Finding]:
     return [Finding("memcpy_share", "medium" if share >= 0.1 else "low",
                     f"Memory copies and sets take {_p(share)} of GPU op time", tuple(ev),
                     "Copies occupy the GPU (and host<->device copies often imply a host sync).",
-                    capital(_ADVICE["memcpy"]) + ".")]
+                    capital(_memcpy_advice(producer)) + ".")]
 
 
-def rule_communication(a) -> list[Finding]:
+def rule_communication(a, producer=None, exposure=None) -> list[Finding]:
     km, mm = category_mask(a, COMM_CATEGORIES)
     if not km.any():
         return []
     tr, b = a.trace, a.breakdown
     k = tr.kernels
-    comm = (k["start_ns"][km], k["end_ns"][km])
-    s, e = gpu_ops(tr)
-    other = np.concatenate([~km, np.ones(len(tr.memops), dtype=bool)])
-    comm_busy = intervals.union_length(*comm)
-    overlap = intervals.intersection_length(comm, (s[other], e[other]))
-    comm_time = int((comm[1] - comm[0]).sum())
+    comm_time = int((k["end_ns"][km] - k["start_ns"][km]).sum())
     share = comm_time / b.total_time_ns if b.total_time_ns else 0.0
-    ov = overlap / comm_busy if comm_busy else None
-    ev = (Evidence("communication kernels", int(km.sum()), "count"),
+    if exposure is not None and exposure.comm_busy_ns:
+        ov = exposure.comm_overlap_fraction
+        cx = exposure.get(exposure.comm_category)
+    else:
+        comm = (k["start_ns"][km], k["end_ns"][km])
+        s_, e_ = gpu_ops(tr)
+        other = np.concatenate([~km, np.ones(len(tr.memops), dtype=bool)])
+        comm_busy = intervals.union_length(*comm)
+        ov = intervals.intersection_length(comm, (s_[other], e_[other])) / comm_busy if comm_busy else None
+        cx = None
+    ev = [Evidence("communication kernels", int(km.sum()), "count"),
           Evidence("communication time", comm_time, "ns"),
           Evidence("share of GPU op time", share, "fraction"),
-          Evidence("overlapped with other GPU work", ov, "fraction"))
-    sev = "medium" if share >= 0.1 and (ov is None or ov < 0.5) else "low"
+          Evidence("overlapped with compute", ov, "fraction")]
+    exposed_share = None
+    if cx is not None and exposure.busy_ns:
+        exposed_share = cx.exposed_ns / exposure.busy_ns
+        ev.append(Evidence("exposed communication (nothing else running)", cx.exposed_ns, "ns"))
+        ev.append(Evidence("exposed share of GPU busy time", exposed_share, "fraction"))
+        ev.append(Evidence("ceiling on GPU busy time without it", cx.exposed_ceiling, "x"))
+    cost = exposed_share if exposed_share is not None else share * (1 - (ov or 0.0))
+    sev = "medium" if cost >= 0.1 else "low"
     title = f"Communication is {_p(share)} of GPU op time" + (
         f", {_p(ov)} of it overlapped with compute" if ov is not None else "")
-    return [Finding("communication", sev, title, ev,
-                    "Collective time that is not overlapped adds directly to the step; overlapped "
-                    "time mostly does not (it still competes for SMs and memory bandwidth).",
-                    capital(_ADVICE["communication"]) + ".")]
+    imp = ("Collective time that is not overlapped adds directly to the step; overlapped "
+           "time mostly does not (it still competes for SMs and memory bandwidth).")
+    if cx is not None and cx.exposed_ceiling is not None:
+        imp += f" Removing it entirely would shorten GPU busy time at most {cx.exposed_ceiling:.2f}x."
+    return [Finding("communication", sev, title, tuple(ev), imp, capital(_comm_advice(a, producer)) + ".")]
 
 
-def rule_eager_fusion(a) -> list[Finding]:
+def rule_eager_fusion(a, producer=None) -> list[Finding]:
     tr = a.trace
     k = tr.kernels
-    if len(k) == 0:
+    if len(k) == 0 or not _is_pytorch(producer):
         return []
     codes, inverse = np.unique(k["name"], return_inverse=True)
     is_triton = np.array([tr.name(int(c)).startswith("triton_") for c in codes])[inverse]
@@ -351,8 +587,8 @@ def rule_eager_fusion(a) -> list[Finding]:
                          Evidence("share of kernel time", float(dur[is_triton].sum() / max(dur.sum(), 1)), "fraction")),
                         "torch.compile has fused part of the graph into generated kernels.",
                         "Compare against the eager run (tracestory compare) to see what fusion bought.")]
-    if small_share < 0.3:
-        return []
+    if small_share < 0.3 or (producer is not None and producer.replays_graphs):
+        return []  # a graph replay is not an eager run: its small kernels pay no launch each
     return [Finding("eager_fusion", "medium" if small_share >= 0.5 else "low",
                     f"Eager run: {_p(small_share)} of kernel launches are small unfused ops",
                     (Evidence("small-op launches", int(km.sum()), "count"),
@@ -364,17 +600,22 @@ def rule_eager_fusion(a) -> list[Finding]:
                     _FUSE[:1].upper() + _FUSE[1:] + ".")]
 
 
-# Rules of one analysis; the hardware and memory rules take their optional inputs by keyword.
-RULES = (rule_gpu_idle, rule_cpu_stall, rule_dominant_category, rule_first_step, rule_step_outlier,
-         rule_step_trend, rule_bound, rule_occupancy, rule_memcpy_share, rule_communication,
-         rule_eager_fusion, rule_memory)
+# Rules of one analysis; the rules take their optional inputs by keyword.
+RULES = (rule_gpu_idle, rule_cpu_stall, rule_dominant_category, rule_critical_path, rule_first_step,
+         rule_step_outlier, rule_step_trend, rule_bound, rule_occupancy, rule_memcpy_share, rule_communication,
+         rule_graph_replay, rule_eager_fusion, rule_memory)
 _TAKES = {rule_bound: ("kernel_metrics", "peaks", "hardware", "joins", "estimate"),
           rule_occupancy: ("kernel_metrics", "peaks", "hardware"),
-          rule_memory: ("memory",), rule_cpu_stall: ("gaps",)}
+          rule_memory: ("memory",), rule_cpu_stall: ("gaps", "producer"),
+          rule_gpu_idle: ("producer", "critical_path"), rule_dominant_category: ("producer", "exposure"),
+          rule_critical_path: ("critical_path", "critical_scope"), rule_memcpy_share: ("producer",),
+          rule_communication: ("producer", "exposure"), rule_graph_replay: ("producer",),
+          rule_eager_fusion: ("producer",)}
 
 
 def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None, hardware=None, joins=None,
-                    estimate=None, gaps=None) -> tuple[Finding, ...]:
+                    estimate=None, gaps=None, producer=None, exposure=None, critical_path=None,
+                    critical_scope="") -> tuple[Finding, ...]:
     """All findings for one analysed trace, most severe first (rule order within a severity).
 
     ``analysis`` has ``trace``, ``classification``, ``breakdown``, ``timeline`` (or None) and
@@ -389,9 +630,14 @@ def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None, h
     * ``hardware`` / ``joins`` / ``estimate`` / ``gaps``: what
       :func:`~tracestory.analysis.results.analyze_inputs` computed once (the ncu inputs with
       their peaks, joins and rooflines; the joins of this trace to them; the trace's shape
-      roofline; its gap causes), used instead of computing them again."""
+      roofline; its gap causes), used instead of computing them again;
+    * ``producer`` / ``exposure`` / ``critical_path``: what made the trace (advice is given only
+      where its precondition holds: CUDA-graph advice to a PyTorch run that does not replay graphs,
+      torch.compile advice to PyTorch, gradient advice to training), the exposed time per category
+      (overlap-aware ceilings) and the critical path with the scope it covers."""
     given = {"kernel_metrics": kernel_metrics, "peaks": peaks, "memory": memory, "hardware": hardware,
-             "joins": joins, "estimate": estimate, "gaps": gaps}
+             "joins": joins, "estimate": estimate, "gaps": gaps, "producer": producer, "exposure": exposure,
+             "critical_path": critical_path, "critical_scope": critical_scope}
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(analysis, **{k: given[k] for k in _TAKES.get(rule, ())}))

@@ -85,15 +85,23 @@ def headline(result: MultiGpu) -> str | None:
     return ("; ".join(parts) + ".") if parts else None
 
 
-def multigpu_findings(result: MultiGpu) -> list[Finding]:
-    """Straggler, load imbalance, communication share, clock alignment and bandwidth findings."""
+def multigpu_findings(result: MultiGpu, coverage=None) -> list[Finding]:
+    """Straggler, load imbalance, communication share, clock alignment and bandwidth findings.
+
+    ``coverage`` (:class:`~tracestory.analysis.limitations.RankCoverage`): when the traces declare
+    more ranks than were given, straggler and imbalance claims say "of the k given (N declared)"
+    and are at most ``medium``: the slowest of two ranks need not be the slowest of eight."""
     out: list[Finding] = []
+    partial = coverage is not None and coverage.partial
+    among = f" of the {coverage.given} given ({coverage.declared} in the job)" if partial else ""
     s = result.straggler
     mean_window = float(np.mean([b.window_ns for b in result.per_rank])) if result.per_rank else 0.0
     if s is not None:
         others = max(len(result.ranks) - 1, 1)
         frac = s.wait_caused_ns / others / mean_window if mean_window > 0 else 0.0
         sev = "high" if frac >= 0.1 else "medium" if frac >= 0.02 else "low"
+        if partial and sev == "high":
+            sev = "medium"
         ev = [Evidence("last to arrive at collectives", s.last_count, "count"),
               Evidence("collectives on two or more GPUs", s.compared, "count"),
               Evidence("mean lateness when last (vs median of the others)", s.late_mean_ns, "ns"),
@@ -108,7 +116,7 @@ def multigpu_findings(result: MultiGpu) -> list[Finding]:
         cause, rec = _straggler_cause(result, s)
         out.append(Finding(
             "multigpu_straggler", sev,
-            f"{_gpu(s.rank)} is the slowest GPU: last at {s.last_count} of {s.compared} collectives, "
+            f"{_gpu(s.rank)} is the slowest GPU{among}: last at {s.last_count} of {s.compared} collectives, "
             f"{_late_text(s)} late on average",
             tuple(ev),
             f"A collective completes only when every GPU has joined it: the others sit in "
@@ -126,7 +134,7 @@ def multigpu_findings(result: MultiGpu) -> list[Finding]:
         out.append(Finding(
             "multigpu_imbalance", "medium" if result.imbalance_max >= 1.1 else "low",
             f"Load imbalance: max/mean compute per {'step' if result.steps else 'run'} reaches "
-            f"{result.imbalance_max:.2f}, most on {_gpu(top)}",
+            f"{result.imbalance_max:.2f}, most on {_gpu(top)}{among}",
             ev, "With synchronous collectives every step runs at the pace of the GPU with the most work.",
             "Balance the work per GPU (shard sizes, tokens per rank, expert placement) or overlap the "
             "collectives with independent compute."))

@@ -18,6 +18,14 @@ class Context:
     plots: tuple[Path, ...] = ()
 
     @property
+    def shown(self) -> tuple:
+        """The runs the per-trace sections tell: all of them, or for many traces the median one
+        and the ones that differ (``Results.selection``); the rest are in the Appendix table."""
+        r = self.results
+        sel = getattr(r, "selection", None)
+        return tuple(r.runs) if sel is None else tuple(r.runs[i] for i in sel.shown)
+
+    @property
     def command(self) -> str | None:
         return self.results.options.command
 

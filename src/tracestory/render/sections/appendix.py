@@ -64,4 +64,23 @@ def render(c: Context) -> list[str]:
     if c.no_trace:
         return ["**Inputs**", "", *[f"- `{p}`" for p in c.inputs], "", "**Command**", "",
                 *fence([c.command or "n/a (not given)"], "bash"), ""]
-    return _appendix(c.results.analyses, list(c.inputs), c.command)
+    r = c.results
+    table = _per_trace_table(r) if r.selection is not None else []
+    return table + _appendix([x.analysis for x in c.shown], list(c.inputs), c.command)
+
+
+def _per_trace_table(r) -> list[str]:
+    """Every trace in one table (many ranks are told once above; their numbers are here)."""
+    rows = []
+    for i, run in enumerate(r.runs):
+        a = run.analysis
+        tl = a.timeline
+        top = a.breakdown.categories[0] if a.breakdown.categories else None
+        rows.append((label(a), a.breakdown.kernel_count, fmt_ms(a.breakdown.total_time_ns),
+                     fmt_pct(tl.busy_ns / tl.window_ns) if tl is not None and tl.window_ns else "n/a",
+                     f"{top.name} {top.percent:.1f}%" if top else "n/a",
+                     "median" if i == r.selection.median else
+                     next((w for j, w in r.selection.outliers if j == i), "")))
+    return (["**Every trace** (the sections above tell the median trace and the ones that differ):", ""]
+            + md_table(("trace", "kernels", "GPU op time (ms)", "GPU busy", "top category", "told above as"),
+                       rows, "lrrrll") + [""])

@@ -7,7 +7,6 @@ import re
 
 import numpy as np
 
-from ...analysis.families import is_generated
 from ...units import fmt_ns, fmt_pct
 from ..md import label, md_table, short_name
 from ..story import parse_json_cell
@@ -53,39 +52,20 @@ def _codebase(runs) -> list[str]:
                         [(f, n, fmt_ns(t), fmt_pct(t / total), f"`{short_name(k, 60)}`")
                          for f, n, t, k in fams], "lrrrl")
         out.append("")
-        names = {f[0] for f in fams}
-        triton = any(is_generated(n) for n in names)
-        out.append(f"- Execution mode: {'compiled (Triton/Inductor kernels present)' if triton else 'eager (no Triton/Inductor kernels)'}")
-        kp, op = _precisions(a)
-        out.append(f"- Precisions in GEMM/attention op inputs: {', '.join(op) if op else 'n/a (shapes/types not recorded)'}; "
-                   f"named in kernel names: {', '.join(kp) if kp else 'none'}")
-        att = [f for f in fams if f[0] in ("FlashAttention", "cuDNN")]
-        att_k = [n for n in _attention_kernels(a)]
-        if att_k:
-            out.append("- Attention implementation: " + "; ".join(att_k))
+        facts = run.kernel_facts
+        out.append(f"- Execution mode: {facts.execution_mode}")
+        _, op = _precisions(a)
+        named = ", ".join(f"{p} ({fmt_pct(sh)} of kernel time)" for p, sh in facts.precisions)
+        out.append(f"- Precisions in GEMM/attention op inputs: {', '.join(op) if op else 'n/a (no op input types recorded)'}; "
+                   f"named in kernel names: {named or 'none'}")
+        if facts.attention:
+            out.append("- Attention implementation: " + "; ".join(
+                f"{impl} x{n} ({fmt_ns(t)})" for impl, n, t in facts.attention))
         else:
             out.append("- Attention implementation: none found (no attention-category kernels)")
-        del att
         out.append("")
     return out
 
 
-def _attention_kernels(a) -> list[str]:
-    cats = a.classification.taxonomy.categories
-    codes = [i for i, c in enumerate(cats) if "attention" in c]
-    if not codes:
-        return []
-    k = a.trace.kernels
-    m = np.isin(a.classification.kernel_category, codes)
-    out = []
-    for c in np.unique(k["name"][m]):
-        n = a.trace.name(int(c))
-        kind = ("cuDNN SDPA" if "sdpa" in n.lower() or "cudnn" in n.lower() else
-                "FlashAttention" if "flash" in n.lower() else
-                "memory-efficient (CUTLASS fmha)" if "fmha" in n.lower() else "other")
-        out.append(f"{kind} `{short_name(n, 60)}` x{int((k['name'][m] == c).sum())}")
-    return out
-
-
 def render(c: Context) -> list[str]:
-    return [c.no_trace, ""] if c.no_trace else _codebase(c.results.runs)
+    return [c.no_trace, ""] if c.no_trace else _codebase(c.shown)

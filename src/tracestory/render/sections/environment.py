@@ -63,4 +63,4 @@ def render(c: Context) -> list[str]:
     m = c.results.manifest
     if m:
         return [render_environment(m).strip(), ""]
-    return [c.no_trace, ""] if c.no_trace else _environment(c.results.analyses)
+    return [c.no_trace, ""] if c.no_trace else _environment([r.analysis for r in c.shown])

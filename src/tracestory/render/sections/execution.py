@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..batch_story import render_batch_story
 from ..md import demote, fence, label
 from ..story import execution_story
+from ...units import fmt_ns
 from . import Context
 
 
@@ -16,8 +17,14 @@ def render(c: Context) -> list[str]:
     out = []
     if r.batching is not None:
         out += [demote(render_batch_story(r.batching).strip(), 1) + ("\n\n### Kernel timeline" if r.runs else ""), ""]
-    for run in r.runs:
+    shown = c.shown
+    for run in shown:
         if len(r.runs) > 1:
             out += [f"### {label(run)}", ""]
         out += fence(execution_story(run.analysis, run.gap_causes)) + [""]
+        subs = run.analysis.phases.subphases
+        if subs:
+            out += ["Inside the phases (the outermost nested ranges, kernels launched in them on the same thread):", ""]
+            out += [f"- `{s.name}` x{s.count}: {s.kernel_count} kernels, {fmt_ns(s.kernel_time_ns)} of kernel time"
+                    for s in subs[:8]] + [""]
     return out

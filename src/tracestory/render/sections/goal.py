@@ -18,8 +18,23 @@ def _goal(goal, questions, analyses) -> list[str]:
     return out + [""]
 
 
+def _answers(answers) -> list[str]:
+    """Each question of the user mapped to the findings and sections that answer it."""
+    if not answers:
+        return []
+    out = ["**Answers** (from these inputs):", ""]
+    for a in answers:
+        if a.answered:
+            where = f" See {', '.join(a.sections)}." if a.sections else ""
+            said = "; ".join(a.findings) if a.findings else "the numbers are in the sections named"
+            out.append(f"- \"{a.question}\" ({', '.join(a.intents)}): {said}.{where}")
+        else:
+            out.append(f"- \"{a.question}\": not answered by these inputs ({a.why_not}).")
+    return out + [""]
+
+
 def render(c: Context) -> list[str]:
     if c.no_trace:
         return [c.no_trace, ""]
     o = c.results.options
-    return _goal(o.goal, o.questions, c.results.analyses)
+    return _goal(o.goal, o.questions, c.results.analyses) + _answers(c.results.answers)

@@ -49,4 +49,4 @@ def render(c: Context) -> list[str]:
     if c.no_trace:
         return [c.no_trace, ""]
     estimate = estimated_roofline_section(r.runs)
-    return _hardware(r.analyses) + ([estimate.strip(), ""] if estimate else [])
+    return _hardware([x.analysis for x in c.shown]) + ([estimate.strip(), ""] if estimate else [])

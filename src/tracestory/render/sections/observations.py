@@ -53,5 +53,7 @@ def render(c: Context) -> list[str]:
     if c.no_trace:
         fs = r.ncu_findings
         return _surprises([fs], None) + _observations([fs], [None]) if fs else [c.no_trace, ""]
-    return (_surprises(r.findings, r.multigpu, r.multigpu_findings) + _multigpu_observations(r.multigpu, r.multigpu_findings)
-            + _observations(r.findings, r.analyses))
+    shown = c.shown
+    return (_surprises([x.findings for x in shown], r.multigpu, r.multigpu_findings)
+            + _multigpu_observations(r.multigpu, r.multigpu_findings)
+            + _observations([x.findings for x in shown], [x.analysis for x in shown]))

@@ -9,17 +9,34 @@ from ..md import label
 from . import Context
 
 
-def _executive(analyses, findings) -> list[str]:
+def _producer(p) -> str:
+    """What made the trace, in words (analysis.producer)."""
+    if p is None or p.framework == "unknown":
+        return ""
+    what = ("a PyTorch program" if p.is_pytorch else "a program without PyTorch") + (
+        f" ({p.engine})" if p.engine else "")
+    parts = [p.mode if p.mode != "unknown" else "", "torch.compile" if p.compiled else "",
+             f"{fmt_pct(p.graphs.graph_time_fraction)} of kernel time replayed from "
+             f"{p.graphs.graph_launches} graph launch{'es' if p.graphs.graph_launches != 1 else ''}"
+             if p.graphs.graph_kernels else "", p.platform if p.platform != "unknown" else ""]
+    detail = ", ".join(x for x in parts if x)
+    return f"Made by {what}" + (f": {detail}." if detail else ".")
+
+
+def _executive(runs, many: bool = False) -> list[str]:
     out = []
-    for a, fs in zip(analyses, findings):
+    for run in runs:
+        a, fs = run.analysis, run.findings
         b, tl = a.breakdown, a.timeline
-        head = f"**{label(a)}**: " if len(analyses) > 1 else ""
+        head = f"**{label(a)}**: " if many else ""
         s1 = (f"{head}The capture holds {b.kernel_count} kernels and {b.memop_count} memory ops "
               f"({fmt_ns(b.total_time_ns)} of GPU op time)")
         if tl is not None:
             s1 += (f" in a {fmt_ns(tl.window_ns)} GPU window, busy {fmt_pct(tl.busy_ns / tl.window_ns)}"
                    if tl.window_ns else "")
         s1 += f" across {len(a.phases.phases)} phase(s) from {a.phases.source!r}."
+        made = _producer(run.producer)
+        s1 += (" " + made) if made else ""
         key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])
         s2 = "Key insight: " + "; ".join(f.title for f in key) + "." if key else ""
         s3 = f"Recommendation: {key[0].recommendation}" if key else ""
@@ -98,4 +115,32 @@ def render(c: Context) -> list[str]:
     if c.no_trace:
         return [_without_trace(c), ""]
     head = [_batch_summary(r.batching), ""] if r.batching is not None else []
-    return head + _multigpu_summary(r.multigpu, r.multigpu_findings) + _executive(r.analyses, r.findings)
+    return (head + _multigpu_summary(r.multigpu, r.multigpu_findings) + _many(r)
+            + _executive(c.shown, many=len(r.runs) > 1) + _limitations(r.limitations))
+
+
+def _many(r) -> list[str]:
+    """Many traces told once: how alike they are, and which differ."""
+    sel = r.selection
+    if sel is None:
+        return []
+    lo, med, hi = sel.total_ns
+    text = (f"**{len(r.runs)} traces**, told once: GPU op time {fmt_ns(lo)} to {fmt_ns(hi)} (median "
+            f"{fmt_ns(med)})")
+    if sel.busy is not None:
+        text += f", GPU busy {fmt_pct(sel.busy[0])} to {fmt_pct(sel.busy[2])} (median {fmt_pct(sel.busy[1])})"
+    med_label = label(r.runs[sel.median])
+    text += f". The sections below tell the median trace, {med_label}"
+    if sel.outliers:
+        text += " and the ones that differ: " + "; ".join(f"{label(r.runs[i])} ({w})" for i, w in sel.outliers)
+    else:
+        text += "; no trace differs from it by more than 10%"
+    return [text + ". Every trace's numbers are in the Appendix table and the JSON.", ""]
+
+
+def _limitations(lims) -> list[str]:
+    """What these inputs could not support (analysis.limitations)."""
+    if not lims:
+        return []
+    return ["**Limitations** (what these inputs cannot tell):", ""] + [
+        f"- {x.analysis}: {x.reason}" for x in lims] + [""]

@@ -128,7 +128,7 @@ def render(c: Context) -> list[str]:
     if c.no_trace:
         out = _without_trace(c)
     else:
-        out = (_visualizations(c.results.analyses)
+        out = (_visualizations([r.analysis for r in c.shown])
                + _visual_extras(c.results, list(c.inputs), _has_roofline(c.results)))
     if c.plots:
         out += ["Plots (PNG):", "", "\n".join(f"![{p.stem}]({p.name})" for p in c.plots), ""]
