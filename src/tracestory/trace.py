@@ -239,6 +239,9 @@ class TraceMeta:
     # ``nsys stats cuda_gpu_kern_sum``: breakdown works, timeline analyses do not).
     has_timeline: bool = True
     extra: Mapping = field(default_factory=dict)
+    # What the reader dropped or repaired and why, with counts, one short sentence each
+    # ("848 kernel events without ph 'X' ignored"). Empty for an undamaged file.
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
