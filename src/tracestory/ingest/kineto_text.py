@@ -306,6 +306,7 @@ def _last_chunk(path: Path, pending: bytearray, document: Document, decode):
     array + ``}``. Finds the array's closing bracket; returns the last chunk decoded (``None``
     when it holds no event)."""
     pos = len(pending)
+    closed = False
     for _ in range(64):
         pos = pending.rfind(b"]", 0, pos)
         if pos < 0:
@@ -317,6 +318,7 @@ def _last_chunk(path: Path, pending: bytearray, document: Document, decode):
             closes = False
         if not closes:
             continue
+        closed = True
         if not bytes(pending[1:pos]).strip():
             document.tail = tail
             return None
@@ -324,4 +326,6 @@ def _last_chunk(path: Path, pending: bytearray, document: Document, decode):
         if result is not None:
             document.tail = tail
             return result
+    if closed:
+        raise TraceFormatError(path, "a JSON array of trace events", "invalid JSON in traceEvents")
     raise TraceFormatError(path, "a complete JSON document", "traceEvents that do not end (a truncated or damaged file)")
