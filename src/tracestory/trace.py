@@ -195,6 +195,10 @@ class StringPool:
         return c
 
     def encode(self, values: Sequence[str]) -> np.ndarray:
+        try:  # usually every value is known already (later chunks of a trace): one pass
+            return np.fromiter(map(self._index.__getitem__, values), dtype=np.int32, count=len(values))
+        except KeyError:
+            pass
         for s in dict.fromkeys(values):
             if s not in self._index:
                 self.code(s)

@@ -128,11 +128,14 @@ class _Event(msgspec.Struct, gc=False):
     tid: int | str = -1
     ts: float = math.nan
     dur: float = 0.0
-    args: _Args = msgspec.field(default_factory=_Args)
+    args: _Args | None = None  # None, not a default instance: flows carry no args (10% of decoding)
 
 
 class _CollEvent(_Event, gc=False):
-    args: _CollArgs = msgspec.field(default_factory=_CollArgs)
+    args: _CollArgs | None = None
+
+
+_NO_ARGS = _CollArgs()
 
 
 class _Doc(msgspec.Struct):
@@ -296,6 +299,26 @@ def _col(events, getter) -> list:
     return list(map(getter, events))
 
 
+def _args(events: list[_Event]) -> list[_Args]:
+    """The args of each event; an event without args gets the defaults (all missing)."""
+    a = _col(events, attrgetter("args"))
+    if None in a:
+        a = [x if x is not None else _NO_ARGS for x in a]
+    return a
+
+
+def _int_col(objs: list, getter) -> np.ndarray:
+    """An integer field of every object as int64 (no intermediate list when all are ints)."""
+    try:
+        return np.fromiter(map(getter, objs), dtype=np.int64, count=len(objs))
+    except (TypeError, ValueError, OverflowError):
+        return _ints(_col(objs, getter))
+
+
+def _float_col(objs: list, getter) -> np.ndarray:
+    return np.fromiter(map(getter, objs), dtype=np.float64, count=len(objs))
+
+
 def _ints(values: list) -> np.ndarray:
     arr = np.array(values)
     if arr.dtype.kind in "iu":
@@ -352,8 +375,9 @@ class _Builder:
         phs = _col(events, attrgetter("ph"))
         is_x = np.fromiter(map("X".__eq__, phs), dtype=bool, count=n)
         routed = kinds >= 0
-        for kind in np.unique(kinds[is_x & routed]):
-            self._add_kind(int(kind), list(compress(events, is_x & (kinds == kind))))
+        kinds_x = np.where(is_x, kinds, -1)
+        for kind in np.unique(kinds_x[kinds_x >= 0]):
+            self._add_kind(int(kind), list(map(events.__getitem__, np.flatnonzero(kinds_x == kind).tolist())))
         self._count_unrouted(cats, kinds, is_x, routed)
         if is_x.all():
             return
@@ -363,7 +387,7 @@ class _Builder:
         if is_mem.any():
             self._add_memory(list(compress(others, is_mem)))
         for ev in compress(others, map("M".__eq__, _col(others, attrgetter("ph")))):  # a handful per trace
-            if ev.name == "process_name" and isinstance(ev.pid, int) and ev.args.name:
+            if ev.name == "process_name" and isinstance(ev.pid, int) and ev.args is not None and ev.args.name:
                 self.process_names[ev.pid] = ev.args.name
 
     def _count_unrouted(self, cats: list, kinds: np.ndarray, is_x: np.ndarray, routed: np.ndarray) -> None:
@@ -379,8 +403,8 @@ class _Builder:
     def _common(self, kind: int, evs: list[_Event]):
         """(events, start_ns, end_ns, name codes): events whose times cannot be integer ns are
         dropped and counted."""
-        ts = np.array(_col(evs, attrgetter("ts")), dtype=np.float64)
-        dur = np.array(_col(evs, attrgetter("dur")), dtype=np.float64)
+        ts = _float_col(evs, attrgetter("ts"))
+        dur = _float_col(evs, attrgetter("dur"))
         ok = (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)  # NaN compares False
         if not ok.all():
             bad_ts = ~(np.abs(ts) < _MAX_US)
@@ -399,20 +423,20 @@ class _Builder:
         evs, start, end, name = self._common(kind, evs)
         if not evs:
             return
-        a = _col(evs, attrgetter("args"))
-        ext = _ints(_col(a, attrgetter("external_id")))
+        a = _args(evs)
+        ext = _int_col(a, attrgetter("external_id"))
         if kind in (_K_KERNEL, _K_MEMCPY, _K_MEMSET):
-            device = _ints(_col(a, attrgetter("device")))
-            stream = _ints(_col(a, attrgetter("stream")))
+            device = _int_col(a, attrgetter("device"))
+            stream = _int_col(a, attrgetter("stream"))
             # Events without args (old formats): the GPU lane is pid = device, tid = stream.
             no_dev = device < 0
             if no_dev.any():
-                device[no_dev] = _ints(_col(evs, attrgetter("pid")))[no_dev]
+                device[no_dev] = _int_col(evs, attrgetter("pid"))[no_dev]
             no_stream = stream < 0
             if no_stream.any():
-                stream[no_stream] = _ints(_col(evs, attrgetter("tid")))[no_stream]
+                stream[no_stream] = _int_col(evs, attrgetter("tid"))[no_stream]
             common = dict(start_ns=start, end_ns=end, name=name, device=device, stream=stream,
-                          correlation=_ints(_col(a, attrgetter("correlation"))), external_id=ext)
+                          correlation=_int_col(a, attrgetter("correlation")), external_id=ext)
             if kind == _K_KERNEL:
                 grid = _dims3(_col(a, attrgetter("grid")))
                 block = _dims3(_col(a, attrgetter("block")))
@@ -420,8 +444,8 @@ class _Builder:
                     common,
                     grid_x=grid[:, 0], grid_y=grid[:, 1], grid_z=grid[:, 2],
                     block_x=block[:, 0], block_y=block[:, 1], block_z=block[:, 2],
-                    registers_per_thread=_ints(_col(a, attrgetter("registers"))),
-                    shared_mem_bytes=_ints(_col(a, attrgetter("shared_memory"))),
+                    registers_per_thread=_int_col(a, attrgetter("registers")),
+                    shared_mem_bytes=_int_col(a, attrgetter("shared_memory")),
                 ))
                 self._add_collectives(a, common)
                 self.kernel_count += len(evs)
@@ -430,19 +454,19 @@ class _Builder:
                     mkind = np.zeros(len(evs), dtype=np.int32)
                 else:
                     mkind = np.fromiter(map(_memcpy_kind, _col(evs, attrgetter("name"))), dtype=np.int32, count=len(evs))
-                self.parts["memops"].append(dict(common, kind=mkind, bytes=_ints(_col(a, attrgetter("bytes")))))
+                self.parts["memops"].append(dict(common, kind=mkind, bytes=_int_col(a, attrgetter("bytes"))))
         elif kind in (_K_RUNTIME, _K_DRIVER):
             self.parts["api"].append(dict(
                 start_ns=start, end_ns=end, name=name, external_id=ext,
-                correlation=_ints(_col(a, attrgetter("correlation"))),
-                pid=_ints(_col(evs, attrgetter("pid"))), tid=_ints(_col(evs, attrgetter("tid"))),
+                correlation=_int_col(a, attrgetter("correlation")),
+                pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
                 kind=np.full(len(evs), API_RUNTIME if kind == _K_RUNTIME else API_DRIVER, dtype=np.int32),
             ))
         elif kind == _K_OP:
             self.parts["ops"].append(dict(
                 start_ns=start, end_ns=end, name=name, external_id=ext,
-                pid=_ints(_col(evs, attrgetter("pid"))), tid=_ints(_col(evs, attrgetter("tid"))),
-                flops=np.asarray(_col(a, attrgetter("flops")), dtype=np.float64),
+                pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
+                flops=_float_col(a, attrgetter("flops")),
                 input_dims=_raw_column(_col(a, attrgetter("input_dims"))),
                 input_types=_raw_column(_col(a, attrgetter("input_types"))),
             ))
@@ -450,15 +474,15 @@ class _Builder:
         else:
             gpu = kind == _K_RANGE_GPU
             if gpu:
-                device = _ints(_col(a, attrgetter("device")))
-                pid = _ints(_col(evs, attrgetter("pid")))
+                device = _int_col(a, attrgetter("device"))
+                pid = _int_col(evs, attrgetter("pid"))
                 device = np.where(device >= 0, device, pid)
             else:
                 device = np.full(len(evs), -1, dtype=np.int64)
             self.parts["ranges"].append(dict(
                 start_ns=start, end_ns=end, name=name, external_id=ext,
                 side=np.full(len(evs), GPU_SIDE if gpu else CPU_SIDE, dtype=np.int32),
-                pid=_ints(_col(evs, attrgetter("pid"))), tid=_ints(_col(evs, attrgetter("tid"))),
+                pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
                 device=device, domain=np.zeros(len(evs), dtype=np.int32),
             ))
 
@@ -470,17 +494,17 @@ class _Builder:
         if not has.any():
             return None
         ca = list(compress(a, has))  # collectives are few: per-row Python below is cheap
-        seq = _ints(_col(ca, attrgetter("seq")))
+        seq = _int_col(ca, attrgetter("seq"))
         enc = self.pool.encode
         return np.flatnonzero(has), dict(
             name=enc(_col(ca, attrgetter("coll_name"))),
-            in_nelems=_ints(_col(ca, attrgetter("in_nelems"))),
-            out_nelems=_ints(_col(ca, attrgetter("out_nelems"))),
-            group_size=_ints(_col(ca, attrgetter("group_size"))),
+            in_nelems=_int_col(ca, attrgetter("in_nelems")),
+            out_nelems=_int_col(ca, attrgetter("out_nelems")),
+            group_size=_int_col(ca, attrgetter("group_size")),
             dtype=enc([_raw_text(x.dtype) for x in ca]),
             pg_name=enc([_raw_text(x.pg_name) for x in ca]),
             pg_ranks=enc([_ranks_text(x.pg_ranks) for x in ca]),
-            seq=np.where(seq >= 0, seq, _ints(_col(ca, attrgetter("seq_lower")))),
+            seq=np.where(seq >= 0, seq, _int_col(ca, attrgetter("seq_lower"))),
         )
 
     def _add_collectives(self, a: list[_Args], common: dict) -> None:
@@ -509,16 +533,16 @@ class _Builder:
         if not ok.all():
             self.warnings["'[memory]' samples dropped: 'ts' missing or out of range"] += int(np.count_nonzero(~ok))
             evs = list(compress(evs, ok))
-        a = _col(evs, attrgetter("args"))
-        dev_type = _ints(_col(a, attrgetter("device_type")))
-        dev_id = _ints(_col(a, attrgetter("device_id")))
+        a = _args(evs)
+        dev_type = _int_col(a, attrgetter("device_type"))
+        dev_id = _int_col(a, attrgetter("device_id"))
         self.parts["memory"].append(dict(
             ts_ns=_ns(_col(evs, attrgetter("ts"))),
             device=np.where(dev_type == 1, dev_id, -1),
-            allocated_bytes=_ints(_col(a, attrgetter("total_allocated"))),
-            reserved_bytes=_ints(_col(a, attrgetter("total_reserved"))),
-            delta_bytes=_ints(_col(a, attrgetter("delta_bytes"))),
-            pid=_ints(_col(evs, attrgetter("pid"))),
+            allocated_bytes=_int_col(a, attrgetter("total_allocated")),
+            reserved_bytes=_int_col(a, attrgetter("total_reserved")),
+            delta_bytes=_int_col(a, attrgetter("delta_bytes")),
+            pid=_int_col(evs, attrgetter("pid")),
         ))
 
     def table(self, kind: str):

@@ -243,6 +243,8 @@ def stream_document(path: Path, document: Document, chunk_bytes: int, decode: Ca
 
 
 _CLOSE = ord("]")
+_SPACE = b" \t\r\n"
+_ARRAY_END_AFTER = (ord("}"), ord("["))
 
 
 def _find_events(path: Path, pieces: Iterator[bytes], document: Document) -> bytearray:
@@ -319,7 +321,12 @@ def _last_chunk(path: Path, pending: bytearray, document: Document, decode):
         if not closes:
             continue
         closed = True
-        if not bytes(pending[1:pos]).strip():
+        last = pos - 1
+        while last > 0 and pending[last] in _SPACE:
+            last -= 1
+        if pending[last] not in _ARRAY_END_AFTER:
+            continue  # the events array ends "...}]" or "[]": this "]" closes some other array
+        if last == 0:
             document.tail = tail
             return None
         result = decode(memoryview(pending)[: pos + 1])
