@@ -130,7 +130,7 @@ def ensure_trace(stem: Path, mib: float, source: Path) -> dict:
     if facts_path.exists():
         facts = json.loads(facts_path.read_text())
         js, gz = stem.with_suffix(".json"), stem.with_suffix(".json.gz")
-        if (facts.get("source") == str(source) and js.exists() and gz.exists()
+        if (Path(facts.get("source", "")).name == source.name and js.exists() and gz.exists()
                 and js.stat().st_size == facts["json_bytes"] and gz.stat().st_size == facts["gz_bytes"]
                 and target <= facts["json_bytes"] < target * 1.2):
             return facts

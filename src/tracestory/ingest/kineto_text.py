@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Callable, Iterator, NoReturn, TypeVar
 
 import msgspec
+import numpy as np
 
 from ..errors import TraceFormatError
 
@@ -202,44 +203,75 @@ def stream_document(path: Path, document: Document, chunk_bytes: int, decode: Ca
                     progress: Progress | None = None) -> Iterator[T]:
     """``decode`` applied to each chunk of the events array, in file order; fills ``document``.
 
-    A chunk is the JSON text ``[`` + whole events + ``]`` (a view valid during the call; what
-    ``decode`` returns may keep views of it). ``decode`` returns ``None`` for text that is not
-    valid JSON: the cut fell inside a string, and the chunk is retried up to the next boundary."""
+    A chunk is the JSON text ``[`` + whole events + ``]``, a view of a buffer that is reused for
+    the next chunk: what ``decode`` returns must not keep views of it beyond the caller's use of
+    one chunk. ``decode`` returns ``None`` for text that is not valid JSON: the cut fell inside a
+    string, and the chunk is retried up to the next boundary."""
     reader = _Reader(path)
     pieces = iter(reader)
-    pending = _find_events(path, pieces, document)
+    text = _Buffer(_find_events(path, pieces, document))
     search = chunk_bytes
     for piece in pieces:
-        pending += piece
-        while len(pending) > chunk_bytes:
-            m = _EVENT_BOUNDARY.search(pending, max(search, 1))
+        text.append(piece)
+        buf = text.buf
+        while text.fill > chunk_bytes:
+            m = _EVENT_BOUNDARY.search(buf, max(search, 1), text.fill)
             if m is None:
-                search = max(search, len(pending) - 4096)  # a boundary may straddle the next piece
-                if len(pending) > chunk_bytes + MAX_PART_BYTES:
+                search = max(search, text.fill - 4096)  # a boundary may straddle the next piece
+                if text.fill > chunk_bytes + MAX_PART_BYTES:
                     raise TraceFormatError(path, f"trace events under {MAX_PART_BYTES >> 20} MiB each",
-                                           f"{len(pending) - chunk_bytes:,} bytes without an event boundary")
+                                           f"{text.fill - chunk_bytes:,} bytes without an event boundary")
                 break
             end, nxt = m.start() + 1, m.end() - 1  # events end with "}" at end - 1; the next "{" at nxt
-            saved = pending[end]
-            pending[end] = _CLOSE  # a separator byte (",", space, newline) becomes the array's "]"
-            result = decode(memoryview(pending)[: end + 1])
+            saved = buf[end]
+            buf[end] = _CLOSE  # a separator byte (",", space, newline) becomes the array's "]"
+            result = decode(memoryview(buf)[: end + 1])
             if result is None:
-                pending[end] = saved
+                buf[end] = saved
                 search = nxt + 1
                 continue
             yield result
             result = None  # the caller's objects: do not keep them alive over the next chunk
-            # the decoded events may hold views of ``pending``, which can then not grow: a new buffer.
-            rest = bytearray(b"[")
-            rest += memoryview(pending)[nxt:]
-            pending, search = rest, chunk_bytes
+            text.keep_from(nxt)
+            search = chunk_bytes
             if progress is not None:
                 progress(reader.done, reader.size)
-    result = _last_chunk(path, pending, document, decode)
+    result = _last_chunk(path, text, document, decode)
     if result is not None:
         yield result
     if progress is not None:
         progress(reader.size, reader.size)
+
+
+class _Buffer:
+    """``buf[:fill]`` is ``[`` + event text not yet decoded. One buffer for the whole stream:
+    a fresh one per chunk would be paged in again each time (slow on VMs), and moving the
+    remainder to the front keeps it small."""
+
+    def __init__(self, start: bytearray):
+        self.buf = start
+        self.fill = len(start)
+
+    def append(self, piece: bytes) -> None:
+        end = self.fill + len(piece)
+        if end > len(self.buf):
+            grow = end - len(self.buf) + max(len(self.buf) // 2, len(piece))
+            try:
+                self.buf += bytes(grow)
+            except BufferError:  # a caller still holds views of the old text: leave it to them
+                new = bytearray(len(self.buf) + grow)
+                new[: self.fill] = memoryview(self.buf)[: self.fill]
+                self.buf = new
+        self.buf[self.fill:end] = piece
+        self.fill = end
+
+    def keep_from(self, start: int) -> None:
+        """Drop the text before ``start`` (decoded), keeping the leading ``[``."""
+        rest = self.fill - start
+        arr = np.frombuffer(self.buf, dtype=np.uint8)
+        arr[1:1 + rest] = arr[start:self.fill]  # numpy copies overlapping ranges correctly
+        del arr
+        self.fill = 1 + rest
 
 
 _CLOSE = ord("]")
@@ -303,17 +335,18 @@ def _refuse_whole(path: Path, text: bytes) -> NoReturn:
 NESTING_EXPECTED = "JSON nested at most about 1,000 levels deep (the interpreter's recursion limit)"
 
 
-def _last_chunk(path: Path, pending: bytearray, document: Document, decode):
-    """The stream has ended: ``pending`` is ``[`` + the last events + ``]`` + the keys after the
+def _last_chunk(path: Path, text: _Buffer, document: Document, decode):
+    """The stream has ended: the text is ``[`` + the last events + ``]`` + the keys after the
     array + ``}``. Finds the array's closing bracket; returns the last chunk decoded (``None``
     when it holds no event)."""
-    pos = len(pending)
+    pending = text.buf
+    pos = text.fill
     closed = False
     for _ in range(64):
         pos = pending.rfind(b"]", 0, pos)
         if pos < 0:
             break
-        tail = bytes(pending[pos + 1:])
+        tail = bytes(pending[pos + 1:text.fill])
         try:
             closes = isinstance(msgspec.json.decode(b'{"":0' + tail), dict)
         except (msgspec.DecodeError, RecursionError):
