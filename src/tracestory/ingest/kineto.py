@@ -27,13 +27,25 @@ link is the ``correlation`` arg, which both sides carry.
 
 How it stays fast and small on multi-GB traces
 -----------------------------------------------
-The document is decompressed once into one buffer. ``msgspec`` decodes the top level with
-``traceEvents`` left as a raw slice, which is then cut into ~32 MB chunks at event boundaries
-(``},{``) and decoded chunk by chunk into typed structs that keep only the fields we use.
-Columns are pulled out of each chunk with C-level ``map``/``attrgetter`` and names are
+:mod:`.kineto_text` streams the text (inflated in a background thread) and cuts the
+``traceEvents`` array into ~32 MB chunks at event boundaries (``},{``); the whole document is
+never in memory. Each chunk is decoded by ``msgspec`` into typed structs that keep only the fields
+we use (the collective fields only for chunks whose text holds "Collective name"). Columns are
+pulled out of each chunk with C-level ``map``/``attrgetter``/``np.fromiter`` and names are
 dictionary-encoded (:class:`~tracestory.trace.StringPool`), so no Python code runs per event and
-peak memory is the buffer plus the kept columns plus one chunk of objects. A cut that lands
-inside a string makes that chunk invalid JSON; the chunk is then merged with the next one.
+peak memory is one chunk of text and objects plus the kept columns. A cut that lands inside a
+string makes that chunk invalid JSON; the chunk is then extended to the next boundary.
+
+Damaged input
+-------------
+What cannot be read is refused in one line (:class:`~tracestory.errors.TraceFormatError`):
+truncated or corrupt gzip, text that is not JSON, a document that ends inside ``traceEvents``,
+nesting deeper than the interpreter's recursion limit, more decompressed text than
+``TRACESTORY_MAX_DECOMPRESSED`` (see :mod:`.kineto_text`). Events that cannot be placed are
+dropped or repaired and counted in ``TraceMeta.warnings``: events of a known category whose
+``ph`` is not "X", complete events without ``cat``, a ``ts`` or ``dur`` that is not a number,
+``ts`` beyond +-2**62 ns, a negative ``dur`` or one over 2**62 ns (int64 ns would overflow),
+names that are numbers (kept as their text), args of the wrong type (that arg ignored).
 
 Limits
 ------
