@@ -63,7 +63,7 @@ import os
 import re
 import zlib
 from collections import Counter
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Callable
@@ -354,6 +354,11 @@ def _dims3(values: list) -> np.ndarray:
     """grid/block lists -> (n, 3) int32; missing -> -1."""
     if not values:
         return np.full((0, 3), -1, dtype=np.int32)
+    try:  # the usual case, every value a list of 3: flattened at C speed
+        if np.all(np.fromiter(map(len, values), dtype=np.int64, count=len(values)) == 3):
+            return np.fromiter(chain.from_iterable(values), dtype=np.int32, count=3 * len(values)).reshape(-1, 3)
+    except TypeError:  # a missing value (None)
+        pass
     try:
         arr = np.array(values, dtype=np.int32)
         if arr.ndim == 2 and arr.shape[1] == 3:
@@ -567,9 +572,14 @@ class _Builder:
 
 def _raw_column(raws: list) -> np.ndarray:
     """Raw JSON slices -> object array of bytes (b"" when absent). Parse with :func:`parse_json_field`."""
+    if raws.count(_NO_RAW) == len(raws):  # shapes not recorded: every value is the default
+        return np.full(len(raws), b"", dtype=object)
     out = np.empty(len(raws), dtype=object)
     out[:] = list(map(bytes, raws))
     return out
+
+
+_NO_RAW = _NO_ARGS.input_dims
 
 
 _NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl", re.IGNORECASE)
