@@ -19,7 +19,7 @@ What it does
      ``tracestory report FILE.json.gz -o OUT.md`` (Markdown, no plots);
    * small trace: ``zcat``; ``tracestory analyze``; HTA's ``TraceAnalysis`` +
      ``get_gpu_kernel_breakdown`` (``hta_run.py`` in a venv with ``traceinsight``).
-3. Prints the table and the targets (issue 15's performance section) and writes the raw numbers
+3. Prints the table and the targets and writes the raw numbers
    to ``DATA/full_report_results.json``. Ratios are given per round too: both commands of a
    ratio ran back to back in the same round, which cancels slow drifts of the machine's load.
 

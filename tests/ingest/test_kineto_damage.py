@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from conftest import A100_NCCL, REPO
 from tracestory.cli import main
+from tracestory.errors import TraceFormatError
 from tracestory.ingest import kineto_text
 from tracestory.ingest.kineto import load_kineto
 
@@ -182,6 +184,15 @@ def test_flipped_bytes_in_json_give_an_answer_or_one_line(tmp_path, capsys, seed
         assert len(err) == 1 and str(p) in err[0], err
     else:
         assert code == 0 and out["gpu"]["kernel_count"] <= 2700
+
+
+def test_special_files_are_refused_before_reading(tmp_path):
+    """The Kineto reader itself (the CLI sniffs a file's type before it gets there)."""
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    with pytest.raises(TraceFormatError) as e:
+        load_kineto(fifo)
+    assert str(fifo) in str(e.value) and "regular file" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_decompressed_size_limit_from_the_environment(tmp_path, capsys, monkeypatch):

@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import stat
 import threading
 import zlib
 from pathlib import Path
@@ -164,9 +165,12 @@ class _Reader:
 
     def __iter__(self) -> Iterator[bytes]:
         try:
-            self.size = self.path.stat().st_size
+            st = self.path.stat()
         except OSError as e:
             raise TraceFormatError(self.path, "a readable file", str(e)) from None
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+            raise TraceFormatError(self.path, "a regular file", "a FIFO, device, socket or folder")
+        self.size = st.st_size
         self._thread.start()
         try:
             while True:
@@ -368,4 +372,5 @@ def _last_chunk(path: Path, text: _Buffer, document: Document, decode):
             return result
     if closed:
         raise TraceFormatError(path, "a JSON array of trace events", "invalid JSON in traceEvents")
-    raise TraceFormatError(path, "a complete JSON document", "traceEvents that do not end (a truncated or damaged file)")
+    raise TraceFormatError(path, "a Kineto trace (JSON)",
+                           "text that is not JSON: traceEvents do not end (a truncated or damaged file)")
