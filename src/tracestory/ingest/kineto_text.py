@@ -9,15 +9,21 @@ gzip, multi-member streams included) in a background thread, so that inflating o
 on a second core (``zlib`` and file reads release the GIL), and hands the reader:
 
 * the event text cut at event boundaries (``}`` ``,`` ``{``) into chunks of about ``chunk_bytes``
-  of JSON, each a complete JSON array ``[ ... ]`` (:class:`EventText`); a cut that lands inside
-  a string gives invalid JSON and the reader asks for the next boundary (:meth:`EventText.longer`);
+  of JSON, each a complete JSON array ``[ ... ]`` handed to the caller's ``decode``; a cut that
+  lands inside a string (or a nested value) gives invalid JSON, ``decode`` says so, and the chunk
+  is retried up to the next boundary;
 * the top-level keys other than ``traceEvents`` as one small JSON object (``head`` + ``"traceEvents":
   []`` + ``tail``), decoded by the caller once the stream has ended.
 
 Finding the parts without a JSON parser over the whole text: ``"traceEvents": [`` is taken as the
 array's start only where the text before it, closed with ``"traceEvents":[]}``, is valid JSON (so
 a match inside a string or a nested object is skipped). The array's end is the last ``]`` whose
-following text closes the top-level object and whose preceding text is a valid event array.
+following text closes the top-level object, that follows a ``}`` (or the array's ``[``), and
+whose preceding text is a valid event array.
+
+Limits of the model: the chunk buffer is reused, so what ``decode`` returns must not keep views
+of the text past one chunk (the Kineto reader copies what it keeps). Progress is reported in
+bytes of the file read (compressed bytes for gzip).
 
 Limits (bad or hostile input)
 -----------------------------
@@ -279,6 +285,7 @@ class _Buffer:
 
 
 _CLOSE = ord("]")
+_NON_SPACE = re.compile(rb"\S")
 _SPACE = b" \t\r\n"
 _ARRAY_END_AFTER = (ord("}"), ord("["))
 
@@ -287,11 +294,13 @@ def _find_events(path: Path, pieces: Iterator[bytes], document: Document) -> byt
     """Read up to the start of the events array; returns ``[`` + the text after it."""
     head = bytearray()
     checked = 0
+    started = False
     for piece in pieces:
         head += piece
-        first = bytes(head.lstrip()[:1])
-        if first and first != b"{":
-            _refuse_start(path, head)
+        if not started and (first := _NON_SPACE.search(head)) is not None:
+            started = True
+            if head[first.start()] != ord("{"):
+                _refuse_start(path, head)
         while (m := _EVENTS_KEY.search(head, checked)) is not None:
             checked = m.end()
             before = bytes(head[: m.start()])
