@@ -238,3 +238,17 @@ def test_gzip_bombs_stop_early_and_small(tmp_path, head, filler, words):
     assert r.returncode == 2, r.stderr[-2000:]
     assert len(lines) == 2 and str(p) in lines[0] and words in lines[0], lines
     assert int(lines[1]) < 400, f"peak RSS {lines[1]} MiB"
+
+
+def test_values_of_an_odd_type_keep_the_rest_of_their_chunk():
+    """The MI300X field trace writes "bytes": "1" (text) on HIP runtime calls, so its events go
+    through the per-event path. The shapes of its ops must survive that path (they were lost
+    once, which emptied its roofline estimate)."""
+    path = REPO / "tests" / "data" / "field" / "AMD-AGI_TraceLens__mi300x_hf_qwen1.5-0.5b_chat.json.gz"
+    events = json.load(gzip.open(path))["traceEvents"]
+    assert any(isinstance(e.get("args", {}).get("bytes"), str) for e in events)
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+    want = sorted(json.dumps(e["args"]["Input Dims"], separators=(",", ":")) for e in ops if "Input Dims" in e["args"])
+    trace = load_kineto(path)
+    got = sorted(json.dumps(json.loads(d), separators=(",", ":")) for d in trace.ops["input_dims"] if d)
+    assert len(want) == len(ops) > 4000 and got == want
