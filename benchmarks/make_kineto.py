@@ -47,7 +47,7 @@ from pathlib import Path
 import orjson
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = REPO.parent / "shared" / "fixtures" / "public" / "kineto_a100_nccl_allreduce_rank0of2.json.gz"
+DEFAULT_SOURCE = REPO / "tests" / "data" / "public" / "kineto_a100_nccl_allreduce_rank0of2.json.gz"
 
 ID_ARGS = ("correlation", "External id", "Record function id", "Ev Idx", "Sequence number")
 _STEP = re.compile(r"ProfilerStep#(\d+)$")

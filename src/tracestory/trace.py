@@ -195,6 +195,10 @@ class StringPool:
         return c
 
     def encode(self, values: Sequence[str]) -> np.ndarray:
+        try:  # usually every value is known already (later chunks of a trace): one pass
+            return np.fromiter(map(self._index.__getitem__, values), dtype=np.int32, count=len(values))
+        except KeyError:
+            pass
         for s in dict.fromkeys(values):
             if s not in self._index:
                 self.code(s)
@@ -239,6 +243,9 @@ class TraceMeta:
     # ``nsys stats cuda_gpu_kern_sum``: breakdown works, timeline analyses do not).
     has_timeline: bool = True
     extra: Mapping = field(default_factory=dict)
+    # What the reader dropped or repaired and why, with counts, one short sentence each
+    # ("848 kernel events without ph 'X' ignored"). Empty for an undamaged file.
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

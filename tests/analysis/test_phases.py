@@ -256,3 +256,26 @@ def test_profiler_steps(path, n_steps):
     assert _summary(ph) == expected
     assert ph.unassigned_kernel_count == unassigned
     assert all(p.family == "ProfilerStep" for p in ph.phases)
+
+
+def test_enclosed_by_launch_inside_any_given_cpu_range():
+    """links.enclosed_by on the hand-built OPS (launches at 50, 150, 1500, 2500, 2600 (copy),
+    3500, 5000 on thread 1, and one kernel with no launch), read by hand against these ranges."""
+    from tracestory.analysis.links import enclosed_by
+
+    ranges = [("A", 0, 100, CPU_SIDE, 1, 0), ("B", 100, 1600, CPU_SIDE, 1, 0),  # touching A
+              ("G", 120, 130, CPU_SIDE, 1, 1),  # nested in B
+              ("C", 2400, 2450, CPU_SIDE, 1, 0),  # no launch inside
+              ("D", 3000, 4000, CPU_SIDE, 2, 0),  # 3500 is inside, but on thread 1
+              ("E", 4900, 5100, CPU_SIDE, -1, 0),  # unknown thread: any thread's launch at 5000
+              ("F", 0, 9000, GPU_SIDE, 7, 0)]  # GPU side: never encloses
+    t = _trace(ranges)
+    names = [t.name(int(c)) for c in t.ranges["name"]]
+    rows = lambda *which: np.array([names.index(w) for w in which])
+    kernels = [t.name(int(c)) for c in t.kernels["name"]]
+    assert kernels == ["gemm", "gemm", "attn", "attn", "attn", "late", "lost"]  # by GPU start
+    assert enclosed_by(t, t.kernels, rows(*"ABGCDEF")).tolist() == [True, True, True, False, False, True, False]
+    assert enclosed_by(t, t.memops, rows(*"ABGCDEF")).tolist() == [False]  # copy launched at 2600
+    assert enclosed_by(t, t.kernels, rows("B")).tolist() == [False, True, True, False, False, False, False]
+    assert enclosed_by(t, t.kernels, rows("C", "D", "F")).tolist() == [False] * 7
+    assert enclosed_by(t, t.kernels, rows()).tolist() == [False] * 7

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace import CPU_SIDE, Table, Trace
+from . import intervals
 
 
 def launch_index(trace: Trace, activity: Table) -> np.ndarray:
@@ -62,17 +63,27 @@ def launch_thread(trace: Trace, activity: Table) -> np.ndarray:
 
 def enclosed_by(trace: Trace, activity: Table, range_rows: np.ndarray) -> np.ndarray:
     """Boolean mask over ``activity``: launched inside any of the given CPU ``ranges`` rows
-    (same thread, launch start within ``[start, end)``). Activities without a known launch
-    are never enclosed."""
+    (same thread, launch start within ``[start, end)``; a range with an unknown thread, tid < 0,
+    encloses launches of any thread). Activities without a known launch are never enclosed.
+
+    Vectorized per thread: the thread's ranges are merged into disjoint intervals (a launch is
+    inside some range iff it is inside their union) and each launch is placed by one
+    ``searchsorted``."""
     starts = launch_start_ns(trace, activity)
     tids = launch_thread(trace, activity)
     mask = np.zeros(len(starts), dtype=bool)
     r = trace.ranges
-    for i in np.asarray(range_rows, dtype=np.int64):
-        if r["side"][i] != CPU_SIDE:
-            continue
-        inside = (starts >= r["start_ns"][i]) & (starts < r["end_ns"][i]) & (starts >= 0)
-        if r["tid"][i] >= 0:
-            inside &= tids == r["tid"][i]
-        mask |= inside
+    rows = np.asarray(range_rows, dtype=np.int64)
+    rows = rows[r["side"][rows] == CPU_SIDE]
+    known = starts >= 0
+    r_tid = r["tid"][rows]
+    for tid in np.unique(r_tid):
+        sel = rows[r_tid == tid]
+        s, e = intervals.union(r["start_ns"][sel], r["end_ns"][sel])
+        idx = np.flatnonzero(known if tid < 0 else known & (tids == tid))
+        at = starts[idx]
+        pos = np.searchsorted(s, at, side="right") - 1
+        inside = pos >= 0
+        inside[inside] = at[inside] < e[pos[inside]]
+        mask[idx[inside]] = True
     return mask

@@ -161,14 +161,14 @@ def estimate_roofline(trace, peaks: Peaks | None) -> Roofline:
     kb[ok] = bytes_op[op_row[ok]] * share[ok]
     names = k["name"]
     points = []
-    for code in np.unique(names):
-        m = (names == code) & np.isfinite(kf) & np.isfinite(kb)
-        if not m.any():
-            continue
-        rows_m = np.flatnonzero(m)
-        precs = [prec_op[op_row[i]] for i in rows_m[:1]]
-        points.append(place(trace.name(int(code)), None, precs[0], float(kf[m].sum()), float(kb[m].sum()),
-                            int(dur[m].sum()), peaks, estimate=True, count=int(m.sum())))
+    # One group per kernel name (ascending code), rows ascending within it.
+    valid = np.flatnonzero(np.isfinite(kf) & np.isfinite(kb))
+    by_name = valid[np.argsort(names[valid], kind="stable")]
+    cut = np.flatnonzero(np.diff(names[by_name])) + 1
+    for rows_m in np.split(by_name, cut) if len(by_name) else ():
+        points.append(place(trace.name(int(names[rows_m[0]])), None, prec_op[op_row[rows_m[0]]],
+                            float(kf[rows_m].sum()), float(kb[rows_m].sum()), int(dur[rows_m].sum()), peaks,
+                            estimate=True, count=len(rows_m)))
     points.sort(key=lambda p: -(p.duration_ns or 0))
     # Physics: no kernel runs above its roof. An estimate that does is wrong, not fast.
     dropped = tuple((p.label, p.pct_of_roof) for p in points if p.pct_of_roof is not None and p.pct_of_roof > ROOF_TOLERANCE_PCT)
@@ -254,18 +254,24 @@ def _cost(name: str, dims_raw, types_raw, flops_field: float) -> tuple[float, fl
 
 def _op_costs(trace, rows: np.ndarray):
     """Per-op (FLOPs, bytes, precision) for the op rows in ``rows``; NaN elsewhere. Ops with the
-    same name, shapes and types are costed once."""
+    same name, shapes, types and flops field are costed once: the rows are grouped by that key
+    at C speed (tuples hashed by a dict), and only one row per distinct key runs Python code."""
     ops = trace.ops
     n = len(ops)
-    flops, byts, prec = np.full(n, np.nan), np.full(n, np.nan), [None] * n
-    cache: dict = {}
+    flops, byts, prec = np.full(n, np.nan), np.full(n, np.nan), np.full(n, None, dtype=object)
+    if len(rows) == 0:
+        return flops, byts, prec
     names, dims, types, ff = ops["name"], ops["input_dims"], ops["input_types"], ops["flops"]
-    for r in rows.tolist():
-        f = float(ff[r])
-        # NaN (no flops field) never equals itself: key it as None, or every lookup misses
-        key = (int(names[r]), bytes(dims[r] or b""), bytes(types[r] or b""), f if f == f else None)
-        got = cache.get(key)
-        if got is None:
-            got = cache[key] = _cost(trace.name(key[0]), dims[r], types[r], f)
-        flops[r], byts[r], prec[r] = got
+    # The flops field by its bits: NaN (no flops field) never equals itself, its bits do.
+    keys = list(zip(names[rows].tolist(), dims[rows].tolist(), types[rows].tolist(),
+                    np.ascontiguousarray(ff[rows], dtype=np.float64).view(np.int64).tolist()))
+    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))  # key -> its first position
+    costs = [_cost(trace.name(key[0]), key[1], key[2], float(ff[rows[i]])) for key, i in first.items()]
+    group = dict(zip(first, range(len(first))))
+    g = np.fromiter(map(group.__getitem__, keys), dtype=np.int64, count=len(keys))
+    flops[rows] = np.array([c[0] for c in costs], dtype=np.float64)[g]
+    byts[rows] = np.array([c[1] for c in costs], dtype=np.float64)[g]
+    p_group = np.empty(len(costs), dtype=object)
+    p_group[:] = [c[2] for c in costs]
+    prec[rows] = p_group[g]
     return flops, byts, prec

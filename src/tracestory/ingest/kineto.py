@@ -27,13 +27,25 @@ link is the ``correlation`` arg, which both sides carry.
 
 How it stays fast and small on multi-GB traces
 -----------------------------------------------
-The document is decompressed once into one buffer. ``msgspec`` decodes the top level with
-``traceEvents`` left as a raw slice, which is then cut into ~32 MB chunks at event boundaries
-(``},{``) and decoded chunk by chunk into typed structs that keep only the fields we use.
-Columns are pulled out of each chunk with C-level ``map``/``attrgetter`` and names are
+:mod:`.kineto_text` streams the text (inflated in a background thread) and cuts the
+``traceEvents`` array into ~32 MB chunks at event boundaries (``},{``); the whole document is
+never in memory. Each chunk is decoded by ``msgspec`` into typed structs that keep only the fields
+we use (the collective fields only for chunks whose text holds "Collective name"). Columns are
+pulled out of each chunk with C-level ``map``/``attrgetter``/``np.fromiter`` and names are
 dictionary-encoded (:class:`~tracestory.trace.StringPool`), so no Python code runs per event and
-peak memory is the buffer plus the kept columns plus one chunk of objects. A cut that lands
-inside a string makes that chunk invalid JSON; the chunk is then merged with the next one.
+peak memory is one chunk of text and objects plus the kept columns. A cut that lands inside a
+string makes that chunk invalid JSON; the chunk is then extended to the next boundary.
+
+Damaged input
+-------------
+What cannot be read is refused in one line (:class:`~tracestory.errors.TraceFormatError`):
+truncated or corrupt gzip, text that is not JSON, a document that ends inside ``traceEvents``,
+nesting deeper than the interpreter's recursion limit, more decompressed text than
+``TRACESTORY_MAX_DECOMPRESSED`` (see :mod:`.kineto_text`). Events that cannot be placed are
+dropped or repaired and counted in ``TraceMeta.warnings``: events of a known category whose
+``ph`` is not "X", complete events without ``cat``, a ``ts`` or ``dur`` that is not a number,
+``ts`` beyond +-2**62 ns, a negative ``dur`` or one over 2**62 ns (int64 ns would overflow),
+names that are numbers (kept as their text), args of the wrong type (that arg ignored).
 
 Limits
 ------
@@ -48,8 +60,8 @@ import gc
 import math
 import os
 import re
-from dataclasses import dataclass
-from itertools import compress
+from collections import Counter
+from itertools import chain, compress, repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Callable
@@ -58,7 +70,6 @@ import msgspec
 import numpy as np
 
 from ..errors import TraceFormatError
-from .files import read_bytes
 from ..trace import (
     API_DRIVER,
     API_RUNTIME,
@@ -73,15 +84,17 @@ from ..trace import (
     build_trace,
     make_table,
 )
+from .kineto_text import NESTING_EXPECTED, Document, stream_document
 
 CHUNK_BYTES = 32 << 20
-_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 Progress = Callable[[int, int], None]
 
 
 # --------------------------------------------------------------------------- typed events
 class _Args(msgspec.Struct, gc=False):
+    """The args we keep, for chunks without collectives (most traces: no field to fill in)."""
+
     external_id: int = msgspec.field(default=-1, name="External id")
     correlation: int = -1
     device: int = -1
@@ -100,7 +113,12 @@ class _Args(msgspec.Struct, gc=False):
     device_id: int = msgspec.field(default=-1, name="Device Id")
     device_type: int = msgspec.field(default=-1, name="Device Type")
     name: str = ""  # metadata events: process_name / thread_name
-    # Collective kernels (and their record_param_comms op) carry the collective's arguments.
+
+
+class _CollArgs(_Args, gc=False):
+    """:class:`_Args` and the collective's arguments that collective kernels (and their
+    ``record_param_comms`` op) carry: decoded only for chunks whose text holds "Collective name"."""
+
     coll_name: str = msgspec.field(default="", name="Collective name")
     in_nelems: int = msgspec.field(default=-1, name="In msg nelems")
     out_nelems: int = msgspec.field(default=-1, name="Out msg nelems")
@@ -120,11 +138,17 @@ class _Event(msgspec.Struct, gc=False):
     tid: int | str = -1
     ts: float = math.nan
     dur: float = 0.0
-    args: _Args = msgspec.field(default_factory=_Args)
+    args: _Args | None = None  # None, not a default instance: flows carry no args (10% of decoding)
+
+
+class _CollEvent(_Event, gc=False):
+    args: _CollArgs | None = None
+
+
+_NO_ARGS = _CollArgs()
 
 
 class _Doc(msgspec.Struct):
-    traceEvents: msgspec.Raw = msgspec.Raw(b"")
     deviceProperties: list[dict] | None = None
     distributedInfo: dict | None = None
     schemaVersion: int | None = None
@@ -143,6 +167,9 @@ class _Doc(msgspec.Struct):
 
 # Event routing: cat -> table kind.
 _K_KERNEL, _K_MEMCPY, _K_MEMSET, _K_RUNTIME, _K_DRIVER, _K_OP, _K_RANGE_CPU, _K_RANGE_GPU = range(8)
+_K_NO_CAT = -2
+_KIND_CAT = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation",
+             "gpu_user_annotation")
 _CAT_KIND = {
     "kernel": _K_KERNEL, "Kernel": _K_KERNEL,
     "gpu_memcpy": _K_MEMCPY, "Memcpy": _K_MEMCPY,
@@ -152,7 +179,10 @@ _CAT_KIND = {
     "cpu_op": _K_OP, "Operator": _K_OP,
     "user_annotation": _K_RANGE_CPU,
     "gpu_user_annotation": _K_RANGE_GPU,
+    "": _K_NO_CAT,
 }
+# Times kept as int64 ns: |ts| and dur below 2**62 ns, so that ts + dur cannot overflow.
+_MAX_US = float(1 << 62) / 1000.0
 _MEMORY_NAME = "[memory]"
 
 _MEMCPY_KIND = {
@@ -172,90 +202,131 @@ def _memcpy_kind(name: str) -> int:
 
 
 # --------------------------------------------------------------------------- chunked decode
-def _chunks(raw: memoryview, path: Path):
-    """Decoded event lists, ~CHUNK_BYTES of JSON each, in file order."""
-    # raw is the array text "[ ... ]"; strip the brackets.
-    body = raw[1:-1]
-    n = len(body)
-    start = 0
-    decoder = msgspec.json.Decoder(list[_Event])
-    while start < n:
-        cut = start + CHUNK_BYTES
-        while True:
-            if cut >= n:
-                end, nxt = n, n
-            else:
-                m = _EVENT_BOUNDARY.search(body, cut)
-                if m is None:
-                    end, nxt = n, n
-                else:
-                    end, nxt = m.start() + 1, m.end() - 1  # keep "}" ... restart at "{"
-            text = bytearray(b"[")  # one copy of the slice, brackets added in place
-            text += body[start:end]
-            text += b"]"
-            events = _decode_chunk(decoder, text, path)
-            if events is not None:
-                yield events, end
-                break
-            if end >= n:
-                raise TraceFormatError(path, "a JSON array of trace events", "invalid JSON in traceEvents")
-            cut = nxt + 1  # the cut fell inside a string: take a larger chunk
-        start = nxt
+class _ChunkDecoder:
+    """Typed decode of one chunk of events (:func:`~.kineto_text.stream_document` cuts them).
+
+    ``None`` means the text is not valid JSON (a cut inside a string: the caller retries with a
+    longer chunk). Valid JSON whose values do not fit the typed schema goes through
+    :func:`_lenient_events`, which keeps what it can and counts what it drops in ``warnings``."""
+
+    def __init__(self, path: Path, warnings: Counter):
+        self.path = path
+        self.warnings = warnings
+        self.lean = msgspec.json.Decoder(list[_Event])
+        self.full = msgspec.json.Decoder(list[_CollEvent])
+        self.collectives = False  # whether the last chunk decoded may hold collective args
+
+    def __call__(self, text: memoryview) -> list | None:
+        self.collectives = text.obj.find(b'"Collective name"', 0, len(text)) >= 0
+        try:
+            try:
+                return (self.full if self.collectives else self.lean).decode(text)
+            except msgspec.ValidationError:
+                pass  # valid JSON whose values do not fit the typed schema, or a bad cut further on
+            except msgspec.DecodeError:
+                return None
+            try:
+                items = msgspec.json.decode(text)
+            except msgspec.DecodeError:
+                return None
+        except RecursionError:
+            raise TraceFormatError(self.path, NESTING_EXPECTED, "deeper nesting in traceEvents") from None
+        return _lenient_events(items, self.warnings)
 
 
-def _decode_chunk(decoder, text: bytes, path: Path) -> list | None:
-    """Typed decode of one chunk; ``None`` when the chunk is not valid JSON (a bad cut)."""
-    try:
-        return decoder.decode(text)
-    except msgspec.ValidationError:
-        pass  # valid JSON whose values do not fit the typed schema, or a bad cut further on
-    except msgspec.DecodeError:
-        return None
-    try:
-        items = msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        return None
-    return _lenient_events(items)
-
-
-def _lenient_events(items: list) -> list[_Event]:
-    """Slow path for chunks whose events do not match the typed schema (a string where a number
-    is expected, nulls): convert event by event and keep what converts."""
+def _lenient_events(items: list, warnings: Counter) -> list[_Event]:
+    """Slow path for chunks whose events do not match the typed schema: convert event by event,
+    keep what converts, and count in ``warnings`` what was dropped or repaired."""
     out = []
     for item in items:
         if not isinstance(item, dict):
+            warnings["trace events that are not JSON objects ignored"] += 1
+            continue
+        ev = {}
+        for k in _EVENT_FIELDS:
+            v = item.get(k)
+            if v is None:
+                continue
+            if k in _TEXT_FIELDS and not isinstance(v, str):
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    warnings[f"events with a number as '{k}' (read as its text)"] += 1
+                    v = str(v)
+                else:
+                    warnings[f"events with a '{k}' that is not text (ignored)"] += 1
+                    continue
+            elif k in _NUMBER_FIELDS and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                v = _number_or_none(v)
+                if v is None:
+                    ev = None
+                    warnings[f"events dropped: '{k}' is not a number"] += 1
+                    break
+                warnings[f"events with '{k}' as text (read as a number)"] += 1
+            elif k in ("pid", "tid") and (isinstance(v, bool) or not isinstance(v, (int, str))):
+                continue
+            ev[k] = v
+        if ev is None:
             continue
         args = item.get("args")
-        clean_args = {}
-        if isinstance(args, dict):
-            for k, v in args.items():
-                if v is not None:
-                    clean_args[k] = v
-        ev = {k: v for k, v in item.items() if k in _Event.__struct_fields__ and v is not None and k != "args"}
-        for key in ("pid", "tid"):
-            if key in ev and not isinstance(ev[key], (int, str)):
-                ev.pop(key)
+        clean_args = {k: msgspec.Raw(msgspec.json.encode(v)) if k in _RAW_ARGS else v
+                      for k, v in args.items() if v is not None} if isinstance(args, dict) else {}
         try:
-            out.append(msgspec.convert({**ev, "args": clean_args}, _Event, strict=False))
+            out.append(msgspec.convert({**ev, "args": clean_args}, _CollEvent, strict=False))
+            continue
         except msgspec.ValidationError:
-            # keep the event without the args that do not convert
-            fixed = {}
-            for k, v in clean_args.items():
-                try:
-                    msgspec.convert({k: v}, _Args, strict=False)
-                    fixed[k] = v
-                except msgspec.ValidationError:
-                    pass
+            pass
+        # keep the event without the args that do not convert
+        fixed = {}
+        for k, v in clean_args.items():
             try:
-                out.append(msgspec.convert({**ev, "args": fixed}, _Event, strict=False))
+                msgspec.convert({k: v}, _CollArgs, strict=False)
+                fixed[k] = v
             except msgspec.ValidationError:
-                continue
+                warnings[f"event args '{k}' of the wrong type (ignored)"] += 1
+        try:
+            out.append(msgspec.convert({**ev, "args": fixed}, _CollEvent, strict=False))
+        except msgspec.ValidationError:
+            warnings["events that do not convert (ignored)"] += 1
     return out
+
+
+def _number_or_none(v) -> float | None:
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+_RAW_ARGS = frozenset(f.encode_name for f in msgspec.structs.fields(_CollArgs) if f.type is msgspec.Raw)
+_EVENT_FIELDS = tuple(f for f in _Event.__struct_fields__ if f != "args")
+_TEXT_FIELDS = frozenset(("ph", "cat", "name"))
+_NUMBER_FIELDS = frozenset(("ts", "dur"))
 
 
 # --------------------------------------------------------------------------- columns
 def _col(events, getter) -> list:
     return list(map(getter, events))
+
+
+def _args(events: list[_Event]) -> list[_Args]:
+    """The args of each event; an event without args gets the defaults (all missing)."""
+    a = _col(events, attrgetter("args"))
+    if None in a:
+        a = [x if x is not None else _NO_ARGS for x in a]
+    return a
+
+
+def _int_col(objs: list, getter) -> np.ndarray:
+    """An integer field of every object as int64 (no intermediate list when all are ints)."""
+    try:
+        return np.fromiter(map(getter, objs), dtype=np.int64, count=len(objs))
+    except (TypeError, ValueError, OverflowError):
+        return _ints(_col(objs, getter))
+
+
+def _float_col(objs: list, getter) -> np.ndarray:
+    return np.fromiter(map(getter, objs), dtype=np.float64, count=len(objs))
 
 
 def _ints(values: list) -> np.ndarray:
@@ -281,6 +352,11 @@ def _dims3(values: list) -> np.ndarray:
     """grid/block lists -> (n, 3) int32; missing -> -1."""
     if not values:
         return np.full((0, 3), -1, dtype=np.int32)
+    try:  # the usual case, every value a list of 3: flattened at C speed
+        if np.all(np.fromiter(map(len, values), dtype=np.int64, count=len(values)) == 3):
+            return np.fromiter(chain.from_iterable(values), dtype=np.int32, count=3 * len(values)).reshape(-1, 3)
+    except TypeError:  # a missing value (None)
+        pass
     try:
         arr = np.array(values, dtype=np.int32)
         if arr.ndim == 2 and arr.shape[1] == 3:
@@ -302,46 +378,80 @@ class _Builder:
         self.event_count = 0
         self.kernel_count = 0  # kernels added so far: the row offset of the next chunk's kernels
         self.comm_ops: list[dict] = []  # collective args found on CPU ops, by External id
+        self.warnings: Counter = Counter()  # what was dropped or repaired, and how often
+        self.collectives = True  # whether the chunk being added may hold collective args
 
-    def add(self, events: list[_Event]) -> None:
+    def add(self, events: list[_Event], collectives: bool = True) -> None:
         self.event_count += len(events)
+        self.collectives = collectives
+        n = len(events)
         cats = _col(events, attrgetter("cat"))
-        kinds = np.fromiter(map(_CAT_KIND.get, cats, [-1] * len(cats)), dtype=np.int8, count=len(cats))
+        kinds = np.fromiter(map(_CAT_KIND.get, cats, repeat(-1, n)), dtype=np.int8, count=n)
         phs = _col(events, attrgetter("ph"))
-        is_x = np.fromiter(map("X".__eq__, phs), dtype=bool, count=len(phs))
-        for kind in np.unique(kinds[is_x & (kinds >= 0)]):
-            self._add_kind(int(kind), list(compress(events, is_x & (kinds == kind))))
-        names = _col(events, attrgetter("name"))
+        is_x = np.fromiter(map("X".__eq__, phs), dtype=bool, count=n)
+        routed = kinds >= 0
+        kinds_x = np.where(is_x, kinds, -1)
+        for kind in np.unique(kinds_x[kinds_x >= 0]):
+            self._add_kind(int(kind), list(map(events.__getitem__, np.flatnonzero(kinds_x == kind).tolist())))
+        self._count_unrouted(cats, kinds, is_x, routed)
+        if is_x.all():
+            return
+        others = list(compress(events, ~is_x))  # instants ([memory]), metadata, flows
+        names = _col(others, attrgetter("name"))
         is_mem = np.fromiter(map(_MEMORY_NAME.__eq__, names), dtype=bool, count=len(names))
         if is_mem.any():
-            self._add_memory(list(compress(events, is_mem)))
-        is_meta = np.fromiter(map("M".__eq__, phs), dtype=bool, count=len(phs))
-        if is_meta.any():
-            for ev in compress(events, is_meta):  # a handful per trace
-                if ev.name == "process_name" and isinstance(ev.pid, int) and ev.args.name:
-                    self.process_names[ev.pid] = ev.args.name
+            self._add_memory(list(compress(others, is_mem)))
+        for ev in compress(others, map("M".__eq__, _col(others, attrgetter("ph")))):  # a handful per trace
+            if ev.name == "process_name" and isinstance(ev.pid, int) and ev.args is not None and ev.args.name:
+                self.process_names[ev.pid] = ev.args.name
 
-    def _common(self, evs):
-        ts = _ns(_col(evs, attrgetter("ts")))
-        dur = _ns(_col(evs, attrgetter("dur")))
-        return ts, ts + dur, self.pool.encode(_col(evs, attrgetter("name")))
+    def _count_unrouted(self, cats: list, kinds: np.ndarray, is_x: np.ndarray, routed: np.ndarray) -> None:
+        """Events that look like ours but cannot be placed: counted in ``warnings``."""
+        no_x = routed & ~is_x
+        if no_x.any():
+            for cat, count in Counter(compress(cats, no_x)).items():
+                self.warnings[f"'{cat}' events without ph 'X' ignored"] += count
+        no_cat = int(np.count_nonzero(is_x & (kinds == _K_NO_CAT)))
+        if no_cat:
+            self.warnings["complete events (ph 'X') without a 'cat' ignored"] += no_cat
+
+    def _common(self, kind: int, evs: list[_Event]):
+        """(events, start_ns, end_ns, name codes): events whose times cannot be integer ns are
+        dropped and counted."""
+        ts = _float_col(evs, attrgetter("ts"))
+        dur = _float_col(evs, attrgetter("dur"))
+        ok = (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)  # NaN compares False
+        if not ok.all():
+            bad_ts = ~(np.abs(ts) < _MAX_US)
+            cat = _KIND_CAT[kind]
+            if bad_ts.any():
+                self.warnings[f"'{cat}' events dropped: 'ts' missing or out of range"] += int(bad_ts.sum())
+            bad_dur = int(np.count_nonzero(~ok & ~bad_ts))
+            if bad_dur:
+                self.warnings[f"'{cat}' events dropped: 'dur' negative or over 2**62 ns"] += bad_dur
+            evs = list(compress(evs, ok))
+            ts, dur = ts[ok], dur[ok]
+        start = np.rint(ts * 1000.0).astype(np.int64)
+        return evs, start, start + np.rint(dur * 1000.0).astype(np.int64), self.pool.encode(_col(evs, attrgetter("name")))
 
     def _add_kind(self, kind: int, evs: list[_Event]) -> None:
-        start, end, name = self._common(evs)
-        a = _col(evs, attrgetter("args"))
-        ext = _ints(_col(a, attrgetter("external_id")))
+        evs, start, end, name = self._common(kind, evs)
+        if not evs:
+            return
+        a = _args(evs)
+        ext = _int_col(a, attrgetter("external_id"))
         if kind in (_K_KERNEL, _K_MEMCPY, _K_MEMSET):
-            device = _ints(_col(a, attrgetter("device")))
-            stream = _ints(_col(a, attrgetter("stream")))
+            device = _int_col(a, attrgetter("device"))
+            stream = _int_col(a, attrgetter("stream"))
             # Events without args (old formats): the GPU lane is pid = device, tid = stream.
             no_dev = device < 0
             if no_dev.any():
-                device[no_dev] = _ints(_col(evs, attrgetter("pid")))[no_dev]
+                device[no_dev] = _int_col(evs, attrgetter("pid"))[no_dev]
             no_stream = stream < 0
             if no_stream.any():
-                stream[no_stream] = _ints(_col(evs, attrgetter("tid")))[no_stream]
+                stream[no_stream] = _int_col(evs, attrgetter("tid"))[no_stream]
             common = dict(start_ns=start, end_ns=end, name=name, device=device, stream=stream,
-                          correlation=_ints(_col(a, attrgetter("correlation"))), external_id=ext)
+                          correlation=_int_col(a, attrgetter("correlation")), external_id=ext)
             if kind == _K_KERNEL:
                 grid = _dims3(_col(a, attrgetter("grid")))
                 block = _dims3(_col(a, attrgetter("block")))
@@ -349,8 +459,8 @@ class _Builder:
                     common,
                     grid_x=grid[:, 0], grid_y=grid[:, 1], grid_z=grid[:, 2],
                     block_x=block[:, 0], block_y=block[:, 1], block_z=block[:, 2],
-                    registers_per_thread=_ints(_col(a, attrgetter("registers"))),
-                    shared_mem_bytes=_ints(_col(a, attrgetter("shared_memory"))),
+                    registers_per_thread=_int_col(a, attrgetter("registers")),
+                    shared_mem_bytes=_int_col(a, attrgetter("shared_memory")),
                 ))
                 self._add_collectives(a, common)
                 self.kernel_count += len(evs)
@@ -359,19 +469,19 @@ class _Builder:
                     mkind = np.zeros(len(evs), dtype=np.int32)
                 else:
                     mkind = np.fromiter(map(_memcpy_kind, _col(evs, attrgetter("name"))), dtype=np.int32, count=len(evs))
-                self.parts["memops"].append(dict(common, kind=mkind, bytes=_ints(_col(a, attrgetter("bytes")))))
+                self.parts["memops"].append(dict(common, kind=mkind, bytes=_int_col(a, attrgetter("bytes"))))
         elif kind in (_K_RUNTIME, _K_DRIVER):
             self.parts["api"].append(dict(
                 start_ns=start, end_ns=end, name=name, external_id=ext,
-                correlation=_ints(_col(a, attrgetter("correlation"))),
-                pid=_ints(_col(evs, attrgetter("pid"))), tid=_ints(_col(evs, attrgetter("tid"))),
+                correlation=_int_col(a, attrgetter("correlation")),
+                pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
                 kind=np.full(len(evs), API_RUNTIME if kind == _K_RUNTIME else API_DRIVER, dtype=np.int32),
             ))
         elif kind == _K_OP:
             self.parts["ops"].append(dict(
                 start_ns=start, end_ns=end, name=name, external_id=ext,
-                pid=_ints(_col(evs, attrgetter("pid"))), tid=_ints(_col(evs, attrgetter("tid"))),
-                flops=np.asarray(_col(a, attrgetter("flops")), dtype=np.float64),
+                pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
+                flops=_float_col(a, attrgetter("flops")),
                 input_dims=_raw_column(_col(a, attrgetter("input_dims"))),
                 input_types=_raw_column(_col(a, attrgetter("input_types"))),
             ))
@@ -379,35 +489,37 @@ class _Builder:
         else:
             gpu = kind == _K_RANGE_GPU
             if gpu:
-                device = _ints(_col(a, attrgetter("device")))
-                pid = _ints(_col(evs, attrgetter("pid")))
+                device = _int_col(a, attrgetter("device"))
+                pid = _int_col(evs, attrgetter("pid"))
                 device = np.where(device >= 0, device, pid)
             else:
                 device = np.full(len(evs), -1, dtype=np.int64)
             self.parts["ranges"].append(dict(
                 start_ns=start, end_ns=end, name=name, external_id=ext,
                 side=np.full(len(evs), GPU_SIDE if gpu else CPU_SIDE, dtype=np.int32),
-                pid=_ints(_col(evs, attrgetter("pid"))), tid=_ints(_col(evs, attrgetter("tid"))),
+                pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
                 device=device, domain=np.zeros(len(evs), dtype=np.int32),
             ))
 
     def _coll_args(self, a: list[_Args]) -> tuple[np.ndarray, dict] | None:
         """Rows (of ``a``) that carry "Collective name", and their collectives columns."""
+        if not self.collectives:
+            return None
         has = np.fromiter(map(bool, _col(a, attrgetter("coll_name"))), dtype=bool, count=len(a))
         if not has.any():
             return None
         ca = list(compress(a, has))  # collectives are few: per-row Python below is cheap
-        seq = _ints(_col(ca, attrgetter("seq")))
+        seq = _int_col(ca, attrgetter("seq"))
         enc = self.pool.encode
         return np.flatnonzero(has), dict(
             name=enc(_col(ca, attrgetter("coll_name"))),
-            in_nelems=_ints(_col(ca, attrgetter("in_nelems"))),
-            out_nelems=_ints(_col(ca, attrgetter("out_nelems"))),
-            group_size=_ints(_col(ca, attrgetter("group_size"))),
+            in_nelems=_int_col(ca, attrgetter("in_nelems")),
+            out_nelems=_int_col(ca, attrgetter("out_nelems")),
+            group_size=_int_col(ca, attrgetter("group_size")),
             dtype=enc([_raw_text(x.dtype) for x in ca]),
             pg_name=enc([_raw_text(x.pg_name) for x in ca]),
             pg_ranks=enc([_ranks_text(x.pg_ranks) for x in ca]),
-            seq=np.where(seq >= 0, seq, _ints(_col(ca, attrgetter("seq_lower")))),
+            seq=np.where(seq >= 0, seq, _int_col(ca, attrgetter("seq_lower"))),
         )
 
     def _add_collectives(self, a: list[_Args], common: dict) -> None:
@@ -431,16 +543,21 @@ class _Builder:
             self.comm_ops.append(dict(cols, external_id=ext[rows]))
 
     def _add_memory(self, evs: list[_Event]) -> None:
-        a = _col(evs, attrgetter("args"))
-        dev_type = _ints(_col(a, attrgetter("device_type")))
-        dev_id = _ints(_col(a, attrgetter("device_id")))
+        ts = np.array(_col(evs, attrgetter("ts")), dtype=np.float64)
+        ok = np.abs(ts) < _MAX_US
+        if not ok.all():
+            self.warnings["'[memory]' samples dropped: 'ts' missing or out of range"] += int(np.count_nonzero(~ok))
+            evs = list(compress(evs, ok))
+        a = _args(evs)
+        dev_type = _int_col(a, attrgetter("device_type"))
+        dev_id = _int_col(a, attrgetter("device_id"))
         self.parts["memory"].append(dict(
             ts_ns=_ns(_col(evs, attrgetter("ts"))),
             device=np.where(dev_type == 1, dev_id, -1),
-            allocated_bytes=_ints(_col(a, attrgetter("total_allocated"))),
-            reserved_bytes=_ints(_col(a, attrgetter("total_reserved"))),
-            delta_bytes=_ints(_col(a, attrgetter("delta_bytes"))),
-            pid=_ints(_col(evs, attrgetter("pid"))),
+            allocated_bytes=_int_col(a, attrgetter("total_allocated")),
+            reserved_bytes=_int_col(a, attrgetter("total_reserved")),
+            delta_bytes=_int_col(a, attrgetter("delta_bytes")),
+            pid=_int_col(evs, attrgetter("pid")),
         ))
 
     def table(self, kind: str):
@@ -453,9 +570,14 @@ class _Builder:
 
 def _raw_column(raws: list) -> np.ndarray:
     """Raw JSON slices -> object array of bytes (b"" when absent). Parse with :func:`parse_json_field`."""
+    if raws.count(_NO_RAW) == len(raws):  # shapes not recorded: every value is the default
+        return np.full(len(raws), b"", dtype=object)
     out = np.empty(len(raws), dtype=object)
     out[:] = list(map(bytes, raws))
     return out
+
+
+_NO_RAW = _NO_ARGS.input_dims
 
 
 _NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl", re.IGNORECASE)
@@ -554,29 +676,16 @@ def range_depth(start: np.ndarray, end: np.ndarray, lane: np.ndarray) -> np.ndar
 
 
 # --------------------------------------------------------------------------- entry point
-@dataclass(frozen=True)
-class _Header:
-    doc: _Doc
-    raw_events: memoryview
-
-
-def _parse_header(buf, path: Path) -> _Header:
+def _outer(document: Document, path: Path) -> _Doc:
+    """The top-level keys other than traceEvents."""
     try:
-        doc = msgspec.json.decode(buf, type=_Doc)
+        return msgspec.json.decode(document.outer_json(), type=_Doc)
     except msgspec.ValidationError as e:
         raise TraceFormatError(path, "a Kineto trace (a JSON object with traceEvents)", f"unexpected JSON layout ({e})") from None
     except msgspec.DecodeError as e:
-        head = bytes(memoryview(buf)[:40]).decode("utf-8", "replace").strip()
-        found = "an empty file" if len(buf) == 0 else f"text that is not JSON ({e}; starts with {head!r})"
-        raise TraceFormatError(path, "a Kineto trace (JSON)", found) from None
-    if len(doc.traceEvents) == 0:
-        top = msgspec.json.decode(buf)
-        keys = sorted(top)[:8] if isinstance(top, dict) else []
-        raise TraceFormatError(path, "a JSON object with a traceEvents array", f"an object with keys {keys} and no traceEvents")
-    raw = memoryview(doc.traceEvents)
-    if bytes(raw[:1]) != b"[":
-        raise TraceFormatError(path, "traceEvents to be an array", f"traceEvents starting with {bytes(raw[:20])!r}")
-    return _Header(doc, raw)
+        raise TraceFormatError(path, "a Kineto trace (JSON)", f"invalid JSON around traceEvents ({e})") from None
+    except RecursionError:
+        raise TraceFormatError(path, NESTING_EXPECTED, "deeper nesting") from None
 
 
 def _devices(props: list[dict] | None) -> tuple[DeviceInfo, ...]:
@@ -618,14 +727,13 @@ def load_kineto(path: str | os.PathLike, *, require_gpu: bool = True, progress: 
 
 
 def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
-    buf = read_bytes(path)
-    header = _parse_header(buf, path)
-    total = len(header.raw_events)
     builder = _Builder()
-    for events, done in _chunks(header.raw_events, path):
-        builder.add(events)
-        if progress is not None:
-            progress(done, total)
+    document = Document()
+    decode = _ChunkDecoder(path, builder.warnings)
+    for events in stream_document(path, document, CHUNK_BYTES, decode, progress):
+        builder.add(events, decode.collectives)
+        del events  # its views of the text must go before the text can grow
+    doc = _outer(document, path)
     if builder.event_count == 0:
         raise TraceFormatError(path, "trace events", "an empty traceEvents list")
 
@@ -641,7 +749,6 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
         lane = r["side"].astype(np.int64) * (1 << 40) + np.where(r["side"] == GPU_SIDE, r["device"].astype(np.int64) * (1 << 20) + r["tid"], r["tid"])
         tables["ranges"] = r.with_columns(depth=range_depth(r["start_ns"], r["end_ns"], lane))
 
-    doc = header.doc
     dist = doc.distributedInfo or None
     rank = _int_or_none(dist.get("rank")) if dist else None
     if rank is None:
@@ -671,6 +778,7 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
         process_name=builder.process_names.get(main_pid) if main_pid is not None else None,
         distributed=dist,
         extra=extra,
+        warnings=tuple(f"{count:,} {what}" for what, count in builder.warnings.items()),
     )
     return build_trace(meta, builder.pool, **{k: v for k, v in tables.items() if v is not None})
 
