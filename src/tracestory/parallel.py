@@ -104,7 +104,6 @@ def _display(item) -> str:
 
 def _load(item) -> list:
     if isinstance(item, (str, os.PathLike)):
-
         kind, value = load_file(item)
         if kind != "traces":
             raise UsageError(f"{os.fspath(item)}: expected a rank trace (Kineto or Nsight Systems), "

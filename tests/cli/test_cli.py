@@ -91,7 +91,7 @@ def test_output_never_overwrites_an_input(tmp_path, capsys):
     assert main(["analyze", str(src), "--json", str(src)]) == 2
     assert main(["report", str(src), "-o", str(src)]) == 2
     assert src.read_bytes() == before
-    assert "refusing to overwrite" in capsys.readouterr().err
+    assert "that is not an input, found the input" in capsys.readouterr().err
 
 
 def test_report_on_ncu_only_capture_folder(tmp_path):

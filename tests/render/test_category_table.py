@@ -99,10 +99,17 @@ def test_a_kernel_without_a_name_is_counted(tmp_path):
 
 def test_categories_command_writes_the_table(tmp_path, capsys):
     out = tmp_path / "cats.json"
-    assert main(["categories", "--input", str(NSYS_2022), "--output", str(out)]) == 0
+    # The older spelling (--input, --output) still works; the taxonomy is named (the default is llm).
+    assert main(["categories", "--input", str(NSYS_2022), "--output", str(out), "--taxonomy", "moe"]) == 0
     doc = json.loads(out.read_text())
     con = sqlite3.connect(NSYS_2022)
     (n_kernels,), = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
     con.close()
     assert doc["taxonomy"] == "moe" and doc["kernel_count"] == n_kernels
     assert "Amdahl ceiling (expert_gemm)" in capsys.readouterr().out
+
+
+def test_categories_takes_a_positional_input_and_defaults_to_llm(tmp_path, capsys):
+    out = tmp_path / "cats.json"
+    assert main(["categories", str(NSYS_2022), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["taxonomy"] == "llm"

@@ -153,7 +153,6 @@ def _cap(s: np.ndarray, e: np.ndarray, max_n: int = DISPLAY_MAX) -> tuple[np.nda
 
 
 def _steps(trace: Trace, cu, mu, au) -> RankSteps:
-
     ph = phases(trace)
     chosen = [p for p in ph.phases if p.gpu_start_ns is not None]
     if ph.source != "ProfilerStep":
@@ -291,7 +290,6 @@ def align_clocks(summaries: Sequence[RankSummary], ranks: Sequence[int], per_ran
     else:
         found = [c for c in cands if c[0] == method]
         if not found:
-
             raise UsageError(f"clock alignment {method!r} is not possible for these traces "
                              f"(possible: {', '.join(c[0] for c in cands)}, collective_ends)")
         chosen = found[0]
@@ -384,7 +382,6 @@ class MultiGpu:
 
 
 def _rank_of(summaries: Sequence[RankSummary]) -> list[int]:
-
     return check_ranks([s.rank for s in summaries], [s.source for s in summaries])
 
 
@@ -435,7 +432,6 @@ def _steps_balance(summaries, ranks, stats, offsets) -> tuple[StepBalance, ...]:
 def combine(summaries: Sequence[RankSummary], *, clock: str = "auto") -> MultiGpu:
     """All ranks together (see the module docstring); ``clock`` forces an alignment method."""
     if not summaries:
-
         raise UsageError("no rank summaries to combine")
     ranks = _rank_of(summaries)
     order = np.argsort(ranks, kind="stable")

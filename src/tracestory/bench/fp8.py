@@ -256,7 +256,6 @@ def _mx_gate(sm: int) -> str | None:
 
 
 def _quant_case(qt, a, copy_gbps, iters):
-
     methods = [("per-tensor", qt.quantize_per_tensor, ref_quantize_per_tensor, 4),
                ("per-row", qt.quantize_per_row, ref_quantize_per_row, 4 * a.shape[0])]
     if a.shape[1] % 32 == 0:

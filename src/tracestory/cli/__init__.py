@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import outputs
 from ..errors import TracestoryError, UsageError
 from ..ingest import load_inputs
 from .common import (add_analysis_options, add_taxonomy, load_and_analyze, progress_factory, refuse_overwrite,
@@ -23,6 +24,9 @@ from ..analysis.breakdown import breakdown
 from ..analysis.categories import classify
 from ..render.category_table import category_table, category_table_text
 from . import bench, capture, check, compare, eval, export, loadgen, ranks, serve
+
+
+HTML_BESIDE = "beside"   # --html with no value: the .md's name with .html
 
 
 # --------------------------------------------------------------------------- commands
@@ -48,14 +52,19 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_report(args) -> int:
-
-    results = load_and_analyze(args, args.json, args.output, goal=args.goal, questions=tuple(args.question or ()),
+    html = None if args.html in (None, HTML_BESIDE) else args.html
+    results = load_and_analyze(args, args.json, args.output, html, goal=args.goal, questions=tuple(args.question or ()),
                                command="tracestory " + " ".join(sys.argv[1:]))
-    out = write_report(results, Path(args.output), plots=args.plots, json_path=args.json)
-    print(out)
+    out = write_report(results, args.output, plots=args.plots, json_path=args.json)
+    if not outputs.is_stdout(args.output):
+        print(out)
     if args.html:
-
-        print(write_html(out, Path(args.html) if args.html != "-" else out.with_suffix(".html")))
+        if outputs.is_stdout(args.output):
+            raise UsageError("--html renders the written Markdown report: give -o a file, not -")
+        html = out.with_suffix(".html") if args.html == HTML_BESIDE else args.html
+        written = write_html(out, html)
+        if not outputs.is_stdout(html):
+            print(written)
     return 0
 
 
@@ -79,19 +88,23 @@ def cmd_demo(args) -> int:
 
 
 def cmd_categories(args) -> int:
-
-    refuse_overwrite([args.input], args.output)
-    inputs = load_inputs([args.input], progress_factory=progress_factory())
+    source = args.input or args.input_flag
+    if not source:
+        raise UsageError("categories: give the input trace (tracestory categories INPUT [-o OUT])")
+    plan = refuse_overwrite([source], args.output)
+    inputs = load_inputs([source], progress_factory=progress_factory())
     if not inputs.traces:
-        raise UsageError(f"{args.input}: no GPU trace in this input")
+        raise UsageError(f"{source}: no GPU trace in this input")
     tax = taxonomy_from(args)
     # every name of every category in each breakdown, so the sample names are ranked exactly
     bds = [breakdown(t, classify(t, tax), top=len(t.kernels) + len(t.memops)) for t in inputs.traces]
     result = category_table(bds, inputs.traces, tax)
-    print(category_table_text(result))
+    to_stdout = outputs.is_stdout(args.output)
+    print(category_table_text(result), file=sys.stderr if to_stdout else sys.stdout)
     if args.output:
-        Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {args.output}")
+        plan.write_text(args.output, json.dumps(result, indent=1) + "\n")
+        if not to_stdout:
+            print(f"wrote {args.output}")
     return 0
 
 
@@ -112,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--question", action="append", help="a question the report must answer (repeatable)")
     p.add_argument("--plots", action="store_true", help="also write PNG plots next to the report (matplotlib)")
     p.add_argument("--json", metavar="OUT", help="also write all results as JSON")
-    p.add_argument("--html", nargs="?", const="-", metavar="OUT",
-                   help="also write the report as one self-contained HTML page (default: next to the .md)")
+    p.add_argument("--html", nargs="?", const=HTML_BESIDE, metavar="OUT",
+                   help="also write the report as one self-contained HTML page (no value: next to the .md; "
+                        "- for standard output)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("demo", help="report on the bundled H200 Llama trace; prints the report path")
@@ -122,9 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("categories", help="kernel-category table: GPU time per category and the Amdahl ceiling of "
                                           "the expert GEMMs (and --output JSON)")
-    p.add_argument("--input", required=True, help=".nsys-rep, .sqlite, nsys CSV or Kineto trace")
-    p.add_argument("--output", help="JSON output path")
-    add_taxonomy(p, default="moe")
+    p.add_argument("input", nargs="?", metavar="INPUT", help=".nsys-rep, .sqlite, nsys CSV or Kineto trace")
+    p.add_argument("--input", dest="input_flag", metavar="INPUT", help=argparse.SUPPRESS)  # older spelling
+    p.add_argument("-o", "--output", help="JSON output path (- for standard output; the table then goes to stderr)")
+    add_taxonomy(p)
     p.set_defaults(func=cmd_categories)
 
     for module in _command_modules():

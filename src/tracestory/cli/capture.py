@@ -67,11 +67,9 @@ def _flags(args: argparse.Namespace, tool: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-
     tool = args.capture_tool
     p = pipeline.plan(tool, args.workload or [], _flags(args, tool), config=args.config)
     if args.dry_run:
-
         for s in p.steps:
             if s.name == "torch-profile" and s.role is None:
                 print("# the workload under torch.profiler, in its own process group (Ctrl-C is forwarded):")

@@ -8,21 +8,22 @@ the input is not a readable Markdown report.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from .. import outputs
+from .common import refuse_overwrite
 from ..render.checklist import check_file, render_text
 from ..render.jsonable import jsonable
 
 
 def cmd_check(args) -> int:
-
     results = [check_file(p) for p in args.reports]
     for i, c in enumerate(results):
         if i:
             print()
         print("\n".join(render_text(c)))
     if args.json:
-        Path(args.json).write_text(json.dumps([jsonable(c) for c in results], indent=1) + "\n")
-        print(f"wrote {args.json}")
+        refuse_overwrite(args.reports, args.json).write_text(args.json, json.dumps([jsonable(c) for c in results], indent=1) + "\n")
+        if not outputs.is_stdout(args.json):
+            print(f"wrote {args.json}")
     return 1 if any(c.failed for c in results) else 0
 
 

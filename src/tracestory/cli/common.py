@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..analysis.categories import Taxonomy, load_rules, taxonomy
 from ..analysis.results import AnalysisOptions, Results, analyze_inputs
-from ..errors import UsageError
+from ..outputs import OutputPlan
 from ..ingest import Inputs, load_inputs
 
 INPUTS_HELP = ("Kineto .json(.gz), nsys .sqlite/.nsys-rep/CSV, ncu .ncu-rep/CSV, a scheduler event log, "
@@ -40,12 +40,15 @@ def taxonomy_from(args) -> Taxonomy:
     return load_rules(args.rules, base) if getattr(args, "rules", None) else base
 
 
-def refuse_overwrite(inputs, *outputs) -> None:
-    """An output path that names an input file would destroy it: refuse before reading."""
-    files = {Path(p).resolve() for p in inputs if Path(p).is_file()}
+def refuse_overwrite(inputs, *outputs) -> OutputPlan:
+    """Every output checked against every input before anything is read (files, members of
+    input folders, hardlinks and symlinks: :class:`~tracestory.outputs.OutputPlan`); returns the
+    plan, whose writers are atomic and take ``-`` for standard output."""
+    plan = OutputPlan(inputs)
     for out in outputs:
-        if out and Path(out).resolve() in files:
-            raise UsageError(f"{out}: is one of the inputs; refusing to overwrite it with output")
+        if out:
+            plan.check(out)
+    return plan
 
 
 def progress_factory(console=None):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .common import add_taxonomy, refuse_overwrite, taxonomy_from
+from .. import outputs
 from ..analysis import analyze
 from ..errors import UsageError
 from ..ingest import load_inputs
@@ -30,7 +31,6 @@ def _label(path: str) -> str:
 
 
 def _load_one(path: str, taxonomy):
-
     inputs = load_inputs([path])
     if len(inputs.traces) != 1:
         raise UsageError(f"{path}: compare takes one trace per side, found {len(inputs.traces)} "
@@ -94,10 +94,10 @@ def cmd_compare(args) -> int:
     for r in _renderables(c, c.findings):
         console.print(r)
     if args.output:
-        Path(args.output).write_text(render_comparison(c))
+        outputs.write_text(args.output, render_comparison(c))
         console.print(f"wrote {args.output}")
     if args.json:
-        Path(args.json).write_text(json.dumps(comparison_json(c), indent=1) + "\n")
+        outputs.write_text(args.json, json.dumps(comparison_json(c), indent=1) + "\n")
         console.print(f"wrote {args.json}")
     return 0
 

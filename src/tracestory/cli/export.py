@@ -17,7 +17,6 @@ from ..export.perfetto import export_perfetto
 
 
 def _perfetto(args) -> int:
-
     out = Path(args.output)
     inputs = read_inputs(args, out)
     if not inputs.traces:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from .common import add_inputs, refuse_overwrite
+from .. import outputs
 from ..analysis.multigpu import combine, rank_summary
 from ..analysis.findings.multigpu import multigpu_findings
 from ..errors import UsageError
@@ -36,7 +36,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-
     refuse_overwrite(args.inputs, args.output, args.json)
     sources = rank_sources(args.inputs)
     if len(sources) < 2:
@@ -47,10 +46,10 @@ def run(args: argparse.Namespace) -> int:
     h = headline(result)
     print(f"{len(result.ranks)} ranks: " + (h if h else "no collective matched across ranks."))
     if args.output:
-        Path(args.output).write_text(f"# Multi-GPU analysis: {len(result.ranks)} ranks\n\n"
+        outputs.write_text(args.output, f"# Multi-GPU analysis: {len(result.ranks)} ranks\n\n"
                                      + render_multigpu_section(result, findings) + "\n")
         print(f"wrote {args.output}")
     if args.json:
-        Path(args.json).write_text(json.dumps(multigpu_json(result, findings), indent=1) + "\n")
+        outputs.write_text(args.json, json.dumps(multigpu_json(result, findings), indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0

@@ -56,6 +56,7 @@ import numpy as np
 from ..analysis import intervals
 from ..analysis.links import api_column, gpu_ops_column, gpu_ops_launch_index, launch_index
 from ..errors import UsageError
+from .. import outputs
 from ..trace import API_DRIVER, CPU_SIDE, MEMOP_KINDS
 from ..analysis.findings import gap_causes
 from ..analysis.timeline import gap_attribution
@@ -252,7 +253,6 @@ def _phase_tracks(p: _Process, a) -> None:
 
 
 def _gap_track(p: _Process, a) -> None:
-
     t = a.trace
     starts = gpu_ops_column(t, "start_ns").astype(np.int64)
     ends = gpu_ops_column(t, "end_ns").astype(np.int64)
@@ -417,9 +417,9 @@ def export_perfetto(analyses, path) -> PerfettoExport:
              "taxonomy": analyses[0].classification.taxonomy.name}
     head = '{"otherData":' + _j(other) + ',"traceEvents":[\n'
     # zlib's default level: level 9 (gzip.open's default) doubles the time for ~5% smaller files.
-    f = (gzip.open(path, "wt", encoding="utf-8", compresslevel=6) if path.name.endswith(".gz")
-         else open(path, "w", encoding="utf-8"))
-    with f:
+    with outputs.atomic_path(path) as tmp, (
+            gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) if path.name.endswith(".gz")
+            else open(tmp, "w", encoding="utf-8")) as f:
         f.write(head)
         first = True
         for chunk in chunks:

@@ -98,16 +98,13 @@ def load_file(path: str | os.PathLike, *, require_gpu: bool = True, progress: Pr
         raise UsageError(f"{path}: no such file or folder")
     kind = sniff(path)
     if kind == "kineto":
-
         return "traces", [load_kineto(path, require_gpu=require_gpu, progress=progress)]
     if kind in ("nsys-sqlite", "nsys-rep"):
-
         if kind == "nsys-rep":
 
             path = export_nsys_rep(path)
         return "traces", load_nsys_sqlite(path)
     if kind == "nsys-csv":
-
         return "traces", load_nsys_csv(path)
 
     return "ncu", load_ncu(path)

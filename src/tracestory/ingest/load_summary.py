@@ -87,7 +87,7 @@ def is_summary_file(path: str | Path) -> bool:
         if not p.name.lower().endswith(".json") or p.stat().st_size > 1 << 20:
             return False
         doc = json.loads(p.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     s = doc.get("summary") if isinstance(doc, dict) else None
     return isinstance(s, dict) and "mode" in s and isinstance(s.get("ttft"), dict)
@@ -98,7 +98,7 @@ def read_summary(path: str | Path) -> LoadSummary:
     type raises :class:`~tracestory.errors.TraceFormatError` naming it."""
     try:
         doc = json.loads(Path(path).read_bytes())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise TraceFormatError(path, "a `tracestory load --json` summary", f"unreadable JSON ({e})") from None
     s = doc.get("summary") if isinstance(doc, dict) else None
     if not isinstance(s, dict):

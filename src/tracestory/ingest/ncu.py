@@ -459,10 +459,8 @@ def load_ncu(path: str | os.PathLike) -> KernelMetrics:
 def _load(path: Path) -> KernelMetrics:
     warnings: list[str] = []
     if _is_rep(path):
-
         fmt, kernels = "ncu-rep", read_rep(path, warnings)
     else:
-
         fmt, kernels = read_csv(path, warnings)
     if not kernels:
         raise TraceFormatError(path, "at least one profiled kernel", "a result with zero kernels")

@@ -87,7 +87,6 @@ def _peek_rank(path: Path) -> int | None:
 
 
 def _kind(path: Path) -> str | None:
-
     kind = sniff(path)
     return kind if kind in ("kineto", "nsys-sqlite", "nsys-rep") else None
 
@@ -107,7 +106,6 @@ def _files_of(raw: str | os.PathLike) -> list[Path]:
     if path.is_file():
         return [path]
     if (path / "manifest.json").exists():
-
         folder = load_artifact_folder(path)
         have_sqlite = {p.name[: -len(".sqlite")] for p in folder.nsys_sqlite}
         reports = [p for p in folder.nsys_reports if p.name.rsplit(".", 1)[0] not in have_sqlite]
@@ -162,13 +160,10 @@ def load_source(source: RankSource, *, require_gpu: bool = True) -> list[Trace]:
     """The Trace(s) of one source, ranks filled in as far as this file tells them (see the
     module docstring); :func:`check_ranks` decides across sources."""
     if source.kind == "kineto":
-
         traces = [load_kineto(source.path, require_gpu=require_gpu)]
     else:
-
         path = source.path
         if source.kind == "nsys-rep":
-
             path = export_nsys_rep(path)
         traces = load_nsys_sqlite(path)
     out = []

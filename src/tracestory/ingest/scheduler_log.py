@@ -134,7 +134,7 @@ def is_scheduler_log(path: str | Path) -> bool:
                     return isinstance(obj, dict) and obj.get("type") == "meta" and _is_int(obj.get("version"))
                 if f.tell() > 1 << 16:
                     return False
-    except (OSError, EOFError, zlib.error, msgspec.DecodeError, UnicodeDecodeError):
+    except (OSError, EOFError, zlib.error, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return False  # not a readable scheduler log: the trace readers say what it is
     return False
 

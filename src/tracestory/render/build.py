@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .. import outputs
 from ..analysis.results import Results
 from . import jsonout
 from .markdown import render_report
@@ -29,15 +30,18 @@ def write_plots_for(results: Results, out_dir: Path, stem: str) -> list[Path]:
 def write_report(results: Results, output: Path, *, plots: bool = False, json_path=None) -> Path:
     """Write the Markdown report of ``results`` to ``output`` (and its JSON document and PNG
     plots when asked); returns ``output``."""
+    to_stdout = outputs.is_stdout(output)
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    images = write_plots_for(results, output.parent, output.stem) if plots else []
-    output.write_text(render_report(results, plots=images))
+    if not to_stdout:
+        outputs.ensure_folder(output.parent)
+    images = write_plots_for(results, output.parent, output.stem) if plots and not to_stdout else []
+    outputs.write_text(output if not to_stdout else outputs.STDOUT, render_report(results, plots=images))
     if json_path:
-        write_json(results, Path(json_path))
+        write_json(results, json_path)
     return output
 
 
-def write_json(results: Results, path: Path) -> Path:
-    path.write_text(json.dumps(jsonout.document(results), indent=1) + "\n")
-    return path
+def write_json(results: Results, path) -> Path:
+    """The JSON document of ``results`` (``-``: standard output), written atomically."""
+    outputs.write_text(path, json.dumps(jsonout.document(results), indent=1) + "\n")
+    return Path(path)

@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from ..errors import TraceFormatError
+from .. import outputs
 
 # (magic prefix, MIME type). WebP is RIFF....WEBP; SVG is text and checked separately.
 _MAGIC = (
@@ -217,5 +218,5 @@ def write_html(markdown_path: Path, html_path: Path) -> Path:
     except UnicodeDecodeError as e:
         raise TraceFormatError(markdown_path, "UTF-8 Markdown text", f"undecodable bytes ({e.reason})") from None
     page = render_html(text, base_dir=markdown_path.parent, title=_title_of(text, markdown_path.stem))
-    html_path.write_text(page, encoding="utf-8")
+    outputs.write_text(html_path, page)
     return html_path

@@ -45,6 +45,7 @@ def source_json(trace) -> dict:
         "process_id": m.process_id,
         "process_name": m.process_name,
         "has_timeline": m.has_timeline,
+        "warnings": list(warnings_of(trace)),   # what a reader dropped or repaired, and why
         "devices": [{**jsonable(d), "compute_capability": d.compute_capability} for d in m.devices],
         "distributed": jsonable(dict(m.distributed)) if m.distributed else None,
         "cuda_runtime": cuda_version(ex.get("cuda_runtime_version")),

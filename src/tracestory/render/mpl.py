@@ -3,6 +3,8 @@ deterministic PNGs (Agg backend, no timestamp or version in the metadata)."""
 
 from __future__ import annotations
 
+from .. import outputs
+
 from pathlib import Path
 
 from ..errors import ToolNotFound
@@ -22,7 +24,9 @@ def pyplot():
 
 
 def save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    """Write ``fig`` as PNG, atomically (a failure leaves the previous file as it was)."""
+    with outputs.atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     import matplotlib.pyplot as plt
 
     plt.close(fig)
