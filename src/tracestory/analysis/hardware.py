@@ -30,7 +30,7 @@ STALL_NOTE = 15.0
 
 STALL_MEANING = {
     "long_scoreboard": "waiting on global/local memory (L1TEX: L2 or HBM loads)",
-    "barrier": "waiting at a barrier (__syncthreads): synchronization cost",
+    "barrier": "waiting at a barrier (`__syncthreads`): synchronization cost",
     "short_scoreboard": "waiting on shared memory or MIO (special math, shuffles) results",
     "mio_throttle": "MIO queue full: too many shared-memory/special instructions",
     "lg_throttle": "LSU queue full: too many global/local memory instructions",

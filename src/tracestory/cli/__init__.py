@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .. import outputs
+from .. import __version__, outputs
 from ..errors import TracestoryError, UsageError
 from ..ingest import load_inputs
 from .common import (add_analysis_options, add_taxonomy, load_and_analyze, progress_factory, refuse_overwrite,
@@ -55,9 +55,10 @@ def cmd_report(args) -> int:
     html = None if args.html in (None, HTML_BESIDE) else args.html
     results = load_and_analyze(args, args.json, args.output, html, goal=args.goal, questions=tuple(args.question or ()),
                                command="tracestory " + " ".join(sys.argv[1:]))
-    out = write_report(results, args.output, plots=args.plots, json_path=args.json)
-    if not outputs.is_stdout(args.output):
-        print(out)
+    written: list = []
+    out = write_report(results, args.output, plots=args.plots, json_path=args.json, written=written)
+    for path in written:   # every file written, the report first
+        print(path)
     if args.html:
         if outputs.is_stdout(args.output):
             raise UsageError("--html renders the written Markdown report: give -o a file, not -")
@@ -111,6 +112,7 @@ def cmd_categories(args) -> int:
 # --------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tracestory", description="GPU traces in, the story of the execution out.")
+    parser.add_argument("--version", action="version", version=f"tracestory {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("analyze", help="tables of the breakdown, timeline and phases (and --json)")

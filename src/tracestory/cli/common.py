@@ -51,38 +51,61 @@ def refuse_overwrite(inputs, *outputs) -> OutputPlan:
     return plan
 
 
-def progress_factory(console=None):
-    """A per-file progress callback that shows a bar only once a load has taken over a second."""
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+class _Progress:
+    """A per-file progress bar that appears once a load has taken over a second, and a status line
+    while the analysis runs; both are cleared when done (transient), and nothing is drawn when
+    standard error is not a terminal."""
 
-    console = console or Console(stderr=True)
+    def __init__(self, console=None):
+        from rich.console import Console
 
-    def factory(path: Path):
+        self.console = console or Console(stderr=True)
+        self.bars: list = []
+
+    def __call__(self, path: Path):
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
         t0 = time.monotonic()
         state = {"bar": None, "task": None}
 
         def update(done: int, total: int):
             if state["bar"] is None:
-                if time.monotonic() - t0 < 1.0:
+                if time.monotonic() - t0 < 1.0 or not self.console.is_terminal:
                     return
                 bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                               TimeRemainingColumn(), console=console, transient=True)
+                               TimeRemainingColumn(), console=self.console, transient=True)
                 bar.start()
+                self.bars.append(bar)
                 state["bar"], state["task"] = bar, bar.add_task(f"reading {path.name}", total=total)
-            state["bar"].update(state["task"], completed=done)
-            if done >= total:
-                state["bar"].stop()
+            state["bar"].update(state["task"], completed=min(done, total))
 
         return update
 
-    return factory
+    def close(self) -> None:
+        for bar in self.bars:
+            bar.stop()
+        self.bars.clear()
+
+    def status(self, text: str):
+        """A transient spinner line for a step without a byte count (the analysis)."""
+        import contextlib
+
+        return self.console.status(text) if self.console.is_terminal else contextlib.nullcontext()
+
+
+def progress_factory(console=None) -> _Progress:
+    """The load progress of one command (see :class:`_Progress`)."""
+    return _Progress(console)
 
 
 def read_inputs(args, *outputs) -> Inputs:
     """``args.inputs`` read, after refusing outputs that name an input."""
     refuse_overwrite(args.inputs, *outputs)
-    return load_inputs(args.inputs, progress_factory=progress_factory())
+    progress = progress_factory()
+    try:
+        return load_inputs(args.inputs, progress_factory=progress)
+    finally:
+        progress.close()
 
 
 def options_from(args, **extra) -> AnalysisOptions:
@@ -92,4 +115,6 @@ def options_from(args, **extra) -> AnalysisOptions:
 
 def load_and_analyze(args, *outputs, **extra) -> Results:
     """Read the inputs and compute every result once."""
-    return analyze_inputs(read_inputs(args, *outputs), options_from(args, **extra))
+    inputs = read_inputs(args, *outputs)
+    with progress_factory().status("analyzing"):
+        return analyze_inputs(inputs, options_from(args, **extra))

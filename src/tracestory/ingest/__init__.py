@@ -96,6 +96,8 @@ def load_file(path: str | os.PathLike, *, require_gpu: bool = True, progress: Pr
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder")
+    if path.name == MANIFEST and path.is_file():
+        raise UsageError(f"{path}: this is a capture folder's manifest; pass the capture folder ({path.parent})")
     kind = sniff(path)
     if kind == "kineto":
         return "traces", [load_kineto(path, require_gpu=require_gpu, progress=progress)]

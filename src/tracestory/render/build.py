@@ -27,9 +27,10 @@ def write_plots_for(results: Results, out_dir: Path, stem: str) -> list[Path]:
     return images
 
 
-def write_report(results: Results, output: Path, *, plots: bool = False, json_path=None) -> Path:
+def write_report(results: Results, output: Path, *, plots: bool = False, json_path=None,
+                 written: list | None = None) -> Path:
     """Write the Markdown report of ``results`` to ``output`` (and its JSON document and PNG
-    plots when asked); returns ``output``."""
+    plots when asked); returns ``output``. ``written``, when given, receives every file written."""
     to_stdout = outputs.is_stdout(output)
     output = Path(output)
     if not to_stdout:
@@ -38,6 +39,9 @@ def write_report(results: Results, output: Path, *, plots: bool = False, json_pa
     outputs.write_text(output if not to_stdout else outputs.STDOUT, render_report(results, plots=images))
     if json_path:
         write_json(results, json_path)
+    if written is not None:
+        written += [p for p in (None if to_stdout else output, json_path) if p and not outputs.is_stdout(p)]
+        written += images
     return output
 
 

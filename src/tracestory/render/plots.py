@@ -82,16 +82,22 @@ def plot_timeline(a, path: Path) -> Path:
     return _save(fig, path)
 
 
+MAX_PHASE_LABELS = 34
+
+
 def plot_phases(a, path: Path) -> Path | None:
     plt = _pyplot()
     ph = [p for p in a.phases.phases if p.gpu_span_ns is not None]
     if len(ph) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(ph) + 2), 3.5))
+    # At most 14 inches wide: past ~34 phases the bars get thinner and only every n-th name is
+    # written (288 steps drew an 8,871-pixel-wide figure before).
+    fig, ax = plt.subplots(figsize=(min(14, max(6, 0.35 * len(ph) + 2)), 3.5))
     x = np.arange(len(ph))
     ax.bar(x, [p.gpu_span_ns / 1e6 for p in ph], color="0.75", label="GPU span (first op start to last op end)")
     ax.bar(x, [p.gpu_busy_ns / 1e6 for p in ph], color="tab:blue", label="GPU busy (union of ops)")
-    ax.set_xticks(x, [p.name for p in ph], rotation=60, ha="right", fontsize=8)
+    every = max(1, -(-len(ph) // MAX_PHASE_LABELS))
+    ax.set_xticks(x[::every], [p.name for p in ph][::every], rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("time (ms)")
     ax.set_yscale("log")
     ax.legend(fontsize=8)
@@ -143,6 +149,23 @@ def _placeable(p) -> bool:
     return ai is not None and f is not None and np.isfinite(ai) and ai > 0 and f > 0
 
 
+def _label_groups(xy, decades: float = 0.15) -> list[list[int]]:
+    """Indices of points grouped when they lie within ``decades`` (log10) of a group's first point
+    on both axes, in point order."""
+    groups: list[list[int]] = []
+    anchors: list[tuple[float, float]] = []
+    for i, (x, y) in enumerate(xy):
+        lx, ly = np.log10(max(x, 1e-30)), np.log10(max(y, 1e-30))
+        for g, (ax_, ay) in zip(groups, anchors):
+            if abs(lx - ax_) <= decades and abs(ly - ay) <= decades:
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+            anchors.append((lx, ly))
+    return groups
+
+
 def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False) -> Path | None:
     """Log-log roofline: the DRAM roof and one compute roof per precision used, each kernel a
     point (arithmetic intensity, achieved FLOP/s) coloured by its bound. ``points``: roofline
@@ -171,8 +194,11 @@ def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False
     for i, p in enumerate(pts, 1):
         ax.scatter(p["arithmetic_intensity"], p["achieved_flops_per_s"], color=colors.get(p.get("bound"), "tab:gray"),
                    zorder=3, s=30)
-        ax.annotate(str(i), (p["arithmetic_intensity"], p["achieved_flops_per_s"]), xytext=(4, 3),
-                    textcoords="offset points", fontsize=8)
+    # Points closer than ~0.15 decades share one label ("1,2,4"), so numbers never sit on each other.
+    for group in _label_groups([(p["arithmetic_intensity"], p["achieved_flops_per_s"]) for p in pts]):
+        first = pts[group[0]]
+        ax.annotate(",".join(str(i + 1) for i in group), (first["arithmetic_intensity"], first["achieved_flops_per_s"]),
+                    xytext=(5, 4), textcoords="offset points", fontsize=8)
     names = [f"{i}: {short_name(str(p.get('label')), 44)} ({p.get('bound') or 'n/a'}"
              + (f", {p['pct_of_roof']:.0f}% of roof)" if p.get("pct_of_roof") is not None else ")")
              for i, p in enumerate(pts, 1)]

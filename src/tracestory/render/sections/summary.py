@@ -45,6 +45,9 @@ def _executive(runs, many: bool = False) -> list[str]:
     return out
 
 
+FIT_R2_FLOOR = 0.5
+
+
 def _batch_summary(b) -> str:
     """The serving run in one paragraph: load, latency, how iteration time follows the batch."""
     n = len(b.requests)
@@ -67,7 +70,8 @@ def _batch_summary(b) -> str:
                  f"{fmt_ns(worst.duration_ns)} ({worst.times_median:.0f}x the median) while "
                  f"{worst.arrivals_during} request(s) arrived (Execution Story: Engine stalls).")
     f = b.fit
-    if f is not None and f.r_squared is not None:
+    # A fit that explains little of the iteration time is no summary of it (it stays in the story).
+    if f is not None and f.r_squared is not None and f.r_squared >= FIT_R2_FLOOR:
         terms = []
         if f.b_prefill_ns_per_token is not None:
             terms.append(f"{fmt_ns(f.b_prefill_ns_per_token)} per prefill token")
