@@ -190,6 +190,8 @@ def kineto_facts(path: Path, step_range=None) -> dict:
         )
         coverage = inside / kernel_us
 
+    gpu_u = union([(e["ts"], e["ts"] + e["dur"]) for e in kernels + memops])
+
     comm = [e for e in kernels if read_category(e["name"]) == "communication"]
     comm_u = union([(e["ts"], e["ts"] + e["dur"]) for e in comm])
     compute_u = union([(e["ts"], e["ts"] + e["dur"]) for e in kernels
@@ -208,6 +210,8 @@ def kineto_facts(path: Path, step_range=None) -> dict:
         "graph_kernels": len(graph_kernels),
         "graph_share": sum(e["dur"] for e in graph_kernels) / kernel_us,
         "coverage": coverage,
+        "gpu_busy_us": sum(t - s for s, t in gpu_u),
+        "gpu_window_us": gpu_u[-1][1] - gpu_u[0][0],
         "comm_share": sum(e["dur"] for e in comm) / gpu_op_us,
         "comm_busy_us": comm_busy,
         "comm_overlapped_us": intersection_length(comm_u, compute_u),
@@ -411,7 +415,12 @@ def test_kineto_headline_matches_plain_reading(key, report):
     assert_graphs(facts, trace)
     assert_coverage(facts, trace, doc)
     assert_exposure_comm(facts, trace)
-    assert trace["critical_path"]["scope"] == "the whole trace"
+    # busy time is the union of GPU op intervals; the critical path spans the GPU window
+    assert trace["exposure"]["busy_ns"] == pytest.approx(facts["gpu_busy_us"] * 1000, rel=1e-5)
+    cp = trace["critical_path"]
+    assert cp["scope"] == "the whole trace"
+    assert cp["span_ns"] == pytest.approx(facts["gpu_window_us"] * 1000, rel=1e-6)
+    assert 0 < cp["gpu_ops_on_path"] <= facts["kernel_count"] + facts["memop_count"]
     assert "Phases from 'none'" not in md
 
 
@@ -532,8 +541,35 @@ def test_nsys_headline_names_the_top_kernel(key, report):
     assert all(n.startswith("cuda") for n in facts["launch_names"])
 
 
+def test_nsys_nvtx_phases_cover_the_launches(report):
+    """The GTX 1060 program's NVTX ranges directly under `main` (`main->test_max_par`,
+    `main->test_copies`, `main->process`) are its phases; every kernel's cudaLaunchKernel call
+    (same correlationId) starts inside one of them."""
+    con = sqlite3.connect(f"file:{NSYS_2022}?mode=ro", uri=True)
+    ranges = [(s, e) for s, e, t in con.execute("SELECT start, end, text FROM NVTX_EVENTS")
+              if t and re.fullmatch(r"main->[^>]+", t)]
+    launches = list(con.execute(
+        "SELECT k.end - k.start, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId"))
+    con.close()
+    total = sum(d for d, _ in launches)
+    inside = sum(d for d, t in launches if any(s <= t <= e for s, e in ranges))
+    assert len(ranges) == 3 and len(launches) == 12
+    md, doc = report(NSYS_2022)
+    trace = doc["traces"][0]
+    assert trace["phase_count"] == len(ranges)
+    assert "3 phase(s) from 'nvtx'" in executive_summary(md)
+    assert trace["phase_coverage"]["share_of_kernel_time"] == pytest.approx(inside / total)
+
+
 def test_nsys_without_markers_states_it(report):
     for path in (EXTRAP_C, NSYS_2024):
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "NVTX_EVENTS" not in tables or con.execute(
+            "SELECT COUNT(*) FROM NVTX_EVENTS").fetchone()[0] == 0
+        con.close()
         _, doc = report(path)
+        assert doc["traces"][0]["phase_coverage"] is None
         assert any(lim["analysis"] == "phases" and "no step markers" in lim["reason"]
                    for lim in doc["limitations"])
