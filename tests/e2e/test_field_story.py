@@ -308,6 +308,8 @@ def assert_top_category(facts, trace, summary):
 
 
 def assert_producer(facts, trace, summary, *, engine=None):
+    # the engine written in the case table is my reading; the names in the trace must agree
+    assert engine == ("vLLM" if facts["vllm"] else "SGLang" if facts["sglang"] else None)
     p = trace["producer"]
     assert p["framework"] == ("pytorch" if facts["pytorch"] else "none")
     assert p["engine"] == engine
