@@ -449,8 +449,6 @@ def test_sglang_decode_story_is_not_an_eager_run(report):
     assert "small unfused ops" not in md
 
 
-@pytest.mark.xfail(strict=True, reason="the Appendix's launch-latency row still measures "
-                   "graph-replayed kernels from their graph launch (5.06 ms p50 over 558 ops)")
 def test_sglang_launch_latency_not_measured_from_the_graph_launch(report):
     facts = facts_for("mi300x_sglang")
     md, _ = report(MI300X_SGLANG)
@@ -508,8 +506,7 @@ def test_resnet_2021_steps_in_operator_category_are_phases(report):
 
 
 SHAPED = ["b200_vllm", "h100_qwen", "h100_bert", "h200_llama", "flex",
-          pytest.param("mi300x_qwen", marks=pytest.mark.xfail(
-              strict=True, reason="Kineto reader drops Input Dims in the lenient path"))]
+          "mi300x_qwen"]
 
 
 @pytest.mark.parametrize("key", SHAPED)

@@ -17,7 +17,9 @@ Model
   (``idle_other``) is time the op was already submitted but waited: synchronisation, a
   dependency on another stream or event, or queueing. A gap whose next op has no known launch
   call counts entirely as ``idle_other`` (we cannot claim it was launch-bound).
-* Launch latency: launch call START to GPU op start, for every op with a known launch call.
+* Launch latency: launch call START to GPU op start, for every op launched one by one (a known
+  launch call that is not a graph launch: an op replayed from a CUDA/HIP graph would measure the
+  time since the graph launch). On a GPU-bound run it includes queueing behind earlier GPU work.
   On one clock (Kineto, nsys) it is queueing plus submission; a small negative value can occur
   when the source's CPU and GPU clocks are aligned imperfectly, and is kept as measured.
 * Percentiles are numpy's linear interpolation.
@@ -47,6 +49,7 @@ import numpy as np
 
 from ..trace import Trace
 from . import intervals
+from .graphs import GRAPH_LAUNCH
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 
 SHORT_KERNEL_NS = 10_000
@@ -107,7 +110,7 @@ class Timeline:
     gap_count: int
     idle_launch_wait_ns: int  # idle time where the next GPU op had not been launched yet
     idle_other_ns: int  # idle_ns - idle_launch_wait_ns (sync, dependencies, queueing)
-    launch_latency: Distribution  # API call start -> GPU op start, ops with a known launch
+    launch_latency: Distribution  # API call start -> GPU op start, ops launched one by one
     kernels_per_ms: float | None  # kernel count / window in ms; None for a zero window
     short_kernel_share: float | None  # share of kernels shorter than short_kernel_ns; None: no kernels
     short_kernel_ns: int
@@ -193,6 +196,12 @@ def timeline(trace: Trace) -> Timeline | None:
     has_launch = launch >= 0
     launch_end = api_column(trace, launch, "end_ns")
     launch_start = api_column(trace, launch, "start_ns")
+    # Ops replayed from a graph carry the graph launch's correlation id: their "latency" would be
+    # the time since the graph launch, so latency is read from ops launched one by one.
+    api_names = api_column(trace, launch, "name")
+    codes = np.unique(api_names[has_launch]) if has_launch.any() else np.zeros(0, dtype=np.int64)
+    graph_codes = [c for c in codes if c >= 0 and GRAPH_LAUNCH.search(trace.name(int(c)))]
+    direct = has_launch & ~np.isin(api_names, graph_codes)
 
     t0, t1 = int(starts.min()), int(ends.max())
     window = t1 - t0
@@ -241,7 +250,7 @@ def timeline(trace: Trace) -> Timeline | None:
         gap_count=int(gdur.size),
         idle_launch_wait_ns=idle_wait,
         idle_other_ns=idle - idle_wait,
-        launch_latency=distribution(starts[has_launch] - launch_start[has_launch]),
+        launch_latency=distribution(starts[direct] - launch_start[direct]),
         kernels_per_ms=n_k / (window / 1e6) if window > 0 else None,
         short_kernel_share=short_share,
         short_kernel_ns=SHORT_KERNEL_NS,

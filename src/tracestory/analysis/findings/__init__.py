@@ -55,6 +55,7 @@ from ...units import fmt_ns, fmt_pct, kernel_base
 from .hardware import rule_bound, rule_occupancy
 from .memory import rule_memory
 from .steps import rule_first_step, rule_step_outlier, rule_step_trend
+from ..families import kernel_precision
 from ..graphs import DIRECT, kernel_origins
 from ..links import launch_start_ns
 
@@ -212,11 +213,23 @@ def _top_kernels_finding(a) -> list[Finding]:
                     "memory bandwidth, compute or occupancy bounds it.")]
 
 
-def _gemm_advice(trace) -> str:
+LOW_PRECISIONS = ("nvfp4", "mxfp4", "mxfp8", "fp8", "int8")
+
+
+def _gemm_advice(trace, a=None) -> str:
     """GEMM advice with the lower precisions this GPU has (fp8 from compute capability 8.9, bf16
-    from 8.0, fp16 before)."""
+    from 8.0, fp16 before), and none when the GEMMs already run in a low precision."""
+    if a is not None:
+        km, _ = category_mask(a, ("gemm",))
+        names = {a.trace.name(int(c)) for c in np.unique(a.trace.kernels["name"][km])}
+        have = sorted({kernel_precision(n) for n in names} & set(LOW_PRECISIONS))
+        if have:
+            return ("check the GEMM shapes: larger batches per GEMM and dimensions that fill the tensor-core "
+                    f"tiles; the GEMMs already run in {', '.join(have)}")
     cc = max(((d.cc_major or 0) * 10 + (d.cc_minor or 0) for d in trace.meta.devices), default=0)
     name = " ".join(d.name or "" for d in trace.meta.devices).lower()
+    if not cc and any(g in name for g in ("v100", "t4", "p100", "titan v")):
+        cc = 70
     if "mi3" in name or cc >= 89:
         lower = "fp8 where accuracy allows"
     elif cc >= 80 or "mi2" in name:
@@ -277,7 +290,7 @@ def rule_dominant_category(a, producer=None, exposure=None) -> list[Finding]:
     rec = _ADVICE.get(top.name, _fuse_advice(producer) if top.name in SMALL_OP_CATEGORIES else
                       f"profile the top {top.name} kernels with Nsight Compute to see what bounds them")
     if top.name == "gemm":
-        rec = _gemm_advice(a.trace)
+        rec = _gemm_advice(a.trace, a)
     if top.name == "communication":
         rec = _comm_advice(a, producer)
     if top.name == "memcpy":
@@ -310,7 +323,7 @@ def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
           Evidence("launch-wait share of idle", wait_share, "fraction"),
           Evidence("kernels shorter than 10 us", tl.short_kernel_share, "fraction"),
           Evidence("kernels per ms of window", tl.kernels_per_ms, "per_ms"),
-          Evidence("launch latency p50 of directly launched kernels (call start -> GPU start)",
+          Evidence("launch latency p50 of directly launched kernels (call start -> GPU start, queueing included)",
                    _direct_launch_latency_p50(a.trace), "ns"),
           Evidence("idle gaps", tl.gap_count, "count"),
           Evidence("mean gap", tl.idle_ns / tl.gap_count if tl.gap_count else None, "ns"),
@@ -329,7 +342,7 @@ def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
                "launch": "the launch of the replays themselves"}.get(bound, "work between replays")
         return [Finding(
             "gpu_idle", "high" if tl.idle_fraction >= 0.5 else "medium",
-            f"GPU idle {_p(tl.idle_fraction)} of its window between graph replays", tuple(ev),
+            f"GPU idle {_p(tl.idle_fraction)} of its window in a graph-replayed run", tuple(ev),
             f"{_p(g.graph_time_fraction)} of kernel time is replayed from {g.graph_launches} graph "
             f"launch{'es' if g.graph_launches != 1 else ''}, so the per-kernel launch cost is already gone; "
             f"the idle time is {why}" + (f" (the critical path is mostly {bound})" if bound else "") + ".",
@@ -488,7 +501,17 @@ def _stall_advice(name: str, producer=None) -> str:
             f"overlap it with GPU work.")
 
 
-def _memcpy_advice(producer) -> str:
+def _memcpy_advice(producer, kind_time=None, kind_count=None) -> str:
+    """Copy advice for the kind of copy that takes the time (device-to-device copies are layout or
+    buffer copies, not host transfers)."""
+    if kind_time is not None and kind_time.sum() > 0:
+        top = MEMOP_KINDS[int(np.argmax(kind_time))]
+        if top == "memcpy_dtod":
+            return ("most copy time is device-to-device: look for layout copies (.contiguous(), "
+                    "transposes, concatenations) and copies into communication or cache buffers that an "
+                    "in-place or fused op would avoid")
+        if top == "memset":
+            return _ADVICE["memset"]
     if _is_pytorch(producer):
         return _ADVICE["memcpy"]
     return ("remove host<->device copies from the loop (pinned memory, keep data on the GPU, copy "
@@ -527,7 +550,7 @@ def rule_memcpy_share(a, producer=None) -> list[Finding]:
     return [Finding("memcpy_share", "medium" if share >= 0.1 else "low",
                     f"Memory copies and sets take {_p(share)} of GPU op time", tuple(ev),
                     "Copies occupy the GPU (and host<->device copies often imply a host sync).",
-                    capital(_memcpy_advice(producer)) + ".")]
+                    capital(_memcpy_advice(producer, t, n)) + ".")]
 
 
 def rule_communication(a, producer=None, exposure=None) -> list[Finding]:

@@ -67,8 +67,10 @@ def _visual_extras(results, inputs, has_roofline: bool) -> list[str]:
             out += ["Roofline chart: n/a here (no Nsight Compute metrics); the roofline estimated from op "
                     "shapes is summarized in Observations (memory- vs compute-bound kernels).", ""]
         else:
-            out += ["Roofline: n/a: no Nsight Compute metrics and no recorded op shapes (capture with "
-                    "`record_shapes=True`, or add an ncu report) to place kernels against the roofline.", ""]
+            why = "; ".join(dict.fromkeys(r.roofline_estimate.note for r in results.runs
+                                          if r.roofline_estimate is not None and r.roofline_estimate.note))
+            out += [f"Roofline: n/a: no Nsight Compute metrics, and no shape estimate ({why or 'no ops'}); add an "
+                    "ncu report to place kernels against the roofline.", ""]
     ins = " ".join(inputs) if inputs else "TRACE"
     out += ["Interactive exploration: `tracestory export perfetto " + ins + " -o timeline.json.gz` writes this "
             "analyzed timeline (categories, phases, idle gaps as annotations) for https://ui.perfetto.dev or "
