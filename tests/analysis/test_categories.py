@@ -232,7 +232,7 @@ def test_builtin_rules_are_documented_and_declared(name):
         assert rule.category in tax.categories
         assert len(rule.note) > 20  # every rule says why it is there
         re.compile(rule.kernel)
-    # Only moe uses the enclosing range (seed 002's gate/expert GEMM split); llm is name-only.
+    # Only moe uses the enclosing range (the MoE study's gate/expert GEMM split); llm is name-only.
     ranged = [(r.category, r.range) for r in tax.rules if r.range is not None]
     assert [c for c, _ in ranged] == ([] if name == "llm" else ["gate_gemm", "expert_gemm"])
 

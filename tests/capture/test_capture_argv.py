@@ -1,5 +1,5 @@
 """nsys / ncu capture commands, option by option (expected argv written out by hand from the
-runbooks in seeds 000/001 and the issue), plus the pipeline run against stand-in `ncu`/`nsys`
+capture runbooks), plus the pipeline run against stand-in `ncu`/`nsys`
 scripts: staging, atomic move, failed steps, missing tools. Real nsys cannot run on the
 project's device machine, so nsys is covered by argv and the stand-in only.
 """

@@ -140,7 +140,7 @@ def git_info(path: str | Path) -> dict[str, Any]:
         "remote": remote.strip() if remote else None,
     }
     if commit:
-        # The modifications themselves, so the report can show them (seed 003: "code diffs
+        # The modifications themselves, so the report can show them (the report format: "code diffs
         # included for all modifications"); capped so a huge diff cannot bloat the manifest.
         diff = _run(["git", "-C", str(d), "diff", "HEAD", "--no-color", "--no-ext-diff"]) if dirty else ""
         untracked = _run(["git", "-C", str(d), "ls-files", "--others", "--exclude-standard"])

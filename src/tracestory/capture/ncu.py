@@ -1,6 +1,6 @@
 """Nsight Compute runbook as argv: ``ncu ... --export`` then two ``ncu --import --csv``.
 
-The profile command follows seeds 000/001 and the issue: ``--set full`` (or ``--section S``
+The profile command follows the capture runbooks: ``--set full`` (or ``--section S``
 per listed section instead), ``--target-processes all``, ``--launch-skip/--launch-count``,
 ``--kernel-name regex:EXPR``, ``--nvtx --nvtx-include "NAME/"`` for ``--range NAME`` (the
 push/pop range of :func:`tracestory.region`), ``--clock-control none`` by default (leave the

@@ -1,10 +1,10 @@
 """Nsight Systems runbook as argv: ``nsys profile`` then ``nsys export --type sqlite``.
 
-The profile command follows seeds 000/001: ``--trace=cuda,nvtx,osrt`` (+``mpi``),
+The profile command follows the capture runbooks: ``--trace=cuda,nvtx,osrt`` (+``mpi``),
 ``--cuda-memory-usage=true``, ``--sample=none``, ``--force-overwrite=true``. With ``--range
 NAME`` the capture is bounded by the first NVTX range NAME (``--capture-range=nvtx
 --nvtx-capture=NAME --capture-range-end=stop``; ``NSYS_NVTX_PROFILER_REGISTER_ONLY=0`` so
-unregistered range names match, as seed 001 does). With ``--skip K`` (K > 0) nsys itself
+unregistered range names match, as the runbooks do). With ``--skip K`` (K > 0) nsys itself
 cannot skip occurrences, so the workload runs under ``python -m tracestory.capture.runner
 --profiler-api`` which brackets occurrence K with cudaProfilerStart/Stop, and nsys uses
 ``--capture-range=cudaProfilerApi``. The same runner brackets the first matching occurrence

@@ -2,8 +2,8 @@
 ``tracestory.toml``, with the source of every value kept for the manifest.
 
 Precedence (first wins): command-line flag > environment variable > file > built-in default.
-The environment variable of option ``launch_count`` is ``TRACESTORY_LAUNCH_COUNT`` (seed
-000's ``TRACE_DURATION=90 ./capture.sh`` habit). The file is ``tracestory.toml`` in the
+The environment variable of option ``launch_count`` is ``TRACESTORY_LAUNCH_COUNT`` (the capture runbook's
+``TRACE_DURATION=90 ./capture.sh`` habit). The file is ``tracestory.toml`` in the
 current folder (or ``--config FILE``)::
 
     [capture]            # every tool

@@ -5,7 +5,7 @@ Three modes (mutually exclusive):
 * **range** (``--range NAME --skip K --count M``): the profiler starts when occurrence K of
   region NAME opens (0-based, outermost occurrences only: a NAME nested in NAME is part of
   its parent) and stops when occurrence K+M-1 closes, so the trace holds exactly M NAME
-  ranges: seed 001's "20 warm-ups, then one ranged run". A region named ``NAME <suffix>``
+  ranges: the runbooks' "20 warm-ups, then one ranged run". A region named ``NAME <suffix>``
   is an occurrence of NAME too (the server's ``iteration 17`` is an occurrence of
   ``iteration``). The profiler is started and stopped on the thread that opens and closes
   the occurrences: torch.profiler records CPU ops only on the thread that started it, so a
