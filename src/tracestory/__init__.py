@@ -30,7 +30,7 @@ from .render.build import write_report
 
 __all__ = ["AnalysisOptions", "Inputs", "Results", "Trace", "analyze", "load", "load_all", "load_inputs",
            "region", "report"]
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402,F401  (one place for the version)
 
 
 def load_all(path) -> list[Trace]:

@@ -11,7 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from .. import __version__, outputs
+from .. import outputs
+from ..version import __version__
 from ..errors import TracestoryError, UsageError
 from ..ingest import load_inputs
 from .common import (add_analysis_options, add_taxonomy, load_and_analyze, progress_factory, refuse_overwrite,
