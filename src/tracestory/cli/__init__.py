@@ -54,7 +54,7 @@ def cmd_analyze(args) -> int:
                          "these inputs hold only kernel metrics")
     json_on_stdout = args.json is not None and is_stdout(args.json)
     data_on_stdout = json_on_stdout or (is_stdout(out) and fmt != "table")
-    status = Console(stderr=True) if data_on_stdout else None
+    status = sys.stderr if data_on_stdout else sys.stdout   # "wrote FILE" lines never mix with data
 
     if fmt == "table":
         # rich tables: to stdout, to stderr when stdout carries the JSON, or to a file
@@ -84,11 +84,11 @@ def cmd_analyze(args) -> int:
         tab = results.table(name, None if len(results.runs) > 1 else 0)
         plan.write_text(out, table_text(tab, fmt), f"--format {fmt} output")
     if not is_stdout(out):
-        (status or Console()).print(f"wrote {out}")
+        print(f"wrote {out}", file=status)
     if args.json is not None:
         plan.write_text(args.json, json.dumps(jsonout.document(results), indent=1) + "\n", "JSON")
         if not json_on_stdout:
-            (status or Console()).print(f"wrote {args.json}")
+            print(f"wrote {args.json}", file=status)
     return 0
 
 

@@ -66,7 +66,7 @@ def table_renderable(table, title: str | None = None) -> RichTable:
     for i, c in enumerate(cols):
         text = any(isinstance(r[i], str) for r in rows[:50])
         tab.add_column(c, justify="left" if text else "right", no_wrap=True, overflow="ellipsis",
-                       max_width=TEXT_WIDTH if text else None, min_width=None if text else len(c))
+                       max_width=TEXT_WIDTH if text else None, min_width=min(len(c), TEXT_WIDTH))
     for row in rows:
         tab.add_row(*(_cell(c, v) for c, v in zip(cols, row)))
     return tab
