@@ -134,10 +134,15 @@ class RunResults:
         return self._operators[key]
 
     @property
+    def op_limit(self) -> int:
+        """The most CPU ops and ranges for which the report computes GPU time per operator."""
+        return REPORT_MAX_OPS
+
+    @property
     def report_operators(self) -> Operators | None:
-        """:meth:`operators` when the trace has at most :data:`REPORT_MAX_OPS` CPU ops and
-        ranges, else None (the report then points to ``tracestory analyze --table ops``)."""
-        return self.operators() if self.op_count <= REPORT_MAX_OPS else None
+        """:meth:`operators` when the trace has at most :attr:`op_limit` CPU ops and ranges,
+        else None (the report then points to ``tracestory analyze --table ops``)."""
+        return self.operators() if self.op_count <= self.op_limit else None
 
     def __repr__(self) -> str:
         return (f"RunResults({self.trace.label!r}, kernels={self.analysis.breakdown.kernel_count}, "
