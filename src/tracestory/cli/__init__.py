@@ -49,8 +49,9 @@ def cmd_analyze(args) -> int:
     if not results.runs and not results.hardware:
         raise UsageError(f"{results.inputs.paths[0]}: analyze prints trace and kernel-metric tables; a scheduler "
                          "event log alone is told by `tracestory report`")
-    if name is not None and not results.runs:
-        raise UsageError(f"{results.inputs.paths[0]}: --table {name} needs a trace (Kineto or Nsight Systems); "
+    if (name is not None or fmt == "markdown") and not results.runs:
+        what = f"--table {name}" if name else "--format markdown"
+        raise UsageError(f"{results.inputs.paths[0]}: {what} needs a trace (Kineto or Nsight Systems); "
                          "these inputs hold only kernel metrics")
     json_on_stdout = args.json is not None and is_stdout(args.json)
     data_on_stdout = json_on_stdout or (is_stdout(out) and fmt != "table")
