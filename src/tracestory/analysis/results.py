@@ -14,7 +14,12 @@
   run's scheduler event log (joined with the first trace and the load summary when given).
 
 Renderers read a :class:`Results` and never call an analysis function. Everything is frozen;
-``repr`` is a one-line summary (the traces it holds are large).
+``repr`` is a one-line summary (the traces it holds are large). One exception to "computed
+once, up front": GPU time per operator (:meth:`RunResults.operators`) costs seconds on
+million-op traces, so it is computed on first request and cached in the run; the report asks
+for it (:attr:`RunResults.report_operators`) only on traces of at most
+:data:`REPORT_MAX_OPS` CPU ops and ranges. :meth:`Results.table` gives the named tables of
+:mod:`tracestory.analysis.tables`.
 """
 
 from __future__ import annotations
