@@ -8,6 +8,12 @@ The verbs, each callable any number of times in one process::
     with tracestory.region("decode"):                 # one marker for nsys, ncu and torch.profiler
         ...
 
+Tables for a notebook: ``trace.kernels_frame()`` (pandas, one row per kernel, real names) and
+``results.table(name)`` (``kernels``, ``categories``, ``ops``, ``leaf_ops``, ``modules``,
+``phases``, ``gaps``, ``collectives``; ``.to_pandas()``, ``.to_arrow()``, ``.to_csv(f)``)::
+
+    results.table("ops").to_pandas().head(10)         # GPU time per top-level op and input shapes
+
 ``load_inputs(paths)`` reads everything a report can take (traces, Nsight Compute metrics,
 capture folders, a scheduler event log and a load summary). Capturing a workload is
 ``tracestory.capture.pipeline.capture`` (and ``tracestory capture`` on the command line).

@@ -25,6 +25,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .errors import ToolNotFound
+
 I4, I8, F8, OBJ = np.int32, np.int64, np.float64, object
 
 # Memory-operation kinds (``memops["kind"]`` is an index into this tuple).
@@ -275,6 +277,36 @@ class Trace:
             return self.strings.index(name)
         except ValueError:
             return -1
+
+    def __repr__(self) -> str:
+        return (f"Trace({self.label!r}, {self.meta.source_format}, kernels={len(self.kernels)}, "
+                f"memops={len(self.memops)}, ops={len(self.ops)}, ranges={len(self.ranges)})")
+
+    def kernels_frame(self):
+        """The kernels as a ``pandas.DataFrame``, one row per kernel in start order, with real
+        names (not codes) and the unit in each column name: ``name``, ``start_ns``, ``end_ns``,
+        ``dur_ns``, ``device``, ``stream``, ``correlation``, ``grid_x`` .. ``block_z``,
+        ``registers_per_thread``, ``shared_mem_bytes``. A value the source did not record is
+        ``<NA>`` (nullable integer columns), never -1. pandas is optional (``pip install pandas``).
+
+        >>> t = tracestory.load("trace.json.gz")                              # doctest: +SKIP
+        >>> df = t.kernels_frame()                                            # doctest: +SKIP
+        >>> df.groupby("name")["dur_ns"].agg(["count", "sum", "median"]).nlargest(5, "sum")  # doctest: +SKIP
+        """
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ToolNotFound("pandas", "pip install pandas (the kernels are also in Trace.kernels)") from None
+        k = self.kernels
+        cols = {"name": pd.array(self.names(k["name"]).tolist() if len(k) else [], dtype="string"),
+                "start_ns": k["start_ns"].astype(np.int64), "end_ns": k["end_ns"].astype(np.int64),
+                "dur_ns": k.dur_ns.astype(np.int64)}
+        for c in ("device", "stream", "correlation", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                  "registers_per_thread", "shared_mem_bytes"):
+            v = k[c].astype(np.int64)
+            cols[c] = pd.array(np.where(v < 0, 0, v), dtype="Int64")
+            cols[c][v < 0] = pd.NA
+        return pd.DataFrame(cols)
 
     @property
     def label(self) -> str:

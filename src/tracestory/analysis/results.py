@@ -14,16 +14,26 @@
   run's scheduler event log (joined with the first trace and the load summary when given).
 
 Renderers read a :class:`Results` and never call an analysis function. Everything is frozen;
-``repr`` is a one-line summary (the traces it holds are large).
+``repr`` is a one-line summary (the traces it holds are large). One exception to "computed
+once, up front": GPU time per operator (:meth:`RunResults.operators`) costs seconds on
+million-op traces, so it is computed on first request and cached in the run; the report asks
+for it (:attr:`RunResults.report_operators`) only on traces of at most
+:data:`REPORT_MAX_OPS` CPU ops and ranges. :meth:`Results.table` gives the named tables of
+:mod:`tracestory.analysis.tables`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from ..errors import UsageError
 from ..ingest import Inputs
 from ..specs import Peaks, peaks_warning, resolve_peaks
+from ..ingest.kineto_modules import load_module_ranges
 from ..trace import Trace
 from . import Analysis, analyze
 from .batching import BatchingResult, analyze_batching
@@ -42,8 +52,11 @@ from .producer import Producer, detect_producer
 from .questions import Answer, answer_all
 from .roofline import Roofline, estimate_roofline, roofline
 from .findings.multigpu import multigpu_findings
+from .operators import Operators, operators as compute_operators
+from .tables import TABLES, Table, table as make_table
 
 TOP_HARDWARE_KERNELS = 5
+REPORT_MAX_OPS = 500_000   # the report tells GPU time per operator only up to this many CPU ops and ranges
 
 
 @dataclass(frozen=True)
@@ -94,10 +107,47 @@ class RunResults:
     critical_path: CriticalPath | None = None
     critical_path_scope: str = ""       # "the whole trace" or "the median step (NAME)"
     kernel_facts: KernelFacts | None = None  # execution mode, precisions, attention implementations
+    # GPU time per operator, computed on first request (seconds on million-op traces)
+    _operators: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def trace(self) -> Trace:
         return self.analysis.trace
+
+    @property
+    def op_count(self) -> int:
+        """CPU ops and CPU-side ranges of the trace: what attributing GPU time to ops walks."""
+        return len(self.trace.ops) + len(self.trace.ranges)
+
+    def operators(self, modules: bool = False) -> Operators:
+        """GPU time per top-level op, leaf op and module (:mod:`tracestory.analysis.operators`),
+        computed on the first call and cached. ``modules=True`` also reads the ``nn.Module``
+        ranges of a Kineto trace's file (a second read of the file; without it, only module
+        ranges already in the trace count).
+
+        >>> run = tracestory.analyze("trace.json.gz").runs[0]     # doctest: +SKIP
+        >>> run.operators().top_level[0].name                      # doctest: +SKIP
+        'aten::linear'
+        """
+        key = "modules" if modules else "ops"
+        if key not in self._operators:
+            if modules:
+                mods = _module_ranges_of(self.trace)
+                self._operators[key] = compute_operators(self.trace, mods) if mods is not None else self.operators()
+            else:
+                self._operators[key] = compute_operators(self.trace)
+        return self._operators[key]
+
+    @property
+    def op_limit(self) -> int:
+        """The most CPU ops and ranges for which the report computes GPU time per operator."""
+        return REPORT_MAX_OPS
+
+    @property
+    def report_operators(self) -> Operators | None:
+        """:meth:`operators` when the trace has at most :attr:`op_limit` CPU ops and ranges,
+        else None (the report then points to ``tracestory analyze --table ops``)."""
+        return self.operators() if self.op_count <= self.op_limit else None
 
     def __repr__(self) -> str:
         return (f"RunResults({self.trace.label!r}, kernels={self.analysis.breakdown.kernel_count}, "
@@ -135,11 +185,50 @@ class Results:
     def manifest(self) -> dict | None:
         return self.inputs.manifest
 
+    def table(self, name: str, run: int | None = 0) -> Table:
+        """The named table (one of :data:`~tracestory.analysis.tables.TABLES`: kernels,
+        categories, ops, leaf_ops, modules, phases, gaps, collectives) of trace ``run``; with
+        ``run=None`` the tables of every trace one after the other, a ``trace`` column (the
+        trace's label) first. Columns are in base units, the unit in the name (``total_ns``,
+        ``share`` 0..1); ``.to_pandas()``, ``.to_arrow()``, ``.to_csv(f)``, ``.to_markdown()``.
+
+        >>> results = tracestory.analyze("trace.json.gz")          # doctest: +SKIP
+        >>> results.table("ops").to_pandas().head()                 # doctest: +SKIP
+        """
+        if name not in TABLES:
+            raise UsageError(f"unknown table {name!r}: expected one of {', '.join(TABLES)}")
+        if run is not None:
+            r = self.runs[run]
+            ops = r.operators(modules=name == "modules") if name in ("ops", "leaf_ops", "modules") else None
+            return make_table(name, r.analysis, operators=ops)
+        parts = [self.table(name, i) for i in range(len(self.runs))]
+        if not parts:
+            return Table(name, {})
+        labels = np.concatenate([np.full(len(p), r.trace.label, dtype=object) for p, r in zip(parts, self.runs)])
+        columns = {"trace": labels}
+        for c in parts[0].columns:
+            vals = [p[c] for p in parts]
+            if all(isinstance(v, np.ndarray) for v in vals):
+                columns[c] = np.concatenate(vals)
+            else:
+                columns[c] = [x for v in vals for x in (v.tolist() if isinstance(v, np.ndarray) else v)]
+        return Table(name, columns)
+
     def __repr__(self) -> str:
         labels = [r.trace.label for r in self.runs[:3]] + (["..."] if len(self.runs) > 3 else [])
         return (f"Results(runs={labels!r}, ncu_inputs={len(self.hardware)}, "
                 f"findings={sum(len(r.findings) for r in self.runs) + len(self.ncu_findings)}, "
                 f"multigpu={self.multigpu is not None}, batching={self.batching is not None})")
+
+
+def _module_ranges_of(trace: Trace):
+    """The ``nn.Module`` call ranges of a Kineto trace's file, None when there are none or the
+    file cannot be read again (another source, or a trace built in memory)."""
+    path = trace.meta.source_path
+    if trace.meta.source_format != "kineto" or not path or not os.path.isfile(path):
+        return None
+    mods = load_module_ranges(path)
+    return mods if len(mods) else None
 
 
 def _device(trace: Trace) -> str | None:

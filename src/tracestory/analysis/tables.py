@@ -143,7 +143,7 @@ def _cell(v, width: int) -> str:
 
 
 # Column kinds by name (the same name means the same thing in every table); others are int.
-_TEXT_COLUMNS = frozenset({"name", "kind", "input_dims", "input_types", "top_kernels", "category", "path", "family",
+_TEXT_COLUMNS = frozenset({"trace", "name", "kind", "input_dims", "input_types", "top_kernels", "category", "path", "family",
                            "before", "after", "dtype"})
 _FLOAT_COLUMNS = frozenset({"share", "mean_ns", "median_ns", "stddev_ns", "amdahl_max_speedup",
                             "speedup_if_k_times_faster", "k"})

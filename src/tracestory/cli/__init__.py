@@ -7,6 +7,7 @@ exit code 2.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
@@ -15,9 +16,12 @@ from .. import outputs
 from ..version import __version__
 from ..errors import TracestoryError, UsageError
 from ..ingest import load_inputs
-from .common import (add_analysis_options, add_taxonomy, load_and_analyze, progress_factory, refuse_overwrite,
-                     taxonomy_from)
+from ..outputs import OutputPlan, is_stdout
+from .common import (add_analysis_options, add_taxonomy, load_and_analyze, options_from, progress_factory,
+                     refuse_overwrite, taxonomy_from)
+from ..analysis.tables import TABLES
 from ..render import jsonout, terminal
+from ..render.tables_out import FORMATS, table_renderable, table_text
 from ..render.build import write_report
 from ..render.html import write_html
 from ..analysis.results import AnalysisOptions, analyze_inputs
@@ -32,23 +36,65 @@ HTML_BESIDE = "beside"   # --html with no value: the .md's name with .html
 
 # --------------------------------------------------------------------------- commands
 def cmd_analyze(args) -> int:
+    """Terminal tables (default), one named table (``--table``) as table/CSV/JSON/Markdown, or
+    the whole JSON document; ``-o`` and ``--json`` take ``-`` for stdout. Outputs are checked
+    against the inputs before anything is read."""
     from rich.console import Console
 
-
-    results = load_and_analyze(args, args.json)
+    plan = OutputPlan(inputs=args.inputs)
+    fmt, name, out = args.format, args.table, args.output
+    if fmt == "csv" and name is None:
+        raise UsageError(f"--format csv writes one table: add --table {'|'.join(TABLES)}")
+    if args.json is not None and is_stdout(args.json) and is_stdout(out) and fmt != "table":
+        raise UsageError(f"--json - and the --format {fmt} output both want stdout: give one of them a file (-o FILE)")
+    if args.json is not None:
+        plan.check(args.json, "JSON")
+    plan.check(out, f"--format {fmt} output")
+    results = analyze_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), options_from(args))
     if not results.runs and not results.hardware:
         raise UsageError(f"{results.inputs.paths[0]}: analyze prints trace and kernel-metric tables; a scheduler "
                          "event log alone is told by `tracestory report`")
-    # Piped output gets a fixed width wide enough for the tables (rich would pick 80).
-    console = Console(width=None if sys.stdout.isatty() else 120)
-    for a in results.analyses:
-        for renderable in terminal.analysis_renderables(a):
-            console.print(renderable)
-    if results.hardware:
-        console.print(terminal.hardware_table(jsonout.kernel_rows(results.hardware)))
-    if args.json:
-        Path(args.json).write_text(json.dumps(jsonout.document(results), indent=1) + "\n")
-        console.print(f"wrote {args.json}")
+    if (name is not None or fmt == "markdown") and not results.runs:
+        what = f"--table {name}" if name else "--format markdown"
+        raise UsageError(f"{results.inputs.paths[0]}: {what} needs a trace (Kineto or Nsight Systems); "
+                         "these inputs hold only kernel metrics")
+    json_on_stdout = args.json is not None and is_stdout(args.json)
+    data_on_stdout = json_on_stdout or (is_stdout(out) and fmt != "table")
+    status = sys.stderr if data_on_stdout else sys.stdout   # "wrote FILE" lines never mix with data
+
+    if fmt == "table":
+        # rich tables: to stdout, to stderr when stdout carries the JSON, or to a file
+        buf = io.StringIO() if not is_stdout(out) else None
+        console = Console(file=buf, width=120, color_system=None) if buf is not None else \
+            Console(stderr=json_on_stdout, width=None if sys.stdout.isatty() else 120)
+        if name is None:
+            for a in results.analyses:
+                for renderable in terminal.analysis_renderables(a):
+                    console.print(renderable)
+            if results.hardware:
+                console.print(terminal.hardware_table(jsonout.kernel_rows(results.hardware)))
+        else:
+            for i, run in enumerate(results.runs):
+                console.print(table_renderable(results.table(name, i), f"{name} — {run.trace.label}"))
+        if buf is not None:
+            plan.write_text(out, buf.getvalue(), f"--format {fmt} output")
+    elif fmt == "json" and name is None:
+        plan.write_text(out, json.dumps(jsonout.document(results), indent=1) + "\n", f"--format {fmt} output")
+    elif name is None:   # markdown: every table of every trace
+        parts = []
+        for i, run in enumerate(results.runs):
+            for t in TABLES:
+                parts += [f"## {t} — {run.trace.label}", "", table_text(results.table(t, i), "markdown")]
+        plan.write_text(out, "\n".join(parts), f"--format {fmt} output")
+    else:
+        tab = results.table(name, None if len(results.runs) > 1 else 0)
+        plan.write_text(out, table_text(tab, fmt), f"--format {fmt} output")
+    if not is_stdout(out):
+        print(f"wrote {out}", file=status)
+    if args.json is not None:
+        plan.write_text(args.json, json.dumps(jsonout.document(results), indent=1) + "\n", "JSON")
+        if not json_on_stdout:
+            print(f"wrote {args.json}", file=status)
     return 0
 
 
@@ -116,9 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tracestory {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("analyze", help="tables of the breakdown, timeline and phases (and --json)")
+    p = sub.add_parser("analyze", help="tables of the breakdown, timeline and phases; one named table as "
+                                       "CSV/JSON/Markdown (--table, --format); all results as JSON (--json)")
     add_analysis_options(p)
-    p.add_argument("--json", metavar="OUT", help="write all results as JSON (schema: docs/JSON.md)")
+    p.add_argument("--table", choices=TABLES, metavar="NAME",
+                   help=f"print one named table: {', '.join(TABLES)} (base units, unit in the column name; "
+                        "several traces: a trace column first)")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (terminal, default), csv (needs --table), json (without --table: all results), "
+                        "markdown (without --table: every table)")
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where the --format output goes (default: - for stdout)")
+    p.add_argument("--json", metavar="OUT", help="also write all results as JSON (schema: docs/JSON.md); - for stdout, "
+                                                 "the terminal tables then go to stderr")
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("report", help="write the Markdown story report")

@@ -148,8 +148,37 @@ def analysis_json(run) -> dict:
         "critical_path": critical_path_json(run.critical_path, run.critical_path_scope),
         "phase_coverage": phase_coverage_json(a),
         "warnings": list(warnings_of(a.trace)),
+        "operators": operators_json(run),
     }
     return out
+
+
+REPORT_OPS = 10   # rows of GPU time per top-level op in the report and here
+
+
+def operators_json(run) -> dict:
+    """GPU time per top-level CPU op (``analysis.operators``): the report's rows (the
+    :data:`REPORT_OPS` largest groups of name, input dims and types), the GPU time no op can be
+    given, and the counts. For a trace with more than ``REPORT_MAX_OPS`` CPU ops and ranges it
+    is not computed for the report: ``computed`` is false with the counts that decided it."""
+    ops = run.report_operators
+    if ops is None:
+        return {"computed": False, "op_count": run.op_count, "op_limit": run.op_limit}
+    return {
+        "computed": True, "op_count": run.op_count, "op_limit": run.op_limit,
+        "op_source": ops.op_source, "shapes_recorded": ops.shapes_recorded,
+        "gpu_op_count": ops.gpu_op_count, "total_gpu_ns": ops.total_gpu_ns,
+        "top_level_groups": len(ops.top_level),
+        "top_level": [{"name": s.name, "kind": s.kind, "input_dims": s.input_dims, "input_types": s.input_types,
+                       "calls": s.calls, "launches": s.launches, "gpu_op_count": s.gpu_op_count,
+                       "kernel_count": s.kernel_count, "gpu_ns": s.gpu_ns, "share": s.share,
+                       "top_kernels": [{"name": n, "gpu_ns": t} for n, t in s.top_kernels]}
+                      for s in ops.top_level[:REPORT_OPS]],
+        "unattributed_count": ops.unattributed_count, "unattributed_ns": ops.unattributed_ns,
+        "unattributed_share": ops.unattributed_ns / ops.total_gpu_ns if ops.total_gpu_ns else None,
+        "outside_ops_count": ops.outside_ops_count, "outside_ops_ns": ops.outside_ops_ns,
+        "outside_ops_share": ops.outside_ops_ns / ops.total_gpu_ns if ops.total_gpu_ns else None,
+    }
 
 
 def producer_json(p) -> dict | None:

@@ -1,16 +1,46 @@
-"""Appendix: per trace the category table with Amdahl ceilings, top kernels, phases, timeline
-quantities, idle gaps and streams; then the inputs and the command."""
+"""Appendix: per trace the category table with Amdahl ceilings, top kernels, GPU time per
+top-level operator, phases, timeline quantities, idle gaps and streams; then the inputs and the
+command."""
 
 from __future__ import annotations
 
-from ...units import fmt_ms, fmt_ns, fmt_pct
+from ...units import clip_text, fmt_count, fmt_ms, fmt_ns, fmt_pct
+from ..jsonout import REPORT_OPS
 from ..md import fence, label, md_table, short_name
 from . import Context
 
 
-def _appendix(analyses, inputs, command) -> list[str]:
+def operators_part(run) -> list[str]:
+    """GPU time per top-level CPU op (the :data:`REPORT_OPS` largest groups by name and input
+    shapes), or the one line that says where to get it on a trace too large for the report."""
+    ops = run.report_operators
+    if ops is None:
+        return ["**GPU time per operator**: not computed for the report on a trace of "
+                f"{fmt_count(run.op_count)} CPU ops and ranges; `tracestory analyze --table ops` gives it.", ""]
+    if not ops.top_level:
+        return ["**GPU time per operator**: n/a (the trace has no CPU ops or ranges that launched GPU work).", ""]
+    what = "name and input shapes" if ops.shapes_recorded else "name (no input shapes recorded)"
+    out = [f"**GPU time per operator** (top-level CPU ops by {what}; share of GPU op time; "
+           "all rows: `tracestory analyze --table ops`)", ""]
+    out += md_table(("op", "input shapes", "GPU time", "share", "calls", "kernels", "top kernel"),
+                    [(f"`{clip_text(s.name, 48)}`", f"`{clip_text(s.input_dims, 60)}`" if s.input_dims else "n/a",
+                      fmt_ns(s.gpu_ns), fmt_pct(s.share), s.calls, s.kernel_count,
+                      f"`{short_name(s.top_kernels[0][0], 40)}`" if s.top_kernels else "n/a")
+                     for s in ops.top_level[:REPORT_OPS]], "llrrrrl")
+    total = ops.total_gpu_ns
+    rest = [f"{what}: {fmt_ns(ns)} ({fmt_pct(ns / total)}, {n} GPU ops)"
+            for what, n, ns in (("launched outside every CPU op", ops.outside_ops_count, ops.outside_ops_ns),
+                                ("launch call not in the trace", ops.unattributed_count, ops.unattributed_ns))
+            if n and total]
+    if rest:
+        out += ["", "GPU time no op can be given: " + "; ".join(rest) + "."]
+    return out + [""]
+
+
+def _appendix(runs, inputs, command) -> list[str]:
     out = []
-    for a in analyses:
+    analyses = [r.analysis for r in runs]
+    for run, a in zip(runs, analyses):
         if len(analyses) > 1:
             out += [f"### {label(a)}", ""]
         b, tl, phs = a.breakdown, a.timeline, a.phases
@@ -24,7 +54,8 @@ def _appendix(analyses, inputs, command) -> list[str]:
         out += md_table(("kernel", "category", "time (ms)", "count", "mean", "share"),
                         [(f"`{short_name(x.name, 60)}`", x.category, fmt_ms(x.time_ns), x.count,
                           fmt_ns(x.mean_ns), f"{x.percent:.1f}%") for x in b.kernels], "llrrrr")
-        out += ["", f"**Phases** (source: {phs.source})", ""]
+        out += [""] + operators_part(run)
+        out += [f"**Phases** (source: {phs.source})", ""]
         out += md_table(("#", "phase", "CPU wall (ms)", "GPU span (ms)", "GPU busy (ms)", "kernels", "memops"),
                         [(p.index, p.name, fmt_ms(p.wall_ns), fmt_ms(p.gpu_span_ns), fmt_ms(p.gpu_busy_ns),
                           p.kernel_count, p.memop_count) for p in phs.phases[:64]], "rlrrrrr")
@@ -66,7 +97,7 @@ def render(c: Context) -> list[str]:
                 *fence([c.command or "n/a (not given)"], "bash"), ""]
     r = c.results
     table = _per_trace_table(r) if r.selection is not None else []
-    return table + _appendix([x.analysis for x in c.shown], list(c.inputs), c.command)
+    return table + _appendix(list(c.shown), list(c.inputs), c.command)
 
 
 def _per_trace_table(r) -> list[str]:
