@@ -41,10 +41,10 @@ from .eventlog import EventLog
 from .metrics import make_metrics
 from .model import DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
 from .scheduler import Scheduler, SchedulerConfig
-from .server import Api, serve_app, start_in_thread
+from .server import Api, ServerLimits, serve_app, start_in_thread
 from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
 
-__all__ = ["PROMPT_ID_RANGE", "ServeOptions", "build_server", "count_tokens", "prompt_of_tokens", "run_server",
+__all__ = ["PROMPT_ID_RANGE", "ServeOptions", "ServerLimits", "build_server", "count_tokens", "prompt_of_tokens", "run_server",
            "start_server_thread", "token_text", "tokenize", "wait_healthy"]
 
 
@@ -100,6 +100,7 @@ class ServeOptions:
     fail_rate: float = 0.0
     served_model_names: tuple[str, ...] = ()   # the names requests may ask for; () -> (preset,)
     gpu_memory_fraction: float = 0.5      # of the free device memory, for weights + KV cache
+    limits: ServerLimits = ServerLimits()  # load shedding, timeouts, connection and body caps
 
 
 def _auto_blocks(opts: ServeOptions, cfg, vocab: int, device: str, dtype_bytes: int) -> int:
@@ -133,7 +134,9 @@ def build_server(opts: ServeOptions):
         except ValueError as e:
             raise UsageError(f"--dtype: {e}") from None
     dtype = torch_dtype(dtype_label)
-    vocab = opts.vocab or DEFAULT_VOCAB.get(cfg.name, 32000)
+    vocab = opts.vocab if opts.vocab is not None else DEFAULT_VOCAB.get(cfg.name, 32000)
+    if vocab < 1:
+        raise UsageError(f"--vocab: expected an integer >= 1, found {vocab}")
     dbytes = torch.tensor([], dtype=dtype).element_size()
     num_blocks = opts.num_blocks or _auto_blocks(opts, cfg, vocab, device, dbytes)
     sc = SchedulerConfig(opts.block_size, num_blocks, opts.max_batch_tokens, opts.max_num_seqs, opts.eos_id)
@@ -147,7 +150,7 @@ def build_server(opts: ServeOptions):
         meta["eos_token_id"] = opts.eos_id
     names = tuple(opts.served_model_names) or (cfg.name,)
     engine = Engine(Scheduler(sc), model, EventLog(opts.event_log, meta), make_metrics(names[0]))
-    api = Api(engine, names, vocab, opts.fail_rate)
+    api = Api(engine, names, vocab, opts.fail_rate, opts.limits)
     return engine, api
 
 

@@ -56,8 +56,9 @@ class Engine:
         self._inbox.put(("add", request_id, prompt, max_new_tokens, ignore_eos, sink))
         self._wake.set()
 
-    def abort(self, request_id: str) -> None:
-        self._inbox.put(("abort", request_id))
+    def abort(self, request_id: str, error: str = "client disconnected") -> None:
+        """Cancel a request (finish ``cancelled`` with ``error``), freeing its KV blocks."""
+        self._inbox.put(("abort", request_id, error))
         self._wake.set()
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -88,7 +89,7 @@ class Engine:
                 except RequestRejected as e:
                     self._finish_now(Finish(rid, "error", len(prompt), 0, str(e)), sink)
             else:
-                fin = self.scheduler.abort(item[1], "cancelled", "client disconnected")
+                fin = self.scheduler.abort(item[1], "cancelled", item[2])
                 if fin is not None:
                     self._finish_now(fin, self._sinks.pop(fin.request_id, None))
 
