@@ -92,6 +92,7 @@ class Engine:
                 fin = self.scheduler.abort(item[1], "cancelled", item[2])
                 if fin is not None:
                     self._finish_now(fin, self._sinks.pop(fin.request_id, None))
+                    self._publish_queues()        # no iteration may follow to refresh the gauges
 
     def _run(self) -> None:
         sched, log = self.scheduler, self.log
@@ -151,6 +152,10 @@ class Engine:
             why = "server shutting down" if self.error is None else f"engine failed: {self.error!r}"
             for fin in sched.abort_all("cancelled" if self.error is None else "error", why):
                 self._finish_now(fin, self._sinks.pop(fin.request_id, None))
-            if self.metrics is not None:
-                self.metrics.set_queues(sched.num_running, sched.num_waiting, sched.kv.in_use, sched.kv.num_blocks)
+            self._publish_queues()
             log.flush()
+
+    def _publish_queues(self) -> None:
+        sched = self.scheduler
+        if self.metrics is not None:
+            self.metrics.set_queues(sched.num_running, sched.num_waiting, sched.kv.in_use, sched.kv.num_blocks)
