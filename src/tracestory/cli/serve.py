@@ -67,6 +67,10 @@ def register(subparsers) -> None:
     p.add_argument("--fail-rate", type=float, default=0.0,
                    help="fraction of requests answered with HTTP 500 (deterministic: request k fails iff "
                         "floor(k*F) > floor((k-1)*F); default: 0)")
+    p.add_argument("--fair-wait-iterations", type=int, default=64, metavar="N",
+                   help="when the first waiting request has waited N iterations for KV blocks or a seat, "
+                        "requests that ran N iterations are preempted and requeued at the back (round-robin "
+                        "under pressure); 0: plain first-come-first-served (default: 64)")
     p.add_argument("--max-waiting", type=int, default=64,
                    help="requests admitted beyond --max-num-seqs; one more gets HTTP 429 with Retry-After "
                         "(default: 64)")
@@ -96,6 +100,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for name in ("layers", "block_size", "max_batch_tokens", "max_num_seqs", "max_waiting"):
         if getattr(args, name) < 1:
             raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
+    if args.fair_wait_iterations < 0:
+        raise bad("--fair-wait-iterations", "an integer >= 0", args.fair_wait_iterations)
     for name in ("num_blocks", "vocab", "max_connections"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
@@ -131,7 +137,8 @@ def _run(args: argparse.Namespace) -> int:
                         event_log=args.event_log or os.environ.get(EVENT_LOG_ENV) or None, vocab=args.vocab,
                         eos_id=args.eos_id, seed=args.seed, fail_rate=args.fail_rate,
                         served_model_names=tuple(args.served_model_names or ()),
-                        gpu_memory_fraction=args.gpu_memory_fraction, limits=limits)
+                        gpu_memory_fraction=args.gpu_memory_fraction, limits=limits,
+                        fair_wait_iterations=args.fair_wait_iterations or None)
 
     def ready(url: str) -> None:
         print(f"tracestory serve: listening on {url}", flush=True)

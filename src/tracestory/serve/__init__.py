@@ -100,6 +100,7 @@ class ServeOptions:
     fail_rate: float = 0.0
     served_model_names: tuple[str, ...] = ()   # the names requests may ask for; () -> (preset,)
     gpu_memory_fraction: float = 0.5      # of the free device memory, for weights + KV cache
+    fair_wait_iterations: int | None = 64  # a blocked waiting head preempts long runners after this; None: FCFS
     limits: ServerLimits = ServerLimits()  # load shedding, timeouts, connection and body caps
 
 
@@ -139,7 +140,8 @@ def build_server(opts: ServeOptions):
         raise UsageError(f"--vocab: expected an integer >= 1, found {vocab}")
     dbytes = torch.tensor([], dtype=dtype).element_size()
     num_blocks = opts.num_blocks or _auto_blocks(opts, cfg, vocab, device, dbytes)
-    sc = SchedulerConfig(opts.block_size, num_blocks, opts.max_batch_tokens, opts.max_num_seqs, opts.eos_id)
+    sc = SchedulerConfig(opts.block_size, num_blocks, opts.max_batch_tokens, opts.max_num_seqs, opts.eos_id,
+                         opts.fair_wait_iterations)
     model = PagedLlama(cfg, layers=opts.layers, num_blocks=num_blocks, block_size=opts.block_size, vocab=vocab,
                        device=device, dtype=dtype, seed=opts.seed)
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
