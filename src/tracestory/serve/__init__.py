@@ -13,6 +13,9 @@ Pieces (each usable alone):
 * :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
 * :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;
 * :mod:`.server`    -- the aiohttp HTTP front end;
+* :mod:`.request_body` -- strict parsing of a request body (400 for every client mistake);
+* :mod:`.admission` -- load shedding: admitted requests (429), body bytes (413/503), refusal counts;
+* :mod:`.guard`     -- the connection limit and the slow-header/idle defence;
 * :mod:`.tokens`    -- the token rule.
 
 The token rule (one token per word; shared with the load generator, ``tracestory load``) is in

@@ -17,9 +17,15 @@ Streams: one chunk per generated token (completions: ``choices[0].text = " t<id>
 ``choices[0].delta.content``, the first one also carrying ``role``), then a last chunk with
 ``finish_reason`` and ``usage`` ({prompt,completion,total}_tokens), then ``[DONE]``. A request
 that fails after the stream started gets a ``data: {"error": {...}}`` chunk before ``[DONE]``.
-Errors are OpenAI-shaped ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
-request, 404 for an unknown model, 500 for an engine error or an injected failure, 503 while
-shutting down.
+Errors are OpenAI-shaped ``{"error": {"message", "type", "param", "code"}}``: 400 for every client
+mistake (body not JSON or nested too deep, any field of the wrong type: :mod:`.request_body`),
+404 for an unknown model, 408 when a body does not arrive within the idle timeout, 413 for a
+body over ``max_request_bytes``, 429 (``Retry-After``) when ``max_num_seqs + max_waiting``
+requests are already admitted, 503 (``Retry-After``) while shutting down or when the bodies being
+read pass ``max_inflight_bytes`` (:mod:`.admission`), 504 when the per-request deadline
+(``request_timeout_s``, from admission) passes (a stream gets an error chunk and ``[DONE]``; the
+request is cancelled in the engine, its KV blocks freed), 500 only for an engine error or an
+injected failure. Connections: :mod:`.guard` (idle/header timeout, connection limit).
 
 Failure injection (``fail_rate`` F, for tests of a load generator's error accounting): the k-th
 accepted request (k = 1, 2, ..., completions and chat counted together) fails with HTTP 500
