@@ -21,6 +21,7 @@ keep-alive connection that already sent one is never evicted (aiohttp's idle tim
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 
 HEAD_END = b"\r\n\r\n"
@@ -30,8 +31,14 @@ _REFUSAL_BODY = (b'{"error": {"message": "too many open connections; retry later
                  b'"param": null, "code": 503}}')
 
 
+LISTEN_BACKLOG = 64
+
+
 def default_max_connections(reserve: int = 64, ceiling: int = 1024) -> int:
-    """``min(ceiling, soft RLIMIT_NOFILE - reserve)`` (at least 16): room below the fd limit."""
+    """Room below the open-file limit: ``soft RLIMIT_NOFILE`` minus the files open now, minus
+    ``reserve``, minus four listen backlogs (asyncio accepts up to a backlog of sockets per loop
+    iteration, and an evicted socket is closed about three iterations after the one that
+    replaces it was accepted), at most ``ceiling``, at least 16."""
     try:
         import resource
 
@@ -40,7 +47,11 @@ def default_max_connections(reserve: int = 64, ceiling: int = 1024) -> int:
         return ceiling
     if soft == resource.RLIM_INFINITY:
         return ceiling
-    return max(16, min(ceiling, soft - reserve))
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        open_now = 64
+    return max(16, min(ceiling, soft - open_now - reserve - 4 * LISTEN_BACKLOG))
 
 
 class _Guarded(asyncio.Protocol):

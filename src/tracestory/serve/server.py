@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 from .admission import RETRY_AFTER_S, Admission
 from .engine import Engine
-from .guard import ConnectionGuard, default_max_connections
+from .guard import LISTEN_BACKLOG, ConnectionGuard, default_max_connections
 from .metrics import MISSING_HINT
 from .request_body import BadRequest, load_json, parse_request
 from .scheduler import Finish, request_problem
@@ -349,7 +349,7 @@ async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asy
     try:
         guard = ConnectionGuard(runner.server, limits.max_connections or default_max_connections(),
                                 api.admission.refuse)
-        listener = await loop.create_server(guard, host, port)
+        listener = await loop.create_server(guard, host, port, backlog=LISTEN_BACKLOG)
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
