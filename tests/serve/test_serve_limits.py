@@ -168,6 +168,9 @@ class _FakeTransport:
 
     abort = close
 
+    def is_closing(self):
+        return self.closed
+
 
 class _FakeHandler:
     def __init__(self):
@@ -203,6 +206,25 @@ def test_connection_guard_evicts_headless_then_refuses():
     c4.connection_lost(None)
     assert c4.inner.lost == 0
     assert refusals == Counter(connection_evicted=1, connection_limit=1)
+
+
+def test_connection_guard_head_timeout():
+    refusals = Counter()
+
+    async def main():
+        guard = ConnectionGuard(_FakeHandler, max_connections=4, refuse=lambda r: refusals.update([r]),
+                                head_timeout_s=0.05)
+        slow, quick = guard(), guard()
+        ts, tq = _FakeTransport(), _FakeTransport()
+        slow.connection_made(ts)
+        slow.data_received(b"GET /hea")              # half a request line
+        quick.connection_made(tq)
+        quick.data_received(b"GET /health HTTP/1.1\r\n\r\n")
+        await asyncio.sleep(0.3)                     # well past 0.05 s
+        return ts.closed, tq.closed
+
+    assert asyncio.run(main()) == (True, False)
+    assert refusals == Counter(head_timeout=1)
 
 
 # --------------------------------------------------------------------------- the real server

@@ -14,7 +14,7 @@ Model (event-loop thread only, no locks):
 
 Every refusal is counted by reason (``queue_full``, ``shutting_down``, ``body_too_large``,
 ``bytes_in_flight``, ``bad_request``, ``unknown_model``, ``timeout``, ``connection_limit``,
-``connection_evicted``) in :attr:`Admission.refused` and, when given, in the
+``connection_evicted``, ``head_timeout``) in :attr:`Admission.refused` and, when given, in the
 ``tracestory:requests_refused_total`` metric.
 
 Limits: the admitted count is the HTTP side's; it does not look at the KV cache, so a request

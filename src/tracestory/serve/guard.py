@@ -1,10 +1,12 @@
 """Connection limit and slow-header defence in front of aiohttp's request handlers.
 
-Header and idle timeouts are aiohttp's own ``keepalive_timeout`` (set by :mod:`.server`): its
-timer starts when a connection opens and again after each response, and it closes the
-connection when no complete request head arrived by then. So a socket that sends half a
-request line, or nothing, or idles after a response, is closed after ``idle_timeout_s``. A
-request head that arrived is not timed here (the per-request deadline of :mod:`.server` is).
+Header and idle timeouts: the guard closes a connection whose first request head has not
+arrived ``head_timeout_s`` after it opened (counted as ``head_timeout``), and aiohttp's own
+``keepalive_timeout`` (set by :mod:`.server`) closes a connection idle after a response (recent
+aiohttp also starts that timer at connect; the guard's timer does not depend on it). So a socket
+that sends half a request line, or nothing, or idles after a response, is closed after
+``idle_timeout_s``. A request head that arrived is not timed here (the per-request deadline of
+:mod:`.server` is).
 
 The limit: :class:`ConnectionGuard` wraps each accepted connection's protocol and keeps at most
 ``max_connections`` open. When a new connection would pass the limit, the oldest connection that
@@ -63,6 +65,7 @@ class _Guarded(asyncio.Protocol):
         self.head_seen = False
         self.evicted = False
         self._tail = b""
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -71,13 +74,27 @@ class _Guarded(asyncio.Protocol):
             transport.write(_REFUSAL % (len(body), body))
             transport.close()
             return
+        if self.guard.head_timeout_s is not None:
+            self._timer = asyncio.get_running_loop().call_later(self.guard.head_timeout_s, self._head_late)
         self.inner.connection_made(transport)
+
+    def _head_late(self) -> None:
+        self._timer = None
+        if not self.head_seen and self.transport is not None and not self.transport.is_closing():
+            self.guard.refuse("head_timeout")
+            self.transport.abort()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def data_received(self, data: bytes) -> None:
         if not self.head_seen:
             if HEAD_END in self._tail + data[:3] or HEAD_END in data:
                 self.head_seen = True
                 self._tail = b""
+                self._stop_timer()
             else:
                 self._tail = data[-3:]
         self.inner.data_received(data)
@@ -86,6 +103,7 @@ class _Guarded(asyncio.Protocol):
         return self.inner.eof_received()
 
     def connection_lost(self, exc) -> None:
+        self._stop_timer()
         if self.guard.closed(self):
             self.inner.connection_lost(exc)
 
@@ -100,12 +118,16 @@ class ConnectionGuard:
     """The protocol factory for ``loop.create_server``: aiohttp's factory behind a connection limit."""
 
     def __init__(self, inner_factory: Callable[[], asyncio.Protocol], max_connections: int,
-                 refuse: Callable[[str], None] | None = None):
+                 refuse: Callable[[str], None] | None = None, head_timeout_s: float | None = None):
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         self.inner_factory, self.max_connections = inner_factory, max_connections
+        self.head_timeout_s = head_timeout_s
         self._refuse = refuse or (lambda reason: None)
         self._open: dict[_Guarded, None] = {}     # insertion order: oldest first
+
+    def refuse(self, reason: str) -> None:
+        self._refuse(reason)
 
     @property
     def open_count(self) -> int:
@@ -119,9 +141,9 @@ class ConnectionGuard:
         if len(self._open) >= self.max_connections:
             victim = next((c for c in self._open if not c.head_seen), None)
             if victim is None:
-                self._refuse("connection_limit")
+                self.refuse("connection_limit")
                 return False
-            self._refuse("connection_evicted")
+            self.refuse("connection_evicted")
             self._open.pop(victim, None)
             victim.transport.abort()          # its connection_lost still reaches aiohttp
             victim.evicted = True

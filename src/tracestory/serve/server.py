@@ -348,7 +348,7 @@ async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asy
     listener = None
     try:
         guard = ConnectionGuard(runner.server, limits.max_connections or default_max_connections(),
-                                api.admission.refuse)
+                                api.admission.refuse, head_timeout_s=limits.idle_timeout_s)
         listener = await loop.create_server(guard, host, port, backlog=LISTEN_BACKLOG)
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
