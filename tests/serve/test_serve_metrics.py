@@ -148,14 +148,18 @@ def test_metrics_endpoint_after_known_requests(named_server):
 
 
 def _scrape(url: str) -> dict[str, float]:
-    """Every sample of /metrics by name (the single label is model_name="tiny-a")."""
+    """Every sample of /metrics by name (the single label is model_name="tiny-a"; refusals are
+    keyed ``name{reason}``)."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
         text = r.read().decode()
     out = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if "le" not in s.labels:
+            if "reason" in s.labels:
+                assert s.labels["model_name"] == "tiny-a", s
+                out[f"{s.name}{{{s.labels['reason']}}}"] = s.value
+            elif "le" not in s.labels:
                 assert s.labels == {"model_name": "tiny-a"}, s
                 out[s.name] = s.value
     return out

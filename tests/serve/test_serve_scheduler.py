@@ -225,3 +225,43 @@ def test_randomized_workload_invariants(seed):
     assert chunks > 0 and reuses > 0
     assert s.kv.free_count == nb and s.kv.freed_total == s.kv.allocated_total
     s.kv.check()
+
+
+def _finish_iterations(fair: int | None) -> tuple[dict[str, int], dict[str, int], list, Scheduler]:
+    """A long request A (prompt 4, 13 new tokens: 16 KV slots = the whole 4 x 4-token cache) and a
+    short one S (prompt 4, 2 new) arriving before iteration 10, when A holds every block."""
+    s = Scheduler(SchedulerConfig(block_size=4, num_blocks=4, max_batch_tokens=16, max_num_seqs=4,
+                                  fair_wait_iterations=fair))
+    s.add_request("A", [1, 2, 3, 4], 13, ignore_eos=True)
+    done, outputs, decisions = {}, {}, []
+    for _ in range(60):
+        if s.iteration == 10:
+            s.add_request("S", [5, 6, 7, 8], 2, ignore_eos=True)
+        if not s.has_work:
+            break
+        plan = s.schedule()
+        decisions += plan.decisions
+        r = s.complete(plan, {m.request_id: 9 for m in plan.members if m.samples})
+        for f in r.finished:
+            done[f.request_id], outputs[f.request_id] = plan.iteration, f.output_tokens
+    return done, outputs, decisions, s
+
+
+def test_fairness_lets_a_short_request_past_a_long_stream():
+    # FCFS: A samples its k-th token in iteration k-1, so its 13th in iteration 12, and only then
+    # frees its 4 blocks; S is prefilled in 13 and decodes its 2nd token in 14
+    done, outputs, decisions, s = _finish_iterations(None)
+    assert done == {"A": 12, "S": 14} and outputs == {"A": 13, "S": 2}
+    assert not any(d.action == "preempt" for d in decisions)
+    # fair_wait_iterations 1: S waited iterations 10 and 11; in 11 A (running since 0) is
+    # preempted and requeued behind S: S is prefilled in 11 and decodes its 2nd token in 12
+    done, outputs, decisions, s = _finish_iterations(1)
+    assert done["S"] == 12 and outputs == {"A": 13, "S": 2}
+    fair = [d for d in decisions if d.action == "preempt" and d.reason.startswith("fairness:")]
+    assert [d.request_id for d in fair] == ["A"] and "S waited 1 iterations" in fair[0].reason
+    assert s.kv.in_use == 0 and not s.has_work
+
+
+def test_fairness_setting_is_checked():
+    with pytest.raises(ValueError, match="fair_wait_iterations"):
+        SchedulerConfig(fair_wait_iterations=0)

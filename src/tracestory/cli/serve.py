@@ -12,14 +12,16 @@ aiohttp the command stops with one line (exit code 2) naming the ``serve`` extra
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 
 from ..capture.under_load import EVENT_LOG_ENV
 from ..errors import UsageError
 from ..models.llama_config import PRESETS
 from ..models.runtime import dtype_name, require_package
-from ..serve import ServeOptions, run_server
+from ..serve import ServeOptions, ServerLimits, run_server
 
 
 def _dtype(text: str) -> str:
@@ -65,26 +67,78 @@ def register(subparsers) -> None:
     p.add_argument("--fail-rate", type=float, default=0.0,
                    help="fraction of requests answered with HTTP 500 (deterministic: request k fails iff "
                         "floor(k*F) > floor((k-1)*F); default: 0)")
+    p.add_argument("--fair-wait-iterations", type=int, default=64, metavar="N",
+                   help="when the first waiting request has waited N iterations for KV blocks or a seat, "
+                        "requests that ran N iterations are preempted and requeued at the back (round-robin "
+                        "under pressure); 0: plain first-come-first-served (default: 64)")
+    p.add_argument("--max-waiting", type=int, default=64,
+                   help="requests admitted beyond --max-num-seqs; one more gets HTTP 429 with Retry-After "
+                        "(default: 64)")
+    p.add_argument("--max-connections", type=int, default=None,
+                   help="open connections; above it the oldest one without a complete request head is closed, "
+                        "or the new one gets 503 (default: the open-file limit minus 64, at most 1024)")
+    p.add_argument("--idle-timeout", type=float, default=15.0, metavar="S",
+                   help="close a connection with no complete request head for S seconds: slow headers, idle "
+                        "keep-alive (default: 15)")
+    p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
+                   help="cancel a request S seconds after admission, freeing its KV blocks (default: 600)")
+    p.add_argument("--max-request-mb", type=float, default=8.0, metavar="MB",
+                   help="largest request body, MiB; larger gets HTTP 413 (default: 8)")
+    p.add_argument("--max-inflight-mb", type=float, default=64.0, metavar="MB",
+                   help="request bodies being read at once, MiB; over it HTTP 503 with Retry-After (default: 64)")
     p.set_defaults(func=_run)
 
 
+_DEVICE = re.compile(r"(cpu|cuda|cuda:\d+|auto)")
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """One :class:`UsageError` line for the first flag that cannot work (before anything is built)."""
+    def bad(flag: str, expected: str, found) -> UsageError:
+        return UsageError(f"{flag}: expected {expected}, found {found}")
+
+    for name in ("layers", "block_size", "max_batch_tokens", "max_num_seqs", "max_waiting"):
+        if getattr(args, name) < 1:
+            raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
+    if args.fair_wait_iterations < 0:
+        raise bad("--fair-wait-iterations", "an integer >= 0", args.fair_wait_iterations)
+    for name in ("num_blocks", "vocab", "max_connections"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
+    if not 0 <= args.port <= 65535:
+        raise bad("--port", "a TCP port in 0..65535", args.port)
+    if not _DEVICE.fullmatch(args.device):
+        raise bad("--device", "cpu, cuda, cuda:N or auto", repr(args.device))
+    if args.eos_id is not None and not 0 <= args.eos_id < (args.vocab or 2**31):
+        raise bad("--eos-id", f"a token id in [0, {args.vocab})" if args.vocab else "a token id >= 0", args.eos_id)
+    if not 0.0 <= args.fail_rate <= 1.0:
+        raise bad("--fail-rate", "a fraction in [0, 1]", args.fail_rate)
+    if not 0.0 < args.gpu_memory_fraction <= 1.0:
+        raise bad("--gpu-memory-fraction", "a fraction in (0, 1]", args.gpu_memory_fraction)
+    for name in ("idle_timeout", "request_timeout", "max_request_mb", "max_inflight_mb"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v > 0):
+            raise bad(f"--{name.replace('_', '-')}", "a finite number > 0", v)
+    if args.max_inflight_mb < args.max_request_mb:
+        raise bad("--max-inflight-mb", f"at least --max-request-mb ({args.max_request_mb:g})", args.max_inflight_mb)
+
+
 def _run(args: argparse.Namespace) -> int:
+    _check_args(args)
     require_package("torch", "tracestory serve", "serve")
     require_package("aiohttp", "tracestory serve", "serve")
-    for name in ("layers", "block_size", "max_batch_tokens", "max_num_seqs"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')}: expected an integer >= 1, found {getattr(args, name)}")
-    if args.num_blocks is not None and args.num_blocks < 1:
-        raise UsageError(f"--num-blocks: expected an integer >= 1, found {args.num_blocks}")
-    if not 0.0 <= args.fail_rate <= 1.0:
-        raise UsageError(f"--fail-rate: expected a fraction in [0, 1], found {args.fail_rate}")
+    limits = ServerLimits(max_waiting=args.max_waiting, max_connections=args.max_connections,
+                          idle_timeout_s=args.idle_timeout, request_timeout_s=args.request_timeout,
+                          max_request_bytes=max(1, int(args.max_request_mb * 2**20)),
+                          max_inflight_bytes=max(1, int(args.max_inflight_mb * 2**20)))
     opts = ServeOptions(preset=args.preset, layers=args.layers, device=args.device, dtype=args.dtype, host=args.host,
                         port=args.port, block_size=args.block_size, num_blocks=args.num_blocks,
                         max_batch_tokens=args.max_batch_tokens, max_num_seqs=args.max_num_seqs,
                         event_log=args.event_log or os.environ.get(EVENT_LOG_ENV) or None, vocab=args.vocab,
                         eos_id=args.eos_id, seed=args.seed, fail_rate=args.fail_rate,
                         served_model_names=tuple(args.served_model_names or ()),
-                        gpu_memory_fraction=args.gpu_memory_fraction)
+                        gpu_memory_fraction=args.gpu_memory_fraction, limits=limits,
+                        fair_wait_iterations=args.fair_wait_iterations or None)
 
     def ready(url: str) -> None:
         print(f"tracestory serve: listening on {url}", flush=True)

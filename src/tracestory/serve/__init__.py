@@ -13,6 +13,9 @@ Pieces (each usable alone):
 * :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
 * :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;
 * :mod:`.server`    -- the aiohttp HTTP front end;
+* :mod:`.request_body` -- strict parsing of a request body (400 for every client mistake);
+* :mod:`.admission` -- load shedding: admitted requests (429), body bytes (413/503), refusal counts;
+* :mod:`.guard`     -- the connection limit and the slow-header/idle defence;
 * :mod:`.tokens`    -- the token rule.
 
 The token rule (one token per word; shared with the load generator, ``tracestory load``) is in
@@ -41,10 +44,10 @@ from .eventlog import EventLog
 from .metrics import make_metrics
 from .model import DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
 from .scheduler import Scheduler, SchedulerConfig
-from .server import Api, serve_app, start_in_thread
+from .server import Api, ServerLimits, serve_app, start_in_thread
 from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
 
-__all__ = ["PROMPT_ID_RANGE", "ServeOptions", "build_server", "count_tokens", "prompt_of_tokens", "run_server",
+__all__ = ["PROMPT_ID_RANGE", "ServeOptions", "ServerLimits", "build_server", "count_tokens", "prompt_of_tokens", "run_server",
            "start_server_thread", "token_text", "tokenize", "wait_healthy"]
 
 
@@ -100,6 +103,8 @@ class ServeOptions:
     fail_rate: float = 0.0
     served_model_names: tuple[str, ...] = ()   # the names requests may ask for; () -> (preset,)
     gpu_memory_fraction: float = 0.5      # of the free device memory, for weights + KV cache
+    fair_wait_iterations: int | None = 64  # a blocked waiting head preempts long runners after this; None: FCFS
+    limits: ServerLimits = ServerLimits()  # load shedding, timeouts, connection and body caps
 
 
 def _auto_blocks(opts: ServeOptions, cfg, vocab: int, device: str, dtype_bytes: int) -> int:
@@ -133,10 +138,13 @@ def build_server(opts: ServeOptions):
         except ValueError as e:
             raise UsageError(f"--dtype: {e}") from None
     dtype = torch_dtype(dtype_label)
-    vocab = opts.vocab or DEFAULT_VOCAB.get(cfg.name, 32000)
+    vocab = opts.vocab if opts.vocab is not None else DEFAULT_VOCAB.get(cfg.name, 32000)
+    if vocab < 1:
+        raise UsageError(f"--vocab: expected an integer >= 1, found {vocab}")
     dbytes = torch.tensor([], dtype=dtype).element_size()
     num_blocks = opts.num_blocks or _auto_blocks(opts, cfg, vocab, device, dbytes)
-    sc = SchedulerConfig(opts.block_size, num_blocks, opts.max_batch_tokens, opts.max_num_seqs, opts.eos_id)
+    sc = SchedulerConfig(opts.block_size, num_blocks, opts.max_batch_tokens, opts.max_num_seqs, opts.eos_id,
+                         opts.fair_wait_iterations)
     model = PagedLlama(cfg, layers=opts.layers, num_blocks=num_blocks, block_size=opts.block_size, vocab=vocab,
                        device=device, dtype=dtype, seed=opts.seed)
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
@@ -147,7 +155,7 @@ def build_server(opts: ServeOptions):
         meta["eos_token_id"] = opts.eos_id
     names = tuple(opts.served_model_names) or (cfg.name,)
     engine = Engine(Scheduler(sc), model, EventLog(opts.event_log, meta), make_metrics(names[0]))
-    api = Api(engine, names, vocab, opts.fail_rate)
+    api = Api(engine, names, vocab, opts.fail_rate, opts.limits)
     return engine, api
 
 

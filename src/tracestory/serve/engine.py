@@ -56,8 +56,9 @@ class Engine:
         self._inbox.put(("add", request_id, prompt, max_new_tokens, ignore_eos, sink))
         self._wake.set()
 
-    def abort(self, request_id: str) -> None:
-        self._inbox.put(("abort", request_id))
+    def abort(self, request_id: str, error: str = "client disconnected") -> None:
+        """Cancel a request (finish ``cancelled`` with ``error``), freeing its KV blocks."""
+        self._inbox.put(("abort", request_id, error))
         self._wake.set()
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -88,9 +89,10 @@ class Engine:
                 except RequestRejected as e:
                     self._finish_now(Finish(rid, "error", len(prompt), 0, str(e)), sink)
             else:
-                fin = self.scheduler.abort(item[1], "cancelled", "client disconnected")
+                fin = self.scheduler.abort(item[1], "cancelled", item[2])
                 if fin is not None:
                     self._finish_now(fin, self._sinks.pop(fin.request_id, None))
+                    self._publish_queues()        # no iteration may follow to refresh the gauges
 
     def _run(self) -> None:
         sched, log = self.scheduler, self.log
@@ -150,6 +152,10 @@ class Engine:
             why = "server shutting down" if self.error is None else f"engine failed: {self.error!r}"
             for fin in sched.abort_all("cancelled" if self.error is None else "error", why):
                 self._finish_now(fin, self._sinks.pop(fin.request_id, None))
-            if self.metrics is not None:
-                self.metrics.set_queues(sched.num_running, sched.num_waiting, sched.kv.in_use, sched.kv.num_blocks)
+            self._publish_queues()
             log.flush()
+
+    def _publish_queues(self) -> None:
+        sched = self.scheduler
+        if self.metrics is not None:
+            self.metrics.set_queues(sched.num_running, sched.num_waiting, sched.kv.in_use, sched.kv.num_blocks)

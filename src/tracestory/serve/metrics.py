@@ -13,7 +13,9 @@ Metrics (all labelled ``model_name``, the first served model name):
 * ``tracestory:num_preemptions_total`` (counter): ``preempt`` decisions of the scheduler;
 * ``tracestory:iteration_time_seconds`` (histogram): one sample per engine iteration, from
   before scheduling to after the sampled tokens are recorded (the ``t_end_ns - t_start_ns`` of
-  the event log's ``iteration`` line).
+  the event log's ``iteration`` line);
+* ``tracestory:requests_refused_total`` (counter, also labelled ``reason``): requests and
+  connections the server turned away (:mod:`.admission` lists the reasons).
 
 ``prometheus-client`` is an optional dependency (the ``serve`` extra), imported when a server
 is built; without it :func:`make_metrics` returns ``None``, the engine records nothing and
@@ -53,6 +55,13 @@ class ServerMetrics:
         self.preemptions = counter("tracestory:num_preemptions", "Requests preempted (recompute).")
         self.iteration_time = pc.Histogram("tracestory:iteration_time_seconds", "Engine iteration time.", labels,
                                            buckets=ITERATION_BUCKETS_S, registry=self.registry).labels(model_name)
+        self._model_name = model_name
+        self.refused = pc.Counter("tracestory:requests_refused", "Requests and connections turned away.",
+                                  ["model_name", "reason"], registry=self.registry)
+
+    def refuse(self, reason: str) -> None:
+        """Count one refusal (event-loop thread)."""
+        self.refused.labels(self._model_name, reason).inc()
 
     def observe_iteration(self, *, seconds: float, new_tokens: int, first_prompt_tokens: Iterable[int],
                           preemptions: int, running: int, waiting: int, kv_in_use: int, kv_total: int) -> None:

@@ -29,6 +29,17 @@ in arrival order; its output so far is kept and, when readmitted, it re-prefills
 ``prompt + output`` (``computed`` back to 0). A request whose final size fits the cache always
 completes: the oldest running request can always take blocks from younger ones.
 
+**Fairness (optional, ``fair_wait_iterations`` N)**: FCFS alone lets long streams that fill
+the KV cache (or every ``max_num_seqs`` slot) keep a short request waiting until one of them
+ends. With N set, when the waiting head has waited N iterations and is blocked by blocks or by
+``max_num_seqs``, the running requests that have run at least N iterations since their
+admission are preempted, most output tokens first, until the head fits (none is preempted when
+they cannot make it fit). A request preempted this way is requeued at the *back* of the waiting
+queue as if it had just arrived (it loses its seniority), so under pressure the requests take
+turns of at least N iterations each: round-robin with a quantum of N iterations, paid for with
+the recomputation of the preempted request's prompt and output. N = None (the default here) is
+plain FCFS.
+
 A request finishes with ``length`` at ``max_new_tokens`` output tokens, or ``stop`` when it
 samples the configured EOS id (unless ``ignore_eos``); its blocks are freed in that iteration.
 Every admit/chunk/wait/preempt/finish is a :class:`Decision` with a human-readable reason.
@@ -55,11 +66,14 @@ class SchedulerConfig:
     max_batch_tokens: int = 256
     max_num_seqs: int = 32
     eos_token_id: int | None = None
+    fair_wait_iterations: int | None = None   # None: plain FCFS (see the module docstring)
 
     def __post_init__(self):
         for name in ("block_size", "num_blocks", "max_batch_tokens", "max_num_seqs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.fair_wait_iterations is not None and self.fair_wait_iterations < 1:
+            raise ValueError(f"SchedulerConfig.fair_wait_iterations must be >= 1, got {self.fair_wait_iterations}")
 
 
 def request_problem(config: SchedulerConfig, prompt_tokens: int, max_new_tokens: int) -> str | None:
@@ -151,6 +165,8 @@ class _Seq:
     computed: int = 0
     preemptions: int = 0
     first_token_sent: bool = False
+    waiting_since: int = 0           # iteration it (re)entered the waiting queue
+    running_since: int = 0           # iteration it was last admitted
 
     @property
     def known(self) -> int:
@@ -208,7 +224,8 @@ class Scheduler:
         problem = request_problem(self.config, len(prompt), max_new_tokens)
         if problem is not None:
             raise RequestRejected(f"request {request_id}: {problem}")
-        seq = _Seq(request_id, list(prompt), int(max_new_tokens), bool(ignore_eos), self._order)
+        seq = _Seq(request_id, list(prompt), int(max_new_tokens), bool(ignore_eos), self._order,
+                   waiting_since=self._iteration)
         self._order += 1
         self._seqs[request_id] = seq
         self._waiting.append(seq)      # newest arrival: the end keeps arrival order
@@ -260,6 +277,7 @@ class Scheduler:
             self._add_member(seq, chunk, st, chunk_reason=why)
         while self._waiting:                                 # 3. admission, FCFS
             seq = self._waiting[0]
+            self._take_turns(seq, st)
             if len(self._running) >= cfg.max_num_seqs:
                 st.decide(seq, "wait", f"max_num_seqs {cfg.max_num_seqs} requests running")
                 break
@@ -275,6 +293,7 @@ class Scheduler:
             again = f" (recompute {remaining} tokens after preemption)" if seq.preemptions else ""
             st.decide(seq, "admit", f"{free} blocks free >= {need} needed{again}")
             self._waiting.pop(0)
+            seq.running_since = self._iteration
             bisect.insort(self._running, seq, key=lambda s: s.order)
             why = f"prompt {remaining} > token budget left {st.budget}" if chunk < remaining else None
             self._add_member(seq, chunk, st, chunk_reason=why)
@@ -340,6 +359,35 @@ class Scheduler:
                 return False
         return True
 
+    def _take_turns(self, head: _Seq, st: _PlanState) -> None:
+        """Fairness (module docstring): preempt long-served running requests for a head that
+        waited ``fair_wait_iterations``; they go to the back of the waiting queue."""
+        cfg, n = self.config, self.config.fair_wait_iterations
+        if n is None or self._iteration - head.waiting_since < n or st.budget < 1:
+            return
+        need = blocks_for(min(head.known - head.computed, st.budget), cfg.block_size)
+        seats_short = len(self._running) + 1 - cfg.max_num_seqs
+        if need <= self.kv.free_count and seats_short <= 0:
+            return
+        served = sorted((s for s in self._running if self._iteration - s.running_since >= n),
+                        key=lambda s: (-len(s.output), -s.order))
+        victims, free = [], self.kv.free_count
+        for s in served:
+            if free >= need and len(victims) >= seats_short:
+                break
+            victims.append(s)
+            free += len(self.kv.block_table(s.request_id))
+        if free < need or len(victims) < seats_short:
+            return
+        for s in victims:
+            self._preempt(s, st, f"fairness: {head.request_id} waited {self._iteration - head.waiting_since} "
+                                 f"iterations; this one ran {self._iteration - s.running_since} iterations "
+                                 f"({len(s.output)} tokens out), requeued at the back")
+            s.order = self._order                 # a fresh arrival: behind everything waiting
+            self._order += 1
+            self._waiting.remove(s)
+            self._waiting.append(s)
+
     def _preempt(self, seq: _Seq, st: _PlanState, reason: str) -> None:
         st.freed += self.kv.free(seq.request_id)
         m = st.members.pop(seq.request_id, None)
@@ -347,6 +395,7 @@ class Scheduler:
             st.budget += m.tokens
         seq.computed = 0
         seq.preemptions += 1
+        seq.waiting_since = self._iteration
         self._running.remove(seq)
         bisect.insort(self._waiting, seq, key=lambda s: s.order)
         st.decide(seq, "preempt", reason)

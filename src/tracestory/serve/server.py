@@ -17,9 +17,15 @@ Streams: one chunk per generated token (completions: ``choices[0].text = " t<id>
 ``choices[0].delta.content``, the first one also carrying ``role``), then a last chunk with
 ``finish_reason`` and ``usage`` ({prompt,completion,total}_tokens), then ``[DONE]``. A request
 that fails after the stream started gets a ``data: {"error": {...}}`` chunk before ``[DONE]``.
-Errors are OpenAI-shaped ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
-request, 404 for an unknown model, 500 for an engine error or an injected failure, 503 while
-shutting down.
+Errors are OpenAI-shaped ``{"error": {"message", "type", "param", "code"}}``: 400 for every client
+mistake (body not JSON or nested too deep, any field of the wrong type: :mod:`.request_body`),
+404 for an unknown model, 408 when a body does not arrive within the idle timeout, 413 for a
+body over ``max_request_bytes``, 429 (``Retry-After``) when ``max_num_seqs + max_waiting``
+requests are already admitted, 503 (``Retry-After``) while shutting down or when the bodies being
+read pass ``max_inflight_bytes`` (:mod:`.admission`), 504 when the per-request deadline
+(``request_timeout_s``, from admission) passes (a stream gets an error chunk and ``[DONE]``; the
+request is cancelled in the engine, its KV blocks freed), 500 only for an engine error or an
+injected failure. Connections: :mod:`.guard` (idle/header timeout, connection limit).
 
 Failure injection (``fail_rate`` F, for tests of a load generator's error accounting): the k-th
 accepted request (k = 1, 2, ..., completions and chat counted together) fails with HTTP 500
@@ -44,40 +50,50 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .admission import RETRY_AFTER_S, Admission
 from .engine import Engine
+from .guard import LISTEN_BACKLOG, ConnectionGuard, default_max_connections
 from .metrics import MISSING_HINT
+from .request_body import BadRequest, load_json, parse_request
 from .scheduler import Finish, request_problem
-from .tokens import token_text, tokenize
+from .tokens import token_text
 
 
 # ---------------------------------------------------------------------------- HTTP
-def _error(status: int, message: str, etype: str, param: str | None = None, code: int | None = None):
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one client, or all of them together, may take (the ``tracestory serve`` flags)."""
+
+    max_waiting: int = 64                  # admitted beyond max_num_seqs before 429
+    max_connections: int | None = None     # None: below the open-file limit (guard.default_max_connections)
+    idle_timeout_s: float = 15.0           # no complete request head for this long: connection closed
+    request_timeout_s: float = 600.0       # from admission to the last token; then cancelled, KV freed
+    max_request_bytes: int = 8 * 2**20     # one body (413 above)
+    max_inflight_bytes: int = 64 * 2**20   # all bodies being read and parsed (503 above)
+
+    def __post_init__(self):
+        for name in ("max_waiting", "max_request_bytes", "max_inflight_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ServerLimits.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("idle_timeout_s", "request_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ServerLimits.{name} must be > 0, got {getattr(self, name)}")
+
+
+def _error(status: int, message: str, etype: str, param: str | None = None, code: int | None = None,
+           retry_after: int | None = None):
     from aiohttp import web
 
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return web.json_response({"error": {"message": message, "type": etype, "param": param, "code": code}},
-                             status=status)
-
-
-class _BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
-
-
-def _int_field(body: dict, names: tuple[str, ...], default: int) -> int:
-    for name in names:
-        if body.get(name) is not None:
-            v = body[name]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise _BadRequest(f"'{name}' must be an integer >= 1, got {v!r}", name)
-            return v
-    return default
+                             status=status, headers=headers)
 
 
 class Api:
     """The aiohttp handlers over one :class:`Engine`."""
 
-    def __init__(self, engine: Engine, served_model_names: str | Sequence[str], vocab: int, fail_rate: float = 0.0):
+    def __init__(self, engine: Engine, served_model_names: str | Sequence[str], vocab: int, fail_rate: float = 0.0,
+                 limits: ServerLimits | None = None):
         if not 0.0 <= fail_rate <= 1.0:
             raise ValueError(f"fail_rate must be in [0, 1], got {fail_rate}")
         names = (served_model_names,) if isinstance(served_model_names, str) else tuple(served_model_names)
@@ -86,6 +102,9 @@ class Api:
         self.served_model_names = names
         self.model_name = names[0]
         self.engine, self.vocab, self.fail_rate = engine, vocab, fail_rate
+        self.limits = limits or ServerLimits()
+        self.admission = Admission(engine.scheduler.config.max_num_seqs + self.limits.max_waiting,
+                                   self.limits.max_request_bytes, self.limits.max_inflight_bytes, engine.metrics)
         self._accepted = 0
         self._next_id = 0
         self.created = int(time.time())
@@ -93,7 +112,8 @@ class Api:
     def app(self):
         from aiohttp import web
 
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        # a body over max_request_bytes is refused by _read_body first; aiohttp's own cap backs it up
+        app = web.Application(client_max_size=self.limits.max_request_bytes)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
@@ -130,38 +150,6 @@ class Api:
     async def chat(self, request):
         return await self._handle(request, chat=True)
 
-    # ------------------------------------------------------------------ parsing
-    def _prompt_ids(self, body: dict, chat: bool) -> list[int]:
-        if chat:
-            msgs = body.get("messages")
-            if not isinstance(msgs, list) or not msgs:
-                raise _BadRequest("'messages' must be a non-empty list of {role, content}", "messages")
-            ids = []
-            for i, msg in enumerate(msgs):
-                content = msg.get("content") if isinstance(msg, dict) else None
-                if isinstance(content, list):   # content parts: the text ones
-                    content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-                if not isinstance(content, str):
-                    raise _BadRequest(f"messages[{i}].content must be a string", "messages")
-                ids += tokenize(content, self.vocab)
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-                prompt = prompt[0]            # a batch of one
-            if isinstance(prompt, str):
-                ids = tokenize(prompt, self.vocab)
-            elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-                bad = [t for t in prompt if not 0 <= t < self.vocab]
-                if bad:
-                    raise _BadRequest(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab})", "prompt")
-                ids = list(prompt)
-            else:
-                raise _BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)",
-                                  "prompt")
-        if not ids:
-            raise _BadRequest("the prompt has no tokens", "messages" if chat else "prompt")
-        return ids
-
     def _inject_failure(self) -> bool:
         self._accepted += 1
         k, f = self._accepted, self.fail_rate
@@ -169,38 +157,66 @@ class Api:
         return math.floor(k * f + 1e-9) > math.floor((k - 1) * f + 1e-9)
 
     # ------------------------------------------------------------------ one request
-    async def _handle(self, request, *, chat: bool):
+    async def _read_body(self, request):
+        """The parsed request (:class:`CompletionRequest`), or an error response to send."""
+        from aiohttp import web
+
+        adm = self.admission
+        reserved, status, message = adm.reserve_body(request.content_length)
+        if status is not None:
+            return _error(status, message, "invalid_request_error" if status == 413 else "server_error",
+                          retry_after=RETRY_AFTER_S if status == 503 else None)
         try:
-            try:
-                body = await request.json()
-            except (ValueError, UnicodeDecodeError):
-                raise _BadRequest("the request body is not valid JSON") from None
-            if not isinstance(body, dict):
-                raise _BadRequest("the request body must be a JSON object")
-            model = body.get("model")
-            if model is not None and not isinstance(model, str):
-                raise _BadRequest("'model' must be a string", "model")
-            if model and model not in self.served_model_names:
-                return _error(404, f"The model `{model}` does not exist.", "NotFoundError", "model", code=404)
-            ids = self._prompt_ids(body, chat)
-            max_new = _int_field(body, ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",), 16)
-            if body.get("n") not in (None, 1):
-                raise _BadRequest("only n = 1 is supported", "n")
-            stream, ignore_eos = bool(body.get("stream", False)), bool(body.get("ignore_eos", False))
-            problem = request_problem(self.engine.scheduler.config, len(ids), max_new)
-            if problem is not None:
-                raise _BadRequest(problem, "max_tokens")
-        except _BadRequest as e:
+            raw = await asyncio.wait_for(request.read(), self.limits.idle_timeout_s)
+            body = load_json(raw)
+        except (asyncio.TimeoutError, web.HTTPRequestEntityTooLarge) as e:
+            too_big = isinstance(e, web.HTTPRequestEntityTooLarge)
+            adm.refuse("body_too_large" if too_big else "timeout")
+            return _error(413 if too_big else 408,
+                          f"the request body is larger than {self.limits.max_request_bytes} bytes" if too_big else
+                          f"the request body did not arrive within {self.limits.idle_timeout_s:g} s",
+                          "invalid_request_error")
+        except BadRequest as e:
+            adm.refuse("bad_request")
             return _error(400, str(e), "invalid_request_error", e.param)
+        finally:
+            adm.release_body(reserved)
+        try:
+            req = parse_request(body, chat=request.path.endswith("/chat/completions"), vocab=self.vocab)
+            if req.model and req.model not in self.served_model_names:
+                adm.refuse("unknown_model")
+                return _error(404, f"The model `{req.model}` does not exist.", "NotFoundError", "model", code=404)
+            problem = request_problem(self.engine.scheduler.config, len(req.prompt_ids), req.max_new_tokens)
+            if problem is not None:
+                raise BadRequest(problem, "max_tokens")
+        except BadRequest as e:
+            adm.refuse("bad_request")
+            return _error(400, str(e), "invalid_request_error", e.param)
+        return req
+
+    async def _handle(self, request, *, chat: bool):
+        from aiohttp import web
+
+        if not self.engine.alive:
+            self.admission.refuse("shutting_down")
+            return _error(503, "server shutting down", "server_error", retry_after=RETRY_AFTER_S)
+        req = await self._read_body(request)
+        if isinstance(req, web.StreamResponse):
+            return req
+        ids, max_new = req.prompt_ids, req.max_new_tokens
         self._next_id += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{self._next_id}"
         if not self.engine.alive:
-            return _error(503, "server shutting down", "server_error")
+            self.admission.refuse("shutting_down")
+            return _error(503, "server shutting down", "server_error", retry_after=RETRY_AFTER_S)
         if self.fail_rate > 0 and self._inject_failure():
             log = self.engine.log
-            log.arrival(log.now_ns(), rid, len(ids), max_new, ignore_eos)
+            log.arrival(log.now_ns(), rid, len(ids), max_new, req.ignore_eos)
             log.finish(log.now_ns(), Finish(rid, "error", len(ids), 0, "injected failure (fail_rate)"))
             return _error(500, f"injected failure for {rid} (fail_rate {self.fail_rate:g})", "server_error")
+        if not self.admission.try_admit():
+            return _error(429, f"{self.admission.max_admitted} requests admitted (max_num_seqs + max_waiting); "
+                               "retry later", "rate_limit_error", retry_after=RETRY_AFTER_S, code=429)
         q: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
 
@@ -210,14 +226,29 @@ class Api:
             except RuntimeError:                  # the event loop is already closed: nobody listens
                 pass
 
-        self.engine.submit(rid, ids, max_new, ignore_eos, sink)
+        deadline = loop.time() + self.limits.request_timeout_s
+        self.engine.submit(rid, ids, max_new, req.ignore_eos, sink)
         try:
-            if stream:
-                return await self._stream(request, q, rid, chat, len(ids))
-            return await self._whole(q, rid, chat, len(ids))
+            if req.stream:
+                return await self._stream(request, q, rid, chat, len(ids), deadline)
+            return await self._whole(q, rid, chat, len(ids), deadline)
         except (asyncio.CancelledError, ConnectionError):
             self.engine.abort(rid)            # client went away: free its blocks
             raise
+        finally:
+            self.admission.done()
+
+    async def _next(self, q: asyncio.Queue, rid: str, deadline: float):
+        """The next engine item; at the deadline the request is cancelled (its KV blocks freed)
+        and a ``finish`` item saying so is returned."""
+        left = deadline - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(q.get(), max(left, 0.0))
+        except asyncio.TimeoutError:
+            why = f"request deadline of {self.limits.request_timeout_s:g} s passed"
+            self.engine.abort(rid, why)
+            self.admission.refuse("timeout")
+            return "finish", Finish(rid, "timeout", 0, 0, why)
 
     def _chunk(self, rid: str, chat: bool, text: str | None, finish: str | None, first: bool) -> dict:
         if chat:
@@ -232,7 +263,7 @@ class Api:
     def _usage(prompt_tokens: int, n_out: int) -> dict:
         return {"prompt_tokens": prompt_tokens, "completion_tokens": n_out, "total_tokens": prompt_tokens + n_out}
 
-    async def _stream(self, request, q, rid, chat, prompt_tokens):
+    async def _stream(self, request, q, rid, chat, prompt_tokens, deadline):
         from aiohttp import web
 
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -243,7 +274,7 @@ class Api:
 
         n_out = 0
         while True:
-            kind, payload = await q.get()
+            kind, payload = await self._next(q, rid, deadline)
             if kind == "token":
                 await send(self._chunk(rid, chat, token_text(payload), None, first=n_out == 0))
                 n_out += 1
@@ -261,19 +292,19 @@ class Api:
         await resp.write_eof()
         return resp
 
-    async def _whole(self, q, rid, chat, prompt_tokens):
+    async def _whole(self, q, rid, chat, prompt_tokens, deadline):
         from aiohttp import web
 
         tokens = []
         while True:
-            kind, payload = await q.get()
+            kind, payload = await self._next(q, rid, deadline)
             if kind == "token":
                 tokens.append(payload)
                 continue
             fin: Finish = payload
             break
         if fin.reason not in ("length", "stop"):
-            status = 503 if fin.reason == "cancelled" else 500
+            status = {"cancelled": 503, "timeout": 504}.get(fin.reason, 500)
             return _error(status, f"request {fin.reason}: {fin.error}", "server_error")
         text = "".join(token_text(t) for t in tokens)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
@@ -309,17 +340,21 @@ async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asy
 
     from aiohttp import web
 
-    runner = web.AppRunner(api.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+    limits = api.limits
+    runner = web.AppRunner(api.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0,
+                           keepalive_timeout=limits.idle_timeout_s)
     await runner.setup()
     loop = asyncio.get_running_loop()
+    listener = None
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
+        guard = ConnectionGuard(runner.server, limits.max_connections or default_max_connections(),
+                                api.admission.refuse, head_timeout_s=limits.idle_timeout_s)
+        listener = await loop.create_server(guard, host, port, backlog=LISTEN_BACKLOG)
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
         engine.start()
-        bound = runner.addresses[0]
+        bound = listener.sockets[0].getsockname()
         if ready is not None:
             h = bound[0] if ":" not in bound[0] else f"[{bound[0]}]"
             ready(f"http://{h}:{bound[1]}")
@@ -329,6 +364,8 @@ async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asy
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
         await loop.run_in_executor(None, engine.stop)
+        if listener is not None:
+            listener.close()
         await runner.cleanup()
         engine.log.close()
 
