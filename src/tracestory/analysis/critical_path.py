@@ -40,6 +40,7 @@ step-sized window on big traces.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,29 +114,36 @@ def critical_path(trace: Trace, cls: Classification, window: tuple[int, int] | N
     a = trace.api
     a_start, a_end = a["start_ns"].astype(np.int64), a["end_ns"].astype(np.int64)
     a_by_end = np.argsort(a_end, kind="stable")
-    a_ends_sorted = a_end[a_by_end]
+    a_by_end_l, a_ends_l = a_by_end.tolist(), a_end[a_by_end].tolist()
     uniq, inv = np.unique(a["name"], return_inverse=True) if len(a) else (np.zeros(0, int), np.zeros(0, int))
     sync_name = np.array([c >= 0 and bool(SYNC_API.search(trace.strings[c])) for c in uniq], dtype=bool)
     a_sync = sync_name[inv] if len(a) else np.zeros(0, dtype=bool)
     launches = np.zeros(len(a), dtype=bool)
     launches[g_launch[g_launch >= 0]] = True
 
+    # Scalar lookups in the walk: Python lists and bisect (numpy's per-call cost dominates there).
+    by_end_l, end_sorted_l = by_end.tolist(), end_sorted.tolist()
+    dev_bounds = {int(d): (int(np.searchsorted(dev_sorted, d, side="left")), int(np.searchsorted(dev_sorted, d, side="right")))
+                  for d in np.unique(dev_sorted)}
+
     def latest_gpu_end_before(dev: int, t: int) -> int:
         """Row of the op on ``dev`` with the latest end <= t, or -1."""
-        lo_i = np.searchsorted(dev_sorted, dev, side="left")
-        hi_i = np.searchsorted(dev_sorted, dev, side="right")
-        j = lo_i + np.searchsorted(end_sorted[lo_i:hi_i], t, side="right") - 1
-        return int(by_end[j]) if j >= lo_i else -1
+        lo_i, hi_i = dev_bounds.get(dev, (0, 0))
+        j = bisect_right(end_sorted_l, t, lo_i, hi_i) - 1
+        return by_end_l[j] if j >= lo_i else -1
 
     in_rows = np.flatnonzero(inside)
     in_by_end = in_rows[np.argsort(g_end[in_rows], kind="stable")]
-    in_ends = g_end[in_by_end]
+    in_by_end_l, in_ends_l = in_by_end.tolist(), g_end[in_by_end].tolist()
 
     def latest_gpu_end_any(t0: int, t1: int) -> int:
         """Row of the op of any device with the latest end in [t0, t1], or -1."""
-        j = int(np.searchsorted(in_ends, t1, side="right")) - 1
-        return int(in_by_end[j]) if j >= 0 and in_ends[j] >= t0 else -1
+        j = bisect_right(in_ends_l, t1) - 1
+        return in_by_end_l[j] if j >= 0 and in_ends_l[j] >= t0 else -1
 
+    g_start_l, g_end_l, g_dev_l = g_start.tolist(), g_end.tolist(), g_dev.tolist()
+    g_cat_l, g_launch_l, stream_prev_l = g_cat.tolist(), g_launch.tolist(), stream_prev.tolist()
+    a_start_l, a_end_l, a_sync_l, launches_l = a_start.tolist(), a_end.tolist(), a_sync.tolist(), launches.tolist()
     totals = dict.fromkeys(LABELS, 0)
     cand = np.flatnonzero(inside)
     node, on_gpu = int(cand[np.argmax(g_end[cand])]), True
@@ -149,19 +157,19 @@ def critical_path(trace: Trace, cls: Classification, window: tuple[int, int] | N
                 break
             seen_gpu.add(node)
             gpu_nodes += 1
-            s = max(int(g_start[node]), lo)
-            totals["communication" if g_cat[node] in comm else "gpu"] += max(0, t - s)
+            s = max(g_start_l[node], lo)
+            totals["communication" if g_cat_l[node] in comm else "gpu"] += max(0, t - s)
             t = s
             if s <= lo:
                 break
-            sp = int(stream_prev[node])
-            ready_stream = int(g_end[sp]) if sp >= 0 and g_end[sp] <= s else -1
-            xs = latest_gpu_end_before(int(g_dev[node]), s)
-            ready_cross = int(g_end[xs]) if xs >= 0 and xs != node else -1
-            la = int(g_launch[node])
+            sp = stream_prev_l[node]
+            ready_stream = g_end_l[sp] if sp >= 0 and g_end_l[sp] <= s else -1
+            xs = latest_gpu_end_before(g_dev_l[node], s)
+            ready_cross = g_end_l[xs] if xs >= 0 and xs != node else -1
+            la = g_launch_l[node]
             # The op exists from its launch call's start (a blocking copy's op may wait inside
             # its own call for the stream).
-            ready_launch = int(a_start[la]) if la >= 0 and a_start[la] <= s else -1
+            ready_launch = a_start_l[la] if la >= 0 and a_start_l[la] <= s else -1
             best = max(ready_stream, ready_cross, ready_launch)
             if best < 0:
                 break
@@ -169,53 +177,53 @@ def critical_path(trace: Trace, cls: Classification, window: tuple[int, int] | N
             if best == ready_launch:
                 # The host was submitting until the call returned; an op that starts long after
                 # that waited for something else.
-                submitted = min(int(a_end[la]), s)
+                submitted = min(a_end_l[la], s)
                 after = s - submitted
                 totals["wait" if after > WAIT_NS else "launch"] += after
                 totals["launch"] += submitted - ready_launch
                 t, node, on_gpu = ready_launch, la, False
                 continue
             prev = sp if best == ready_stream else xs
-            totals[waited or ("communication" if g_cat[prev] in comm else "gpu")] += s - best
+            totals[waited or ("communication" if g_cat_l[prev] in comm else "gpu")] += s - best
             t, node = best, prev
         else:
             if node in seen_cpu:
                 break
             seen_cpu.add(node)
             cpu_nodes += 1
-            s = max(int(a_start[node]), lo)
+            s = max(a_start_l[node], lo)
             if s < t:
-                totals["host" if not launches[node] else "launch"] += t - s
+                totals["host" if not launches_l[node] else "launch"] += t - s
                 t = s
             if s <= lo:
                 break
             # The host call that ended last before this one started, on any thread: the host is
             # read as one sequence, so a thread that starts work when another finishes (autograd's
             # backward thread after the forward) continues the path on that other thread.
-            j = int(np.searchsorted(a_ends_sorted, t, side="right")) - 1
-            while j >= 0 and a_by_end[j] == node:
+            j = bisect_right(a_ends_l, t) - 1
+            while j >= 0 and a_by_end_l[j] == node:
                 j -= 1
             if j < 0:
                 break
-            q = int(a_by_end[j])
-            end_q = max(int(a_end[q]), lo)
+            q = a_by_end_l[j]
+            end_q = max(a_end_l[q], lo)
             totals["host"] += t - end_q
             t = end_q
             if t <= lo:
                 break
-            if a_sync[q] or a_end[q] - a_start[q] > WAIT_NS:
+            if a_sync_l[q] or a_end_l[q] - a_start_l[q] > WAIT_NS:
                 # A synchronising call, or a long call that returned right after GPU work ended
                 # (a pageable copy, a full launch queue): the host waited for the GPU.
-                waited = latest_gpu_end_any(int(a_start[q]), t)
-                if waited >= 0 and (a_sync[q] or t - g_end[waited] <= WAIT_NS):
-                    totals["sync"] += t - int(g_end[waited])
-                    t, node, on_gpu = int(g_end[waited]), waited, True
+                waited = latest_gpu_end_any(a_start_l[q], t)
+                if waited >= 0 and (a_sync_l[q] or t - g_end_l[waited] <= WAIT_NS):
+                    totals["sync"] += t - g_end_l[waited]
+                    t, node, on_gpu = g_end_l[waited], waited, True
                     continue
             node = q
     return CriticalPath(max(t, lo), end_ns, tuple((lab, int(totals[lab])) for lab in LABELS), gpu_nodes, cpu_nodes)
 
 
-MAX_EVENTS = 400_000  # above this many GPU ops + API calls, the path is taken over one step
+MAX_EVENTS = 50_000  # above this many GPU ops + API calls (and with steps), the path is taken over one step
 
 
 def step_critical_path(trace: Trace, cls: Classification, phases) -> tuple[CriticalPath | None, str]:
