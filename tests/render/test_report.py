@@ -218,3 +218,27 @@ def test_story_shows_the_prefill_layer_loop_and_decode_steps():
     assert "CPU inside aten::_cudnn_attention_forward" in story
     # the prefill GEMMs take 512 rows (aten::mm input [512, 4096]), decode GEMMs 1 row
     assert "GEMM rows M: prefill 512..512 (matrix-matrix), decode 1..1" in story
+
+
+def test_many_ranks_are_told_once(tmp_path, monkeypatch):
+    """Above MANY_RANKS traces, the per-trace sections tell the median trace and the ones that
+    differ; every trace is in the Appendix table. Run on the real 4-rank capture with the
+    threshold lowered to 2 (a 64-rank folder behaves the same, only longer)."""
+    import tracestory.analysis.results as results_mod
+    from tracestory.analysis.results import analyze_inputs
+    from tracestory.ingest import load_inputs
+    from tracestory.render.markdown import render_report
+
+    folder = REPO / "tests" / "data" / "multigpu" / "tp4_uneven"
+    full = render_report(analyze_inputs(load_inputs([folder])))
+    monkeypatch.setattr(results_mod, "MANY_RANKS", 2)
+    res = analyze_inputs(load_inputs([folder]))
+    sel = res.selection
+    told = render_report(res)
+    assert sel is not None and len(res.runs) == 4
+    assert "traces**, told once" in told and "**Every trace**" in told
+    # the per-trace story is written for the shown traces only
+    assert told.count("EXECUTION STORY:") == len(sel.shown) < full.count("EXECUTION STORY:") == 4
+    # every trace has its row in the Appendix table
+    for run in res.runs:
+        assert f"| {run.trace.label} |" in told
