@@ -69,3 +69,32 @@ def test_a_weak_batch_fit_stays_out_of_the_summary():
     b = SimpleNamespace(requests=[], kinds={}, ttft=d, e2e=d, iteration_ns=d, client=None, stalls=(), fit=fit,
                         preemptions=())
     assert "R^2" not in _batch_summary(b) and FIT_R2_FLOOR == 0.5
+
+
+def test_progress_bar_clears_its_line_and_analysis_has_a_status(monkeypatch):
+    """On a terminal: a bar appears for a load that takes over a second, is cleared (transient)
+    when the load ends, and a status line covers the analysis; off a terminal nothing is drawn."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from tracestory.cli.common import progress_factory
+
+    buf = io.StringIO()
+    prog = progress_factory(Console(file=buf, force_terminal=True, width=80))
+    clock = iter([0.0, 2.0, 2.0, 2.0, 2.0, 2.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock, 3.0))
+    update = prog(type("P", (), {"name": "t.json.gz"})())
+    update(10, 100)
+    update(100, 100)
+    assert len(prog.bars) == 1 and "reading t.json.gz" in buf.getvalue()
+    prog.close()
+    # transient: the bar's line is erased (cursor up, erase line) and the cursor shown again
+    assert prog.bars == [] and buf.getvalue().endswith("\x1b[1A\x1b[2K") and "\x1b[?25h" in buf.getvalue()
+    quiet = io.StringIO()
+    off = progress_factory(Console(file=quiet, force_terminal=False))
+    off(type("P", (), {"name": "x"})())(100, 100)
+    with off.status("analyzing"):
+        pass
+    assert quiet.getvalue() == "" and off.bars == []
