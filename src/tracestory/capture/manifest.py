@@ -40,12 +40,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import TraceFormatError
+from ..ingest.capture_folder import MANIFEST, read_manifest  # noqa: F401  (re-exported for the pipeline)
+from ..ingest.capture_folder import MANIFEST_SCHEMA as SCHEMA
 from ..outputs import write_text
 from .supervise import run_child
 
-SCHEMA = "tracestory.manifest/1"
-MANIFEST = "manifest.json"
+# What a capture folder is and how it is read live with its reader (ingest.capture_folder); the
+# capture writes what that reader reads: MANIFEST, SCHEMA and read_manifest come from there.
 
 
 @dataclass(frozen=True)
@@ -83,21 +84,6 @@ def now_iso() -> str:
 
 def new_manifest(name: str) -> dict[str, Any]:
     return {"schema": SCHEMA, "name": name, "environment": {}, "captures": []}
-
-
-def read_manifest(folder: str | Path) -> dict[str, Any] | None:
-    """The folder's manifest, or None when it has none."""
-    p = Path(folder) / MANIFEST
-    if not p.is_file():
-        return None
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TraceFormatError(p, "a tracestory manifest (JSON)", f"unreadable JSON ({e})") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise TraceFormatError(p, f"a manifest with schema {SCHEMA!r}", f"schema {found!r}")
-    return data
 
 
 def write_manifest(folder: str | Path, manifest: Mapping[str, Any]) -> Path:
