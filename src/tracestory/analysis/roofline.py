@@ -34,7 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..specs import Peaks
+from .families import kernel_info
 from ..ingest.kineto import parse_json_field
+
+# Kernels whose time is not bound by the GPU's compute/DRAM roofs (their op's shapes say nothing of them).
+NOT_ON_THE_ROOFLINE = ("communication", "memcpy", "memset")
 
 # An estimated point above this share of its roof is an estimate error and is dropped.
 ROOF_TOLERANCE_PCT = 100.0
@@ -167,7 +171,10 @@ def estimate_roofline(trace, peaks: Peaks | None) -> Roofline:
     by_name = valid[np.argsort(names[valid], kind="stable")]
     cut = np.flatnonzero(np.diff(names[by_name])) + 1
     for rows_m in np.split(by_name, cut) if len(by_name) else ():
-        points.append(place(trace.name(int(names[rows_m[0]])), None, prec_op[op_row[rows_m[0]]],
+        label = trace.name(int(names[rows_m[0]]))
+        if kernel_info(label).llm_category in NOT_ON_THE_ROOFLINE:
+            continue  # collectives and copies move data over links, not through a compute roof
+        points.append(place(label, None, prec_op[op_row[rows_m[0]]],
                             float(kf[rows_m].sum()), float(kb[rows_m].sum()), int(dur[rows_m].sum()), peaks,
                             estimate=True, count=len(rows_m)))
     points.sort(key=lambda p: -(p.duration_ns or 0))
