@@ -65,6 +65,8 @@ __all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "derive_findings", "
 SMALL_OP_CATEGORIES = ("elementwise", "norm", "reduction", "softmax", "rope", "embedding")
 COMM_CATEGORIES = ("communication", "allreduce")
 STALL_MIN_NS = 1_000_000
+FEW_GPU_OPS = 50  # below this, an idle GPU is not a launch-overhead story
+HOST_GAP_NS = 100_000  # a mean idle gap this long is host work, not per-launch cost (outside PyTorch)
 MEMCPY_SHARE = 0.05
 
 
@@ -347,6 +349,20 @@ def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
             f"launch{'es' if g.graph_launches != 1 else ''}, so the per-kernel launch cost is already gone; "
             f"the idle time is {why}" + (f" (the critical path is mostly {bound})" if bound else "") + ".",
             _between_replays_advice(bound))]
+    n_gpu_ops = len(a.trace.kernels) + len(a.trace.memops)
+    mean_gap = tl.idle_ns / tl.gap_count if tl.gap_count else 0.0
+    host_work = not _is_pytorch(producer) and mean_gap > HOST_GAP_NS
+    if tl.idle_fraction >= 0.2 and (n_gpu_ops < FEW_GPU_OPS or host_work):
+        # A handful of GPU ops, or a program without PyTorch whose gaps are far longer than a
+        # launch: per-launch cost cannot be what keeps the GPU idle.
+        why = (f"only {n_gpu_ops} GPU ops ran" if n_gpu_ops < FEW_GPU_OPS
+               else f"gaps of {_t(mean_gap)} on average, far longer than a launch")
+        return [Finding(
+            "gpu_idle", "medium", f"GPU idle {_p(tl.idle_fraction)} of its window: {why}",
+            tuple(ev), "The program spends its time outside GPU work (host computation, I/O, waits); "
+            "launch overhead is not what keeps the GPU idle.",
+            "Profile the CPU side between the GPU ops (perf, nsys CPU sampling, or py-spy for Python) and move "
+            "work to the GPU or overlap it with GPU work.")]
     if tl.launch_bound:
         sev = "high" if tl.idle_fraction >= 0.5 else "medium"
         title = f"Launch-bound: the GPU is idle {_p(tl.idle_fraction)} of its window"
