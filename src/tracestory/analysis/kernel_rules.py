@@ -173,7 +173,7 @@ RULES: tuple[KernelRule, ...] = (
       "FlashInfer attention and the page-index kernels that feed it (SGLang's "
       "create_flashinfer_kv_indices_triton builds its KV page table). Not every kernel that names "
       "flashinfer: TRT-LLM's FP4/MXFP8 quantizers take a flashinfer::QuantizationSFLayout argument."),
-    R(r"^fmhaSm\d+|fmha_v2_|fmhaKernel|xqa", "attention", "attention_gemm", "FlashAttention", "NVIDIA",
+    R(r"^fmhaSm\d+|fmha_v2_|fmhaKernel|xqa", "attention", "attention_gemm", "trtllm-gen", "NVIDIA",
       "trtllm-gen FMHA / XQA",
       ("fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext",
        "fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvSlidingOrChunkedCausalP16VarSeqQ128Kv128PersistentContext"),
