@@ -16,6 +16,9 @@ the correlation id (:func:`~tracestory.analysis.links.launch_index`) tells each 
 * **unlinked**: no launch call in the trace (work queued before the capture began, or a source
   without API calls).
 
+Which call names launch a kernel or a graph is :mod:`.launch_apis`'s list (CUDA runtime and
+driver, HIP, with nsys's version suffixes removed).
+
 Limits: a trace without API calls has only unlinked kernels, and then nothing can be said about
 graphs; a graph captured by hand and replayed through a driver API with another name is counted
 as direct only when its launch name is a kernel-launch name, else as unlinked-by-name ("other").
@@ -23,20 +26,13 @@ as direct only when its launch name is a kernel-launch name, else as unlinked-by
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..trace import Trace
+from .launch_apis import launch_masks
 from .links import launch_index
-
-GRAPH_LAUNCH = re.compile(r"^(cuda|cu|hip)GraphLaunch", re.IGNORECASE)
-KERNEL_LAUNCH = re.compile(
-    r"^(cuda|cu|hip)(Ext)?(Module)?(LaunchKernel|LaunchCooperativeKernel|LaunchKernelEx|LaunchKernelExC)"
-    r"|^hipExtLaunchKernel|^hipExtModuleLaunchKernel|^hipModuleLaunchKernel|^cuLaunchGrid",
-    re.IGNORECASE,
-)
 
 GRAPH, DIRECT, UNLINKED, OTHER = 0, 1, 2, 3
 ORIGINS = ("graph", "direct", "unlinked", "other")
@@ -69,22 +65,15 @@ class GraphReplays:
         return self.graph_kernels > 0 and self.graph_kernel_time_ns * 2 >= linked
 
 
-def _name_mask(trace: Trace, codes: np.ndarray, pattern: re.Pattern) -> np.ndarray:
-    uniq, inverse = np.unique(codes, return_inverse=True)
-    hit = np.array([c >= 0 and bool(pattern.search(trace.strings[c])) for c in uniq], dtype=bool)
-    return hit[inverse] if len(codes) else np.zeros(0, dtype=bool)
-
-
 def kernel_origins(trace: Trace) -> np.ndarray:
     """Per kernel row: GRAPH, DIRECT, UNLINKED or OTHER (indices into :data:`ORIGINS`)."""
     rows = launch_index(trace, trace.kernels)
     out = np.full(len(rows), UNLINKED, dtype=np.int8)
     linked = rows >= 0
     if linked.any():
-        names = trace.api["name"][rows[linked]]
-        graph = _name_mask(trace, names, GRAPH_LAUNCH)
-        direct = _name_mask(trace, names, KERNEL_LAUNCH)
-        out[linked] = np.where(graph, GRAPH, np.where(direct, DIRECT, OTHER))
+        kernel_call, graph_call = launch_masks(trace)
+        r = rows[linked]
+        out[linked] = np.where(graph_call[r], GRAPH, np.where(kernel_call[r], DIRECT, OTHER))
     return out
 
 
@@ -93,8 +82,7 @@ def graph_replays(trace: Trace) -> GraphReplays:
     k = trace.kernels
     dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
     origin = kernel_origins(trace)
-    api_names = trace.api["name"]
-    graph_calls = int(_name_mask(trace, api_names, GRAPH_LAUNCH).sum()) if len(api_names) else 0
+    graph_calls = int(launch_masks(trace)[1].sum())
     per_launch = 0
     if (origin == GRAPH).any():
         rows = launch_index(trace, k)[origin == GRAPH]

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..trace import Trace
 from . import intervals
-from .graphs import GRAPH_LAUNCH
+from .launch_apis import launch_masks
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 
 SHORT_KERNEL_NS = 10_000
@@ -198,10 +198,8 @@ def timeline(trace: Trace) -> Timeline | None:
     launch_start = api_column(trace, launch, "start_ns")
     # Ops replayed from a graph carry the graph launch's correlation id: their "latency" would be
     # the time since the graph launch, so latency is read from ops launched one by one.
-    api_names = api_column(trace, launch, "name")
-    codes = np.unique(api_names[has_launch]) if has_launch.any() else np.zeros(0, dtype=np.int64)
-    graph_codes = [c for c in codes if c >= 0 and GRAPH_LAUNCH.search(trace.name(int(c)))]
-    direct = has_launch & ~np.isin(api_names, graph_codes)
+    graph_call = launch_masks(trace)[1]
+    direct = has_launch & ~graph_call[np.maximum(launch, 0)] if len(graph_call) else has_launch
 
     t0, t1 = int(starts.min()), int(ends.max())
     window = t1 - t0
