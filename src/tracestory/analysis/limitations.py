@@ -65,24 +65,15 @@ def rank_coverage(traces: Sequence[Trace]) -> RankCoverage:
 
 
 def phase_coverage(trace: Trace, phases) -> tuple[float | None, int, int]:
-    """(share of GPU op time inside phases, GPU ops outside, their time in ns)."""
-    dur = np.concatenate([trace.kernels.dur_ns, trace.memops.dur_ns]).astype(np.int64)
+    """(share of kernel time inside phases, kernels outside, their time in ns); phases record
+    the kernel rows they hold, so coverage is judged on kernels (memops are not counted)."""
+    dur = trace.kernels.dur_ns.astype(np.int64)
     total = int(dur.sum())
     if total == 0 or phases.source == "none":
         return None, 0, 0
-    inside = np.zeros(len(trace.kernels) + len(trace.memops), dtype=bool)
+    inside = np.zeros(len(trace.kernels), dtype=bool)
     for p in phases.phases:
         inside[p.kernel_rows] = True
-    if hasattr(phases.phases[0] if phases.phases else None, "memop_rows"):
-        for p in phases.phases:
-            inside[len(trace.kernels) + p.memop_rows] = True
-    else:
-        # Phases record kernel rows only: judge coverage on kernels.
-        dur = dur[: len(trace.kernels)]
-        inside = inside[: len(trace.kernels)]
-        total = int(dur.sum())
-        if total == 0:
-            return None, 0, 0
     outside = ~inside
     return float(dur[inside].sum()) / total, int(outside.sum()), int(dur[outside].sum())
 
