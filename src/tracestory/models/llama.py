@@ -25,6 +25,13 @@ from torch import nn
 from .llama_config import LlamaConfig
 
 
+def linear(x, w):
+    """``x @ w.T`` for a weight in nn.Linear layout ``[out, in]``: the one place every layer's
+    projections go through, so another weight format (FP8, a tensor-parallel shard) changes
+    only this function."""
+    return F.linear(x, w)
+
+
 def rms_norm(x, w, eps):
     # x: [B, S, D]; statistics in at least float32, as in the reference models
     xf = x.to(torch.promote_types(x.dtype, torch.float32))
@@ -88,9 +95,9 @@ class Layer(nn.Module):
         B, S, D = x.shape
         H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         a = rms_norm(x, self.n1, cfg.norm_eps)
-        q = F.linear(a, self.wq).view(B, S, H, d).transpose(1, 2)    # [B, H, S, d]
-        k = F.linear(a, self.wk).view(B, S, K, d).transpose(1, 2)    # [B, Hkv, S, d]
-        v = F.linear(a, self.wv).view(B, S, K, d).transpose(1, 2)    # [B, Hkv, S, d]
+        q = linear(a, self.wq).view(B, S, H, d).transpose(1, 2)    # [B, H, S, d]
+        k = linear(a, self.wk).view(B, S, K, d).transpose(1, 2)    # [B, Hkv, S, d]
+        v = linear(a, self.wv).view(B, S, K, d).transpose(1, 2)    # [B, Hkv, S, d]
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         self.k_cache[:, :, pos:pos + S] = k
         self.v_cache[:, :, pos:pos + S] = v
@@ -105,9 +112,9 @@ class Layer(nn.Module):
             o = o.reshape(B, H, S, d)
         else:
             o = sdpa_gqa_causal(q, k, v)                              # [B, H, S, d]
-        h = x + F.linear(o.transpose(1, 2).reshape(B, S, H * d), self.wo)
+        h = x + linear(o.transpose(1, 2).reshape(B, S, H * d), self.wo)
         m = rms_norm(h, self.n2, cfg.norm_eps)
-        return h + F.linear(F.silu(F.linear(m, self.wg)) * F.linear(m, self.wu), self.wd)
+        return h + linear(F.silu(linear(m, self.wg)) * linear(m, self.wu), self.wd)
 
 
 class Stack(nn.Module):

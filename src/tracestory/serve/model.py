@@ -55,6 +55,10 @@ def weight_bytes(cfg: LlamaConfig, layers: int, vocab: int, dtype_bytes: int) ->
     return (layers * layer_params(cfg) + 2 * vocab * cfg.dim + cfg.dim) * dtype_bytes
 
 
+def _identity(x):
+    return x
+
+
 def _sdpa_backends():
     """SDPA without the cuDNN backend: it builds an execution plan for every new shape (about
     40 ms each on an H200 with torch 2.11), and under continuous batching nearly every iteration
@@ -86,7 +90,7 @@ class PagedLlama:
         self.vocab = int(vocab or DEFAULT_VOCAB.get(cfg.name, 32000))
         self.device = device
         self.dtype = dtype or torch.float32
-        self._rms_norm, self._rope = llama.rms_norm, llama.rope
+        self._rms_norm, self._rope, self._linear = llama.rms_norm, llama.rope, llama.linear
         # the layers' own contiguous caches (batch 1, max_len 1) are unused: a few bytes each
         self.stack = llama.build_model(cfg, layers=layers, batch=1, max_len=1, device=device, dtype=self.dtype, seed=seed)
         gen = torch.Generator().manual_seed(seed + 1)
@@ -101,6 +105,9 @@ class PagedLlama:
         d = cfg.head_dim
         self._inv_freq = (1.0 / cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)).to(device)
         self._table_dtype = torch.promote_types(self.dtype, torch.float32)
+        # sums the partial outputs of row-parallel projections across tensor-parallel ranks;
+        # the identity on one GPU
+        self.tp_reduce = _identity
 
     # ------------------------------------------------------------------ public
     def step(self, members: Sequence, iteration: int | None = None) -> dict[str, int]:
@@ -122,7 +129,7 @@ class PagedLlama:
             if not rows:
                 return {}
             last = self._rms_norm(h[torch.tensor(rows, device=self.device)], self.norm, self.cfg.norm_eps)
-            logits = torch.nn.functional.linear(last, self.lm_head)          # [n_sampling, vocab]
+            logits = self._linear(last, self.lm_head)          # [n_sampling, vocab]
             nxt = logits.float().argmax(-1).tolist()                           # syncs the device
         return dict(zip(who, (int(t) for t in nxt)))
 
@@ -146,9 +153,9 @@ class PagedLlama:
         rows, B = lay["rows"], lay["rows"].shape[0]
         for li, layer in enumerate(self.stack.layers):
             a = self._rms_norm(x, layer.n1, cfg.norm_eps)
-            q = self._rope(F.linear(a, layer.wq).view(T, H, d).transpose(0, 1), cos, sin)   # [H, T, d]
-            k = self._rope(F.linear(a, layer.wk).view(T, K, d).transpose(0, 1), cos, sin)   # [Hkv, T, d]
-            v = F.linear(a, layer.wv).view(T, K, d)
+            q = self._rope(self._linear(a, layer.wq).view(T, H, d).transpose(0, 1), cos, sin)   # [H, T, d]
+            k = self._rope(self._linear(a, layer.wk).view(T, K, d).transpose(0, 1), cos, sin)   # [Hkv, T, d]
+            v = self._linear(a, layer.wv).view(T, K, d)
             kc, vc = self.k_cache[li], self.v_cache[li]
             kc[lay["slots"]] = k.transpose(0, 1)
             vc[lay["slots"]] = v
@@ -165,9 +172,9 @@ class PagedLlama:
                 km, vm = kc[cs].transpose(0, 1), vc[cs].transpose(0, 1)       # [Hkv, ctx, d]
                 om = F.scaled_dot_product_attention(qm, km, vm, attn_mask=mask)
                 o[off:off + n] = om.reshape(H, n, d).transpose(0, 1).reshape(n, H * d)
-            h = x + F.linear(o, layer.wo)
+            h = x + self.tp_reduce(self._linear(o, layer.wo))
             m = self._rms_norm(h, layer.n2, cfg.norm_eps)
-            x = h + F.linear(F.silu(F.linear(m, layer.wg)) * F.linear(m, layer.wu), layer.wd)
+            x = h + self.tp_reduce(self._linear(F.silu(self._linear(m, layer.wg)) * self._linear(m, layer.wu), layer.wd))
         return x
 
     def memory(self) -> dict | None:
