@@ -364,23 +364,23 @@ def _telemetry(p: CapturePlan, rec: dict[str, Any]):
         rec["telemetry"], on = {"status": "off", "reason": "--skip-power-monitor"}, False
     else:
         rec["telemetry"], on = {"status": "on"}, True
-    old = os.environ.get(telemetry.SKIP_ENV)
-    os.environ[telemetry.SKIP_ENV] = "1"
     why: list[str] = []
-    try:
-        with telemetry.maybe_sampler(p.staging / telemetry.FILE_NAME, enabled=on, label=f"capture {p.tool}",
-                                     why=why) as sampler:
-            if sampler is None and on:
-                rec["telemetry"] = {"status": "off", "reason": why[0] if why else "unavailable"}
-            elif sampler is not None:
-                rec["telemetry"].update(rate_hz=sampler.rate_hz, gpus=len(sampler.devices),
-                                        sampled_by="the capture process")
+    with telemetry.maybe_sampler(p.staging / telemetry.FILE_NAME, enabled=on, label=f"capture {p.tool}",
+                                 why=why) as sampler:
+        if sampler is None and on:
+            rec["telemetry"] = {"status": "off", "reason": why[0] if why else "unavailable"}
+        elif sampler is not None:
+            rec["telemetry"].update(rate_hz=sampler.rate_hz, gpus=len(sampler.devices),
+                                    sampled_by="the capture process")
+        old = os.environ.get(telemetry.SKIP_ENV)
+        os.environ[telemetry.SKIP_ENV] = "1"        # for the children, once this process samples
+        try:
             yield sampler
-    finally:
-        if old is None:
-            os.environ.pop(telemetry.SKIP_ENV, None)
-        else:
-            os.environ[telemetry.SKIP_ENV] = old
+        finally:
+            if old is None:
+                os.environ.pop(telemetry.SKIP_ENV, None)
+            else:
+                os.environ[telemetry.SKIP_ENV] = old
 
 
 def _telemetry_file(p: CapturePlan, rec: dict[str, Any]) -> None:

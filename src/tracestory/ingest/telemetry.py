@@ -133,8 +133,8 @@ def read_telemetry(path: str | Path) -> TelemetryLog:
     warnings: list[str] = []
     if bad_json:
         last = bad_json[-1] == len(lines)
-        warnings.append(f"{path.name}: {len(bad_json)} line(s) not JSON objects ignored (line {bad_json[0]}"
-                        + (", the last line, cut short: the run was probably killed while writing)" if last else ")"))
+        warnings.append(f"{path.name}: {len(bad_json)} line(s) not JSON objects ignored (first: line {bad_json[0]})"
+                        + ("; the last line is cut short: the run was probably killed while writing" if last else ""))
     if bad_sample:
         warnings.append(f"{path.name}: {len(bad_sample)} sample(s) without t_unix_ns or with a GPU list not matching "
                         f"the header's {n_gpus} device(s) ignored (first: line {bad_sample[0]})")
