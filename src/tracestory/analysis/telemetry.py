@@ -84,6 +84,13 @@ class GpuWindow:
     low_clock_busy_ns: int          # busy time with the SM clock below the drop threshold
     reasons: tuple[ReasonTime, ...]
 
+    @property
+    def busy_sm_min_fraction(self) -> float | None:
+        """Lowest busy SM clock over the run's highest."""
+        if self.busy_sm_min_mhz is None or not self.run_max_sm_mhz:
+            return None
+        return self.busy_sm_min_mhz / self.run_max_sm_mhz
+
 
 @dataclass(frozen=True)
 class TokenEnergy:
@@ -105,7 +112,9 @@ class TelemetryResult:
     rate_hz: float | None
     n_samples: int
     span_unix_ns: tuple[int, int] | None
+    span_ns: int | None                     # last sample - first sample
     window_unix_ns: tuple[int, int] | None
+    window_ns: int | None
     window_source: str
     overlaps: bool                  # the telemetry covers some of the window
     gpus: tuple[GpuWindow, ...]
@@ -113,10 +122,6 @@ class TelemetryResult:
     findings: tuple[Finding, ...]
     warnings: tuple[str, ...]
     log: TelemetryLog = field(repr=False, compare=False)
-
-    @property
-    def window_ns(self) -> int | None:
-        return self.window_unix_ns[1] - self.window_unix_ns[0] if self.window_unix_ns else None
 
 
 # ---------------------------------------------------------------------------- window
@@ -270,5 +275,6 @@ def analyze_telemetry(log: TelemetryLog, traces: Sequence[Trace] = (), sched=Non
     findings = tuple(rule_clock_drop(gpus, (w[1] - w[0]) if w else None, CLOCK_DROP_FRACTION))
     tokens = token_energy(log, sched) if sched is not None else None
     return TelemetryResult(path=log.path, rate_hz=log.rate_hz, n_samples=log.n_samples, span_unix_ns=span,
-                           window_unix_ns=w, window_source=source, overlaps=overlaps, gpus=gpus, tokens=tokens,
+                           span_ns=span[1] - span[0] if span else None, window_unix_ns=w,
+                           window_ns=w[1] - w[0] if w else None, window_source=source, overlaps=overlaps, gpus=gpus, tokens=tokens,
                            findings=findings, warnings=log.warnings, log=log)

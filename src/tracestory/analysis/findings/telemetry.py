@@ -31,8 +31,8 @@ def rule_clock_drop(gpus: Sequence, window_ns: int | None, threshold: float) -> 
         share = worst / window_ns if window_ns else None
         severity = "medium" if share is None or share >= MEDIUM_SHARE else "low"
         parts = []
-        if g.low_clock_busy_ns > 0 and g.busy_sm_min_mhz is not None and g.run_max_sm_mhz:
-            parts.append(f"SM clock down to {g.busy_sm_min_mhz:.0f} MHz ({g.busy_sm_min_mhz / g.run_max_sm_mhz:.0%} "
+        if g.low_clock_busy_ns > 0 and g.busy_sm_min_fraction is not None:
+            parts.append(f"SM clock down to {g.busy_sm_min_mhz:.0f} MHz ({g.busy_sm_min_fraction:.0%} "
                          f"of the run's {g.run_max_sm_mhz:.0f} MHz) for {fmt_ns(g.low_clock_busy_ns)} while busy")
         if slow:
             parts.append("throttle reasons " + ", ".join(f"{describe(r.name)} ({fmt_ns(r.duration_ns)})" for r in slow))
@@ -41,6 +41,7 @@ def rule_clock_drop(gpus: Sequence, window_ns: int | None, threshold: float) -> 
             title=f"GPU {g.index} throttled in the traced window: " + "; ".join(parts),
             evidence=(Evidence("lowest SM clock while busy (MHz)", g.busy_sm_min_mhz, "count"),
                       Evidence("highest SM clock of the run (MHz)", g.run_max_sm_mhz, "count"),
+                      Evidence("lowest busy SM clock over the highest", g.busy_sm_min_fraction, "fraction"),
                       Evidence(f"busy time below {threshold:.0%} of it", g.low_clock_busy_ns, "ns"),
                       Evidence("slowdown reasons", ", ".join(r.name for r in slow) or None, "text"),
                       Evidence("share of the window", share, "fraction")),

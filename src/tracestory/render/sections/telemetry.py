@@ -96,9 +96,8 @@ def render(c: Context) -> list[str] | None:
     res = getattr(c.results, "telemetry", None)
     if res is None:
         return None
-    span = (res.span_unix_ns[1] - res.span_unix_ns[0]) if res.span_unix_ns else None
     out = [f"GPU telemetry from `{res.path.rsplit('/', 1)[-1]}`: {res.n_samples} samples at "
-           f"{_v(res.rate_hz, 'Hz')} over {fmt_ns(span)}; statistics over {res.window_source}"
+           f"{_v(res.rate_hz, 'Hz')} over {fmt_ns(res.span_ns)}; statistics over {res.window_source}"
            + (f", {fmt_ns(res.window_ns)}." if res.window_ns is not None else "."), ""]
     if not res.overlaps:
         out += ["n/a: the telemetry does not cover the traced window (it was recorded at another time).", ""]
