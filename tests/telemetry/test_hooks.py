@@ -10,7 +10,7 @@ import os
 import pytest
 
 from tracestory import telemetry
-from tracestory.bench.timer import TimingStats, _with_energy, summarize
+from tracestory.bench.timer import _with_energy, summarize
 from tracestory.telemetry.fake import FakeNvml
 
 

@@ -133,8 +133,9 @@ def test_rate_out_of_range_and_unwritable_path_are_usage_errors(tmp_path):
     with pytest.raises(UsageError, match="expected 10 to 100 Hz, found 500"):
         with telemetry.maybe_sampler(tmp_path / "t.jsonl", rate_hz=500, source=FakeNvml()):
             pass
+    (tmp_path / "a-file").write_text("")
     with pytest.raises(UsageError, match="expected a writable telemetry file"):
-        with telemetry.maybe_sampler(tmp_path / "no" / "t.jsonl", source=FakeNvml()):
+        with telemetry.maybe_sampler(tmp_path / "a-file" / "t.jsonl", source=FakeNvml()):
             pass
 
 

@@ -121,6 +121,7 @@ class TelemetryResult:
     tokens: TokenEnergy | None
     findings: tuple[Finding, ...]
     warnings: tuple[str, ...]
+    clock_drop_fraction: float              # the finding's threshold (of the run's highest SM clock)
     log: TelemetryLog = field(repr=False, compare=False)
 
 
@@ -277,4 +278,5 @@ def analyze_telemetry(log: TelemetryLog, traces: Sequence[Trace] = (), sched=Non
     return TelemetryResult(path=log.path, rate_hz=log.rate_hz, n_samples=log.n_samples, span_unix_ns=span,
                            span_ns=span[1] - span[0] if span else None, window_unix_ns=w,
                            window_ns=w[1] - w[0] if w else None, window_source=source, overlaps=overlaps, gpus=gpus, tokens=tokens,
-                           findings=findings, warnings=log.warnings, log=log)
+                           findings=findings, warnings=log.warnings, clock_drop_fraction=CLOCK_DROP_FRACTION,
+                           log=log)

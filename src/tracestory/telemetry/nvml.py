@@ -19,6 +19,7 @@ tens of milliseconds, so windows much shorter than that are not resolved.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Protocol
 
 
@@ -73,14 +74,12 @@ class PynvmlSource:
     def init(self) -> None:
         try:
             self._nv.nvmlInit()
-        except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        except self._nv.NVMLError as e:  # LibraryNotFound, DriverNotLoaded, NoPermission, ...
             raise TelemetryUnavailable(f"nvmlInit failed ({e})") from None
 
     def shutdown(self) -> None:
-        try:
+        with contextlib.suppress(self._nv.NVMLError):   # a half-initialised library: nothing to undo
             self._nv.nvmlShutdown()
-        except Exception:  # shutting down a half-initialised library is not worth a failure
-            pass
 
     def driver_version(self) -> str | None:
         try:

@@ -106,6 +106,7 @@ class Sampler:
             raise TelemetryUnavailable(str(e)) from None
         if self.path is not None:
             try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 -- open until stop()
             except OSError as e:
                 self.source.shutdown()

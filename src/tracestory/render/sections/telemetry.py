@@ -78,17 +78,17 @@ def _timeline(res, g: int) -> list[str]:
 
 
 def _tokens(tok) -> list[str]:
-    out = ["**Energy per token** (serving, from the scheduler event log's iterations): "
-           f"decode {_v(tok.decode_j_per_token, 'J/token')} over {tok.decode_only_iterations} decode-only iterations "
-           f"({tok.decode_tokens} tokens); prefill {_v(tok.prefill_j_per_token, 'J/token')} over "
-           f"{tok.prefill_iterations} iterations with prefill ({tok.prefill_tokens} prompt tokens); "
-           f"all-in {_v(tok.all_in_j_per_token, 'J/token')} (idle between iterations included). "
-           f"GPUs counted: {', '.join(str(g) for g in tok.gpus)}; energy from the {tok.energy_method}."
-           + (f" {tok.outside_iterations} iterations outside the telemetry were left out." if tok.outside_iterations
-              else ""), "",
-           "Model: an iteration's energy is the GPUs' energy between its start and end (interpolated between "
-           "samples). Decode J/token = energy of decode-only iterations / their tokens; prefill J/token = "
-           "(energy of iterations with prefill - their decode tokens x decode J/token) / their prompt tokens.", ""]
+    out = [("**Energy per token** (serving, from the scheduler event log's iterations): "
+            f"decode {_v(tok.decode_j_per_token, 'J/token')} over {tok.decode_only_iterations} decode-only "
+            f"iterations ({tok.decode_tokens} tokens); prefill {_v(tok.prefill_j_per_token, 'J/token')} over "
+            f"{tok.prefill_iterations} iterations with prefill ({tok.prefill_tokens} prompt tokens); "
+            f"all-in {_v(tok.all_in_j_per_token, 'J/token')} (idle between iterations included). "
+            f"GPUs counted: {', '.join(str(g) for g in tok.gpus)}; energy from the {tok.energy_method}."
+            + (f" {tok.outside_iterations} iterations outside the telemetry were left out."
+               if tok.outside_iterations else "")), "",
+           ("Model: an iteration's energy is the GPUs' energy between its start and end (interpolated between "
+            "samples). Decode J/token = energy of decode-only iterations / their tokens; prefill J/token = "
+            "(energy of iterations with prefill - their decode tokens x decode J/token) / their prompt tokens."), ""]
     return out
 
 
@@ -120,8 +120,8 @@ def render(c: Context) -> list[str] | None:
     if res.findings:
         out.append("")
     elif res.gpus:
-        out += ["No clock drop: no busy time below 90% of the run's highest SM clock and no power or thermal "
-                "slowdown reason in the window.", ""]
+        out += [f"No clock drop: no busy time below {res.clock_drop_fraction:.0%} of the run's highest SM clock "
+                "and no power or thermal slowdown reason in the window.", ""]
     if res.tokens is not None:
         out += _tokens(res.tokens)
     busiest = sorted(range(len(res.gpus)), key=lambda i: -(res.gpus[i].util_gpu_median or 0))[:MAX_CHARTS]
