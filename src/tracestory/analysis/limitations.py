@@ -19,6 +19,10 @@ computed from what the inputs hold, never assumed:
 * **categories**: more than 5% of GPU op time in kernels the taxonomy does not name.
 * **roofline estimate**: shape-based points above their roof, dropped as estimate errors.
 * **damaged input**: what a reader dropped from a damaged file, and why (its warnings).
+* **GPU telemetry** (:func:`telemetry_limitations`): a capture folder whose manifest records the
+  sampler off (``--skip-power-monitor``, an ncu capture, no NVML) and no telemetry file read:
+  "no GPU telemetry (clocks, power)" with the recorded reason; plain trace files say nothing
+  (they never had a sampler). Damage in a telemetry file read is stated as well.
 
 Many traces (ranks) each with the same limitation are reported once per trace; a report on many
 ranks states the input-wide ones (ranks, kernel metrics) once.
@@ -129,4 +133,19 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
         if other is not None and other.percent / 100 > OTHER_SHARE_CEILING:
             out.append(Limitation("categories", f"{who}{other.percent:.1f}% of GPU op time is in kernels the "
                                   f"'{a.breakdown.taxonomy}' taxonomy does not name ('other')."))
+    return tuple(out)
+
+
+def telemetry_limitations(inputs) -> tuple[Limitation, ...]:
+    """GPU telemetry limitations of ``inputs`` (an :class:`~tracestory.ingest.Inputs`); see the
+    module docstring."""
+    if inputs.telemetry is not None:
+        return tuple(Limitation("GPU telemetry", w) for w in inputs.telemetry.warnings)
+    out = []
+    for m in inputs.manifests:
+        for cap in m.get("captures") or ():
+            t = cap.get("telemetry") if isinstance(cap, dict) else None
+            if cap.get("status") == "complete" and isinstance(t, dict) and t.get("status") == "off":
+                out.append(Limitation("GPU telemetry", f"no GPU telemetry (clocks, power) in the {cap.get('tool')} "
+                                      f"capture: the sampler was off ({t.get('reason') or 'no reason recorded'})."))
     return tuple(out)

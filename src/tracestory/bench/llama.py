@@ -69,6 +69,18 @@ class LlamaCase:
         return tokens / (self.median_ns * 1e-9)
 
     @property
+    def tokens_per_call(self) -> int:
+        return self.batch if self.phase == "decode" else self.batch * self.seq
+
+    @property
+    def joules_per_token(self) -> float | None:
+        """Energy of one call (NVML counter over the timed repetitions, see
+        :mod:`tracestory.bench.timer`) over the tokens of one call; None without telemetry.
+        Decode and prefill cases are separate cases, so each phase has its own value."""
+        e = self.timing.energy_j_per_rep
+        return e / self.tokens_per_call if e is not None and self.tokens_per_call else None
+
+    @property
     def achieved_gbps(self) -> float | None:
         return self.bytes / self.median_ns if self.bytes else None
 
@@ -82,6 +94,7 @@ class LlamaCase:
                 "ms_per_layer": self.ms_per_layer, "tokens_per_s": self.tokens_per_s, "bytes": self.bytes,
                 "flops": self.flops, "achieved_gbps": self.achieved_gbps, "achieved_tflops": self.achieved_tflops,
                 "copy_peak_fraction": self.copy_peak_fraction, "bf16_peak_fraction": self.bf16_peak_fraction,
+                "joules_per_token": self.joules_per_token,
                 "timing": self.timing.to_dict(with_samples=True)}
 
 

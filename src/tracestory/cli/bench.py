@@ -30,10 +30,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import outputs
+from .. import outputs, telemetry
 from ..bench import attention, common, fp8, llama, moe, timer
 from ..bench.common import print_table, roofline_line
 from ..capture import region as _region
+from ..capture.environment import external_profiler
 from ..capture.torch import RangeController
 from ..errors import ToolNotFound
 from ..models.llama_config import PRESETS as LLAMA_PRESETS
@@ -138,7 +139,8 @@ def _run_llama(args) -> int:
         line = roofline_line(c.median_ns, bytes_moved=c.bytes, flops=None if c.phase == "decode" else c.flops,
                              pk=dev.peaks)
         print(f"{_case_label(c.phase, c.batch, c.seq, c.kv_len):<22} {c.variant:<24} {c.median_ns / 1e6:8.3f} ms  "
-              f"{c.ms_per_layer:7.3f} ms/layer  {c.tokens_per_s:12,.0f} tok/s  {line}")
+              f"{c.ms_per_layer:7.3f} ms/layer  {c.tokens_per_s:12,.0f} tok/s  {line}"
+              + (f"  {c.joules_per_token:.4g} J/tok" if c.joules_per_token is not None else ""))
         if c.timing.warning:
             print(f"  warning: {c.timing.warning}")
 
@@ -368,6 +370,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-out", metavar="PATH",
                    help="trace/report path (torch: .trace.json.gz; nsys/ncu: output base name; "
                         "default: tracestory-bench-<workload>)")
+    p.add_argument("--skip-power-monitor", action="store_true",
+                   help="no GPU telemetry (by default NVML is sampled at 20 Hz while the bench runs, energy per "
+                        "repetition is measured and, with --json OUT, OUT's stem + .telemetry.jsonl is written; "
+                        "always off under ncu)")
 
 
 def register(subparsers) -> None:
@@ -385,13 +391,26 @@ def _runner(w: Workload):
     def run(args) -> int:
         common.require_package("torch", f"tracestory bench {w.name}", "torch")
         prof = getattr(args, "profile", None)
-        if prof == "torch":
-            return _run_torch_profiled(w, args)
         if prof in ("nsys", "ncu"):
             return _reexec(prof, w, args)
-        return int(w.run(args) or 0)
+        with _telemetry(args) as sampler:
+            rc = _run_torch_profiled(w, args) if prof == "torch" else int(w.run(args) or 0)
+        if sampler is not None and sampler.path is not None:
+            print(f"telemetry: {sampler.path} ({sampler.samples} samples at {sampler.rate_hz:g} Hz)")
+        return rc
 
     return run
+
+
+def _telemetry(args):
+    """The GPU telemetry sampler of one bench run (:func:`tracestory.telemetry.maybe_sampler`):
+    off with --skip-power-monitor and under Nsight Compute (it disturbs ncu's clock control)."""
+    path = None
+    if args.json and args.json != "-":
+        out = Path(args.json)
+        path = out.with_name(out.name.removesuffix(".json") + ".telemetry.jsonl")
+    enabled = not args.skip_power_monitor and external_profiler() != "ncu"
+    return telemetry.maybe_sampler(path, enabled=enabled, label=f"bench {args.bench}")
 
 
 def _run_torch_profiled(w: Workload, args) -> int:

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import telemetry
 from ..errors import UsageError
 from ..loadgen import (
                         LoadConfig,
@@ -121,6 +122,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     res.add_argument("--json", metavar="FILE", help="our summary (ns, nested) for `tracestory report`")
     res.add_argument("--no-progress", "--disable-tqdm", dest="no_progress", action="store_true",
                      help="no progress bar")
+    res.add_argument("--skip-power-monitor", action="store_true",
+                     help="no GPU telemetry of this machine's GPUs (by default sampled while the load runs and "
+                          "written beside the result or --json file as <stem>.telemetry.jsonl)")
 
 
 def register(subparsers) -> None:
@@ -225,6 +229,11 @@ def _jsonable(v):
     return "inf" if isinstance(v, float) and math.isinf(v) else v
 
 
+def _telemetry_path(result: Path | None) -> Path | None:
+    """``<result stem>.telemetry.jsonl`` beside the result (or summary) JSON."""
+    return None if result is None else result.with_name(result.name.removesuffix(".json") + ".telemetry.jsonl")
+
+
 def main(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -274,7 +283,9 @@ def main(args) -> int:
         bar.update(task, total=p.planned, completed=p.finished, info=f"sent {p.sent}  ok {p.ok}  failed {p.failed}")
 
     try:
-        result = run_load(cfg, progress if bar is not None else None, stream, prompts=prompts)
+        with telemetry.maybe_sampler(_telemetry_path(result_path or summary_path), label="load",
+                                     enabled=not args.skip_power_monitor and bool(result_path or summary_path)):
+            result = run_load(cfg, progress if bar is not None else None, stream, prompts=prompts)
     finally:
         if bar is not None:
             bar.stop()
