@@ -22,19 +22,23 @@ def _pair(backend, **kw):
     from tracestory.models.llama_config import LlamaConfig
 
     cfg = LlamaConfig.from_name("tiny")
-    make = dict(layers=2, batch=2, max_len=160, device="cuda", dtype=torch.float32, seed=7, **kw)
+    make = dict(layers=2, batch=2, max_len=768, device="cuda", dtype=torch.float32, seed=7, **kw)
     return cfg, build_model(cfg, attention_backend="matmul", **make), build_model(cfg, attention_backend=backend, **make)
 
 
 def test_flex_decode_and_prefill_match_matmul_on_cuda():
     cfg, ref, flex = _pair("flex")
-    x = torch.randn(2, 131, cfg.dim, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    x = torch.randn(2, 601, cfg.dim, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
     with torch.inference_mode():
-        p_ref, p_flex = ref(x[:, :130], 0, False), flex(x[:, :130], 0, False)   # fills both caches 0..129
-        d_ref, d_flex = ref(x[:, 130:], 130, True), flex(x[:, 130:], 130, True)
+        p_ref, p_flex = ref(x[:, :600], 0, False), flex(x[:, :600], 0, False)   # fills both caches 0..599
+        d_ref, d_flex = ref(x[:, 600:], 600, True), flex(x[:, 600:], 600, True)  # matmul: 3 split-KV chunks
+        for layer in ref.layers:
+            layer.split_keys = 1024                                              # one chunk: the plain GEMMs
+        d_plain = ref(x[:, 600:], 600, True)
     # fp32 inputs; FlexAttention's kernels may use TF32 for QK^T and PV (10-bit mantissa)
     assert _rel(p_flex, p_ref) < 2e-3
     assert _rel(d_flex, d_ref) < 2e-3
+    assert _rel(d_ref, d_plain) < 2e-3
 
 
 def test_fp8_linear_on_cuda_equals_its_quantised_product():
@@ -70,9 +74,12 @@ def test_compiled_flex_fp8_decode_matches_eager_on_cuda(mode):
         eager = m(x, 256, True)
         compiled = torch.compile(lambda t: m(t, 256, True), dynamic=False)(x)
         full = dense(x, 256, True)
-    assert _rel(compiled, eager) < 2e-2
-    # the same random caches and weights at bf16: FP8 costs a few percent, not more
+    # the same random caches and weights at bf16: FP8 costs a few percent, not more, compiled or
+    # not (the two differ where inductor keeps an fp32 intermediate that eager rounds to bf16
+    # before quantising, which moves some e4m3 codes by one step: a few percent after 2 layers)
     assert _rel(eager, full) < 0.15
+    assert _rel(compiled, full) < 0.15
+    assert _rel(compiled, eager) < 0.1
 
 
 def test_bench_cli_flex_fp8_measures_the_copy_roof(tmp_path):

@@ -42,6 +42,7 @@ from ..models.llama_config import (  # noqa: F401  (re-exported: the bench's pub
     DECODE_ATTENTION,
     FP8_MODES,
     PRESETS,
+    SPLIT_KEYS,
     LlamaConfig,
     decode_bytes,
     decode_flops,
@@ -189,7 +190,8 @@ def run_llama(cfg: LlamaConfig, dev: common.BenchDevice, *, layers: int = 4, pha
     pk, device = dev.peaks, dev.device
     lens = [k + 1 for k in kv_lens] if "decode" in phases else []
     lens += list(seqs) if "prefill" in phases else []
-    model = build_model(cfg, layers=layers, batch=batch, max_len=max(lens), device=device, dtype=tdtype,
+    capacity = -(-max(lens) // SPLIT_KEYS) * SPLIT_KEYS          # whole chunks for the split-KV decode
+    model = build_model(cfg, layers=layers, batch=batch, max_len=capacity, device=device, dtype=tdtype,
                         attention_backend=backend, sliding_window=sliding_window, fp8_mode=fp8)
     cases = [("decode", batch, 1, kv) for kv in kv_lens] if "decode" in phases else []
     cases += [("prefill", batch, s, 0) for s in seqs] if "prefill" in phases else []

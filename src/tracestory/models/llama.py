@@ -10,7 +10,9 @@ Attention backends (``attention_backend``):
 
 * ``matmul`` (default): prefill through SDPA (causal, GQA); decode as two batched GEMMs with the
   H query heads folded into Hkv groups of H/Hkv rows (``[B, Hkv, H/Hkv, d]``), which is exact for
-  a single query token and reads K/V without copying them per query head;
+  a single query token and reads K/V without copying them per query head; from two chunks of
+  ``split_keys`` (256) keys on, and when the cache holds the last chunk whole, the key range is
+  split in chunks (:func:`decode_attention_split`: split-KV with plain GEMMs);
 * ``sdpa``: prefill as above; decode through ``F.scaled_dot_product_attention`` on the folded
   query (whichever kernel torch picks);
 * ``flex``: FlexAttention (:mod:`.flex`): prefill with a causal block mask (optionally a sliding
@@ -35,7 +37,7 @@ from torch import nn
 
 from ..errors import UsageError
 from . import flex, fp8
-from .llama_config import ATTENTION_BACKENDS, LlamaConfig
+from .llama_config import ATTENTION_BACKENDS, SPLIT_KEYS, LlamaConfig
 
 
 def linear(x, w):
@@ -82,6 +84,34 @@ def decode_attention_matmul(qg, k, v):
     return torch.matmul(p, v)
 
 
+def decode_attention_split(qg, k_cache, v_cache, lo: int, stop: int, chunk: int = SPLIT_KEYS):
+    """Decode attention over keys ``lo..stop-1`` with the key range split in ``n = ceil((stop-lo)/chunk)``
+    chunks, so each batched GEMM has ``B·Hkv·n`` independent products instead of ``B·Hkv`` (with
+    B = 1 and Hkv = 8, eight products cannot fill a GPU: the split is what makes K/V reads run at
+    memory speed). ``qg [B, Hkv, G, d]``; the caches ``[B, Hkv, capacity, d]`` are read over
+    ``lo .. lo + n·chunk`` (a view, no copy), positions ``>= stop`` masked to -inf before one
+    softmax over all chunks; the chunks' partial ``P·V`` are summed in float32. Needs
+    ``lo + n·chunk <= capacity`` (the caller checks, see :func:`split_fits`)."""
+    B, K, G, d = qg.shape
+    n = -(-(stop - lo) // chunk)
+    kk = k_cache[:, :, lo:lo + n * chunk].reshape(B, K, n, chunk, d)
+    vv = v_cache[:, :, lo:lo + n * chunk].reshape(B, K, n, chunk, d)
+    f32 = torch.promote_types(qg.dtype, torch.float32)
+    s = torch.matmul(qg.unsqueeze(2), kk.transpose(-1, -2)).to(f32) * d ** -0.5      # [B, Hkv, n, G, chunk]
+    idx = lo + torch.arange(n * chunk, device=qg.device).view(n, 1, chunk)
+    s = s.masked_fill(idx >= stop, float("-inf"))
+    m = s.amax(dim=(2, 4), keepdim=True)
+    p = torch.exp(s - m)
+    p = (p / p.sum(dim=(2, 4), keepdim=True)).to(qg.dtype)
+    return torch.matmul(p, vv).to(f32).sum(2).to(qg.dtype)                          # [B, Hkv, G, d]
+
+
+def split_fits(lo: int, stop: int, capacity: int, chunk: int = SPLIT_KEYS) -> bool:
+    """Whether :func:`decode_attention_split` applies: two chunks or more, all inside the cache."""
+    n = -(-(stop - lo) // chunk)
+    return n >= 2 and lo + n * chunk <= capacity
+
+
 class Layer(nn.Module):
     """One decoder layer with its own contiguous KV cache ``[B, Hkv, max_len, d]``."""
 
@@ -92,6 +122,7 @@ class Layer(nn.Module):
         self.cfg = cfg
         self.attention_backend = attention_backend
         self.sliding_window = sliding_window
+        self.split_keys = SPLIT_KEYS
 
         def w(out_f, in_f):
             # nn.Linear layout [out, in], scaled so activations stay O(1)
@@ -133,6 +164,8 @@ class Layer(nn.Module):
                 qg = q.reshape(B, K, cfg.group * S, d)                 # [B, Hkv, H/Hkv, d]
                 if backend == "sdpa":
                     o = F.scaled_dot_product_attention(qg, kk, vv)
+                elif split_fits(lo, L, self.k_cache.shape[2], self.split_keys):
+                    o = decode_attention_split(qg, self.k_cache, self.v_cache, lo, L, self.split_keys)
                 else:
                     o = decode_attention_matmul(qg, kk, vv)
                 o = o.reshape(B, H, S, d)

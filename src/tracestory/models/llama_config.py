@@ -63,6 +63,9 @@ class LlamaConfig:
 ATTENTION_BACKENDS = ("sdpa", "matmul", "flex")
 # the older --decode-attention choices (an alias of --attention-backend)
 DECODE_ATTENTION = ("matmul", "sdpa")
+# keys per chunk of the matmul backend's split-KV decode (models/llama.py); bench llama rounds
+# its KV-cache capacity up to a multiple of it so that the last chunk fits
+SPLIT_KEYS = 256
 # FP8 projection modes (models/fp8.py)
 FP8_MODES = ("off", "rowwise", "tensorwise")
 
