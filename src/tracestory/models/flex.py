@@ -37,7 +37,11 @@ import functools
 import warnings
 
 import torch
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import (
+    BlockMask,
+    create_block_mask,
+    flex_attention,
+)
 
 _EAGER_WARNING = "flex_attention called without torch.compile"
 
@@ -61,7 +65,7 @@ def causal_block_mask(q_len: int, kv_len: int, window: int | None = None, device
     return create_block_mask(causal_mask_mod(window), None, None, q_len, kv_len, device=device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
 

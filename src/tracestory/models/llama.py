@@ -92,7 +92,7 @@ def decode_attention_split(qg, k_cache, v_cache, lo: int, stop: int, chunk: int 
     ``lo .. lo + n·chunk`` (a view, no copy), positions ``>= stop`` masked to -inf before one
     softmax over all chunks; the chunks' partial ``P·V`` are summed in float32. Needs
     ``lo + n·chunk <= capacity`` (the caller checks, see :func:`split_fits`)."""
-    B, K, G, d = qg.shape
+    B, K, _, d = qg.shape
     n = -(-(stop - lo) // chunk)
     kk = k_cache[:, :, lo:lo + n * chunk].reshape(B, K, n, chunk, d)
     vv = v_cache[:, :, lo:lo + n * chunk].reshape(B, K, n, chunk, d)
