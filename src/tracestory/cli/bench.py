@@ -118,7 +118,8 @@ def _llama_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch.compile modes for --mode compile (default: default)")
     _add_dtype(p, "bf16", "weights, activations and KV cache")
     p.add_argument("--attention-backend", default="matmul", choices=llama.ATTENTION_BACKENDS,
-                   help="attention: matmul (SDPA prefill, decode as two batched GEMMs; default), sdpa "
+                   help="attention: matmul (SDPA prefill, decode as two batched GEMMs, split in 256-key chunks "
+                        "from 512 keys on; default), sdpa "
                         "(F.scaled_dot_product_attention), flex (FlexAttention: causal block mask for "
                         "prefill, its decoding kernel for decode)")
     p.add_argument("--decode-attention", dest="attention_backend", choices=llama.DECODE_ATTENTION,

@@ -27,8 +27,14 @@ graph is compiled, the attention with it); outside one, on CUDA, a ``torch.compi
 which ``bench llama`` reports as its own number); on the CPU, ``flex_attention`` runs eagerly
 (unfused: it materialises the scores, fine for tests and tiny shapes).
 
+Measured (H100, torch 2.11, docs/BENCHMARKS.md): at kv 4096 with 8 KV heads of 128 this
+decoding kernel read K/V at ~115 GB/s, slower than the matmul backend's split-KV GEMMs; the
+backend is exact (tests) but not the fast decode path on that stack.
+
 Limits: head dim a power of two >= 16 (FlexAttention's kernels); masks depend on positions only
-(no per-sequence lengths in a batch: every row has the same ``kv_len``).
+(no per-sequence lengths in a batch: every row has the same ``kv_len``); outside a compiled
+graph each new decode length is a new shape for the compiled ``flex_attention``, and after
+torch's recompile limit (8 by default) dynamo falls back to the unfused eager path.
 """
 
 from __future__ import annotations
