@@ -49,7 +49,8 @@ def _bench(tmp_path, *extra):
     from tracestory.cli import main as cli_main
 
     out = tmp_path / "l.json"
-    rc = cli_main(["bench", "llama", "--preset", "tiny", "--device", "cpu", "--layers", "1", "--kv-len", "4",
+    # --device auto (a CPU here): an explicit --device cpu has no GPU to sample
+    rc = cli_main(["bench", "llama", "--preset", "tiny", "--device", "auto", "--layers", "1", "--kv-len", "4",
                    "--warmup-ms", "0", "--rep-ms", "0", "--json", str(out), *extra])
     assert rc == 0
     return tmp_path / "l.telemetry.jsonl"
@@ -60,6 +61,14 @@ def test_bench_samples_by_default_beside_its_json(tmp_path, fake_nvml, capsys):
     recs = [json.loads(x) for x in path.read_text().splitlines()]
     assert recs[0]["label"] == "bench llama" and recs[-1]["type"] == "end"
     assert f"telemetry: {path}" in capsys.readouterr().out
+
+
+def test_bench_on_an_explicit_cpu_does_not_sample(tmp_path, fake_nvml):
+    from tracestory.cli import main as cli_main
+
+    rc = cli_main(["bench", "llama", "--preset", "tiny", "--device", "cpu", "--layers", "1", "--kv-len", "4",
+                   "--warmup-ms", "0", "--rep-ms", "0", "--json", str(tmp_path / "l.json")])
+    assert rc == 0 and not (tmp_path / "l.telemetry.jsonl").exists() and fake_nvml.calls == 0
 
 
 def test_bench_skip_power_monitor_writes_no_file(tmp_path, fake_nvml):
