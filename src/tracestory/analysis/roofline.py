@@ -21,9 +21,14 @@ are split over the kernels it launched (same External id) in proportion to their
 kernels are grouped by name. Every point is flagged ``estimate=True``. An estimate above its
 roof (over 100%) is physically impossible, so it is an estimate error (a shape read wrongly, an op
 whose kernels do less work than its shapes say): it is dropped from the points, counted in
-``dropped`` and named in the note, and no finding is built on it. Causal masking is not known
-from shapes, so attention FLOPs count the full score matrix (twice the work of a causal
-prefill): a causal prefill's attention is placed at up to 2x its true FLOP/s.
+``dropped`` and named in the note, and no finding is built on it.
+
+Attention FLOPs are ``4 * B * H * S_q * S_k * D`` (QK^T and PV) times the share of the score
+matrix its mask keeps (:func:`kept_score_fraction`): the causal flag is read from the op's
+"Concrete Inputs" (``ops["causal"]``, Kineto with ``record_shapes=True``); a causal square mask
+keeps ``S (S + 1) / 2`` of ``S^2`` entries, about half. When the flag was not recorded (older
+torch, other sources) the full matrix is counted, so a causal prefill is then placed at up to
+2x its true FLOP/s. Bytes (Q, K, V read, O written) do not depend on the mask.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import numpy as np
 from ..specs import Peaks
 from .families import kernel_info
 from ..ingest.kineto import parse_json_field
+from ..ingest.kineto_attention import CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT
 
 # Kernels whose time is not bound by the GPU's compute/DRAM roofs (their op's shapes say nothing of them).
 NOT_ON_THE_ROOFLINE = ("communication", "memcpy", "memset")
@@ -209,8 +215,28 @@ _MOVE = {"copy_", "clone", "_to_copy", "to", "contiguous", "cat", "stack", "inde
 _BSHD = ("_flash_attention_forward", "_efficient_attention_forward")
 
 
-def _cost(name: str, dims_raw, types_raw, flops_field: float) -> tuple[float, float, str | None]:
-    """(FLOPs, bytes, precision) of one op from its shapes; NaN when not estimable."""
+def kept_score_fraction(sq: int, sk: int, causal: int) -> float:
+    """Share of the ``sq x sk`` attention score matrix that a mask keeps (1.0 unless causal).
+
+    Top-left aligned (torch SDPA's ``is_causal``): query ``i`` sees keys ``j <= i``, so row ``i``
+    keeps ``min(i + 1, sk)`` entries. Bottom-right aligned (FlashAttention 2, ``causal_lower_right``):
+    row ``i`` keeps ``clamp(i + 1 + sk - sq, 0, sk)``. For ``sq == sk`` both keep ``sq (sq + 1) / 2``
+    entries: half the matrix plus its diagonal."""
+    if causal not in (CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT) or sq <= 0 or sk <= 0:
+        return 1.0
+    if causal == CAUSAL_TOP_LEFT:
+        n = min(sq, sk)  # rows 0..n-1 keep i + 1 entries, later rows keep all sk
+        kept = n * (n + 1) // 2 + (sq - n) * sk
+    else:
+        offset = sk - sq  # row i keeps i + 1 + offset entries (never more than sk, as i < sq)
+        first = max(0, -offset)  # rows before it keep none (a query with no key to see)
+        kept = (sq - first) * ((first + 1 + offset) + (sq + offset)) // 2  # arithmetic series
+    return kept / (sq * sk)
+
+
+def _cost(name: str, dims_raw, types_raw, flops_field: float, causal: int = -1) -> tuple[float, float, str | None]:
+    """(FLOPs, bytes, precision) of one op from its shapes; NaN when not estimable. ``causal`` is
+    the op's ``ops["causal"]`` code (attention ops only)."""
 
     dims = parse_json_field(dims_raw) or []
     types = parse_json_field(types_raw) or []
@@ -244,9 +270,10 @@ def _cost(name: str, dims_raw, types_raw, flops_field: float) -> tuple[float, fl
     if "attention" in op or "scaled_dot_product" in op:
         if len(tensors) < 3:
             return math.nan, math.nan, None
-        k = tensors[1][0]
-        sk = k[1] if op in _BSHD else k[-2]
-        flops = 4.0 * numel[0] * sk  # QK^T and PV, 2 FLOPs per multiply-add; causal masking ignored
+        q, k = tensors[0][0], tensors[1][0]
+        sq, sk = (q[1], k[1]) if op in _BSHD else (q[-2], k[-2])
+        # QK^T and PV, 2 FLOPs per multiply-add, over the score entries the mask keeps
+        flops = 4.0 * numel[0] * sk * kept_score_fraction(sq, sk, causal)
         return flops, float(sum(nbytes[:3]) + nbytes[0]), _PREC.get(t0, "fp32")
     if op in _NORM:
         return 5.0 * numel[0], float(2 * nbytes[0] + sum(nbytes[1:])), "fp32"
@@ -274,12 +301,13 @@ def _op_costs(trace, rows: np.ndarray):
     flops, byts, prec = np.full(n, np.nan), np.full(n, np.nan), np.full(n, None, dtype=object)
     if len(rows) == 0:
         return flops, byts, prec
-    names, dims, types, ff = ops["name"], ops["input_dims"], ops["input_types"], ops["flops"]
+    names, dims, types, ff, causal = (ops[c] for c in ("name", "input_dims", "input_types", "flops", "causal"))
     # The flops field by its bits: NaN (no flops field) never equals itself, its bits do.
     keys = list(zip(names[rows].tolist(), dims[rows].tolist(), types[rows].tolist(),
-                    np.ascontiguousarray(ff[rows], dtype=np.float64).view(np.int64).tolist()))
+                    np.ascontiguousarray(ff[rows], dtype=np.float64).view(np.int64).tolist(),
+                    causal[rows].tolist()))
     first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))  # key -> its first position
-    costs = [_cost(trace.name(key[0]), key[1], key[2], float(ff[rows[i]])) for key, i in first.items()]
+    costs = [_cost(trace.name(key[0]), key[1], key[2], float(ff[rows[i]]), key[4]) for key, i in first.items()]
     group = dict(zip(first, range(len(first))))
     g = np.fromiter(map(group.__getitem__, keys), dtype=np.int64, count=len(keys))
     flops[rows] = np.array([c[0] for c in costs], dtype=np.float64)[g]
