@@ -112,3 +112,38 @@ def test_reader_keeps_the_causal_flag_of_each_attention_op():
     # ops not in the table stay unknown
     other = np.array([trace.name(int(c)) not in position for c in ops["name"]])
     assert set(ops["causal"][other].tolist()) == {-1}
+
+
+# --------------------------------------------------------------------------- fused MoE
+B200_MOE = Path(__file__).parents[1] / "data" / "field" / "AMD-AGI_TraceLens__b200_vllm_moe_mxfp4_prefill_rank0of8.json.gz"
+
+
+def test_fused_moe_op_is_not_spread_over_its_routing_and_gemm_kernels():
+    # Plain JSON: each kernel's "External id" names the CPU op that launched it (the innermost,
+    # latest-starting op with that id). vllm::moe_forward (inputs: hidden [888, 3072] and router
+    # logits [888, 128], no expert weights) launched 252 kernels: 36 layers x 7 (routing histogram,
+    # offsets, scores, MXFP8 quantize, two trtllm-gen bmm_* expert GEMMs, finalize).
+    doc = json.loads(gzip.open(B200_MOE).read())
+    ops = {}
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cpu_op":
+            x = e["args"].get("External id")
+            if x not in ops or e["ts"] >= ops[x]["ts"]:
+                ops[x] = e
+    moe_kernels = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "kernel"
+                   and ops.get(e["args"].get("External id"), {}).get("name") == "vllm::moe_forward"]
+    assert len(moe_kernels) == 252 and len(set(moe_kernels)) == 7
+    assert sum(n.startswith("bmm_") for n in moe_kernels) == 72
+    only_under_moe = {n for n in set(moe_kernels)
+                      if all(ops.get(e["args"].get("External id"), {}).get("name") == "vllm::moe_forward"
+                             for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"] == n)}
+    assert only_under_moe == set(moe_kernels)
+
+    est = estimate_roofline(load_kineto(B200_MOE), None)
+    labels = {p.label for p in est.points}
+    assert labels.isdisjoint(moe_kernels)  # no point built from the op's one cost, GEMM or routing
+    assert [(op, n) for op, n, _ in est.not_estimated] == [("vllm::moe_forward", 252)]
+    assert "vllm::moe_forward (252 kernels) not estimated" in est.note
+    assert "expert weights" in est.not_estimated[0][2]
+    # the rest of the trace is still estimated (the attention projections' cuBLAS GEMMs)
+    assert any(label.startswith("nvjet_tst_") for label in labels)

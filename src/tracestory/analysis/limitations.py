@@ -17,7 +17,8 @@ computed from what the inputs hold, never assumed:
 * **kernel metrics**: no Nsight Compute input, so occupancy, stalls and measured roofline are
   not analysed.
 * **categories**: more than 5% of GPU op time in kernels the taxonomy does not name.
-* **roofline estimate**: shape-based points above their roof, dropped as estimate errors.
+* **roofline estimate**: shape-based points above their roof, dropped as estimate errors; ops
+  left out of the estimate (fused MoE ops) and why.
 * **damaged input**: what a reader dropped from a damaged file, and why (its warnings).
 
 Many traces (ranks) each with the same limitation are reported once per trace; a report on many
@@ -79,11 +80,11 @@ def phase_coverage(trace: Trace, phases) -> tuple[float | None, int, int]:
 
 
 def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metrics: bool,
-                dropped_estimates: int = 0, kernel_metrics_warnings: Sequence[tuple[str, str]] = ()
-                ) -> tuple[Limitation, ...]:
+                dropped_estimates: int = 0, kernel_metrics_warnings: Sequence[tuple[str, str]] = (),
+                not_estimated: Sequence[tuple[str, int, str]] = ()) -> tuple[Limitation, ...]:
     """The limitations of one set of inputs (``analyses``: one :class:`~tracestory.analysis.Analysis`
     per trace, same order; ``dropped_estimates``: shape-based roofline points dropped as above
-    their roof)."""
+    their roof; ``not_estimated``: (op, kernel count, reason) of ops the estimate leaves out)."""
     out: list[Limitation] = []
     cov = rank_coverage(traces)
     if cov.partial:
@@ -98,6 +99,12 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
         out.append(Limitation("roofline estimate", f"{dropped_estimates} kernel{'s' if dropped_estimates != 1 else ''}"
                               " whose shape-based estimate came out above the roof were dropped as estimate "
                               "errors; no finding is built on them."))
+    left_out: dict[tuple[str, str], int] = {}
+    for op, n, reason in not_estimated:
+        left_out[(op, reason)] = left_out.get((op, reason), 0) + n
+    for (op, reason), n in left_out.items():
+        out.append(Limitation("roofline estimate", f"the {n} kernel{'s' if n != 1 else ''} of {op} are not estimated: "
+                              f"{reason}."))
     for t, a in zip(traces, analyses):
         who = f"{t.meta.source_path}: " if len(traces) > 1 else ""
         for w in warnings_of(t):

@@ -18,7 +18,11 @@ duration is ncu's ``gpu__time_duration`` (kernel replay, clocks as captured).
 ``with_flops``) or from input shapes, bytes from shapes (each input read once, the output written
 once), for GEMM/linear, SDPA/attention, norms, reductions and elementwise ops. Each op's numbers
 are split over the kernels it launched (same External id) in proportion to their durations, and
-kernels are grouped by name. Every point is flagged ``estimate=True``. An estimate above its
+kernels are grouped by name. Every point is flagged ``estimate=True``. A fused MoE op
+(``vllm::moe_forward``, ``fused_moe``, ``fused_experts``) is not estimated, and the note says so:
+its inputs hold the tokens and router logits but not the expert weights, so the expert GEMMs'
+FLOPs are unknown, and its routing/top-k/permute kernels do no GEMM work (one op cost shared by
+duration would give them all one arithmetic intensity). An estimate above its
 roof (over 100%) is physically impossible, so it is an estimate error (a shape read wrongly, an op
 whose kernels do less work than its shapes say): it is dropped from the points, counted in
 ``dropped`` and named in the note, and no finding is built on it.
@@ -34,6 +38,7 @@ torch, other sources) the full matrix is counted, so a causal prefill is then pl
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +92,8 @@ class Roofline:
     # Shape-based estimates that came out above a roof: estimate errors (a mis-read shape, an op
     # whose kernels do less than its shapes say), dropped from ``points``: (label, % of roof).
     dropped: tuple[tuple[str, float], ...] = ()
+    # Ops whose kernels get no estimated point, with their kernel count and why: (op, kernels, reason).
+    not_estimated: tuple[tuple[str, int, str], ...] = ()
 
     def ridge(self, dtype: str) -> float | None:
         return None if self.peaks is None else self.peaks.ridge_flop_per_byte(dtype)
@@ -159,7 +166,11 @@ def estimate_roofline(trace, peaks: Peaks | None) -> Roofline:
     hit = (kext >= 0) & (keys[pos_c] == kext) if len(keys) else np.zeros(len(kext), bool)
     op_row = np.where(hit, rows[pos_c], -1)
     dur = k.dur_ns.astype(np.float64)
-    flops_op, bytes_op, prec_op = _op_costs(trace, np.unique(op_row[op_row >= 0]))
+    launched = np.unique(op_row[op_row >= 0])
+    flops_op, bytes_op, prec_op = _op_costs(trace, launched)
+    moe_codes, not_estimated = _fused_moe_ops(trace, op_row)
+    moe_rows = launched[np.isin(ops["name"][launched], moe_codes)]
+    flops_op[moe_rows] = bytes_op[moe_rows] = np.nan  # their kernels get no point
     # share of each op's cost by kernel duration
     ok = op_row >= 0
     tot = np.zeros(len(ops))
@@ -196,7 +207,25 @@ def estimate_roofline(trace, peaks: Peaks | None) -> Roofline:
     if dropped:
         note += (f"; {len(dropped)} kernel{'s' if len(dropped) != 1 else ''} whose estimate came out above "
                  "the roof dropped as estimate errors")
-    return Roofline(points=kept, peaks=peaks, estimate=True, note=note, dropped=dropped)
+    for op_name, n_kernels, reason in not_estimated:
+        note += f"; {op_name} ({n_kernels} kernel{'s' if n_kernels != 1 else ''}) not estimated: {reason}"
+    return Roofline(points=kept, peaks=peaks, estimate=True, note=note, dropped=dropped, not_estimated=not_estimated)
+
+
+# A fused MoE op (vLLM's moe_forward, SGLang/vLLM fused_moe / fused_experts): one CPU op launches the
+# routing, permutation, quantization, expert GEMM and finalize kernels.
+_FUSED_MOE_OP = re.compile(r"moe|fused_experts", re.IGNORECASE)
+FUSED_MOE_REASON = ("a fused MoE op's inputs are the tokens and router logits, not the expert weights, so its "
+                    "expert GEMMs' FLOPs are unknown from shapes, and one cost spread over its routing, "
+                    "permutation and GEMM kernels alike would give them all one arithmetic intensity")
+
+
+def _fused_moe_ops(trace, op_row: np.ndarray) -> tuple[np.ndarray, tuple[tuple[str, int, str], ...]]:
+    """Name codes of the fused MoE ops that launched kernels, and (name, kernel count, reason) for each."""
+    codes, counts = np.unique(trace.ops["name"][op_row[op_row >= 0]], return_counts=True)
+    moe = [(int(c), int(n)) for c, n in zip(codes, counts) if _FUSED_MOE_OP.search(trace.name(int(c)))]
+    return (np.array([c for c, _ in moe], dtype=codes.dtype),
+            tuple((trace.name(c), n, FUSED_MOE_REASON) for c, n in moe))
 
 
 # --------------------------------------------------------------------------- op costs
