@@ -21,8 +21,9 @@ computed from what the inputs hold, never assumed:
   left out of the estimate (fused MoE ops) and why.
 * **damaged input**: what a reader dropped from a damaged file, and why (its warnings).
 
-Many traces (ranks) each with the same limitation are reported once per trace; a report on many
-ranks states the input-wide ones (ranks, kernel metrics) once.
+Traces (ranks) that share a limitation word for word are told once, with how many traces and
+the first few of their names ("64 traces (rank0.trace.json.gz, ...): ..."), so a report on 64
+ranks lists it in one line, not 64; the input-wide ones (ranks, kernel metrics) are stated once.
 """
 
 from __future__ import annotations
@@ -136,4 +137,28 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
         if other is not None and other.percent / 100 > OTHER_SHARE_CEILING:
             out.append(Limitation("categories", f"{who}{other.percent:.1f}% of GPU op time is in kernels the "
                                   f"'{a.breakdown.taxonomy}' taxonomy does not name ('other')."))
+    return _told_once(out, [t.meta.source_path for t in traces])
+
+
+NAMED_TRACES = 3  # traces named in a limitation shared by several
+
+
+def _told_once(items: list[Limitation], paths: Sequence[str]) -> tuple[Limitation, ...]:
+    """Per-trace limitations ("<path>: <reason>") with the same analysis and reason merged into one,
+    in order of first appearance; input-wide ones are kept as they are."""
+    known = set(paths)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for lim in items:
+        path, sep, rest = lim.reason.partition(": ")
+        key = (lim.analysis, rest) if sep and path in known else (lim.analysis, lim.reason)
+        groups.setdefault(key, []).append(path if sep and path in known else "")
+    out = []
+    for (analysis, reason), who in groups.items():
+        named = [w for w in who if w]
+        if len(named) <= 1:
+            out.append(Limitation(analysis, f"{named[0]}: {reason}" if named else reason))
+            continue
+        names = ", ".join(p.rsplit("/", 1)[-1] for p in named[:NAMED_TRACES])
+        more = f", +{len(named) - NAMED_TRACES} more" if len(named) > NAMED_TRACES else ""
+        out.append(Limitation(analysis, f"{len(named)} traces ({names}{more}): {reason}"))
     return tuple(out)
