@@ -147,3 +147,30 @@ def test_fused_moe_op_is_not_spread_over_its_routing_and_gemm_kernels():
     assert "expert weights" in est.not_estimated[0][2]
     # the rest of the trace is still estimated (the attention projections' cuBLAS GEMMs)
     assert any(label.startswith("nvjet_tst_") for label in labels)
+
+
+H200_LLAMA = Path(__file__).parents[1] / "data" / "h200" / "llama2layer_eager_decode.trace.json.gz"
+
+
+def test_cudnn_causal_prefill_and_full_decode_attention_on_the_h200_llama_trace():
+    # Read by hand from the JSON: aten::_cudnn_attention_forward, "Concrete Inputs"[10] is is_causal.
+    # Prefill, 2 layers: q = k = v = [1, 32, 512, 128] (B, H, S, D), is_causal "True", one
+    # cudnn_generated_fort_native_sdpa_sm90_* kernel each: 4 * 32 * 128 * (512 * 513 / 2)
+    # = 2_151_677_952 FLOP per op. Decode, 16 steps x 2 layers: q [1, 32, 1, 128], k/v
+    # [1, 32, S_k, 128] with S_k = 513..528, is_causal "False": 4 * 32 * 128 * S_k each, summed
+    # 2 * 16384 * (513 + ... + 528) = 2 * 16384 * 8328 = 272_891_904 FLOP, over the sm80 sdpa
+    # kernel and the lean_reduction kernel each decode op launches.
+    doc = json.loads(gzip.open(H200_LLAMA).read())
+    attn = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "aten::_cudnn_attention_forward"]
+    causal = [e for e in attn if e["args"]["Concrete Inputs"][10] == "True"]
+    assert len(attn) == 34 and len(causal) == 2
+    assert {json.dumps(e["args"]["Input Dims"][0]) for e in causal} == {"[1, 32, 512, 128]"}
+    est = estimate_roofline(load_kineto(H200_LLAMA), None)
+    by = {p.label: p for p in est.points}
+    prefill = [p for label, p in by.items() if label.startswith("cudnn_generated_fort_native_sdpa_sm90")]
+    assert len(prefill) == 1 and prefill[0].count == 2
+    assert abs(prefill[0].flops / (2 * 2_151_677_952) - 1) < 1e-12
+    decode = [p for label, p in by.items() if label.startswith("cudnn_generated_fort_native_sdpa_sm80")
+              or "lean_reduction_kernel" in label]
+    assert len(decode) == 2 and sum(p.count for p in decode) == 64
+    assert abs(sum(p.flops for p in decode) / 272_891_904 - 1) < 1e-12
