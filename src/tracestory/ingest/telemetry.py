@@ -64,8 +64,10 @@ def is_telemetry_file(path: str | Path) -> bool:
     try:
         with open(path, "rb") as f:
             first = f.readline(1 << 16)
+        if not first.lstrip().startswith(b"{") or b'"header"' not in first:
+            return False   # cheap refusal: other formats are never parsed here
         obj = json.loads(first)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(obj, dict) and obj.get("type") == "header" and obj.get("schema") == SCHEMA
 
