@@ -44,6 +44,7 @@ from .eventlog import EventLog
 from .metrics import make_metrics
 from .model import DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
 from .scheduler import Scheduler, SchedulerConfig
+from . import tensor_parallel
 from .server import Api, ServerLimits, serve_app, start_in_thread
 from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
 
@@ -105,6 +106,7 @@ class ServeOptions:
     gpu_memory_fraction: float = 0.5      # of the free device memory, for weights + KV cache
     fair_wait_iterations: int | None = 64  # a blocked waiting head preempts long runners after this; None: FCFS
     limits: ServerLimits = ServerLimits()  # load shedding, timeouts, connection and body caps
+    tensor_parallel: int = 1              # ranks of torchrun sharing the model (.tensor_parallel)
 
 
 def _auto_blocks(opts: ServeOptions, cfg, vocab: int, device: str, dtype_bytes: int) -> int:
@@ -122,10 +124,11 @@ def _auto_blocks(opts: ServeOptions, cfg, vocab: int, device: str, dtype_bytes: 
     return n
 
 
-def build_server(opts: ServeOptions):
+def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     """Build the model, scheduler, event log and handlers: returns ``(engine, api)`` (not started).
 
-    The heavy part (torch, the model's weights and KV cache) happens here."""
+    The heavy part (torch, the model's weights and KV cache) happens here; ``prepare_hook(model)``
+    runs right after the model is built (tensor parallelism shards it there)."""
     import torch
 
     cfg = LlamaConfig.from_name(opts.preset)
@@ -147,12 +150,16 @@ def build_server(opts: ServeOptions):
                          opts.fair_wait_iterations)
     model = PagedLlama(cfg, layers=opts.layers, num_blocks=num_blocks, block_size=opts.block_size, vocab=vocab,
                        device=device, dtype=dtype, seed=opts.seed)
+    if prepare_hook is not None:          # e.g. shard the model before anything shape-dependent is built
+        prepare_hook(model)
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
             "max_batch_tokens": sc.max_batch_tokens, "max_num_seqs": sc.max_num_seqs, "preset": cfg.name,
             "layers": opts.layers, "vocab": vocab, "dtype": dtype_label,
             "capacity_tokens": num_blocks * sc.block_size}
     if opts.eos_id is not None:
         meta["eos_token_id"] = opts.eos_id
+    if opts.tensor_parallel > 1:
+        meta["tensor_parallel"] = opts.tensor_parallel
     names = tuple(opts.served_model_names) or (cfg.name,)
     engine = Engine(Scheduler(sc), model, EventLog(opts.event_log, meta), make_metrics(names[0]))
     api = Api(engine, names, vocab, opts.fail_rate, opts.limits)
@@ -163,12 +170,15 @@ def run_server(opts: ServeOptions, ready: Callable[[str], None] | None = None) -
     """Build and serve until SIGINT/SIGTERM (main thread only); ``ready(url)`` once listening."""
     import asyncio
 
-    engine, api = build_server(opts)
+    def serve(engine, api) -> None:
+        async def main() -> None:
+            await serve_app(engine, api, opts.host, opts.port, stop=asyncio.Event(), ready=ready)
 
-    async def main() -> None:
-        await serve_app(engine, api, opts.host, opts.port, stop=asyncio.Event(), ready=ready)
+        asyncio.run(main())
 
-    asyncio.run(main())
+    if opts.tensor_parallel > 1:          # under torchrun: rank 0 serves, the other ranks follow its plans
+        return tensor_parallel.run(opts, build_server, serve)
+    serve(*build_server(opts))
 
 
 def start_server_thread(opts: ServeOptions):
