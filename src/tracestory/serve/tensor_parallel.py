@@ -23,8 +23,10 @@ plan and run the same forward, so their all-reduces pair with rank 0's. Every ra
 greedy ids from identical all-reduced hidden states, so the ids that stay on each device for
 the next iteration (``-(r+1)`` inputs of the overlapped engine) agree; only rank 0's reach the
 scheduler. Plans travel as two int64 broadcasts (a 6-number header, then one payload tensor):
-:func:`encode_plan` / :func:`decode_plan`. On two CPU processes with gloo that costs about a
-third of ``broadcast_object_list`` (pickle, size, bytes; numbers in docs/CAPTURE.md).
+:func:`encode_plan` / :func:`decode_plan`, no pickle. Measured against
+``broadcast_object_list`` on two CPU processes with gloo (``benchmarks/tp_plan_broadcast.py``,
+docs/CAPTURE.md): the same within noise up to 32 decode members, the pickled tuples cheaper at
+128 members x 64 blocks (packing and unpacking in Python costs more there).
 
 Liveness and stop: while idle, rank 0 sends a heartbeat every :data:`HEARTBEAT_S` seconds; a
 rank that hears nothing for :data:`CONTROL_TIMEOUT_S` seconds stops with one line (exit 1). A
@@ -47,6 +49,7 @@ graph capture (checked on GPUs by the GPU tests, not here).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import signal
 import sys
@@ -55,13 +58,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..capture.under_load import TORCHRUN_SAFE_ENV
 from ..errors import UsageError
 from ..models.llama_config import LlamaConfig
 from .scheduler import Member
 
 HEARTBEAT_S = 1.0            # rank 0 sends a heartbeat when it sent nothing for this long
 CONTROL_TIMEOUT_S = 300.0    # a rank that hears nothing for this long gives up
-SAFE_NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+SAFE_NCCL_ENV = TORCHRUN_SAFE_ENV    # NVLink multicast off (set where unset)
 
 # control commands (header[0])
 CMD_PLAN, CMD_HEARTBEAT, CMD_STOP = 1, 2, 3
@@ -160,12 +164,11 @@ def encode_plan(members: Sequence, iteration: int | None, ids: Sequence[int]):
     import torch
 
     m = len(members)
-    meta = np.empty((m, 4), dtype=np.int64)
-    for i, mb in enumerate(members):
-        meta[i] = (mb.start, mb.tokens, 1 if mb.samples else 0, len(mb.block_table))
-    ids_a = np.asarray(list(ids), dtype=np.int64)
-    tables = np.fromiter((b for mb in members for b in mb.block_table), dtype=np.int64)
-    payload = torch.from_numpy(np.concatenate([meta.ravel(), ids_a, tables]))
+    meta = np.array([(mb.start, mb.tokens, 1 if mb.samples else 0, len(mb.block_table)) for mb in members],
+                    dtype=np.int64).reshape(-1)
+    ids_a = np.fromiter(ids, dtype=np.int64)
+    tables = np.fromiter(itertools.chain.from_iterable(mb.block_table for mb in members), dtype=np.int64)
+    payload = torch.from_numpy(np.concatenate([meta, ids_a, tables]))
     header = torch.tensor([CMD_PLAN, 0 if iteration is None else iteration + 1, m, len(ids_a), len(tables), 0],
                           dtype=torch.int64)
     return header, payload
@@ -265,14 +268,25 @@ class TensorParallelFront:
         ids = list(token_ids) if token_ids is not None else [t for m in members for t in m.token_ids]
         with self.control.lock:
             self._send(CMD_PLAN, members, iteration, ids)
-            return self.model.launch(members, iteration, ids)
+            return self._run(self.model.launch, members, iteration, ids)
 
     def step(self, members, iteration=None):
         if hasattr(self.model, "launch"):
             return self.launch(members, iteration).result()
         with self.control.lock:
             self._send(CMD_PLAN, members, iteration, [t for m in members for t in m.token_ids])
-            return self.model.step(members, iteration)
+            return self._run(self.model.step, members, iteration)
+
+    def _run(self, fn, *args):
+        """The forward here; an error of the all-reduce (a rank died mid-iteration) is a lost rank."""
+        try:
+            return fn(*args)
+        except Exception as e:
+            if self.lost is None and _is_distributed(e):
+                self.lost = f"tensor-parallel rank lost: an all-reduce failed on rank 0 ({_short(e)})"
+                self._on_lost(self.lost)
+                raise WorkerLost(self.lost) from None
+            raise
 
     def _heartbeat(self) -> None:
         while not self._done.wait(HEARTBEAT_S / 4):
