@@ -72,3 +72,30 @@ def test_tp2_server_answers_as_tp1_and_stops_with_exit_code_0(tmp_path):
     assert lines[0]["type"] == "meta" and lines[0]["tensor_parallel"] == 2
     # rank 0 alone writes the log: one finish per request
     assert sum(x["type"] == "finish" for x in lines) == 3
+
+
+def test_a_killed_rank_ends_the_server_with_one_line_not_a_hang(tmp_path):
+    port = _free_port()
+    src = str(Path(tracestory.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
+           "--tensor-parallel", "2", "--port", str(port)]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", 90, proc=proc)
+        ranks = torchrun_ranks(proc.pid)
+        assert len(ranks) == 2
+        os.kill(ranks[1], 9)                      # rank 1 vanishes while the server idles
+        proc.wait(timeout=30)                     # heartbeat: rank 0 notices within a second or so
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert proc.returncode != 0
+    lost = [x for x in text.splitlines() if x.startswith("tracestory serve: tensor-parallel rank lost")]
+    # one line, from the heartbeat ("...; stopping the server") or, when torchrun stopped rank 0
+    # first, from its stop message to the other ranks
+    assert len(lost) == 1 and "rank 0 could not send to the other ranks" in lost[0]

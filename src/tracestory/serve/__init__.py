@@ -184,5 +184,8 @@ def run_server(opts: ServeOptions, ready: Callable[[str], None] | None = None) -
 def start_server_thread(opts: ServeOptions):
     """Build and serve on a background thread (tests, notebooks): returns a
     :class:`~.server.ServerHandle` with ``url`` and ``stop()``."""
+    if opts.tensor_parallel > 1:
+        raise UsageError(f"tensor_parallel={opts.tensor_parallel}: expected 1 in a server thread (tensor "
+                         f"parallelism runs under torchrun: {tensor_parallel.launch_hint(opts.tensor_parallel)})")
     engine, api = build_server(opts)
     return start_in_thread(engine, api, opts.host, opts.port)

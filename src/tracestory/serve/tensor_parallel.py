@@ -247,6 +247,7 @@ class TensorParallelFront:
     def __init__(self, model, control: Control, on_lost: Callable[[str], None]):
         self.model, self.control, self._on_lost = model, control, on_lost
         self.lost: str | None = None
+        self.stopping = False            # set by stop(): a failure now ends nothing more
         self._done = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, name="tracestory-tp-heartbeat", daemon=True)
         self._beat.start()
@@ -302,6 +303,7 @@ class TensorParallelFront:
 
     def stop(self) -> None:
         """Stop the heartbeat and tell the other ranks to exit (when they can still hear)."""
+        self.stopping = True
         self._done.set()
         self._beat.join(5 * HEARTBEAT_S)
         if self.lost is None:
@@ -397,6 +399,9 @@ class Group:
 
     def make_front(self, model) -> TensorParallelFront:
         def lost(line: str) -> None:
+            if self.front is not None and self.front.stopping:
+                _say(line)
+                return
             _say(line + "; stopping the server")
             os.kill(os.getpid(), signal.SIGTERM)     # serve_app's handler: a graceful stop
 
@@ -427,6 +432,7 @@ def run(opts, build_server: Callable, serve: Callable) -> None:
                 follow(engine.model, g.control)
             except Exception as e:  # noqa: BLE001 -- the other side is gone or silent
                 failed = f"rank {info.rank}: lost rank 0 ({_short(e)})"
+                _say(failed)
         else:
             engine.model = g.make_front(engine.model)
             try:
@@ -437,8 +443,7 @@ def run(opts, build_server: Callable, serve: Callable) -> None:
     finally:
         if failed is None:
             g.close()
-    if failed is not None:
-        _say(failed)
+    if failed is not None:                # said once, where it was found
         raise SystemExit(1)
 
 
