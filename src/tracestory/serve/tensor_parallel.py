@@ -25,7 +25,7 @@ the next iteration (``-(r+1)`` inputs of the overlapped engine) agree; only rank
 scheduler. Plans travel as two int64 broadcasts (a 6-number header, then one payload tensor):
 :func:`encode_plan` / :func:`decode_plan`, no pickle. Measured against
 ``broadcast_object_list`` on two CPU processes with gloo (``benchmarks/tp_plan_broadcast.py``,
-docs/CAPTURE.md): the same within noise up to 32 decode members, the pickled tuples cheaper at
+docs/CAPTURE.md): the same within that machine's noise, the pickled tuples a little cheaper at
 128 members x 64 blocks (packing and unpacking in Python costs more there).
 
 Liveness and stop: while idle, rank 0 sends a heartbeat every :data:`HEARTBEAT_S` seconds; a
