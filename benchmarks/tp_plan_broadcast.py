@@ -6,11 +6,19 @@ Run: ``PYTHONPATH=src python benchmarks/tp_plan_broadcast.py`` (decode plans of 
 members with 4, 16 and 64 blocks each; medians of 250 after 50 warm-up sends, each after a
 barrier). Results: docs/CAPTURE.md, "Tensor parallelism".
 """
-import os, sys, time, statistics
-import torch, torch.distributed as dist
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch.distributed as dist
 import torch.multiprocessing as mp
-from tracestory.serve.scheduler import Member
+
 from tracestory.serve import tensor_parallel as tp
+from tracestory.serve.scheduler import Member
+
 
 def plan(batch, ctx_blocks):
     return [Member(f"cmpl-{i}", "decode", ctx_blocks * 16 - 1, (17,), tuple(range(i * ctx_blocks, (i + 1) * ctx_blocks)), False, True)
