@@ -122,17 +122,21 @@ def test_capture_skip_power_monitor_and_no_nvml(tmp_path, fake_nvml, monkeypatch
 def test_serve_writes_beside_the_event_log_or_at_the_env_path(tmp_path, fake_nvml, capsys):
     from tracestory.serve import ServeOptions, _telemetry
 
-    with _telemetry(ServeOptions(event_log=str(tmp_path / "s.sched.jsonl"))) as s:
+    with _telemetry(ServeOptions(device="cuda", event_log=str(tmp_path / "s.sched.jsonl"))) as s:
         assert s.path == tmp_path / "telemetry.jsonl"
-    with _telemetry(ServeOptions(event_log=str(tmp_path / "s.jsonl"), telemetry_path=str(tmp_path / "t.jsonl"))) as s:
+    with _telemetry(ServeOptions(device="cuda", event_log=str(tmp_path / "s.jsonl"), telemetry_path=str(tmp_path / "t.jsonl"))) as s:
         assert s.path == tmp_path / "t.jsonl"
-    with _telemetry(ServeOptions(event_log=str(tmp_path / "s.jsonl"), power_monitor=False)) as s:
+    with _telemetry(ServeOptions(device="cuda", event_log=str(tmp_path / "s.jsonl"), power_monitor=False)) as s:
         assert s is None
     assert capsys.readouterr().err == ""
-    with _telemetry(ServeOptions()) as s:                 # nowhere to write: off, in one line
+    with _telemetry(ServeOptions(device="cuda")) as s:                 # nowhere to write: off, in one line
         assert s is None
     assert capsys.readouterr().err == ("GPU telemetry off: no --event-log or $TRACESTORY_TELEMETRY to write "
                                        "telemetry.jsonl to\n")
+    calls = fake_nvml.calls
+    with _telemetry(ServeOptions(device="cpu", event_log=str(tmp_path / "c.jsonl"))) as s:   # no GPU in use
+        assert s is None
+    assert capsys.readouterr().err == "" and fake_nvml.calls == calls
 
 
 def test_flags_exist_on_every_command():

@@ -182,6 +182,8 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
     # The profiled step of a capture under load is the server: a subprocess we can stop.
     prof_kw: dict[str, Any] = ({"role": "server", "env": {_load.EVENT_LOG_ENV: str(staging / _load.SCHED_LOG)}}
                                if server else {})
+    if v.get("torchrun") and _load.torchrun_env():    # NVLink multicast off for the ranks unless set
+        prof_kw["env"] = {**prof_kw.get("env", {}), **_load.torchrun_env()}
     steps: list[Step] = []
     if v.get("warmup_run"):
         steps.append(step("warmup-run", w.torchrun_argv(v["torchrun"]) if v.get("torchrun") else w.argv()))

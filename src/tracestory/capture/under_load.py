@@ -14,7 +14,13 @@
    its exit code is recorded;
 4. **stop**: SIGINT to the server's process group, then SIGTERM after ``grace_s``, then
    SIGKILL after another ``grace_s``; the signal that ended it is recorded. The server is
-   stopped whatever happened before (failed health check, failed load, Ctrl-C).
+   stopped whatever happened before (failed health check, failed load, Ctrl-C). A server
+   launched by ``torchrun`` (or ``python -m torch.distributed.run``, also under ncu or nsys)
+   gets the SIGINT on its ranks only (the children of the launcher, found in ``/proc``): a
+   launcher that receives a signal itself ends its ranks and exits 1 with a traceback, while
+   ranks that stop by themselves let it exit 0 (``tracestory serve --tensor-parallel N``: rank 0
+   stops serving and tells the others to exit). When the ranks cannot be found, or they have
+   not ended after ``grace_s``, the process group gets the sequence above.
 
 Each phase's record has the keys of a manifest step (``name``, ``argv``, ``command``, ``env``,
 ``in_process``, ``started_at``, ``duration_ns``, ``exit_code``, ``status``, ``error``,
@@ -156,6 +162,75 @@ def wait_for_health(base_url: str, timeout_s: float, proc: subprocess.Popen | No
         time.sleep(interval_s)
 
 
+# NVLink multicast (NVLS) off for every rank a capture launches with torchrun, unless the
+# environment says otherwise: on multi-GPU H200 hosts it fails or hangs (see docs/CAPTURE.md)
+TORCHRUN_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def torchrun_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The :data:`TORCHRUN_SAFE_ENV` variables that ``environ`` (default: this process's) lacks."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in TORCHRUN_SAFE_ENV.items() if k not in env}
+
+
+def _is_launcher(cmdline: Sequence[str]) -> bool:
+    words = list(cmdline[:4])
+    return bool(words) and (Path(words[0]).name == "torchrun" or "torch.distributed.run" in words
+                            or any(Path(w).name == "torchrun" for w in words[1:2]))
+
+
+def _proc_table() -> dict[int, tuple[int, list[str]]]:
+    """pid -> (parent pid, argv) of every process /proc shows (empty where there is no /proc)."""
+    out: dict[int, tuple[int, list[str]]] = {}
+    root = Path("/proc")
+    if not root.is_dir():
+        return out
+    for d in root.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(d.name)] = (ppid, [a.decode(errors="replace") for a in argv if a])
+    return out
+
+
+def torchrun_ranks(root_pid: int) -> list[int]:
+    """The pids of the processes a torchrun launcher at or below ``root_pid`` started."""
+    table = _proc_table()
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _argv) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    ranks, todo = [], [root_pid]
+    while todo:
+        pid = todo.pop()
+        below = kids.get(pid, [])
+        if pid in table and _is_launcher(table[pid][1]):
+            ranks += below
+        else:
+            todo += below
+    return sorted(ranks)
+
+
+def stop_torchrun_ranks(proc: subprocess.Popen, grace_s: float) -> bool:
+    """SIGINT to the ranks of a torchrun server (module docstring); True when ``proc`` then
+    exited within ``grace_s``."""
+    ranks = torchrun_ranks(proc.pid)
+    if not ranks:
+        return False
+    for pid in ranks:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
 def stop_process_group(proc: subprocess.Popen, grace_s: float) -> str | None:
     """SIGINT, then SIGTERM, then SIGKILL to the group of ``proc`` (started with
     ``start_new_session``); returns the last signal sent, or None when it had already exited."""
@@ -222,7 +297,10 @@ def run_under_load(server_argv: Sequence[str], load_command: str | Sequence[str]
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        stop_sig = stop_process_group(proc, grace_s)
+        if proc.poll() is None and _is_launcher_argv(server_argv) and stop_torchrun_ranks(proc, grace_s):
+            stop_sig = "SIGINT"
+        else:
+            stop_sig = stop_process_group(proc, grace_s)
         if server_error is None and stop_sig == "SIGKILL":
             server_error = f"the server ignored SIGINT and SIGTERM for {grace_s:g} s each: killed"
         elif server_error is None and proc.returncode not in (0, -signal.SIGINT, -signal.SIGTERM, 130, 143):
@@ -237,6 +315,11 @@ def run_under_load(server_argv: Sequence[str], load_command: str | Sequence[str]
     errors = [f"{r['name']}: {r['error']}" for r in (server, health, load) if r["error"]]
     return LoadCapture(server, health, load, url, not errors and not interrupted,
                        "; ".join(errors) or ("interrupted" if interrupted else None), interrupted)
+
+
+def _is_launcher_argv(argv: Sequence[str]) -> bool:
+    """Whether a server command starts torchrun (directly, or under ncu/nsys)."""
+    return any(Path(w).name == "torchrun" or w == "torch.distributed.run" for w in argv)
 
 
 def _run_load_process(argv: list[str], started: str, t0: int, cwd, env, timeout_s: float | None,

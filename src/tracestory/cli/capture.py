@@ -73,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         for s in p.steps:
             if s.name == "torch-profile" and s.role is None:
                 print("# the workload under torch.profiler, in its own process group (Ctrl-C is forwarded):")
+            elif s.role == "server" and p.values.get("torchrun"):
+                print("# the server's ranks under torchrun, in their own process group (each rank gets SIGINT "
+                      "after the load; torchrun then exits by itself):")
             elif s.role == "server":
                 print("# the server, in its own process group (stopped with SIGINT after the load):")
             elif s.role == "load":

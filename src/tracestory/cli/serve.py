@@ -22,7 +22,7 @@ from ..capture.under_load import EVENT_LOG_ENV
 from ..errors import UsageError
 from ..models.llama_config import PRESETS
 from ..models.runtime import dtype_name, require_package
-from ..serve import ServeOptions, ServerLimits, run_server
+from ..serve import ServeOptions, ServerLimits, run_server, tensor_parallel
 
 
 def _dtype(text: str) -> str:
@@ -45,6 +45,10 @@ def register(subparsers) -> None:
     p.add_argument("--model-name", dest="served_model_names", nargs="+", help=argparse.SUPPRESS)  # older spelling
     p.add_argument("--layers", type=int, default=2, help="decoder layers (default: 2)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                   help="shard the model over N processes started by torchrun --nproc_per_node=N (rank 0 "
+                        "serves HTTP; cuda:LOCAL_RANK with NCCL when --device is cuda, the CPU with gloo "
+                        "otherwise; default: 1)")
     p.add_argument("--dtype", default="auto", type=_dtype, metavar="{auto,bf16,fp16,fp32}",
                    help="weights and KV cache; bfloat16/float16/float32 also accepted "
                         "(default: auto = fp32 on CPU, bf16 on CUDA)")
@@ -101,7 +105,7 @@ def _check_args(args: argparse.Namespace) -> None:
     def bad(flag: str, expected: str, found) -> UsageError:
         return UsageError(f"{flag}: expected {expected}, found {found}")
 
-    for name in ("layers", "block_size", "max_batch_tokens", "max_num_seqs", "max_waiting"):
+    for name in ("layers", "block_size", "max_batch_tokens", "max_num_seqs", "max_waiting", "tensor_parallel"):
         if getattr(args, name) < 1:
             raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
     if args.fair_wait_iterations < 0:
@@ -123,6 +127,8 @@ def _check_args(args: argparse.Namespace) -> None:
         v = getattr(args, name)
         if not (math.isfinite(v) and v > 0):
             raise bad(f"--{name.replace('_', '-')}", "a finite number > 0", v)
+    if args.tensor_parallel > 1:          # launched by torchrun with as many processes
+        tensor_parallel.rank_from_env(args.tensor_parallel)
     if args.max_inflight_mb < args.max_request_mb:
         raise bad("--max-inflight-mb", f"at least --max-request-mb ({args.max_request_mb:g})", args.max_inflight_mb)
 
@@ -144,7 +150,8 @@ def _run(args: argparse.Namespace) -> int:
                         gpu_memory_fraction=args.gpu_memory_fraction, limits=limits,
                         fair_wait_iterations=args.fair_wait_iterations or None,
                         power_monitor=not args.skip_power_monitor,
-                        telemetry_path=os.environ.get(telemetry.PATH_ENV) or None)
+                        telemetry_path=os.environ.get(telemetry.PATH_ENV) or None,
+                        tensor_parallel=args.tensor_parallel)
 
     def ready(url: str) -> None:
         print(f"tracestory serve: listening on {url}", flush=True)

@@ -6,7 +6,8 @@ Layer (per decoder layer, pre-norm, as in Llama 2/3; the modules are in :mod:`.l
     out = h + Wd · (silu(Wg · n2(h)) * (Wu · n2(h)))                          SwiGLU MLP
 
 Shapes: D = dim, H query heads, Hkv key/value heads (GQA: query head h uses kv head
-h // (H/Hkv)), d = D/H head dim, I = MLP width.
+h // (H/Hkv)), d = D/H head dim (or ``explicit_head_dim`` when set: a tensor-parallel rank's
+local config holds H/N heads of the full model's d), I = MLP width.
 
 Counted work (``dtype_bytes`` = 2 for bf16), all per layer unless stated:
 
@@ -42,10 +43,11 @@ class LlamaConfig:
     ffn_dim: int
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    explicit_head_dim: int | None = None   # None: dim // n_heads
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        return self.explicit_head_dim or self.dim // self.n_heads
 
     @property
     def group(self) -> int:

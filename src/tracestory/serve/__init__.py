@@ -46,6 +46,7 @@ from .eventlog import EventLog
 from .metrics import make_metrics
 from .model import DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
 from .scheduler import Scheduler, SchedulerConfig
+from . import tensor_parallel
 from .server import Api, ServerLimits, serve_app, start_in_thread
 from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
 
@@ -109,6 +110,7 @@ class ServeOptions:
     limits: ServerLimits = ServerLimits()  # load shedding, timeouts, connection and body caps
     power_monitor: bool = True            # GPU telemetry while serving (--skip-power-monitor: False)
     telemetry_path: str | None = None     # None: telemetry.jsonl beside the event log
+    tensor_parallel: int = 1              # ranks of torchrun sharing the model (.tensor_parallel)
 
 
 def _auto_blocks(opts: ServeOptions, cfg, vocab: int, device: str, dtype_bytes: int) -> int:
@@ -126,10 +128,11 @@ def _auto_blocks(opts: ServeOptions, cfg, vocab: int, device: str, dtype_bytes: 
     return n
 
 
-def build_server(opts: ServeOptions):
+def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     """Build the model, scheduler, event log and handlers: returns ``(engine, api)`` (not started).
 
-    The heavy part (torch, the model's weights and KV cache) happens here."""
+    The heavy part (torch, the model's weights and KV cache) happens here; ``prepare_hook(model)``
+    runs right after the model is built (tensor parallelism shards it there)."""
     import torch
 
     cfg = LlamaConfig.from_name(opts.preset)
@@ -151,12 +154,16 @@ def build_server(opts: ServeOptions):
                          opts.fair_wait_iterations)
     model = PagedLlama(cfg, layers=opts.layers, num_blocks=num_blocks, block_size=opts.block_size, vocab=vocab,
                        device=device, dtype=dtype, seed=opts.seed)
+    if prepare_hook is not None:          # e.g. shard the model before anything shape-dependent is built
+        prepare_hook(model)
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
             "max_batch_tokens": sc.max_batch_tokens, "max_num_seqs": sc.max_num_seqs, "preset": cfg.name,
             "layers": opts.layers, "vocab": vocab, "dtype": dtype_label,
             "capacity_tokens": num_blocks * sc.block_size}
     if opts.eos_id is not None:
         meta["eos_token_id"] = opts.eos_id
+    if opts.tensor_parallel > 1:
+        meta["tensor_parallel"] = opts.tensor_parallel
     names = tuple(opts.served_model_names) or (cfg.name,)
     engine = Engine(Scheduler(sc), model, EventLog(opts.event_log, meta), make_metrics(names[0]))
     api = Api(engine, names, vocab, opts.fail_rate, opts.limits)
@@ -167,13 +174,16 @@ def run_server(opts: ServeOptions, ready: Callable[[str], None] | None = None) -
     """Build and serve until SIGINT/SIGTERM (main thread only); ``ready(url)`` once listening."""
     import asyncio
 
-    engine, api = build_server(opts)
+    def serve(engine, api) -> None:
+        async def main() -> None:
+            await serve_app(engine, api, opts.host, opts.port, stop=asyncio.Event(), ready=ready)
 
-    async def main() -> None:
-        await serve_app(engine, api, opts.host, opts.port, stop=asyncio.Event(), ready=ready)
+        with _telemetry(opts):       # the serving process only (rank 0 under tensor parallelism)
+            asyncio.run(main())
 
-    with _telemetry(opts):
-        asyncio.run(main())
+    if opts.tensor_parallel > 1:          # under torchrun: rank 0 serves, the other ranks follow its plans
+        return tensor_parallel.run(opts, build_server, serve)
+    serve(*build_server(opts))
 
 
 def _telemetry(opts: ServeOptions):
@@ -181,6 +191,8 @@ def _telemetry(opts: ServeOptions):
     writing ``opts.telemetry_path`` or ``telemetry.jsonl`` beside the event log; with neither
     there is nowhere to write, which one line says."""
     path = opts.telemetry_path or (telemetry.beside(opts.event_log) if opts.event_log else None)
+    if opts.device == "cpu":          # no GPU to sample, nothing to say
+        return telemetry.maybe_sampler(None, enabled=False, label="serve")
     if opts.power_monitor and path is None and not telemetry.skipped_by_env():
         print(f"GPU telemetry off: no --event-log or ${telemetry.PATH_ENV} to write {telemetry.FILE_NAME} to",
               file=sys.stderr, flush=True)
@@ -190,5 +202,8 @@ def _telemetry(opts: ServeOptions):
 def start_server_thread(opts: ServeOptions):
     """Build and serve on a background thread (tests, notebooks): returns a
     :class:`~.server.ServerHandle` with ``url`` and ``stop()``."""
+    if opts.tensor_parallel > 1:
+        raise UsageError(f"tensor_parallel={opts.tensor_parallel}: expected 1 in a server thread (tensor "
+                         f"parallelism runs under torchrun: {tensor_parallel.launch_hint(opts.tensor_parallel)})")
     engine, api = build_server(opts)
     return start_in_thread(engine, api, opts.host, opts.port)

@@ -1,0 +1,209 @@
+"""Tensor-parallel serving on the CPU: shards, plans on the wire, TP=2 (two gloo processes)
+against TP=1 under continuous batching, a lost rank, launch errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tracestory.cli import main  # noqa: E402
+from tracestory.errors import UsageError  # noqa: E402
+from tracestory.models.llama_config import LlamaConfig  # noqa: E402
+from tracestory.serve import tensor_parallel as tp  # noqa: E402
+from tracestory.serve.model import PagedLlama  # noqa: E402
+from tracestory.serve.scheduler import Member, Scheduler, SchedulerConfig  # noqa: E402
+
+TINY = LlamaConfig.from_name("tiny")      # D 64, H 4, Hkv 2, d 16, I 160
+
+
+def _model(**kw):
+    return PagedLlama(TINY, layers=2, num_blocks=64, block_size=4, vocab=512, device="cpu",
+                      dtype=torch.float32, seed=0, **kw)
+
+
+# ----------------------------------------------------------------------------- shards
+def test_local_config_keeps_head_dim():
+    loc = tp.local_config(TINY, 2)
+    assert (loc.n_heads, loc.n_kv_heads, loc.ffn_dim, loc.dim) == (2, 1, 80, 64)
+    assert loc.head_dim == 16 == TINY.head_dim          # 64 // 4, not 64 // 2
+    assert loc.group == TINY.group == 2
+
+
+def test_shard_shapes_and_slices():
+    full, shard = _model(), _model()
+    tp.shard_model(shard, rank=1, n=2)
+    d = 16
+    for fl, sl in zip(full.stack.layers, shard.stack.layers):
+        # rank 1 of 2: query heads 2,3 -> rows 32..63; kv head 1 -> rows 16..31; MLP rows 80..159
+        assert tuple(sl.wq.shape) == (2 * d, 64) and torch.equal(sl.wq, fl.wq[32:64])
+        assert tuple(sl.wk.shape) == (d, 64) and torch.equal(sl.wk, fl.wk[16:32])
+        assert torch.equal(sl.wv, fl.wv[16:32])
+        assert tuple(sl.wo.shape) == (64, 2 * d) and torch.equal(sl.wo, fl.wo[:, 32:64])
+        assert tuple(sl.wg.shape) == (80, 64) and torch.equal(sl.wg, fl.wg[80:160])
+        assert torch.equal(sl.wu, fl.wu[80:160])
+        assert tuple(sl.wd.shape) == (64, 80) and torch.equal(sl.wd, fl.wd[:, 80:160])
+        assert torch.equal(sl.n1, fl.n1) and torch.equal(sl.n2, fl.n2)
+    assert torch.equal(shard.embed, full.embed) and torch.equal(shard.lm_head, full.lm_head)
+    assert tuple(shard.k_cache[0].shape) == (64 * 4, 1, d) == tuple(shard.v_cache[1].shape)
+    assert shard.cfg.n_heads == 2 and shard.tp == {"rank": 1, "size": 2}
+
+
+def test_divisibility_errors_name_what_does_not_divide():
+    with pytest.raises(UsageError, match=r"--tensor-parallel 3: expected the query heads of tiny to divide by 3, found 4"):
+        tp.local_config(TINY, 3)
+    with pytest.raises(UsageError, match=r"KV heads of tiny to divide by 4, found 2"):
+        tp.check_divisible(TINY, 4)
+    with pytest.raises(UsageError, match=r"MLP width of odd to divide by 4, found 150"):
+        tp.check_divisible(LlamaConfig("odd", 64, 4, 4, 150), 4)
+
+
+def test_plan_round_trip():
+    members = [Member("a", "prefill", 0, (5, 6, 7), (3, 9), True, False),
+               Member("b", "decode", 11, (-2,), (1, 4, 8), False, True)]
+    header, payload = tp.encode_plan(members, 17, [5, 6, 7, -2])
+    # header: plan, iteration + 1, 2 members, 4 ids, 5 table entries
+    assert header.tolist() == [tp.CMD_PLAN, 18, 2, 4, 5, 0]
+    assert payload.tolist() == [0, 3, 0, 2, 11, 1, 1, 3, 5, 6, 7, -2, 3, 9, 1, 4, 8]
+    it, got, ids = tp.decode_plan(header, payload)
+    assert it == 17 and ids == [5, 6, 7, -2]
+    assert [(m.start, m.token_ids, m.block_table, m.samples) for m in got] == \
+        [(0, (5, 6, 7), (3, 9), False), (11, (-2,), (1, 4, 8), True)]
+
+
+# ----------------------------------------------------------------------------- launch errors
+def test_rank_from_env():
+    assert tp.rank_from_env(2, {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}) == tp.RankInfo(1, 2, 1)
+    with pytest.raises(UsageError, match=r"expected to run under torchrun, found no WORLD_SIZE/RANK.*"
+                                         r"torchrun --nproc_per_node=2 -m tracestory.cli serve --tensor-parallel 2"):
+        tp.rank_from_env(2, {})
+    with pytest.raises(UsageError, match=r"expected torchrun with 2 processes \(WORLD_SIZE=2\), found WORLD_SIZE=4"):
+        tp.rank_from_env(2, {"WORLD_SIZE": "4", "RANK": "0"})
+
+
+def test_cli_refuses_tensor_parallel_without_torchrun(monkeypatch, capsys):
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    assert main(["serve", "--tensor-parallel", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "expected to run under torchrun" in err[0] and "--nproc_per_node=2" in err[0]
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "0")
+    assert main(["serve", "--tensor-parallel", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "found WORLD_SIZE=3" in err[0]
+    assert main(["serve", "--tensor-parallel", "0"]) == 2
+    assert "--tensor-parallel: expected an integer >= 1, found 0" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- two processes
+# Continuous batching: A arrives first, B two iterations later, C (longer than the 16-token
+# budget: chunked prefill) a third later, so decodes, mixed and chunked iterations all occur.
+ARRIVALS = {0: [("A", list(range(10, 20)), 6)], 2: [("B", list(range(40, 47)), 5)],
+            3: [("C", list(range(100, 120)), 4)]}
+
+
+def _drive(model) -> tuple[dict[str, list[int]], int]:
+    """Run the scheduler over ``model`` (``step``) until every request finished: the tokens of
+    each request and the number of forwards."""
+    sched = Scheduler(SchedulerConfig(block_size=4, num_blocks=64, max_batch_tokens=16, max_num_seqs=4))
+    out: dict[str, list[int]] = {}
+    it = steps = 0
+    while it == 0 or sched.has_work or it <= max(ARRIVALS):
+        for rid, prompt, n in ARRIVALS.get(it, []):
+            sched.add_request(rid, prompt, n, ignore_eos=True)
+        if sched.has_work:
+            plan = sched.schedule()
+            res = sched.complete(plan, model.step(plan.members, plan.iteration))
+            steps += 1
+            for rid, tok in res.new_tokens:
+                out.setdefault(rid, []).append(tok)
+        it += 1
+    return out, steps
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, port: int, q, mode: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    ctl = tp.Control(dist.new_group(backend="gloo"), rank)
+    model = _model()
+
+    def all_reduce(x):
+        dist.all_reduce(x)
+        return x
+
+    tp.shard_model(model, rank, 2, all_reduce)
+    if rank == 1:
+        if mode == "die":                     # take one plan, then vanish without a word
+            ctl.receive()
+            os._exit(3)
+        q.put(("ran", tp.follow(model, ctl)))
+        dist.destroy_process_group()
+        return
+    lost: list[str] = []
+    front = tp.TensorParallelFront(model, ctl, lost.append)
+    if mode == "die":
+        import time
+
+        t0, err = time.monotonic(), None
+        try:
+            for _ in range(50):
+                _drive(front)
+        except tp.WorkerLost as e:
+            err = str(e)
+        q.put(("lost", err, lost, time.monotonic() - t0))
+        return
+    tokens, _ = _drive(front)
+    front.stop()
+    q.put(("tokens", tokens))
+    dist.destroy_process_group()
+
+
+def _spawn(mode: str, timeout_s: float = 60.0) -> list[tuple]:
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.SimpleQueue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, port, q, mode)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout_s)
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.kill()
+    assert not alive, f"{len(alive)} rank(s) still running after {timeout_s} s (a hang)"
+    got = []
+    while not q.empty():
+        got.append(q.get())
+    return got + [("exit", [p.exitcode for p in procs])]
+
+
+def test_tp2_gives_the_tokens_of_tp1_under_continuous_batching():
+    ref, steps = _drive(_model())
+    assert sorted(ref) == ["A", "B", "C"] and [len(ref[k]) for k in "ABC"] == [6, 5, 4]
+    got = dict((k, v) for k, v, *_ in _spawn("serve"))
+    assert got["exit"] == [0, 0]
+    assert got["tokens"] == ref
+    assert got["ran"] == steps              # rank 1 ran every forward rank 0 ran
+
+
+def test_lost_rank_is_reported_not_a_hang():
+    got = {k: rest for k, *rest in _spawn("die", timeout_s=90)}
+    err, lost, seconds = got["lost"]
+    assert err is not None and err.startswith("tensor-parallel rank lost")
+    assert lost == [err]                   # the server's stop callback was told once
+    assert seconds < 60, (seconds, err)
+    assert got["exit"][0][1] == 3

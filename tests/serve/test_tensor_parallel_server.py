@@ -1,0 +1,101 @@
+"""``tracestory serve --tensor-parallel 2`` under ``python -m torch.distributed.run`` on the CPU
+(gloo): the HTTP answers equal those of a one-process server, and a SIGINT to the ranks ends
+every process with exit code 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("aiohttp")
+
+import tracestory  # noqa: E402
+from tracestory.capture.under_load import stop_torchrun_ranks, torchrun_ranks  # noqa: E402
+from tracestory.serve import ServeOptions, start_server_thread, wait_healthy  # noqa: E402
+
+PROMPTS = [("a b c d e f g", 9), (" ".join(f"w{i}" for i in range(30)), 5), ("x y", 12)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _complete(url: str, prompt: str, n: int) -> str:
+    body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": n, "ignore_eos": True}).encode()
+    req = urllib.request.Request(url + "/v1/completions", body, {"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())["choices"][0]["text"]
+
+
+def test_tp2_server_answers_as_tp1_and_stops_with_exit_code_0(tmp_path):
+    one = start_server_thread(ServeOptions(port=0))
+    try:
+        want = [_complete(one.url, p, n) for p, n in PROMPTS]
+    finally:
+        one.stop()
+    assert [len(t.split()) for t in want] == [9, 5, 12]
+
+    port = _free_port()
+    src = str(Path(tracestory.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = tmp_path / "server.log"
+    sched = tmp_path / "sched.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
+           "--tensor-parallel", "2", "--port", str(port), "--event-log", str(sched)]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, 90, proc=proc)
+        got = [_complete(url, p, n) for p, n in PROMPTS]
+        assert len(torchrun_ranks(proc.pid)) == 2
+        assert stop_torchrun_ranks(proc, 30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert got == want
+    assert proc.returncode == 0, text
+    assert text.count("tracestory serve: stopped") == 2 and "Traceback" not in text
+    lines = [json.loads(x) for x in sched.read_text().splitlines()]
+    assert lines[0]["type"] == "meta" and lines[0]["tensor_parallel"] == 2
+    # rank 0 alone writes the log: one finish per request
+    assert sum(x["type"] == "finish" for x in lines) == 3
+
+
+def test_a_killed_rank_ends_the_server_with_one_line_not_a_hang(tmp_path):
+    port = _free_port()
+    src = str(Path(tracestory.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
+           "--tensor-parallel", "2", "--port", str(port)]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", 90, proc=proc)
+        ranks = torchrun_ranks(proc.pid)
+        assert len(ranks) == 2
+        os.kill(ranks[1], 9)                      # rank 1 vanishes while the server idles
+        proc.wait(timeout=30)                     # heartbeat: rank 0 notices within a second or so
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert proc.returncode != 0
+    lost = [x for x in text.splitlines() if x.startswith("tracestory serve: tensor-parallel rank lost")]
+    # one line, from the heartbeat ("...; stopping the server") or, when torchrun stopped rank 0
+    # first, from its stop message to the other ranks
+    assert len(lost) == 1 and "rank 0 could not send to the other ranks" in lost[0]
