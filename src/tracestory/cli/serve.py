@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..models.llama_config import PRESETS
 from ..models.runtime import dtype_name, require_package
 from ..serve import ServeOptions, ServerLimits, run_server
+from ..serve.model import ATTENTION_BACKENDS
 
 
 def _dtype(text: str) -> str:
@@ -37,12 +38,26 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="OpenAI-compatible continuous-batching server over the Llama testbench",
                               description="OpenAI-compatible continuous-batching reference server (random-weight "
                                           "Llama layers, paged KV cache, scheduler event log, Prometheus /metrics).")
-    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model shape (default: tiny)")
+    p.add_argument("--preset", default="auto", choices=["auto", *sorted(PRESETS)],
+                   help="model shape (default: auto = tiny on the CPU, llama-3-8b on CUDA)")
     p.add_argument("--served-model-name", "--model", dest="served_model_names", nargs="+", metavar="NAME",
                    help="model name(s) requests may ask for; any other name gets HTTP 404, as vLLM answers "
                         "(default: the preset name)")
     p.add_argument("--model-name", dest="served_model_names", nargs="+", help=argparse.SUPPRESS)  # older spelling
-    p.add_argument("--layers", type=int, default=2, help="decoder layers (default: 2)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="decoder layers (default: 2; all 32 for the llama-3-8b default on CUDA)")
+    p.add_argument("--attention-backend", default="auto", choices=["auto", *ATTENTION_BACKENDS],
+                   help="sdpa: contexts gathered per iteration; flex: FlexAttention over the paged cache "
+                        "through the block tables, compiled per shape bucket at startup (default: auto = flex "
+                        "on CUDA, sdpa on the CPU)")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="CUDA: no CUDA graphs for decode-only iterations (default: graphs per batch-size "
+                        "bucket, with --attention-backend flex)")
+    p.add_argument("--no-overlap", dest="overlap", action="store_false",
+                   help="wait for each iteration's tokens before scheduling the next (default: schedule "
+                        "iteration N+1 while N runs, tokens handed out one iteration later)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="longest context the decode CUDA graphs serve; longer ones run eagerly (default: 8192)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--dtype", default="auto", type=_dtype, metavar="{auto,bf16,fp16,fp32}",
                    help="weights and KV cache; bfloat16/float16/float32 also accepted "
@@ -97,12 +112,12 @@ def _check_args(args: argparse.Namespace) -> None:
     def bad(flag: str, expected: str, found) -> UsageError:
         return UsageError(f"{flag}: expected {expected}, found {found}")
 
-    for name in ("layers", "block_size", "max_batch_tokens", "max_num_seqs", "max_waiting"):
+    for name in ("block_size", "max_batch_tokens", "max_num_seqs", "max_waiting"):
         if getattr(args, name) < 1:
             raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
     if args.fair_wait_iterations < 0:
         raise bad("--fair-wait-iterations", "an integer >= 0", args.fair_wait_iterations)
-    for name in ("num_blocks", "vocab", "max_connections"):
+    for name in ("layers", "num_blocks", "vocab", "max_connections", "max_model_len"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
     if not 0 <= args.port <= 65535:
@@ -138,7 +153,9 @@ def _run(args: argparse.Namespace) -> int:
                         eos_id=args.eos_id, seed=args.seed, fail_rate=args.fail_rate,
                         served_model_names=tuple(args.served_model_names or ()),
                         gpu_memory_fraction=args.gpu_memory_fraction, limits=limits,
-                        fair_wait_iterations=args.fair_wait_iterations or None)
+                        fair_wait_iterations=args.fair_wait_iterations or None,
+                        attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
+                        overlap=args.overlap, max_model_len=args.max_model_len)
 
     def ready(url: str) -> None:
         print(f"tracestory serve: listening on {url}", flush=True)

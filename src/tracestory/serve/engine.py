@@ -53,6 +53,16 @@ from .metrics import ServerMetrics
 from .scheduler import Decision, Finish, Plan, RequestRejected, Scheduler, StepResult
 
 
+class _Done:
+    """The tokens of a model that has ``step()`` only (computed at once)."""
+
+    def __init__(self, sampled: dict):
+        self._sampled = sampled
+
+    def result(self) -> dict:
+        return self._sampled
+
+
 @dataclass(frozen=True)
 class _Flight:
     """An iteration launched on the device whose tokens the host has not seen yet."""
@@ -78,7 +88,8 @@ class Engine:
     def __init__(self, scheduler: Scheduler, model, log: EventLog, metrics: ServerMetrics | None = None, *,
                  overlap: bool = True):
         self.scheduler, self.model, self.log, self.metrics = scheduler, model, log, metrics
-        self.overlap = overlap
+        self._can_launch = callable(getattr(model, "launch", None))
+        self.overlap = overlap and self._can_launch    # a step()-only model runs one iteration at a time
         # engine thread only
         self._prompt_len: dict[str, int] = {}     # for the prompt-token counter and stop finishes
         self._ignore_eos: dict[str, bool] = {}
@@ -199,7 +210,12 @@ class Engine:
         t_fwd = log.now_ns()
         try:
             ids = self._input_ids(plan.members, prev)
-            launch = self.model.launch(plan.members, plan.iteration, ids)
+            if self._can_launch:
+                launch = self.model.launch(plan.members, plan.iteration, ids)
+            else:                         # a model with step() only: ids known, no placeholders left
+                it = iter(ids)
+                members = [replace(m, token_ids=tuple(next(it) for _ in m.token_ids)) for m in plan.members]
+                launch = _Done(self.model.step(members, plan.iteration))
         except Exception as e:  # noqa: BLE001 -- a model failure fails this batch, not the server
             self._fail(plan, e)
             return None

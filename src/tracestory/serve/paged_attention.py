@@ -31,7 +31,8 @@ Two shapes:
   is discarded), so the compiled kernel sees a few shapes only.
 
 Limits: no sliding window, no prefix sharing; the KV tile is the cache block size, so small
-blocks (16) make small kernel tiles.
+blocks (16) make small kernel tiles (the compiled prefill kernel runs with ``BLOCK_N`` = the
+largest power of two <= 64 dividing the block size, which must be >= 16 for its matmuls).
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ class FlexPagedAttention:
             return (owner[blk] == row_owner[q_idx]) & (logical[blk] * bs + kv_idx % bs <= row_pos[q_idx])
 
         self._decode_mask, self._chunk_mask = decode_mask, chunk_mask
+        # the compiled prefill kernel's KV tile must divide the cache block (the decoding kernel
+        # shrinks its own): the largest power of two <= 64 that divides the block size
+        tile = 1
+        while tile < 64 and self.bs % (tile * 2) == 0:
+            tile *= 2
+        self._chunk_options = {"BLOCK_M": 64, "BLOCK_N": tile} if self.compiled else None
 
     # ------------------------------------------------------------------ mask state
     def set_blocks(self, tables, member_ids) -> None:
@@ -103,18 +110,16 @@ class FlexPagedAttention:
         from torch.nn.attention.flex_attention import BlockMask
 
         B, W = tables_i32.shape
-        return BlockMask.from_kv_blocks(nblk_i32.view(B, 1, 1), tables_i32.view(B, 1, 1, W),
-                                        BLOCK_SIZE=(Q_TILE, self.bs), mask_mod=self._decode_mask,
-                                        seq_lengths=(1, slots), compute_q_blocks=False)
+        return _from_kv_blocks(BlockMask, nblk_i32.view(B, 1, 1), tables_i32.view(B, 1, 1, W),
+                               BLOCK_SIZE=(Q_TILE, self.bs), mask_mod=self._decode_mask, seq_lengths=(1, slots))
 
     def chunk_block_mask(self, kv_num_i32, kv_idx_i32, rows: int, slots: int):
         """Block mask of one query sequence of ``rows`` rows: ``kv_num`` ``[nQ]``, ``kv_idx`` ``[nQ, W]``."""
         from torch.nn.attention.flex_attention import BlockMask
 
         nq, W = kv_idx_i32.shape
-        return BlockMask.from_kv_blocks(kv_num_i32.view(1, 1, nq), kv_idx_i32.view(1, 1, nq, W),
-                                        BLOCK_SIZE=(Q_TILE, self.bs), mask_mod=self._chunk_mask,
-                                        seq_lengths=(rows, slots), compute_q_blocks=False)
+        return _from_kv_blocks(BlockMask, kv_num_i32.view(1, 1, nq), kv_idx_i32.view(1, 1, nq, W),
+                               BLOCK_SIZE=(Q_TILE, self.bs), mask_mod=self._chunk_mask, seq_lengths=(rows, slots))
 
     # ------------------------------------------------------------------ attention
     @staticmethod
@@ -136,8 +141,18 @@ class FlexPagedAttention:
         qq = q.unsqueeze(0)
         if rows > T:
             qq = torch.cat((qq, qq.new_zeros(1, H, rows - T, d)), dim=2)
-        o = self._flex(qq, self.cache_view(kc), self.cache_view(vc), block_mask=block_mask, enable_gqa=True)
+        o = self._flex(qq, self.cache_view(kc), self.cache_view(vc), block_mask=block_mask, enable_gqa=True,
+                       kernel_options=self._chunk_options)
         return o[0, :, :T].transpose(0, 1).reshape(T, H * d)
+
+
+def _from_kv_blocks(cls, kv_num, kv_idx, **kw):
+    """``BlockMask.from_kv_blocks`` without the transposed (backward-only) tables where torch
+    allows it: they would cost a sort per call and hold stale data in a CUDA graph."""
+    try:
+        return cls.from_kv_blocks(kv_num, kv_idx, compute_q_blocks=False, **kw)
+    except TypeError:
+        return cls.from_kv_blocks(kv_num, kv_idx, **kw)
 
 
 def chunk_tiles(spans, block_size: int, rows: int):
