@@ -5,9 +5,11 @@ Model: the GPU work of iteration N is every kernel/memcpy/memset whose launch ca
 Kineto's correlation id) ran inside the CPU range ``iteration N``. Its period is the time from
 its first GPU event's start to the first GPU event of iteration N+1 (so the last captured
 iteration has none); busy = the union of its GPU events; idle = period - busy is the host time
-the GPU waited for. Batch size = the iteration's members in the scheduler event log. The idle
+the GPU waited for, inside the iteration too (kernel-to-kernel gaps of a graph replay count);
+gap = the first GPU event of N+1 minus the last one of N (the host time between iterations
+the GPU saw; negative when they overlap). Batch size = the iteration's members in the scheduler event log. The idle
 time of decode-only iterations is fitted as ``a + b * batch`` (least squares; ``a``: the fixed
-host cost per iteration the GPU sees). The event log alone gives a second view: iteration time
+host cost per iteration the GPU sees), and so is the gap. The event log alone gives a second view: iteration time
 (``t_end - t_start``) of all decode-only iterations fitted the same way (GPU work included).
 
 Usage: python benchmarks/gpu/serve_busy.py CAPTURE_DIR [--min-batch 8] [--json OUT]
@@ -98,11 +100,13 @@ def main(argv=None) -> int:
         start = min(s for s, _ in gpu[n])
         period = min(s for s, _ in gpu[nxt]) - start
         busy = _union(gpu[n])
+        gap = min(s for s, _ in gpu[nxt]) - max(e for _, e in gpu[n])
         rows.append({"iter": n, "batch": batch.get(n), "kind": kind.get(n), "period_ms": period / 1e3,
                      "busy_ms": busy / 1e3, "idle_ms": (period - busy) / 1e3, "busy_pct": 100 * busy / period,
-                     "log_iteration_ms": it_ms.get(n)})
+                     "gap_ms": gap / 1e3, "log_iteration_ms": it_ms.get(n)})
     dec = [r for r in rows if r["kind"] == "decode" and (r["batch"] or 0) >= a.min_batch]
     fit_idle = _fit([r["batch"] for r in dec], [r["idle_ms"] for r in dec])
+    fit_gap = _fit([r["batch"] for r in dec], [r["gap_ms"] for r in dec])
     all_dec = [n for n in it_ms if kind[n] == "decode"]
     fit_log = _fit([batch[n] for n in all_dec], [it_ms[n] for n in all_dec])
     out = {"folder": str(root), "captured_iterations": len(iters), "rows": rows,
@@ -111,11 +115,12 @@ def main(argv=None) -> int:
            "decode_busy_pct_min": min((r["busy_pct"] for r in dec), default=None),
            "decode_period_ms_mean": (sum(r["period_ms"] for r in dec) / len(dec)) if dec else None,
            "decode_idle_ms_mean": (sum(r["idle_ms"] for r in dec) / len(dec)) if dec else None,
-           "idle_fit_ms": fit_idle, "log_decode_iteration_fit_ms": fit_log,
+           "idle_fit_ms": fit_idle, "gap_fit_ms": fit_gap, "log_decode_iteration_fit_ms": fit_log,
            "log_decode_iterations": len(all_dec)}
     for r in rows:
         print(f"iter {r['iter']:6d} {r['kind'] or '?':6s} batch {r['batch']!s:>3s} period {r['period_ms']:7.3f} ms "
-              f"busy {r['busy_ms']:7.3f} ms ({r['busy_pct']:5.1f}%) idle {r['idle_ms']:6.3f} ms")
+              f"busy {r['busy_ms']:7.3f} ms ({r['busy_pct']:5.1f}%) idle {r['idle_ms']:6.3f} ms "
+              f"gap {r['gap_ms']:6.3f} ms")
     print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=1))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

@@ -349,8 +349,8 @@ class PagedLlama:
         fa = self._flex
         g.tables32[:b].copy_(g.tables[:b])
         g.nblk32[:b].copy_(g.nblk[:b])
-        fa.row_owner[:b].copy_(g.mid[:b])
-        fa.row_pos[:b].copy_(g.pos[:b])
+        fa.dec_owner[:b].copy_(g.mid[:b])
+        fa.dec_pos[:b].copy_(g.pos[:b])
         fa.set_blocks(g.tables[:b], g.mid[:b])
         x = self.embed[self._resolve_ids(g.tok[:b])]
         cos, sin = self._rope_tables(g.pos[:b])
@@ -381,14 +381,25 @@ class PagedLlama:
         return o
 
     def _flex_chunk_setup(self, spans):
-        """FlexAttention over all tokens of an iteration as one query sequence
-        (:mod:`.paged_attention`, "chunk"): positions, slots, the mask state, the block mask."""
+        """FlexAttention for one iteration (:mod:`.paged_attention`): the leading single-token
+        spans through the decode call (padded to a bucket) when the model has decode graphs
+        whose buckets and table width hold them, the rest as one chunk query sequence.
+        Returns ``(cos, sin, slots, attend)``; every index goes to the device in one copy."""
         import numpy as np
 
-        torch, bs, nb = self.torch, self.block_size, self.num_blocks
+        from .graphs import bucket_for
+
+        torch, bs, nb, dev = self.torch, self.block_size, self.num_blocks, self.device
+        g = self._graphs
+        lead = 0
+        if g is not None:
+            while lead < len(spans) and spans[lead][1] == 1 and len(spans[lead][2]) <= g.width:
+                lead += 1
+            lead = min(lead, g.bmax)
+        bd = bucket_for(lead, g.buckets) if lead else 0
         pos_l, slot_l, own_l, tabs, tiles = [], [], [], [], []
         off = 0
-        width = max((len(t) for *_, t in spans), default=1)
+        width = max(max((len(t) for *_, t in spans), default=1), g.width if bd else 1)
         for i, (start, n, table) in enumerate(spans):
             table = np.asarray(table, dtype=np.int64)
             if len(table) * bs < start + n:
@@ -398,36 +409,63 @@ class PagedLlama:
             slot_l.append(table[p // bs] * bs + p % bs)
             own_l.append(np.full(n, i, dtype=np.int64))
             tabs.append(np.pad(table, (0, width - len(table)), constant_values=nb))
-            tiles.append((off, n, table))
+            if i >= lead:
+                tiles.append((off - lead, n, table))
             off += n
         T = off
-        rows = _round_up(T, Q_TILE) if self.on_cuda else T
-        fa = self._flex_for(rows)
-        kv_num, kv_idx = chunk_tiles(tiles, bs, rows)
-        if self.on_cuda:              # one compiled shape per row bucket: tile lists as wide as the cache
-            kv_idx = np.pad(kv_idx, ((0, 0), (0, nb - kv_idx.shape[1])), mode="edge")
-        R = len(spans)
-        own = np.full(rows, PAD_ROW, dtype=np.int64)
-        own[:T] = np.concatenate(own_l) if own_l else own[:0]
-        pos = np.zeros(rows, dtype=np.int64)
-        pos[:T] = np.concatenate(pos_l) if pos_l else pos[:0]
-        parts = [pos, own, np.concatenate(slot_l) if slot_l else np.zeros(0, np.int64),
-                 np.stack(tabs).ravel() if tabs else np.zeros(0, np.int64), kv_num.astype(np.int64),
-                 kv_idx.astype(np.int64).ravel()]
-        buf = torch.from_numpy(np.concatenate(parts)).to(self.device)
+        tc = T - lead                                  # chunk rows
+        rows = (_round_up(tc, Q_TILE) if self.on_cuda else tc) if tc else 0
+        fa = self._flex_for(max(rows, bd))
+        pos_all = np.concatenate(pos_l)
+        parts = [pos_all, np.concatenate(slot_l), np.stack(tabs).ravel()]
+        if rows:
+            kv_num, kv_idx = chunk_tiles(tiles, bs, rows)
+            if self.on_cuda:          # one compiled shape per row bucket: tile lists as wide as the cache
+                kv_idx = np.pad(kv_idx, ((0, 0), (0, nb - kv_idx.shape[1])), mode="edge")
+            own = np.full(rows, PAD_ROW, dtype=np.int64)
+            own[:tc] = np.concatenate(own_l)[lead:]
+            pos = np.zeros(rows, dtype=np.int64)
+            pos[:tc] = pos_all[lead:]
+            parts += [pos, own, kv_num.astype(np.int64), kv_idx.astype(np.int64).ravel()]
+        if bd:
+            src = np.where(np.arange(bd) < lead, np.arange(bd), 0)       # padding rows repeat row 0
+            dtab = np.stack(tabs[:lead])[:, :g.width][src]
+            nblk = -(-(pos_all[:lead] + 1) // bs)
+            parts += [src, pos_all[:lead][src], nblk[src], dtab.ravel()]
+        buf = torch.from_numpy(np.concatenate(parts)).to(dev)
         cut = np.cumsum([0] + [len(p) for p in parts])
-        d_pos, d_own, d_slot, d_tab, d_num, d_idx = (buf[a:b] for a, b in itertools.pairwise(cut))
-        fa.row_pos[:rows] = d_pos
-        fa.row_owner[:rows] = d_own
-        fa.set_blocks(d_tab.view(R, width), torch.arange(R, device=self.device))
-        bm = fa.chunk_block_mask(d_num.to(torch.int32), d_idx.to(torch.int32).view(kv_idx.shape), rows,
-                                 self.k_cache[0].shape[0])
-        cos, sin = self._rope_tables(d_pos[:T])
-        return cos, sin, d_slot, lambda q, kc, vc: fa.chunk(q, kc, vc, bm, rows)
+        d = [buf[a:b] for a, b in itertools.pairwise(cut)]
+        R = len(spans)
+        fa.set_blocks(d[2].view(R, width), torch.arange(R, device=dev))
+        slots_n = self.k_cache[0].shape[0]
+        chunk_mask = dec_mask = None
+        if rows:
+            fa.row_pos[:rows] = d[3]
+            fa.row_owner[:rows] = d[4]
+            chunk_mask = fa.chunk_block_mask(d[5].to(torch.int32), d[6].to(torch.int32).view(kv_idx.shape), rows,
+                                             slots_n)
+        if bd:
+            k = 7 if rows else 3
+            fa.dec_owner[:bd] = d[k]
+            fa.dec_pos[:bd] = d[k + 1]
+            dec_mask = fa.decode_block_mask(d[k + 3].to(torch.int32).view(bd, g.width), d[k + 2].to(torch.int32),
+                                            slots_n)
+            dec_rows = d[k]
+
+        def attend(q, kc, vc):
+            if not bd:
+                return fa.chunk(q, kc, vc, chunk_mask, rows)
+            od = fa.decode(q[:, dec_rows], kc, vc, dec_mask)[:lead]
+            if not rows:
+                return od
+            return torch.cat((od, fa.chunk(q[:, lead:], kc, vc, chunk_mask, rows)))
+
+        cos, sin = self._rope_tables(d[0])
+        return cos, sin, d[1], attend
 
     def _flex_for(self, rows: int) -> FlexPagedAttention:
         fa = self._flex
-        if fa is None or fa.row_owner.shape[0] < rows:
+        if fa is None or fa.row_owner.shape[0] < max(rows, 1):
             if fa is not None and self._graphs is not None:
                 raise ValueError(f"{rows} query rows exceed the {fa.row_owner.shape[0]} prepared for")
             fa = self._flex = FlexPagedAttention(num_blocks=self.num_blocks, block_size=self.block_size,

@@ -24,11 +24,16 @@ Two shapes:
   tables ``[B, 1, 1, W]`` with ``ceil(context / bs)`` valid entries each: FlexAttention's
   decoding kernel (split over KV) reads K/V through the table. Static buffers, so a CUDA graph
   can replay it; rows padded to a bucket repeat row 0 (same member id, same writes).
-* **chunk**: every token of a mixed iteration as one query sequence ``[1, H, T, d]``; a prefill
-  chunk starting at ``start`` sees keys ``0..start+i`` for its row ``i`` (causal, offset by its
-  start). Tile lists are the union of the tables of the members in each 128-row query tile.
-  On CUDA ``T`` is padded to a multiple of 128 (padding rows belong to nobody; their output
-  is discarded), so the compiled kernel sees a few shapes only.
+* **chunk**: the prefill tokens of a mixed iteration as one query sequence ``[1, H, T, d]``; a
+  prefill chunk starting at ``start`` sees keys ``0..start+i`` for its row ``i`` (causal, offset
+  by its start). Tile lists are the union of the tables of the members in each 128-row query
+  tile. On CUDA ``T`` is padded to a multiple of 128 (padding rows belong to nobody; their
+  output is discarded), so the compiled kernel sees a few shapes only. The decode members of a
+  mixed iteration go through the decode call (same buckets and table width as the graphs, so
+  the same compiled kernels) when the model has decode graphs; else they are rows of the chunk.
+
+The decode call reads its rows' member ids and positions from ``dec_owner``/``dec_pos`` (indexed
+by batch entry), the chunk call from ``row_owner``/``row_pos`` (indexed by query row).
 
 Limits: no sliding window, no prefix sharing; the KV tile is the cache block size, so small
 blocks (16) make small kernel tiles (the compiled prefill kernel runs with ``BLOCK_N`` = the
@@ -65,6 +70,9 @@ class FlexPagedAttention:
         self.block_logical = torch.zeros(num_blocks + 1, dtype=torch.int32, device=device)
         self.row_owner = torch.full((max_rows,), PAD_ROW, dtype=torch.int32, device=device)
         self.row_pos = torch.zeros(max_rows, dtype=torch.int32, device=device)
+        # the decode call's rows are its batch entries: their own owner/position tables
+        self.dec_owner = torch.full((max_rows,), PAD_ROW, dtype=torch.int32, device=device)
+        self.dec_pos = torch.zeros(max_rows, dtype=torch.int32, device=device)
         if self.compiled:
             import torch._dynamo
 
@@ -76,11 +84,11 @@ class FlexPagedAttention:
         else:
             self._flex = flex_attention
         bs, owner, logical = self.bs, self.block_owner, self.block_logical
-        row_owner, row_pos = self.row_owner, self.row_pos
+        row_owner, row_pos, dec_owner, dec_pos = self.row_owner, self.row_pos, self.dec_owner, self.dec_pos
 
         def decode_mask(b, h, q_idx, kv_idx):
             blk = kv_idx // bs
-            return (owner[blk] == row_owner[b]) & (logical[blk] * bs + kv_idx % bs <= row_pos[b])
+            return (owner[blk] == dec_owner[b]) & (logical[blk] * bs + kv_idx % bs <= dec_pos[b])
 
         def chunk_mask(b, h, q_idx, kv_idx):
             blk = kv_idx // bs
