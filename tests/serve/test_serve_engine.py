@@ -37,6 +37,11 @@ def _model(attention="sdpa", static_decode=False):
         m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET)
         m._graphs = graphs.DecodeGraphs(m, graphs.decode_buckets(SEQS), 4, use_graphs=False)
         m._graphs.build(lambda _line: None)
+        # the start-up warm-up of mixed iterations' decode call writes K/V into free blocks:
+        # the tokens below must not change
+        lines = []
+        m._warm_mixed_decode(lines.append)
+        assert lines and "[1, 2, 4]" in lines[0]
     return m
 
 

@@ -48,6 +48,7 @@ from collections.abc import Sequence
 
 from ..capture.region import region
 from ..models.llama_config import LlamaConfig, layer_params
+from .graphs import DecodeGraphs, bucket_for, decode_buckets
 from .paged_attention import PAD_ROW, Q_TILE, FlexPagedAttention, chunk_tiles
 
 ATTENTION_BACKENDS = ("sdpa", "flex")
@@ -238,8 +239,6 @@ class PagedLlama:
         built and the seconds it took; ``log(line)`` is told each stage."""
         import time
 
-        from . import graphs
-
         torch = self.torch
         say = log or (lambda _line: None)
         info: dict = {"attention": self.attention, "cuda_graphs": False}
@@ -249,15 +248,15 @@ class PagedLlama:
             self._flex = FlexPagedAttention(num_blocks=self.num_blocks, block_size=self.block_size,
                                             max_rows=max(rows, max_num_seqs), device=self.device,
                                             compiled=self.on_cuda)
-        buckets = graphs.decode_buckets(max_num_seqs)
+        buckets = decode_buckets(max_num_seqs)
         if self.on_cuda and self.attention == "flex":
             cap = min(self.num_blocks * self.block_size, max_model_len or GRAPH_MAX_MODEL_LEN)
             width = -(-cap // self.block_size)
             t0 = time.perf_counter()
             with torch.inference_mode():
-                self._graphs = graphs.DecodeGraphs(self, buckets, width, use_graphs=cuda_graphs)
+                self._graphs = DecodeGraphs(self, buckets, width, use_graphs=cuda_graphs)
                 compile_s, capture_s = self._graphs.build(say)
-                chunk_s = self._warm_chunks(rows, say)
+                chunk_s = self._warm_chunks(rows, say) + self._warm_mixed_decode(say)
             torch.cuda.synchronize(self.device)
             info.update(cuda_graphs=cuda_graphs, decode_buckets=buckets, table_width_blocks=width,
                         compile_s=round(compile_s + chunk_s, 3), graph_capture_s=round(capture_s, 3),
@@ -387,8 +386,6 @@ class PagedLlama:
         Returns ``(cos, sin, slots, attend)``; every index goes to the device in one copy."""
         import numpy as np
 
-        from .graphs import bucket_for
-
         torch, bs, nb, dev = self.torch, self.block_size, self.num_blocks, self.device
         g = self._graphs
         lead = 0
@@ -489,6 +486,25 @@ class PagedLlama:
             t_all += dt
             say(f"flex chunk attention for {rows} rows compiled in {dt:.1f} s")
         return t_all
+
+    def _warm_mixed_decode(self, say) -> float:
+        """Compile the decode call of mixed iterations (eager, outside the graphs: other strides,
+        so other compiled kernels) once per bucket: a throwaway forward over ``b`` single-token
+        spans at position 0 of blocks ``0..b-1`` (those slots are rewritten before any read)."""
+        import time
+
+        g = self._graphs
+        t0 = time.perf_counter()
+        for b in g.buckets:
+            if b > self.num_blocks:
+                break
+            x = self.embed[:1].expand(b, -1)
+            self.forward_hidden(x, [(0, 1, [i]) for i in range(b)])
+        if self.on_cuda:
+            self.torch.cuda.synchronize(self.device)
+        dt = time.perf_counter() - t0
+        say(f"flex decode attention of mixed iterations compiled for batch sizes {g.buckets} in {dt:.1f} s")
+        return dt
 
     # ------------------------------------------------------------------ buffers
     def _ensure_sampled(self, rows: int) -> None:
