@@ -167,3 +167,18 @@ def test_tokens_handed_out_one_iteration_later_end_requests_as_the_scheduler_doe
     for overlap in (True, False):
         out, fins, _ = _engine_run(eos, overlap)
         assert (out, fins) == ref_eos[:2]
+
+
+def test_shape_defaults_per_device_and_flag_checks():
+    from tracestory.cli import main
+    from tracestory.serve import ServeOptions, resolve_shape
+
+    assert resolve_shape(ServeOptions(), "cpu") == ("tiny", 2, "sdpa")
+    assert resolve_shape(ServeOptions(), "cuda") == ("llama-3-8b", 32, "flex")
+    assert resolve_shape(ServeOptions(preset="tiny"), "cuda:1") == ("tiny", 2, "flex")
+    assert resolve_shape(ServeOptions(layers=4, attention_backend="sdpa"), "cuda") == ("llama-3-8b", 4, "sdpa")
+    for argv in (["serve", "--max-model-len", "0"], ["serve", "--layers", "0"]):
+        assert main(argv) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--attention-backend", "matmul"])
+    assert e.value.code == 2

@@ -9,6 +9,8 @@ Pieces (each usable alone):
   then chunked prefill under a token budget, FCFS admission when blocks are free, recompute
   preemption, every decision with its reason;
 * :mod:`.model`     -- the Llama layers of :mod:`tracestory.models.llama` run over the paged cache;
+* :mod:`.paged_attention` -- FlexAttention over the paged cache (block tables in the mask);
+* :mod:`.graphs`    -- decode-only iterations replayed from CUDA graphs per batch-size bucket;
 * :mod:`.eventlog`  -- the scheduler event log (JSONL, ``docs``: the serve event-log format);
 * :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
 * :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;
@@ -154,7 +156,8 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     The heavy part (torch, the model's weights and KV cache, then :meth:`PagedLlama.prepare`:
     FlexAttention compiled per shape bucket and the decode CUDA graphs captured) happens here;
     the compile and capture times go to stderr (one line each) and to the event log's
-    ``meta.startup``."""
+    ``meta.startup``. ``prepare_hook(model)`` runs between building and preparing the model
+    (e.g. to shard its weights and caches: nothing shape-dependent exists yet)."""
     import torch
 
     device = resolve_device(opts.device)

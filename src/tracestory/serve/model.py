@@ -327,8 +327,9 @@ class PagedLlama:
 
     # ------------------------------------------------------------------ eager iteration
     def _eager(self, members, ids) -> None:
-        torch = self.torch
-        ids_t = torch.from_numpy(ids).to(self.device, non_blocking=False)
+        import numpy as np
+
+        ids_t = self._to_device(ids)
         if (ids < 0).any():
             ids_t = self._resolve_ids(ids_t)
         x = self.embed[ids_t]
@@ -339,7 +340,7 @@ class PagedLlama:
             if m.samples:
                 rows.append(off - 1)
         if rows:
-            self._sample_rows(h[torch.tensor(rows, device=self.device)])
+            self._sample_rows(h[self._to_device(np.asarray(rows, dtype=np.int64))])
 
     def _decode_static(self, b: int, g) -> None:
         """A decode-only iteration of bucket ``b`` over the static buffers of ``g``
@@ -429,7 +430,7 @@ class PagedLlama:
             dtab = np.stack(tabs[:lead])[:, :g.width][src]
             nblk = -(-(pos_all[:lead] + 1) // bs)
             parts += [src, pos_all[:lead][src], nblk[src], dtab.ravel()]
-        buf = torch.from_numpy(np.concatenate(parts)).to(dev)
+        buf = self._to_device(np.concatenate(parts))
         cut = np.cumsum([0] + [len(p) for p in parts])
         d = [buf[a:b] for a, b in itertools.pairwise(cut)]
         R = len(spans)
@@ -507,6 +508,14 @@ class PagedLlama:
         return dt
 
     # ------------------------------------------------------------------ buffers
+    def _to_device(self, array):
+        """A numpy int64 array on the model's device; on CUDA through pinned memory without
+        waiting (a pageable copy would wait for the iteration in flight)."""
+        t = self.torch.from_numpy(array)
+        if not self.on_cuda:
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)
+
     def _ensure_sampled(self, rows: int) -> None:
         torch = self.torch
         if self._sampled is None or self._sampled.shape[0] < rows:
@@ -563,7 +572,7 @@ class PagedLlama:
         ctxs = np.array([len(cs) for *_, cs in single], dtype=np.int64)
         rows = np.array([o for o, *_ in single], dtype=np.int64)
         buf = torch.from_numpy(np.concatenate(pos_l + slot_l + [rows, ctxs, pad.ravel()] + [cs for *_, cs in multi]))
-        buf = buf.to(dev)
+        buf = self._to_device(buf.numpy())
         cut = np.cumsum([0, T, T, B, B, B * lmax] + [len(cs) for *_, cs in multi])
         part = [buf[a:b] for a, b in itertools.pairwise(cut)]
         out = {"pos": part[0], "slots": part[1], "rows": part[2], "pad": part[4].view(B, lmax), "pad_mask": None}
