@@ -1,9 +1,11 @@
 """The built-in Llama testbench model run over the paged KV cache, one forward per iteration.
 
-Weights: the decoder layers are those of :func:`tracestory.models.llama.build_model` (same
-seed, same layer math: RMSNorm, RoPE rotate-half, GQA, SwiGLU), plus a random token embedding
-``[vocab, D]``, a final RMSNorm and a random LM head ``[vocab, D]`` (scaled 1/sqrt(D)). Random
-weights, fixed seed: the generated ids are meaningless but deterministic.
+Weights: on the CPU the decoder layers are those of :func:`tracestory.models.llama.build_model`
+(same seed, same layer math: RMSNorm, RoPE rotate-half, GQA, SwiGLU); on CUDA the same shapes
+and scales are drawn on the device (a 32-layer stack in seconds; other values than the CPU's).
+Plus a random token embedding ``[vocab, D]``, a final RMSNorm and a random LM head ``[vocab, D]``
+(scaled 1/sqrt(D)). Random weights, fixed seed: the generated ids are meaningless but
+deterministic.
 
 Cache: per layer one K and one V tensor of ``[num_blocks * block_size, Hkv, d]`` token slots;
 token position ``p`` of a request lives in slot ``table[p // bs] * bs + p % bs`` of its block
@@ -27,9 +29,11 @@ batched SDPA, their contexts padded to the longest and the padding masked; each 
 folded into ``Hkv`` groups (``[.., Hkv, g·n, d]``) so K/V are not repeated per head.
 With ``attention="sdpa"`` the gather copies every member's context in every layer, and the
 index tensors of an iteration go to the device in one copy. With ``attention="flex"``
-FlexAttention reads K/V through the block tables (:mod:`.paged_attention`): a mixed iteration
-is one query sequence over the whole cache with a block-table mask, and on CUDA decode-only
-iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`).
+FlexAttention reads K/V through the block tables (:mod:`.paged_attention`): the prefill
+chunks of a mixed iteration are one query sequence over the whole cache with a block-table
+mask, decode tokens go through FlexAttention's decoding kernel, and on CUDA decode-only
+iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`). Mixed iterations run
+eagerly (the layers' Python launches every op).
 
 Asynchronous iterations (:meth:`PagedLlama.launch`): the sampled ids stay on the device (the
 next iteration may take its input ids from them, ``-(r+1)`` = row ``r``) and are copied to
