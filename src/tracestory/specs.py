@@ -97,15 +97,22 @@ SPECS = (
          "36 PF, FP8 72 PF, FP4 144 PF sparse -> halved, HBM3e 64 TB/s), "
          "https://www.nvidia.com/en-us/data-center/hgx/",
          fp64=37, fp64_tensor=37, fp32=75, tf32=1125, bf16=2250, fp16=2250, fp8=4500, fp4=9000),
+    # A100 rows: NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf,
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf):
+    # FP64 9.7, FP64 tensor 19.5, FP32 19.5, TF32 156 (312 sparse), BF16/FP16 312 (624 sparse) TFLOPS in
+    # every column; GPU memory bandwidth 1,555 GB/s (40GB PCIe and SXM), 1,935 GB/s (80GB PCIe), 2,039 GB/s
+    # (80GB SXM). No FP8.
     _row(r"A100.*(80GB.*PCIe|PCIe.*80GB)", "NVIDIA A100 80GB PCIe", 1.935,
-         "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe column), "
+         "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe column: 1,935 GB/s; BF16 312 TFLOPS dense), "
          "https://www.nvidia.com/en-us/data-center/a100/",
          fp64=9.7, fp64_tensor=19.5, fp32=19.5, tf32=156, bf16=312, fp16=312),
     _row(r"A100.*80GB", "NVIDIA A100 80GB SXM", 2.039,
-         "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column)",
+         "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column: 2,039 GB/s; BF16 312 TFLOPS dense), "
+         "https://www.nvidia.com/en-us/data-center/a100/",
          fp64=9.7, fp64_tensor=19.5, fp32=19.5, tf32=156, bf16=312, fp16=312),
     _row(r"A100", "NVIDIA A100 40GB", 1.555,
-         "NVIDIA A100 Tensor Core GPU datasheet (40GB PCIe/SXM columns)",
+         "NVIDIA A100 Tensor Core GPU datasheet (40GB PCIe and SXM columns: 1,555 GB/s; BF16 312 TFLOPS "
+         "dense), https://www.nvidia.com/en-us/data-center/a100/",
          fp64=9.7, fp64_tensor=19.5, fp32=19.5, tf32=156, bf16=312, fp16=312),
     _row(r"V100S", "NVIDIA V100S PCIe", 1.134,
          "NVIDIA V100S Tensor Core GPU datasheet (PCIe 32GB): FP64 8.2, FP32 16.4, tensor (FP16 in, FP32 "
@@ -133,7 +140,9 @@ SPECS = (
          "MI250 (about 5% lower rates) gets this row too",
          fp64=23.95, fp64_tensor=47.85, fp32=23.95, bf16=191.5, fp16=191.5),
     _row(r"L40S", "NVIDIA L40S", 0.864,
-         "NVIDIA L40S GPU datasheet (sparse tensor figures halved), https://www.nvidia.com/en-us/data-center/l40s/",
+         "NVIDIA L40S GPU datasheet (FP32 91.6, TF32 183 | 366 sparse, BF16/FP16 362.05 | 733 sparse, FP8 733 | "
+         "1,466 sparse TFLOPS; GDDR6 864 GB/s; the dense figures are kept), "
+         "https://www.nvidia.com/en-us/data-center/l40s/",
          fp32=91.6, tf32=183, bf16=362.05, fp16=362.05, fp8=733),
     _row(r"RTX 4090", "NVIDIA GeForce RTX 4090", 1.008,
          "NVIDIA Ada GPU Architecture whitepaper, appendix A (RTX 4090; FP16/BF16 tensor with FP32 "

@@ -27,7 +27,7 @@ import numpy as np
 
 from .errors import ToolNotFound
 
-I4, I8, F8, OBJ = np.int32, np.int64, np.float64, object
+I1, I4, I8, F8, OBJ = np.int8, np.int32, np.int64, np.float64, object
 
 # Memory-operation kinds (``memops["kind"]`` is an index into this tuple).
 MEMOP_KINDS: tuple[str, ...] = (
@@ -64,6 +64,9 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "ops": {
         "start_ns": I8, "end_ns": I8, "name": I4, "pid": I8, "tid": I8, "external_id": I8,
         "flops": F8, "input_dims": OBJ, "input_types": OBJ,
+        # attention ops' score mask (Kineto "Concrete Inputs"): -1 unknown, 0 full,
+        # 1 causal top-left aligned, 2 causal bottom-right aligned (ingest.kineto_attention)
+        "causal": I1,
     },
     "ranges": {
         "start_ns": I8, "end_ns": I8, "name": I4, "side": I4, "pid": I8, "tid": I8,
@@ -195,6 +198,10 @@ class StringPool:
             c = self._index[s] = len(self.strings)
             self.strings.append(s)
         return c
+
+    def known(self, names: Iterable[str]) -> dict[str, int]:
+        """The codes of those of ``names`` already in the pool (none is added)."""
+        return {n: self._index[n] for n in names if n in self._index}
 
     def encode(self, values: Sequence[str]) -> np.ndarray:
         try:  # usually every value is known already (later chunks of a trace): one pass

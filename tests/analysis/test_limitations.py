@@ -49,3 +49,12 @@ def test_c_program_without_markers_or_ops():
     lim = _limits(CLOVERLEAF)   # CloverLeaf under nsys: no NVTX, no PyTorch ops (PROVENANCE.md)
     assert "no step markers" in lim["phases"] and "no CPU operators" in lim["op shapes"]
     assert "hardware counters" in lim
+
+
+def test_ops_left_out_of_the_roofline_estimate_are_stated_once_with_their_kernels_summed():
+    # two ranks of the same model: each left out 252 kernels of vllm::moe_forward
+    why = "its FLOPs are unknown from shapes"
+    out = limitations([], [], has_kernel_metrics=True,
+                      not_estimated=[("vllm::moe_forward", 252, why), ("vllm::moe_forward", 252, why)])
+    assert [(lim.analysis, lim.reason) for lim in out] == [
+        ("roofline estimate", f"the 504 kernels of vllm::moe_forward are not estimated: {why}.")]

@@ -27,7 +27,14 @@ T = 1e12
     ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 40GB", 1.555, "bf16", 312),
     ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM", 2.039, "bf16", 312),
     ("NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe", 1.935, "fp64_tensor", 19.5),
+    ("NVIDIA A100-PCIE-80GB", "NVIDIA A100 80GB PCIe", 1.935, "bf16", 312),  # nvidia-smi spells PCIE
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB SXM", 2.039, "fp32", 19.5),
+    ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 40GB", 1.555, "fp64", 9.7),
     ("NVIDIA L40S", "NVIDIA L40S", 0.864, "fp8", 733),
+    ("NVIDIA L40S", "NVIDIA L40S", 0.864, "bf16", 362.05),  # 733 is the sparse figure
+    ("NVIDIA L40S", "NVIDIA L40S", 0.864, "fp16", 362.05),
+    ("NVIDIA L40S", "NVIDIA L40S", 0.864, "tf32", 183),
+    ("NVIDIA L40S", "NVIDIA L40S", 0.864, "fp32", 91.6),
     ("NVIDIA B200", "NVIDIA B200", 8.0, "fp4", 9000),
     ("NVIDIA B200", "NVIDIA B200", 8.0, "fp64", 37),
 ])
@@ -51,7 +58,8 @@ def test_precisions_a_chip_lacks_are_absent_not_guessed(device, dtype):
 
 def test_every_new_row_names_its_source():
     for device in ("AMD Instinct MI300X", "AMD Instinct MI250X", "NVIDIA H800", "NVIDIA H800 PCIe",
-                   "Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB", "Tesla V100S-PCIE-32GB"):
+                   "Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB", "Tesla V100S-PCIE-32GB",
+                   "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA L40S"):
         src = datasheet_peaks(device).source
         assert "datasheet" in src.lower() or "data sheet" in src.lower()
 
@@ -59,3 +67,8 @@ def test_every_new_row_names_its_source():
 def test_h800_is_not_read_as_h100_and_mi300a_is_unknown():
     assert datasheet_peaks("NVIDIA H800").name != "NVIDIA H100 SXM"
     assert datasheet_peaks("AMD Instinct MI300A") is None  # an APU with other rates: no guess
+
+
+def test_l40_is_not_given_the_l40s_row():
+    # The L40 (no S) has half the L40S's tensor rates (BF16 181.05 TFLOPS dense): no row, no guess.
+    assert datasheet_peaks("NVIDIA L40") is None

@@ -16,7 +16,8 @@ META = TraceMeta(source_path="hand.json", source_format="kineto")
 
 
 def _trace(kernels, memops=(), api=(), meta=META):
-    """kernels/memops: (name, device, stream, start, end, corr); api: (corr, start, end)."""
+    """kernels/memops: (name, device, stream, start, end, corr); api: (corr, start, end) of a
+    cudaLaunchKernel, or (corr, start, end, call name)."""
     pool = StringPool()
     tables = {}
     for kind, rows in (("kernels", kernels), ("memops", memops)):
@@ -25,9 +26,8 @@ def _trace(kernels, memops=(), api=(), meta=META):
             tables[kind] = make_table(kind, name=pool.encode(list(names)), device=dev, stream=st,
                                       start_ns=s, end_ns=e, correlation=corr)
     if api:
-        corr, s, e = zip(*api)
-        tables["api"] = make_table("api", correlation=corr, start_ns=s, end_ns=e,
-                                   name=pool.encode(["cudaLaunchKernel"] * len(corr)))
+        corr, s, e, call = zip(*[a if len(a) == 4 else (*a, "cudaLaunchKernel") for a in api])
+        tables["api"] = make_table("api", correlation=corr, start_ns=s, end_ns=e, name=pool.encode(list(call)))
     return build_trace(meta, pool, **tables)
 
 
@@ -51,7 +51,7 @@ API = [
     (2, 60, 100),
     (3, 1000, 1100),  # returns 800 ns into gap1 -> 800 ns launch wait
     (4, 100, 130),  # D launched long before gap2 -> 0 ns launch wait
-    (5, 21300, 21420),
+    (5, 21300, 21420, "cudaMemsetAsync"),
     (7, 31000, 32500),  # returns after F started -> the whole gap3 (500 ns) is launch wait
 ]
 
@@ -225,6 +225,31 @@ def test_fixture_against_plain_json(path):
     assert tl.launch_latency.count == sum(1 for _, _, c in ops if c in launch_end)
 
 
+def test_launch_latency_is_one_definition_for_kernels_and_copies():
+    """Kernels launched by a kernel-launch call and copies submitted by a copy call count; a kernel
+    replayed by cudaGraphLaunch, one whose call is not a launch, and an unlinked one do not. The
+    idle finding reports the same p50 as the timeline (the Appendix)."""
+    from tracestory.analysis import analyze
+    from tracestory.analysis.findings import rule_gpu_idle
+
+    kernels = [("A", 0, 7, 1_000, 2_000, 1),      # cudaLaunchKernel at 0: 1000 ns
+               ("B", 0, 7, 5_000, 6_000, 2),      # cuLaunchKernel at 4_700: 300 ns
+               ("G1", 0, 7, 9_000, 9_500, 3),     # replayed by cudaGraphLaunch at 100: left out
+               ("G2", 0, 7, 9_500, 9_900, 3),
+               ("X", 0, 7, 12_000, 12_100, 4),    # linked to cudaStreamSynchronize: left out
+               ("U", 0, 7, 14_000, 14_100, -1)]   # no call: left out
+    memops = [("Memcpy HtoD (Pinned -> Device)", 0, 8, 3_000, 3_400, 5)]  # cudaMemcpyAsync at 2_400: 600 ns
+    api = [(1, 0, 10, "cudaLaunchKernel"), (2, 4_700, 4_710, "cuLaunchKernel"), (3, 100, 120, "cudaGraphLaunch"),
+           (4, 11_000, 11_010, "cudaStreamSynchronize"), (5, 2_400, 2_420, "cudaMemcpyAsync")]
+    trace = _trace(kernels, memops, api)
+    tl = timeline(trace)
+    assert tl.launch_latency.count == 3
+    assert tl.launch_latency.p50_ns == 600 and tl.launch_latency.min_ns == 300 and tl.launch_latency.max_ns == 1000
+    findings = rule_gpu_idle(analyze(trace))
+    shown = [e.value for f in findings for e in f.evidence if e.label.startswith("launch latency p50")]
+    assert shown and set(shown) == {600}
+
+
 def test_fixture_streams_h100_and_a100():
     from tracestory.ingest.kineto import load_kineto
 
@@ -248,3 +273,39 @@ def test_fixture_h200_short_kernels():
     tl = timeline(load_kineto(H200_LLAMA))
     assert tl.short_kernel_share == pytest.approx(sum(d < 10_000 for d in durs) / len(durs))
     assert tl.kernels_per_ms == pytest.approx(len(durs) / (tl.window_ns / 1e6))
+
+
+def test_launch_latency_on_a_mixed_graph_and_eager_capture_against_plain_json():
+    """Plain JSON: 120 kernels replayed by cudaGraphLaunch, 76 launched by cudaLaunchKernel or
+    cuLaunchKernelEx, 4 memsets submitted by cudaMemsetAsync; latency = GPU ts - call ts, in ns as
+    round(us * 1000); numpy's median over the 80 direct ones. The report's Appendix (timeline) and
+    its idle finding read the same number."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from tracestory.analysis import analyze
+    from tracestory.analysis.findings import rule_gpu_idle
+    from tracestory.ingest.kineto import load_kineto
+
+    path = Path(__file__).parents[1] / "data" / "graphs" / "mixed_graph_eager.trace.json.gz"
+    events = json.load(gzip.open(path))["traceEvents"]
+    calls = {e["args"]["correlation"]: e for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    direct_names = {"cudaLaunchKernel", "cuLaunchKernelEx", "cudaMemsetAsync"}
+    lat, replayed = [], 0
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            call = calls.get(e["args"].get("correlation"))
+            if call is not None and call["name"] in direct_names:
+                lat.append(round(e["ts"] * 1000) - round(call["ts"] * 1000))
+            elif call is not None and call["name"] == "cudaGraphLaunch":
+                replayed += 1
+    assert (len(lat), replayed) == (80, 120)
+    trace = load_kineto(path)
+    tl = timeline(trace)
+    assert tl.launch_latency.count == 80
+    assert tl.launch_latency.p50_ns == pytest.approx(float(np.median(lat)))
+    shown = [e.value for f in rule_gpu_idle(analyze(trace)) for e in f.evidence
+             if e.label.startswith("launch latency p50")]
+    assert shown == [tl.launch_latency.p50_ns]

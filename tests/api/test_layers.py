@@ -8,7 +8,7 @@ Layers, top to bottom (a package may import only packages of lower rows):
     render  export  bench  serve  loadgen
     analysis  capture  models  parallel
     ingest
-    trace  specs  outputs
+    trace  specs  outputs  telemetry
     units  stats  errors
 """
 
@@ -20,7 +20,7 @@ from conftest import REPO
 
 SRC = REPO / "src" / "tracestory"
 LAYER = {"cli": 6, "render": 5, "export": 5, "bench": 5, "serve": 5, "loadgen": 5, "analysis": 4, "capture": 4,
-         "models": 4, "parallel": 4, "ingest": 3, "trace": 2, "specs": 2, "outputs": 2, "units": 1, "stats": 1, "errors": 1, "version": 1}
+         "models": 4, "parallel": 4, "ingest": 3, "trace": 2, "specs": 2, "outputs": 2, "telemetry": 2, "units": 1, "stats": 1, "errors": 1, "version": 1}
 # The one sideways edge: the load generator counts prompt tokens with the reference server's rule.
 ALLOWED = {("loadgen", "serve")}
 # Modules whose import pulls a heavy optional dependency (torch, triton): the only internal imports

@@ -171,3 +171,38 @@ def test_markdown_and_terminal_views(capsys, tmp_path):
     code, out, err = _run(capsys, "analyze", H100_BERT, "--table", "modules")
     assert code == 0, err
     assert "BertLMHeadModel_0" in out   # module names from the file's nn.Module events
+
+
+def test_terminal_table_leaves_out_what_does_not_fit_and_says_so():
+    """A narrow terminal keeps the row name, total_ns and share (the columns every table has, read
+    from the CSV header) and names every column it left out; a wide one shows them all."""
+    from rich.console import Console
+
+    from tracestory.analysis.results import analyze_inputs
+    from tracestory.ingest import load_inputs
+    from tracestory.render.tables_out import table_renderable
+
+    results = analyze_inputs(load_inputs([H100_BERT]))
+    table = results.table("ops", 0)
+    header = table_text_header(table)
+
+    def shown(width):
+        console = Console(file=io.StringIO(), width=width, color_system=None)
+        console.print(table_renderable(table, "ops", width))
+        return console.file.getvalue()
+
+    narrow = shown(60)
+    head_line = next(line for line in narrow.splitlines() if "name" in line)
+    kept = [c for c in header if f" {c} " in head_line]
+    assert kept[0] == "name" and "total_ns" in kept and "share" in kept
+    left = [c for c in header if c not in kept]
+    assert left and f"left out for width: {', '.join(left)}" in " ".join(narrow.split())
+    assert max(len(line) for line in narrow.splitlines()) <= 60
+    wide = shown(400)
+    assert "left out" not in wide and all(f" {c} " in wide for c in header)
+
+
+def table_text_header(table) -> list[str]:
+    from tracestory.render.tables_out import table_text
+
+    return next(csv.reader(io.StringIO(table_text(table, "csv"))))

@@ -105,3 +105,138 @@ def test_kv_cache_decode_equals_recompute(decode_attention):
     assert t8.shape == (3, 1, cfg.dim)
     assert torch.allclose(t8, full[:, 8:9], rtol=0, atol=1e-10)
     assert torch.allclose(t9, full[:, 9:10], rtol=0, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- attention backends
+def _windowed_reference(x, layer, cfg, window):
+    """The float64 reference above with keys older than ``window`` positions masked by hand:
+    query i sees keys j with i - window < j <= i."""
+    W = {n: getattr(layer, n).detach().double().numpy() for n in ("wq", "wk", "wv", "wo", "wg", "wu", "wd", "n1", "n2")}
+    B, S, _ = x.shape
+    H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    hand_mask = np.array([[0.0 if i - window < j <= i else -np.inf for j in range(S)] for i in range(S)])
+
+    def rms(v, w):
+        return v / np.sqrt((v ** 2).mean(-1, keepdims=True) + cfg.norm_eps) * w
+
+    def rope(t):
+        ang = np.outer(np.arange(S), cfg.rope_theta ** (-np.arange(0, d, 2) / d))
+        a, b = t[..., : d // 2], t[..., d // 2:]
+        return np.concatenate([a * np.cos(ang) - b * np.sin(ang), b * np.cos(ang) + a * np.sin(ang)], -1)
+
+    a = rms(x, W["n1"])
+    q = rope((a @ W["wq"].T).reshape(B, S, H, d).transpose(0, 2, 1, 3))
+    k = rope((a @ W["wk"].T).reshape(B, S, K, d).transpose(0, 2, 1, 3))
+    v = (a @ W["wv"].T).reshape(B, S, K, d).transpose(0, 2, 1, 3)
+    o = np.empty_like(q)
+    for h in range(H):
+        sc = q[:, h] @ k[:, h // cfg.group].transpose(0, 2, 1) / math.sqrt(d) + hand_mask
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        o[:, h] = (p / p.sum(-1, keepdims=True)) @ v[:, h // cfg.group]
+    hdn = x + o.transpose(0, 2, 1, 3).reshape(B, S, H * d) @ W["wo"].T
+    m = rms(hdn, W["n2"])
+    gate = m @ W["wg"].T
+    return hdn + ((gate / (1 + np.exp(-gate))) * (m @ W["wu"].T)) @ W["wd"].T
+
+
+def test_flex_prefill_against_reference():
+    from tracestory.models.llama import build_model
+
+    cfg = LlamaConfig.from_name("tiny")
+    m = build_model(cfg, layers=2, batch=2, max_len=16, dtype=torch.float64, attention_backend="flex")
+    x = torch.randn(2, 7, cfg.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        y = m(x, 0, False)
+    ref = x.numpy()
+    for layer in m.layers:
+        ref = _reference_layer(ref, layer, cfg, np.arange(7))
+    assert np.linalg.norm(y.numpy() - ref) / np.linalg.norm(ref) < 1e-10
+
+
+def test_flex_sliding_window_against_hand_masked_reference():
+    from tracestory.models.llama import build_model
+
+    cfg = LlamaConfig.from_name("tiny")
+    m = build_model(cfg, layers=2, batch=2, max_len=16, dtype=torch.float64, attention_backend="flex",
+                    sliding_window=3)
+    x = torch.randn(2, 9, cfg.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    with torch.inference_mode():
+        y = m(x, 0, False)
+        m(x[:, :8], 0, False)
+        last = m(x[:, 8:9], 8, True)        # decode at 8 sees keys 6, 7, 8 only
+    ref = x.numpy()
+    for layer in m.layers:
+        ref = _windowed_reference(ref, layer, cfg, 3)
+    assert np.linalg.norm(y.numpy() - ref) / np.linalg.norm(ref) < 1e-10
+    assert np.abs(last.numpy() - ref[:, 8:9]).max() < 1e-10
+    # and the window changed the answer (a window wider than the sequence would not)
+    full = x.numpy()
+    for layer in m.layers:
+        full = _reference_layer(full, layer, cfg, np.arange(9))
+    assert np.abs(full - ref).max() > 1e-3
+
+
+@pytest.mark.parametrize("backend", ["flex", "matmul-split"])
+def test_decode_backends_equal_recompute(backend):
+    from tracestory.models.llama import build_model
+
+    cfg = LlamaConfig.from_name("tiny")
+    m = build_model(cfg, layers=2, batch=3, max_len=24, dtype=torch.float64,
+                    attention_backend="flex" if backend == "flex" else "matmul")
+    if backend == "matmul-split":
+        for layer in m.layers:
+            layer.split_keys = 4            # keys 0..9 in 3 chunks of 4 (10, 11 masked), up to 0..13 in 4
+    x = torch.randn(3, 14, cfg.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        full = m(x, 0, False)
+        m(x[:, :9], 0, False)
+        steps = [m(x[:, p:p + 1], p, True) for p in range(9, 14)]
+    for p, t in zip(range(9, 14), steps):
+        assert torch.allclose(t, full[:, p:p + 1], rtol=0, atol=1e-10), p
+
+
+def test_split_kv_applies_only_to_whole_chunks_inside_the_cache():
+    from tracestory.models.llama import split_fits
+
+    assert split_fits(0, 10, 12, 4)              # 3 chunks, positions 0..11 inside a 12-slot cache
+    assert not split_fits(0, 10, 11, 4)          # the third chunk would end at 12 > 11
+    assert not split_fits(0, 4, 16, 4)           # one chunk: the plain GEMMs
+    assert split_fits(3, 9, 16, 4)               # a window: keys 3..8, 2 chunks, 3..10
+
+
+def test_flex_masks_by_hand():
+    from tracestory.models import flex
+
+    causal, sliding = flex.causal_mask_mod(), flex.causal_mask_mod(3)
+    t = torch.tensor
+    assert [bool(causal(0, 0, t(5), t(j))) for j in (4, 5, 6)] == [True, True, False]
+    # window 3 at query 5: keys 3, 4, 5
+    assert [bool(sliding(0, 0, t(5), t(j))) for j in (2, 3, 5, 6)] == [False, True, True, False]
+    assert flex.causal_block_mask(8, 8, 3, "cpu") is flex.causal_block_mask(8, 8, 3, "cpu")
+    assert flex.decode_key_range(9, None) == (0, 10) and flex.decode_key_range(9, 3) == (7, 10)
+
+
+def test_bad_backend_and_window_are_usage_errors():
+    from tracestory.errors import UsageError
+    from tracestory.models.llama import build_model
+
+    cfg = LlamaConfig.from_name("tiny")
+    with pytest.raises(UsageError, match="expected one of sdpa, matmul, flex"):
+        build_model(cfg, attention_backend="paged")
+    with pytest.raises(UsageError, match="--sliding-window"):
+        build_model(cfg, attention_backend="sdpa", sliding_window=4)
+
+
+def test_fp8_decode_bytes_by_hand():
+    c = LlamaConfig.from_name("llama-3-8b")
+    # projections 218,103,808 params at 1 B; rowwise scales: rows q 4096 + k 1024 + v 1024 + o 4096
+    # + gate 14336 + up 14336 + down 4096 = 43,008 x 4 B = 172,032; norms 2 x 4096 x 2 B = 16,384
+    kv = 2 * 4097 * 8 * 128 * 2
+    assert decode_bytes(c, 1, 4096, dtype_bytes=2, fp8="rowwise") == 218_103_808 + 172_032 + 16_384 + kv
+    # tensorwise: 7 scales x 4 B
+    assert decode_bytes(c, 1, 4096, layers=8, dtype_bytes=2, fp8="tensorwise") == 8 * (218_103_808 + 28 + 16_384 + kv)
+    # a window of 1000 keys reads K/V over 1000 positions, not 4097
+    assert decode_bytes(c, 1, 4096, window=1000) == 436_224_000 + 2 * 1000 * 8 * 128 * 2
+    # prefill S=8, W=3: 4 FLOP x d per kept pair, S*W - W*W//2 = 24 - 4 = 20 pairs per head
+    t = LlamaConfig.from_name("tiny")
+    assert prefill_flops(t, 1, 8, window=3) == 2 * (43_136 - 128) * 8 + 4 * 4 * 16 * 20

@@ -35,7 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from conftest import (A100_NCCL, H100_BERT, H200_LLAMA, NCU_DETAILS, NCU_RAW, NCU_REP, NSYS_2022,
+from conftest import (TEST_DATA, A100_NCCL, H100_BERT, H200_LLAMA, NCU_DETAILS, NCU_RAW, NCU_REP, NSYS_2022,
                       NSYS_2024)
 
 from tracestory.analysis.results import AnalysisOptions, analyze_inputs
@@ -52,6 +52,8 @@ CASES = {
     "ncu_details": [NCU_DETAILS],
     "ncu_rep": [NCU_REP],
     "h200_with_ncu": [H200_LLAMA, NCU_RAW, NCU_REP],
+    "telemetry": [TEST_DATA / "telemetry" / "capture_throttled" / "torch" / "rank0.trace.json",
+                  TEST_DATA / "telemetry" / "capture_throttled" / "torch" / "telemetry.jsonl"],
 }
 
 

@@ -19,6 +19,13 @@ the correlation id (:func:`~tracestory.analysis.links.launch_index`) tells each 
 Which call names launch a kernel or a graph is :mod:`.launch_apis`'s list (CUDA runtime and
 driver, HIP, with nsys's version suffixes removed).
 
+Launch latency, one definition (:func:`launched_directly`, used by the timeline's distribution
+in the Appendix and by the idle/launch-bound finding alike): launch call START -> GPU start of
+every GPU op launched directly, i.e. a kernel whose call is a kernel launch and a memcpy/memset
+whose call is a copy call (``cudaMemcpyAsync``, ...). Ops replayed from a graph (their latency
+would be the time since the graph launch), unlinked ops and ops of an unrecognised call are
+left out.
+
 Limits: a trace without API calls has only unlinked kernels, and then nothing can be said about
 graphs; a graph captured by hand and replayed through a driver API with another name is counted
 as direct only when its launch name is a kernel-launch name, else as unlinked-by-name ("other").
@@ -31,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Trace
-from .launch_apis import launch_masks
+from .launch_apis import copy_mask, launch_masks
 from .links import launch_index
 
 GRAPH, DIRECT, UNLINKED, OTHER = 0, 1, 2, 3
@@ -75,6 +82,26 @@ def kernel_origins(trace: Trace) -> np.ndarray:
         r = rows[linked]
         out[linked] = np.where(graph_call[r], GRAPH, np.where(kernel_call[r], DIRECT, OTHER))
     return out
+
+
+def memop_origins(trace: Trace) -> np.ndarray:
+    """Per memop row: GRAPH (a copy node of a replayed graph), DIRECT (submitted by a copy call),
+    UNLINKED or OTHER."""
+    rows = launch_index(trace, trace.memops)
+    out = np.full(len(rows), UNLINKED, dtype=np.int8)
+    linked = rows >= 0
+    if linked.any():
+        graph_call, copy_call = launch_masks(trace)[1], copy_mask(trace)
+        r = rows[linked]
+        out[linked] = np.where(graph_call[r], GRAPH, np.where(copy_call[r], DIRECT, OTHER))
+    return out
+
+
+def launched_directly(trace: Trace) -> np.ndarray:
+    """Boolean mask over every GPU op, kernels then memops (the order of
+    :func:`~tracestory.analysis.links.gpu_ops_column`): launched one by one, so that launch call
+    start -> GPU start is a launch latency (see the module docstring)."""
+    return np.concatenate([kernel_origins(trace) == DIRECT, memop_origins(trace) == DIRECT])
 
 
 def graph_replays(trace: Trace) -> GraphReplays:

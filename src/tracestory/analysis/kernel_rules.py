@@ -210,14 +210,14 @@ RULES: tuple[KernelRule, ...] = (
        "float const*)"),
       "vLLM/SGLang paged attention (CUDA v1/v2, ROCm ll4mi with its split-KV reduce) and the Triton "
       "decode/prefill attention of the serving stacks."),
-    R(r"reshape_and_cache|store_kvcache|copy_page_indices|kv_?cache_?(write|store|copy)|concat_and_cache",
+    R(r"reshape_and_cache|store_kvcache|kv_?cache_?(write|store|copy)|concat_and_cache",
       "attention", "attention_gemm", "", "", "KV-cache write",
       ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, unsigned char, (vllm::Fp8KVCacheDataType)1>"
        "(__nv_bfloat16 const*, __nv_bfloat16 const*, unsigned char*, unsigned char*, long const*, long, long, long",
-       "void (anonymous namespace)::store_kvcache<2048l, 4, false, long>((anonymous namespace)::StoreKVCacheParams)",
-       "_copy_page_indices_kernel"),
-      "Writes of new keys and values (and their page indices) into the paged KV cache: part of the "
-      "attention layer's cost in a serving engine."),
+       "void (anonymous namespace)::store_kvcache<2048l, 4, false, long>((anonymous namespace)::StoreKVCacheParams)"),
+      "Writes of new keys and values into the paged KV cache: part of the attention layer's cost in a "
+      "serving engine. Copies of page indices (block-table rows) are not: they move integers, not "
+      "keys and values (pointwise, below)."),
     R(r"mha|attention|attn|sdpa", "attention", "attention_gemm", "", "", "attention (named)",
       ("void mmha::masked_multihead_attention_kernel",),
       "Any other kernel that says it is attention."),
@@ -395,11 +395,13 @@ RULES: tuple[KernelRule, ...] = (
        "OpaqueType<2u>, unsigned int, 4, 64, 64>(at::native::(anonymous namespace)::OpaqueType<2u>*, at::native::",
        "_ZN7sgl_hip10activation18act_and_mul_kernelI14__hip_bfloat16TnPFT_RKS3_EXadL_Z4siluIS2_ES3_S5_EEEEvPS3_PS4_i",
        "void (anonymous namespace)::clamp_position_kernel<long>(long*, long const*, unsigned long)",
+       "_copy_page_indices_kernel",
        "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>"
        "(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)"),
       "Pointwise math, activations, copies, fills and layout changes (ATen elementwise kernels, "
       "CatArrayBatchedCopy, cuDNN layout transforms, foreach optimizer kernels, serving stacks' small "
-      "index bookkeeping kernels, the NLL loss's backward, which writes one value per row)."),
+      "index bookkeeping kernels such as vLLM's page-index copy, the NLL loss's backward, which writes one "
+      "value per row)."),
     R(r"par_ranged[12]d_kernel|^vector_(add|mul|sub|scale)|^init_array", "elementwise", "other", "", "", "parallel-for loop",
       ("void clover::par_ranged2d_kernel<build_field(global_variables &)::[lambda(int, int) (instance 1)]>"
        "(clover::Range2d, T1)",

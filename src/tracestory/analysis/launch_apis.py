@@ -5,8 +5,10 @@ Model
 A *kernel launch* submits one kernel (``cudaLaunchKernel``, ``cuLaunchKernelEx``,
 ``hipLaunchKernel``, ``hipExtModuleLaunchKernel``, ...); a *graph launch* submits a whole
 captured graph, whose kernels then run without a launch call of their own
-(``cudaGraphLaunch``, ``cuGraphLaunch``, ``hipGraphLaunch``). Copies and memsets
-(``cudaMemcpyAsync``, ``hipMemsetAsync``) are not launches here.
+(``cudaGraphLaunch``, ``cuGraphLaunch``, ``hipGraphLaunch``). A *copy call* submits one
+memcpy or memset (``cudaMemcpyAsync``, ``cuMemsetD32Async``, ``hipMemcpyWithStream``: any name
+that starts with the runtime's or driver's ``Memcpy``/``Memset``); it is not a launch, but the
+copy it submits is placed on the GPU one by one, as a directly launched kernel is.
 
 Names are compared after removing the suffixes profilers add: nsys's API version
 (``cudaLaunchKernel_v7000``) and the per-thread default-stream variants (``_ptsz``,
@@ -38,6 +40,8 @@ KERNEL_LAUNCH_APIS: frozenset[str] = frozenset({
 })
 GRAPH_LAUNCH_APIS: frozenset[str] = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 
+_COPY_CALL = re.compile(r"^(cuda|cu|hip)(Memcpy|Memset)")
+
 _SUFFIX = re.compile(r"(_v\d+)?(_ptsz|_ptds|_spt)?(_v\d+)?$")
 
 
@@ -60,6 +64,21 @@ def is_launch_name(name: str) -> bool:
     """A kernel or graph launch."""
     b = base_name(name)
     return b in KERNEL_LAUNCH_APIS or b in GRAPH_LAUNCH_APIS
+
+
+def is_copy_call(name: str) -> bool:
+    """A call that submits one memcpy or memset (CUDA runtime or driver, HIP)."""
+    return bool(_COPY_CALL.match(base_name(name) or ""))
+
+
+def copy_mask(trace) -> np.ndarray:
+    """Per row of ``trace.api``: is a copy call (:func:`is_copy_call`), names read once per code."""
+    api = trace.api
+    if len(api) == 0:
+        return np.zeros(0, dtype=bool)
+    codes, inv = np.unique(api["name"], return_inverse=True)
+    names = [trace.name(int(c)) if int(c) >= 0 else "" for c in codes.tolist()]
+    return np.fromiter((is_copy_call(n) for n in names), dtype=bool, count=len(names))[inv]
 
 
 def launch_masks(trace) -> tuple[np.ndarray, np.ndarray]:

@@ -17,11 +17,17 @@ computed from what the inputs hold, never assumed:
 * **kernel metrics**: no Nsight Compute input, so occupancy, stalls and measured roofline are
   not analysed.
 * **categories**: more than 5% of GPU op time in kernels the taxonomy does not name.
-* **roofline estimate**: shape-based points above their roof, dropped as estimate errors.
+* **roofline estimate**: shape-based points above their roof, dropped as estimate errors; ops
+  left out of the estimate (fused MoE ops) and why.
 * **damaged input**: what a reader dropped from a damaged file, and why (its warnings).
+* **GPU telemetry** (:func:`telemetry_limitations`): a capture folder whose manifest records the
+  sampler off (``--skip-power-monitor``, an ncu capture, no NVML) and no telemetry file read:
+  "no GPU telemetry (clocks, power)" with the recorded reason; plain trace files say nothing
+  (they never had a sampler). Damage in a telemetry file read is stated as well.
 
-Many traces (ranks) each with the same limitation are reported once per trace; a report on many
-ranks states the input-wide ones (ranks, kernel metrics) once.
+Traces (ranks) that share a limitation word for word are told once, with how many traces and
+the first few of their names ("64 traces (rank0.trace.json.gz, ...): ..."), so a report on 64
+ranks lists it in one line, not 64; the input-wide ones (ranks, kernel metrics) are stated once.
 """
 
 from __future__ import annotations
@@ -79,11 +85,11 @@ def phase_coverage(trace: Trace, phases) -> tuple[float | None, int, int]:
 
 
 def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metrics: bool,
-                dropped_estimates: int = 0, kernel_metrics_warnings: Sequence[tuple[str, str]] = ()
-                ) -> tuple[Limitation, ...]:
+                dropped_estimates: int = 0, kernel_metrics_warnings: Sequence[tuple[str, str]] = (),
+                not_estimated: Sequence[tuple[str, int, str]] = ()) -> tuple[Limitation, ...]:
     """The limitations of one set of inputs (``analyses``: one :class:`~tracestory.analysis.Analysis`
     per trace, same order; ``dropped_estimates``: shape-based roofline points dropped as above
-    their roof)."""
+    their roof; ``not_estimated``: (op, kernel count, reason) of ops the estimate leaves out)."""
     out: list[Limitation] = []
     cov = rank_coverage(traces)
     if cov.partial:
@@ -98,6 +104,12 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
         out.append(Limitation("roofline estimate", f"{dropped_estimates} kernel{'s' if dropped_estimates != 1 else ''}"
                               " whose shape-based estimate came out above the roof were dropped as estimate "
                               "errors; no finding is built on them."))
+    left_out: dict[tuple[str, str], int] = {}
+    for op, n, reason in not_estimated:
+        left_out[(op, reason)] = left_out.get((op, reason), 0) + n
+    for (op, reason), n in left_out.items():
+        out.append(Limitation("roofline estimate", f"the {n} kernel{'s' if n != 1 else ''} of {op} are not estimated: "
+                              f"{reason}."))
     for t, a in zip(traces, analyses):
         who = f"{t.meta.source_path}: " if len(traces) > 1 else ""
         for w in warnings_of(t):
@@ -129,4 +141,43 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
         if other is not None and other.percent / 100 > OTHER_SHARE_CEILING:
             out.append(Limitation("categories", f"{who}{other.percent:.1f}% of GPU op time is in kernels the "
                                   f"'{a.breakdown.taxonomy}' taxonomy does not name ('other')."))
+    return _told_once(out, [t.meta.source_path for t in traces])
+
+
+NAMED_TRACES = 3  # traces named in a limitation shared by several
+
+
+def _told_once(items: list[Limitation], paths: Sequence[str]) -> tuple[Limitation, ...]:
+    """Per-trace limitations ("<path>: <reason>") with the same analysis and reason merged into one,
+    in order of first appearance; input-wide ones are kept as they are."""
+    known = set(paths)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for lim in items:
+        path, sep, rest = lim.reason.partition(": ")
+        key = (lim.analysis, rest) if sep and path in known else (lim.analysis, lim.reason)
+        groups.setdefault(key, []).append(path if sep and path in known else "")
+    out = []
+    for (analysis, reason), who in groups.items():
+        named = [w for w in who if w]
+        if len(named) <= 1:
+            out.append(Limitation(analysis, f"{named[0]}: {reason}" if named else reason))
+            continue
+        names = ", ".join(p.rsplit("/", 1)[-1] for p in named[:NAMED_TRACES])
+        more = f", +{len(named) - NAMED_TRACES} more" if len(named) > NAMED_TRACES else ""
+        out.append(Limitation(analysis, f"{len(named)} traces ({names}{more}): {reason}"))
+    return tuple(out)
+
+
+def telemetry_limitations(inputs) -> tuple[Limitation, ...]:
+    """GPU telemetry limitations of ``inputs`` (an :class:`~tracestory.ingest.Inputs`); see the
+    module docstring."""
+    if inputs.telemetry is not None:
+        return tuple(Limitation("GPU telemetry", w) for w in inputs.telemetry.warnings)
+    out = []
+    for m in inputs.manifests:
+        for cap in m.get("captures") or ():
+            t = cap.get("telemetry") if isinstance(cap, dict) else None
+            if cap.get("status") == "complete" and isinstance(t, dict) and t.get("status") == "off":
+                out.append(Limitation("GPU telemetry", f"no GPU telemetry (clocks, power) in the {cap.get('tool')} "
+                                      f"capture: the sampler was off ({t.get('reason') or 'no reason recorded'})."))
     return tuple(out)

@@ -47,13 +47,14 @@ from .ncu_join import NcuJoin, join_ncu
 from .critical_path import CriticalPath, step_critical_path
 from .exposure import Exposure, exposure
 from .kernels import KernelFacts, kernel_facts
-from .limitations import Limitation, RankCoverage, limitations, rank_coverage
+from .limitations import Limitation, RankCoverage, limitations, rank_coverage, telemetry_limitations
 from .producer import Producer, detect_producer
 from .questions import Answer, answer_all
 from .roofline import Roofline, estimate_roofline, roofline
 from .findings.multigpu import multigpu_findings
 from .operators import Operators, operators as compute_operators
 from .tables import TABLES, Table, table as make_table
+from .telemetry import TelemetryResult, analyze_telemetry
 
 TOP_HARDWARE_KERNELS = 5
 REPORT_MAX_OPS = 500_000   # the report tells GPU time per operator only up to this many CPU ops and ranges
@@ -171,6 +172,7 @@ class Results:
     answers: tuple[Answer, ...] = ()           # the goal and questions, each mapped to findings
     ranks: RankCoverage | None = None          # ranks given and declared (multi-rank inputs)
     selection: "RankSelection | None" = None   # many traces: the ones the per-trace sections tell
+    telemetry: TelemetryResult | None = None   # GPU clocks, power, energy over the traced window
 
     @property
     def analyses(self) -> list[Analysis]:
@@ -301,10 +303,14 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
                                  dropped_estimates=sum(len(r.roofline_estimate.dropped) for r in runs
                                                        if r.roofline_estimate is not None),
                                  kernel_metrics_warnings=[(h.path, w) for h in hardware
-                                                          for w in getattr(h.metrics, "warnings", ()) or ()]),
+                                                          for w in getattr(h.metrics, "warnings", ()) or ()],
+                                 not_estimated=[x for r in runs if r.roofline_estimate is not None
+                                                for x in r.roofline_estimate.not_estimated])
+        + telemetry_limitations(inputs),
         answers=answer_all(options.goal, options.questions, [f for r in runs for f in r.findings],
                            _sections_with_data(runs, hardware, mg, batching)),
-        ranks=coverage, selection=select_runs(runs))
+        ranks=coverage, selection=select_runs(runs),
+        telemetry=analyze_telemetry(inputs.telemetry, traces, inputs.scheduler_log) if inputs.telemetry else None)
 
 
 MANY_RANKS = 4          # above this many traces, the per-trace story is told once

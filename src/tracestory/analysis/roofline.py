@@ -18,17 +18,27 @@ duration is ncu's ``gpu__time_duration`` (kernel replay, clocks as captured).
 ``with_flops``) or from input shapes, bytes from shapes (each input read once, the output written
 once), for GEMM/linear, SDPA/attention, norms, reductions and elementwise ops. Each op's numbers
 are split over the kernels it launched (same External id) in proportion to their durations, and
-kernels are grouped by name. Every point is flagged ``estimate=True``. An estimate above its
+kernels are grouped by name. Every point is flagged ``estimate=True``. A fused MoE op
+(``vllm::moe_forward``, ``fused_moe``, ``fused_experts``) is not estimated, and the note says so:
+its inputs hold the tokens and router logits but not the expert weights, so the expert GEMMs'
+FLOPs are unknown, and its routing/top-k/permute kernels do no GEMM work (one op cost shared by
+duration would give them all one arithmetic intensity). An estimate above its
 roof (over 100%) is physically impossible, so it is an estimate error (a shape read wrongly, an op
 whose kernels do less work than its shapes say): it is dropped from the points, counted in
-``dropped`` and named in the note, and no finding is built on it. Causal masking is not known
-from shapes, so attention FLOPs count the full score matrix (twice the work of a causal
-prefill): a causal prefill's attention is placed at up to 2x its true FLOP/s.
+``dropped`` and named in the note, and no finding is built on it.
+
+Attention FLOPs are ``4 * B * H * S_q * S_k * D`` (QK^T and PV) times the share of the score
+matrix its mask keeps (:func:`kept_score_fraction`): the causal flag is read from the op's
+"Concrete Inputs" (``ops["causal"]``, Kineto with ``record_shapes=True``); a causal square mask
+keeps ``S (S + 1) / 2`` of ``S^2`` entries, about half. When the flag was not recorded (older
+torch, other sources) the full matrix is counted, so a causal prefill is then placed at up to
+2x its true FLOP/s. Bytes (Q, K, V read, O written) do not depend on the mask.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +46,7 @@ import numpy as np
 from ..specs import Peaks
 from .families import kernel_info
 from ..ingest.kineto import parse_json_field
+from ..ingest.kineto_attention import CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT
 
 # Kernels whose time is not bound by the GPU's compute/DRAM roofs (their op's shapes say nothing of them).
 NOT_ON_THE_ROOFLINE = ("communication", "memcpy", "memset")
@@ -81,6 +92,8 @@ class Roofline:
     # Shape-based estimates that came out above a roof: estimate errors (a mis-read shape, an op
     # whose kernels do less than its shapes say), dropped from ``points``: (label, % of roof).
     dropped: tuple[tuple[str, float], ...] = ()
+    # Ops whose kernels get no estimated point, with their kernel count and why: (op, kernels, reason).
+    not_estimated: tuple[tuple[str, int, str], ...] = ()
 
     def ridge(self, dtype: str) -> float | None:
         return None if self.peaks is None else self.peaks.ridge_flop_per_byte(dtype)
@@ -153,7 +166,11 @@ def estimate_roofline(trace, peaks: Peaks | None) -> Roofline:
     hit = (kext >= 0) & (keys[pos_c] == kext) if len(keys) else np.zeros(len(kext), bool)
     op_row = np.where(hit, rows[pos_c], -1)
     dur = k.dur_ns.astype(np.float64)
-    flops_op, bytes_op, prec_op = _op_costs(trace, np.unique(op_row[op_row >= 0]))
+    launched = np.unique(op_row[op_row >= 0])
+    flops_op, bytes_op, prec_op = _op_costs(trace, launched)
+    moe_codes, not_estimated = _fused_moe_ops(trace, op_row)
+    moe_rows = launched[np.isin(ops["name"][launched], moe_codes)]
+    flops_op[moe_rows] = bytes_op[moe_rows] = np.nan  # their kernels get no point
     # share of each op's cost by kernel duration
     ok = op_row >= 0
     tot = np.zeros(len(ops))
@@ -190,7 +207,25 @@ def estimate_roofline(trace, peaks: Peaks | None) -> Roofline:
     if dropped:
         note += (f"; {len(dropped)} kernel{'s' if len(dropped) != 1 else ''} whose estimate came out above "
                  "the roof dropped as estimate errors")
-    return Roofline(points=kept, peaks=peaks, estimate=True, note=note, dropped=dropped)
+    for op_name, n_kernels, reason in not_estimated:
+        note += f"; {op_name} ({n_kernels} kernel{'s' if n_kernels != 1 else ''}) not estimated: {reason}"
+    return Roofline(points=kept, peaks=peaks, estimate=True, note=note, dropped=dropped, not_estimated=not_estimated)
+
+
+# A fused MoE op (vLLM's moe_forward, SGLang/vLLM fused_moe / fused_experts): one CPU op launches the
+# routing, permutation, quantization, expert GEMM and finalize kernels.
+_FUSED_MOE_OP = re.compile(r"moe|fused_experts", re.IGNORECASE)
+FUSED_MOE_REASON = ("a fused MoE op's inputs are the tokens and router logits, not the expert weights, so its "
+                    "expert GEMMs' FLOPs are unknown from shapes, and one cost spread over its routing, "
+                    "permutation and GEMM kernels alike would give them all one arithmetic intensity")
+
+
+def _fused_moe_ops(trace, op_row: np.ndarray) -> tuple[np.ndarray, tuple[tuple[str, int, str], ...]]:
+    """Name codes of the fused MoE ops that launched kernels, and (name, kernel count, reason) for each."""
+    codes, counts = np.unique(trace.ops["name"][op_row[op_row >= 0]], return_counts=True)
+    moe = [(int(c), int(n)) for c, n in zip(codes, counts) if _FUSED_MOE_OP.search(trace.name(int(c)))]
+    return (np.array([c for c, _ in moe], dtype=codes.dtype),
+            tuple((trace.name(c), n, FUSED_MOE_REASON) for c, n in moe))
 
 
 # --------------------------------------------------------------------------- op costs
@@ -209,8 +244,28 @@ _MOVE = {"copy_", "clone", "_to_copy", "to", "contiguous", "cat", "stack", "inde
 _BSHD = ("_flash_attention_forward", "_efficient_attention_forward")
 
 
-def _cost(name: str, dims_raw, types_raw, flops_field: float) -> tuple[float, float, str | None]:
-    """(FLOPs, bytes, precision) of one op from its shapes; NaN when not estimable."""
+def kept_score_fraction(sq: int, sk: int, causal: int) -> float:
+    """Share of the ``sq x sk`` attention score matrix that a mask keeps (1.0 unless causal).
+
+    Top-left aligned (torch SDPA's ``is_causal``): query ``i`` sees keys ``j <= i``, so row ``i``
+    keeps ``min(i + 1, sk)`` entries. Bottom-right aligned (FlashAttention 2, ``causal_lower_right``):
+    row ``i`` keeps ``clamp(i + 1 + sk - sq, 0, sk)``. For ``sq == sk`` both keep ``sq (sq + 1) / 2``
+    entries: half the matrix plus its diagonal."""
+    if causal not in (CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT) or sq <= 0 or sk <= 0:
+        return 1.0
+    if causal == CAUSAL_TOP_LEFT:
+        n = min(sq, sk)  # rows 0..n-1 keep i + 1 entries, later rows keep all sk
+        kept = n * (n + 1) // 2 + (sq - n) * sk
+    else:
+        offset = sk - sq  # row i keeps i + 1 + offset entries (never more than sk, as i < sq)
+        first = max(0, -offset)  # rows before it keep none (a query with no key to see)
+        kept = (sq - first) * ((first + 1 + offset) + (sq + offset)) // 2  # arithmetic series
+    return kept / (sq * sk)
+
+
+def _cost(name: str, dims_raw, types_raw, flops_field: float, causal: int = -1) -> tuple[float, float, str | None]:
+    """(FLOPs, bytes, precision) of one op from its shapes; NaN when not estimable. ``causal`` is
+    the op's ``ops["causal"]`` code (attention ops only)."""
 
     dims = parse_json_field(dims_raw) or []
     types = parse_json_field(types_raw) or []
@@ -244,9 +299,10 @@ def _cost(name: str, dims_raw, types_raw, flops_field: float) -> tuple[float, fl
     if "attention" in op or "scaled_dot_product" in op:
         if len(tensors) < 3:
             return math.nan, math.nan, None
-        k = tensors[1][0]
-        sk = k[1] if op in _BSHD else k[-2]
-        flops = 4.0 * numel[0] * sk  # QK^T and PV, 2 FLOPs per multiply-add; causal masking ignored
+        q, k = tensors[0][0], tensors[1][0]
+        sq, sk = (q[1], k[1]) if op in _BSHD else (q[-2], k[-2])
+        # QK^T and PV, 2 FLOPs per multiply-add, over the score entries the mask keeps
+        flops = 4.0 * numel[0] * sk * kept_score_fraction(sq, sk, causal)
         return flops, float(sum(nbytes[:3]) + nbytes[0]), _PREC.get(t0, "fp32")
     if op in _NORM:
         return 5.0 * numel[0], float(2 * nbytes[0] + sum(nbytes[1:])), "fp32"
@@ -274,12 +330,13 @@ def _op_costs(trace, rows: np.ndarray):
     flops, byts, prec = np.full(n, np.nan), np.full(n, np.nan), np.full(n, None, dtype=object)
     if len(rows) == 0:
         return flops, byts, prec
-    names, dims, types, ff = ops["name"], ops["input_dims"], ops["input_types"], ops["flops"]
+    names, dims, types, ff, causal = (ops[c] for c in ("name", "input_dims", "input_types", "flops", "causal"))
     # The flops field by its bits: NaN (no flops field) never equals itself, its bits do.
     keys = list(zip(names[rows].tolist(), dims[rows].tolist(), types[rows].tolist(),
-                    np.ascontiguousarray(ff[rows], dtype=np.float64).view(np.int64).tolist()))
+                    np.ascontiguousarray(ff[rows], dtype=np.float64).view(np.int64).tolist(),
+                    causal[rows].tolist()))
     first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))  # key -> its first position
-    costs = [_cost(trace.name(key[0]), key[1], key[2], float(ff[rows[i]])) for key, i in first.items()]
+    costs = [_cost(trace.name(key[0]), key[1], key[2], float(ff[rows[i]]), key[4]) for key, i in first.items()]
     group = dict(zip(first, range(len(first))))
     g = np.fromiter(map(group.__getitem__, keys), dtype=np.int64, count=len(keys))
     flops[rows] = np.array([c[0] for c in costs], dtype=np.float64)[g]

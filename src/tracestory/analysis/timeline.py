@@ -17,9 +17,11 @@ Model
   (``idle_other``) is time the op was already submitted but waited: synchronisation, a
   dependency on another stream or event, or queueing. A gap whose next op has no known launch
   call counts entirely as ``idle_other`` (we cannot claim it was launch-bound).
-* Launch latency: launch call START to GPU op start, for every op launched one by one (a known
-  launch call that is not a graph launch: an op replayed from a CUDA/HIP graph would measure the
-  time since the graph launch). On a GPU-bound run it includes queueing behind earlier GPU work.
+* Launch latency: launch call START to GPU op start, for every op launched directly (a kernel
+  by a kernel-launch call, a memcpy/memset by a copy call; :func:`~tracestory.analysis.graphs.
+  launched_directly`, the one definition the findings use too): an op replayed from a CUDA/HIP
+  graph would measure the time since the graph launch. On a GPU-bound run it includes queueing
+  behind earlier GPU work.
   On one clock (Kineto, nsys) it is queueing plus submission; a small negative value can occur
   when the source's CPU and GPU clocks are aligned imperfectly, and is kept as measured.
 * Percentiles are numpy's linear interpolation.
@@ -49,7 +51,7 @@ import numpy as np
 
 from ..trace import Trace
 from . import intervals
-from .launch_apis import launch_masks
+from .graphs import launched_directly
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 
 SHORT_KERNEL_NS = 10_000
@@ -198,8 +200,7 @@ def timeline(trace: Trace) -> Timeline | None:
     launch_start = api_column(trace, launch, "start_ns")
     # Ops replayed from a graph carry the graph launch's correlation id: their "latency" would be
     # the time since the graph launch, so latency is read from ops launched one by one.
-    graph_call = launch_masks(trace)[1]
-    direct = has_launch & ~graph_call[np.maximum(launch, 0)] if len(graph_call) else has_launch
+    direct = launched_directly(trace)
 
     t0, t1 = int(starts.min()), int(ends.max())
     window = t1 - t0

@@ -14,8 +14,13 @@ tokenized text; a remainder shorter than ``input_len`` is dropped and at most
 Text: WikiText-2 raw test split through ``datasets`` (non-empty lines joined by newlines) when
 that package and the network are reachable, else ``--text-file``. Model: a local Hugging Face
 checkpoint (``transformers``, imported lazily). Precision variants: ``bf16``, ``fp16``, ``fp32``
-(load dtype) and ``fp8-weight`` (bf16 model whose Linear weights are rounded through row-wise
-e4m3 and back: the accuracy cost of FP8 weight storage, not FP8 speed).
+(load dtype); ``fp8-weight`` (bf16 model whose Linear weights are rounded through row-wise
+e4m3 and back: the accuracy cost of FP8 weight storage, not FP8 speed); ``fp8-rowwise`` and
+``fp8-tensorwise`` (bf16 model whose ``nn.Linear`` layers, all but the output head ``lm_head``,
+run through :mod:`tracestory.models.fp8`: weights quantised once, activations per row or per
+tensor at every call, a real ``torch._scaled_mm`` FP8 matmul, the same path as ``bench llama
+--fp8``). FP8 precisions are scored beside ``bf16`` of the same checkpoint (added when not
+asked for), and :func:`deltas` gives ``ppl(fp8) - ppl(bf16)`` and its ratio.
 
 Checkpoints: every ``--model`` must be a local folder with a ``config.json`` (checked before
 any text is read); a folder transformers cannot load is reported as one error naming it.
@@ -35,8 +40,10 @@ from pathlib import Path
 from ..errors import ToolNotFound, UsageError
 from ..models.runtime import dtype_name
 from .fp8 import dequantize, ref_quantize_per_row
+from .support import require, sm_version
 
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8-weight")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8-weight", "fp8-rowwise", "fp8-tensorwise")
+FP8_MATMUL = {"fp8-rowwise": "rowwise", "fp8-tensorwise": "tensorwise"}   # precision -> models.fp8 mode
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ def _transformers():
 def precision_name(text: str) -> str:
     """``fp8-weight`` or a dtype in either spelling (``bf16`` or ``bfloat16``, ...), as its short name."""
     t = text.strip().lower()
-    if t == "fp8-weight":
+    if t == "fp8-weight" or t in FP8_MATMUL:
         return t
     try:
         return dtype_name(t)
@@ -151,14 +158,36 @@ def load_model(path: str, precision: str, device: str):
 
     tf = _transformers()
     precision = precision_name(precision)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-             "fp8-weight": torch.bfloat16}[precision]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}.get(precision, torch.bfloat16)
     check_checkpoint(path)
+    if precision in FP8_MATMUL and str(device).startswith("cuda"):
+        require("fp8", sm_version(tuple(torch.cuda.get_device_capability(torch.device(device)))))
     model = _loading(path, "causal LM", lambda: tf.AutoModelForCausalLM.from_pretrained(path, dtype=dtype))
     model = model.to(device).eval()
     if precision == "fp8-weight":
         fake_quant_fp8_weights(model)
+    elif precision in FP8_MATMUL:
+        from ..models import llama  # torch modules; models.fp8 is reached through it
+
+        llama.fp8.quantize_linears(model, FP8_MATMUL[precision])
     return model
+
+
+def with_baseline(precisions: Sequence[str]) -> list[str]:
+    """The precisions to score: ``bf16`` first when an FP8 matmul precision is asked without it."""
+    names = [precision_name(p) for p in precisions]
+    if any(p in FP8_MATMUL for p in names) and "bf16" not in names:
+        names.insert(0, "bf16")
+    return names
+
+
+def deltas(results: Sequence[PplResult]) -> list[dict]:
+    """For every FP8 result: its perplexity beside ``bf16`` of the same checkpoint,
+    ``delta = ppl - ppl_bf16`` and ``ratio = ppl / ppl_bf16``."""
+    base = {r.model: r.ppl for r in results if r.precision == "bf16"}
+    return [{"model": r.model, "precision": r.precision, "ppl": r.ppl, "bf16_ppl": base[r.model],
+             "delta": r.ppl - base[r.model], "ratio": r.ppl / base[r.model]}
+            for r in results if r.precision.startswith("fp8") and r.model in base]
 
 
 def load_text(text_file: str | None, dataset: str) -> str:

@@ -30,6 +30,14 @@ and ``spread = (p90 - p10) / median``. A warning is attached when the spread exc
 ``spread_warn`` (default 0.10): the median is then less trustworthy (clock changes, other
 work on the GPU, a cache that is warm in some repetitions only).
 
+Energy (CUDA only, when a GPU telemetry sampler is running, :func:`tracestory.telemetry.active`):
+NVML's total-energy counter of the measured GPU is read right before the first timed repetition
+(after a synchronize) and right after the final synchronize; ``energy_j`` is the difference and
+``energy_j_per_rep`` that over the repetitions. It includes whatever ran on that GPU meanwhile
+(the L2 flush of ``flush_l2``, ``before_each``, other processes) and idle power; the counter
+advances in steps of tens of ms, so a window (``energy_window_ns``) shorter than about 100 ms is
+coarse. ``None`` when no sampler runs, the GPU has no counter, or the counter did not advance.
+
 Limits: a call whose work is shorter than the event resolution (~0.5 us) is poorly measured;
 use more work per call or a CUDA graph. ``fn`` must be idempotent enough to repeat.
 """
@@ -38,11 +46,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from .. import telemetry
 from ..capture.environment import external_profiler
 from .common import region
 
@@ -76,6 +85,9 @@ class TimingStats:
     warning: str | None
     clock: str                    # "cuda-events" | "perf_counter" | "cuda-events (profiler, 1 rep)"
     flush_l2: bool
+    energy_j: float | None = None           # NVML energy counter over the timed repetitions
+    energy_j_per_rep: float | None = None
+    energy_window_ns: int | None = None     # host time between the two counter reads
 
     @property
     def median_ms(self) -> float:
@@ -206,6 +218,8 @@ def _measure_cuda(fn, warmup_ms, rep_ms, flush_l2, min_reps, max_reps, spread_wa
         prep()
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
+    meter = _energy_meter(torch)
+    e_start = meter() if meter is not None else None
     with timed_region():
         for i in range(n):
             if not single:
@@ -214,8 +228,43 @@ def _measure_cuda(fn, warmup_ms, rep_ms, flush_l2, min_reps, max_reps, spread_wa
             fn()
             ends[i].record()
         torch.cuda.synchronize()
+    e_end = meter() if meter is not None else None
     if single:
         torch.cuda.profiler.stop()
     samples = [s.elapsed_time(e) * 1e6 for s, e in zip(starts, ends)]
     clock = "cuda-events (1 rep)" if single else "cuda-events"
-    return summarize(samples, clock=clock, flush_l2=flush_l2, spread_warn=spread_warn)
+    stats = summarize(samples, clock=clock, flush_l2=flush_l2, spread_warn=spread_warn)
+    return _with_energy(stats, meter, e_start, e_end, n)
+
+
+def _energy_meter(torch) -> Callable[[], tuple[int, int] | None] | None:
+    """A function reading (energy counter mJ, monotonic ns) of the current CUDA device through the
+    running telemetry sampler; None when no sampler runs or the device is not found in NVML."""
+    sampler = telemetry.active()
+    if sampler is None:
+        return None
+    dev = torch.cuda.current_device()
+    index = None
+    try:
+        index = sampler.index_of_uuid(str(torch.cuda.get_device_properties(dev).uuid))
+    except (AttributeError, RuntimeError):
+        pass
+    if index is None and len(sampler.devices) == 1:
+        index = 0
+    if index is None:
+        return None
+
+    def read() -> tuple[int, int] | None:
+        mj = sampler.energy_mj(index)
+        return None if mj is None else (mj, time.monotonic_ns())
+
+    return read
+
+
+def _with_energy(stats: TimingStats, meter, start, end, n: int) -> TimingStats:
+    """``stats`` with the energy between the two counter reads (see the module docstring)."""
+    if meter is None or start is None or end is None or end[0] <= start[0] or n < 1:
+        return stats
+    joules = (end[0] - start[0]) / 1000.0
+    return replace(stats, energy_j=joules, energy_j_per_rep=joules / n,
+                               energy_window_ns=end[1] - start[1])

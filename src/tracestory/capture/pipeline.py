@@ -34,6 +34,11 @@ short are removed). Before anything starts, the workload is checked
 the capture creates or replaces is checked against its inputs
 (:class:`tracestory.outputs.OutputPlan`).
 
+GPU telemetry: while the steps run, this process samples NVML into ``<tool>/telemetry.jsonl``
+(:mod:`tracestory.telemetry`; the capture's ``telemetry`` record says on or off and why); off
+with ``--skip-power-monitor`` and always off for ncu. Its children run with
+``TRACESTORY_SKIP_POWER_MONITOR=1``, so a workload that samples by default does not sample twice.
+
 Commands are recorded as the user would type them (final paths, not staging paths), and each
 capture records ``invocation``: the ``tracestory capture`` command with every non-default
 setting as a flag, which reproduces it whatever source (flag, env, file) set the values.
@@ -41,6 +46,7 @@ setting as a flag, which reproduces it whatever source (flag, env, file) set the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -53,6 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .. import telemetry
 from ..errors import ToolNotFound, UsageError
 from ..outputs import OutputPlan, ensure_folder, is_temporary
 from . import under_load as _load
@@ -319,7 +326,8 @@ def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResul
             manifest["environment"] = collect_environment(p.workload.path)
             rec["workload"]["git"] = manifest["environment"].get("git")
             save()
-            error, interrupted = _run_steps(p, rec, save)
+            with _telemetry(p, rec):
+                error, interrupted = _run_steps(p, rec, save)
             # Under nsys/ncu the torch capture deliberately records nothing itself (no nested
             # CUPTI subscriber): the outer profiler holds the trace.
             if (error is None and p.tool == "torch" and rec["external_profiler"] is None
@@ -334,9 +342,57 @@ def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResul
             guard.hold()                  # a second Ctrl-C waits until the manifest is written
         interrupted = guard.first or interrupted   # what reached the capture wins
         files, note = _finish(p, rec, error, interrupted)
+        _telemetry_file(p, rec)
         save()
     return CaptureResult(p.tool, str(p.folder), rec["status"], tuple(files), str(p.folder / MANIFEST),
                          error, interrupted, note)
+
+
+NCU_TELEMETRY_OFF = ("Nsight Compute capture: GPU telemetry is always off (the sampler would disturb ncu's "
+                     "clock control and kernel replays)")
+
+
+@contextlib.contextmanager
+def _telemetry(p: CapturePlan, rec: dict[str, Any]):
+    """GPU telemetry of a capture, sampled by this process while the steps run, into
+    ``<staging>/telemetry.jsonl`` (moved with the tool folder). The children run with
+    ``TRACESTORY_SKIP_POWER_MONITOR=1`` so that a ``tracestory serve``/``bench``/``load`` workload
+    does not sample the same GPUs into the same folder. ``rec["telemetry"]`` says on or off and why."""
+    if p.tool == "ncu":
+        rec["telemetry"], on = {"status": "off", "reason": NCU_TELEMETRY_OFF}, False
+    elif p.values.get("skip_power_monitor"):
+        rec["telemetry"], on = {"status": "off", "reason": "--skip-power-monitor"}, False
+    else:
+        rec["telemetry"], on = {"status": "on"}, True
+    why: list[str] = []
+    with telemetry.maybe_sampler(p.staging / telemetry.FILE_NAME, enabled=on, label=f"capture {p.tool}",
+                                 why=why) as sampler:
+        if sampler is None and on:
+            rec["telemetry"] = {"status": "off", "reason": why[0] if why else "unavailable"}
+        elif sampler is not None:
+            rec["telemetry"].update(rate_hz=sampler.rate_hz, gpus=len(sampler.devices),
+                                    sampled_by="the capture process")
+        old = os.environ.get(telemetry.SKIP_ENV)
+        os.environ[telemetry.SKIP_ENV] = "1"        # for the children, once this process samples
+        try:
+            yield sampler
+        finally:
+            if old is None:
+                os.environ.pop(telemetry.SKIP_ENV, None)
+            else:
+                os.environ[telemetry.SKIP_ENV] = old
+
+
+def _telemetry_file(p: CapturePlan, rec: dict[str, Any]) -> None:
+    """Where the capture's telemetry.jsonl ended up (tool folder, or failed-<tool>/)."""
+    t = rec.get("telemetry")
+    if not t or t.get("status") != "on":
+        return
+    for folder in (p.final, p.folder / f"failed-{p.tool}"):
+        f = folder / telemetry.FILE_NAME
+        if f.is_file() and (folder == p.final) == (rec["status"] == "complete"):
+            t["file"] = f"{folder.name}/{telemetry.FILE_NAME}"
+            t["bytes"] = f.stat().st_size
 
 
 def _alive(pid: Any) -> bool:
@@ -498,6 +554,8 @@ def _attribute_files(p: CapturePlan, records: list[dict[str, Any]], files: list[
     for r in records:
         r["files"] = []
     for f, n in files:
+        if f == telemetry.FILE_NAME:     # the capture's own file, recorded in the capture's "telemetry"
+            continue
         entry = {"path": f"{p.tool}/{f}", "bytes": n}
         owner = next((r for r in records[1:] if any(a.endswith("/" + f) for a in r["argv"])), records[0])
         owner["files"].append(entry)

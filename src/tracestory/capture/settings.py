@@ -66,6 +66,9 @@ OPTIONS: tuple[Option, ...] = (
            "seconds a stopped workload gets to exit after SIGINT (and again after SIGTERM) before the "
            "next signal: the server after the load, or any profiled command after a Ctrl-C; the "
            "profiler writes its trace then"),
+    Option("skip_power_monitor", "bool", False, _ALL,
+           "no GPU telemetry (by default the capture samples NVML at 20 Hz while the workload runs, into "
+           "<tool>/telemetry.jsonl; always off for ncu, whose clock control and replays it would disturb)"),
     Option("wait", "int", None, ("torch",),
            "ProfilerStep schedule: steps to wait (a step ends with each --range region, "
            "or each outermost region without --range)"),

@@ -75,7 +75,7 @@ def cmd_analyze(args) -> int:
                 console.print(terminal.hardware_table(jsonout.kernel_rows(results.hardware)))
         else:
             for i, run in enumerate(results.runs):
-                console.print(table_renderable(results.table(name, i), f"{name} — {run.trace.label}"))
+                console.print(table_renderable(results.table(name, i), f"{name} — {run.trace.label}", console.width))
         if buf is not None:
             plan.write_text(out, buf.getvalue(), f"--format {fmt} output")
     elif fmt == "json" and name is None:

@@ -30,14 +30,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import outputs
+from .. import outputs, telemetry
 from ..bench import attention, common, fp8, llama, moe, timer
 from ..bench.common import print_table, roofline_line
+from ..bench.support import require, sm_version
 from ..capture import region as _region
+from ..capture.environment import external_profiler
 from ..capture.torch import RangeController
 from ..errors import ToolNotFound
+from ..models import llama_config
 from ..models.llama_config import PRESETS as LLAMA_PRESETS
-from ..models.llama_config import LlamaConfig, layer_params
+from ..models.llama_config import LlamaConfig
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Workload:
     description: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    # flag checks that need no device, run before anything starts (one UsageError line)
+    check: Callable[[argparse.Namespace], None] | None = None
 
 
 # --------------------------------------------------------------------------- option types
@@ -115,8 +120,18 @@ def _llama_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile-mode", nargs="+", default=["default"], choices=llama.COMPILE_MODES,
                    help="torch.compile modes for --mode compile (default: default)")
     _add_dtype(p, "bf16", "weights, activations and KV cache")
-    p.add_argument("--decode-attention", default="matmul", choices=llama.DECODE_ATTENTION,
-                   help="decode attention: two batched GEMMs (default) or F.scaled_dot_product_attention")
+    p.add_argument("--attention-backend", default="matmul", choices=llama.ATTENTION_BACKENDS,
+                   help="attention: matmul (SDPA prefill, decode as two batched GEMMs, split in 256-key chunks "
+                        "from 512 keys on; default), sdpa "
+                        "(F.scaled_dot_product_attention), flex (FlexAttention: causal block mask for "
+                        "prefill, its decoding kernel for decode)")
+    p.add_argument("--decode-attention", dest="attention_backend", choices=llama.DECODE_ATTENTION,
+                   help="older name of --attention-backend (matmul or sdpa)")
+    p.add_argument("--sliding-window", type=int, default=None, metavar="W",
+                   help="each query sees the W most recent keys, itself included (needs --attention-backend flex)")
+    p.add_argument("--fp8", default="off", choices=llama.FP8_MODES,
+                   help="FP8 e4m3 projections through torch._scaled_mm: weights quantised once, activations "
+                        "per row (rowwise) or per tensor (tensorwise) at each call (default: off)")
     p.add_argument("--warmup-ms", type=float, default=100.0, help="warm-up time budget per case (default: 100)")
     p.add_argument("--rep-ms", type=float, default=300.0, help="timed repetitions' budget per case (default: 300)")
 
@@ -125,26 +140,45 @@ def _case_label(phase: str, batch: int, seq: int, kv_len: int | None) -> str:
     return f"{phase} B={batch} " + (f"kv={kv_len}" if phase == "decode" else f"S={seq}")
 
 
+def _check_llama(args) -> None:
+    llama.check_options(args.attention_backend, args.sliding_window, args.fp8)
+
+
 def _run_llama(args) -> int:
     dev = common.open_device(args.device)
     cfg = LlamaConfig.from_name(args.preset)
     variants = llama.variants(args.mode, args.compile_mode)
+    if args.fp8 != "off" and dev.device.startswith("cuda"):
+        require("fp8", sm_version(dev.info.capability))
     _header(dev)
+    roof = llama.measure_copy_roof(dev.device)
+    if roof is not None:
+        print(f"measured copy roof: {roof.bytes_per_s / 1e12:.3f} TB/s (device-to-device copy of "
+              f"{roof.nbytes / 2 ** 30:.0f} GiB, read + written, best of {roof.reps}; median "
+              f"{2 * roof.nbytes / roof.median_ns / 1e3:.3f} TB/s)"
+              + (f"; datasheet {dev.peaks.copy_bytes_per_s / 1e12:.2f} TB/s" if dev.peaks.copy_bytes_per_s else ""))
+    wbytes = llama_config.layer_weight_bytes(cfg, common.DTYPE_BYTES[args.dtype], args.fp8)
+    window = f", sliding window {args.sliding_window}" if args.sliding_window else ""
     print(f"llama {cfg.name}: D={cfg.dim} H={cfg.n_heads} Hkv={cfg.n_kv_heads} d={cfg.head_dim} I={cfg.ffn_dim}; "
-          f"{args.layers} layers, {layer_params(cfg) * common.DTYPE_BYTES[args.dtype] / 1e6:,.1f} MB of weights "
-          f"per layer ({args.dtype})")
+          f"{args.layers} layers, {wbytes / 1e6:,.1f} MB of weights per layer ({args.dtype}"
+          f"{', fp8 ' + args.fp8 if args.fp8 != 'off' else ''}); attention {args.attention_backend}{window}")
 
     def show(c: llama.LlamaCase) -> None:
         line = roofline_line(c.median_ns, bytes_moved=c.bytes, flops=None if c.phase == "decode" else c.flops,
                              pk=dev.peaks)
+        if c.measured_copy_fraction is not None:
+            line += f", {100 * c.measured_copy_fraction:.1f}% of the measured copy roof"
+        first = f"; first call {c.first_call_ns / 1e6:,.1f} ms" if c.first_call_ns is not None else ""
         print(f"{_case_label(c.phase, c.batch, c.seq, c.kv_len):<22} {c.variant:<24} {c.median_ns / 1e6:8.3f} ms  "
-              f"{c.ms_per_layer:7.3f} ms/layer  {c.tokens_per_s:12,.0f} tok/s  {line}")
+              f"{c.ms_per_layer:7.3f} ms/layer  {c.tokens_per_s:12,.0f} tok/s  {line}{first}"
+              + (f"  {c.joules_per_token:.4g} J/tok" if c.joules_per_token is not None else ""))
         if c.timing.warning:
             print(f"  warning: {c.timing.warning}")
 
     results = llama.run_llama(cfg, dev, layers=args.layers, phases=args.phase, batch=args.batch, seqs=args.seq,
                               kv_lens=args.kv_len, variants=variants, dtype=args.dtype,
-                              decode_attention=args.decode_attention, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
+                              attention_backend=args.attention_backend, sliding_window=args.sliding_window,
+                              fp8=args.fp8, copy_roof=roof, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                               on_case=show)
     keys = list(dict.fromkeys((r.phase, r.batch, r.seq, r.kv_len) for r in results))
     by = {(r.phase, r.batch, r.seq, r.kv_len, r.variant): r for r in results}
@@ -154,7 +188,8 @@ def _run_llama(args) -> int:
     print_table(["case"] + [f"{v} [ms]" for v in variants], rows)
     common.write_json(args.json, {"bench": llama.NAME, "config": asdict(cfg), "device": asdict(dev.info),
                                   "peaks": asdict(dev.peaks), "args": _json_args(args),
-                                  "results": [r.to_dict() for r in results]})
+                                  "results": [r.to_dict() for r in results],
+                                  "copy_roof": roof.to_dict() if roof else None})
     return 0
 
 
@@ -345,7 +380,7 @@ def _run_moe(args) -> int:
 WORKLOADS = (
     Workload(llama.NAME, llama.HELP, "A stack of Llama decoder layers (RoPE, grouped-query attention, SwiGLU): "
              "prefill and KV-cache decode, eager vs torch.compile, next to the copy and bf16 peaks.",
-             _llama_arguments, _run_llama),
+             _llama_arguments, _run_llama, _check_llama),
     Workload(attention.NAME, attention.HELP, "Decode attention (one query token) over a KV-length sweep, with the "
              "line fit ITL = a + b * kv_len and the achieved bandwidth against the copy peak.",
              _attention_arguments, _run_attention),
@@ -368,6 +403,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-out", metavar="PATH",
                    help="trace/report path (torch: .trace.json.gz; nsys/ncu: output base name; "
                         "default: tracestory-bench-<workload>)")
+    p.add_argument("--skip-power-monitor", action="store_true",
+                   help="no GPU telemetry (by default NVML is sampled at 20 Hz while the bench runs, energy per "
+                        "repetition is measured and, with --json OUT, OUT's stem + .telemetry.jsonl is written; "
+                        "always off under ncu)")
 
 
 def register(subparsers) -> None:
@@ -384,14 +423,30 @@ def register(subparsers) -> None:
 def _runner(w: Workload):
     def run(args) -> int:
         common.require_package("torch", f"tracestory bench {w.name}", "torch")
+        if w.check is not None:
+            w.check(args)
         prof = getattr(args, "profile", None)
-        if prof == "torch":
-            return _run_torch_profiled(w, args)
         if prof in ("nsys", "ncu"):
             return _reexec(prof, w, args)
-        return int(w.run(args) or 0)
+        with _telemetry(args) as sampler:
+            rc = _run_torch_profiled(w, args) if prof == "torch" else int(w.run(args) or 0)
+        if sampler is not None and sampler.path is not None:
+            print(f"telemetry: {sampler.path} ({sampler.samples} samples at {sampler.rate_hz:g} Hz)")
+        return rc
 
     return run
+
+
+def _telemetry(args):
+    """The GPU telemetry sampler of one bench run (:func:`tracestory.telemetry.maybe_sampler`):
+    off with --skip-power-monitor and under Nsight Compute (it disturbs ncu's clock control)."""
+    path = None
+    if args.json and args.json != "-":
+        out = Path(args.json)
+        path = out.with_name(out.name.removesuffix(".json") + ".telemetry.jsonl")
+    on_cpu = getattr(args, "device", None) == "cpu"   # nothing to sample, nothing to say
+    enabled = not args.skip_power_monitor and external_profiler() != "ncu" and not on_cpu
+    return telemetry.maybe_sampler(path, enabled=enabled, label=f"bench {args.bench}")
 
 
 def _run_torch_profiled(w: Workload, args) -> int:

@@ -1,7 +1,9 @@
 """``tracestory eval <metric>``: model-quality measurements next to the benchmarks.
 
 ``eval ppl``: perplexity of local Hugging Face causal-LM checkpoints in several precisions
-on WikiText-2 or a text file (formula and limits: :mod:`tracestory.bench.ppl`). A ``--model``
+on WikiText-2 or a text file (formula and limits: :mod:`tracestory.bench.ppl`); FP8 matmul
+precisions (``fp8-rowwise``, ``fp8-tensorwise``) are printed and written with their difference
+to ``bf16`` on the same checkpoint (``deltas`` in the JSON). A ``--model``
 that is not a checkpoint folder, or that transformers cannot load, ends in one line naming it
 (exit code 2).
 """
@@ -29,7 +31,9 @@ def add_ppl_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="append", required=True, metavar="PATH",
                    help="local Hugging Face checkpoint folder (repeatable; the first one's tokenizer is used)")
     p.add_argument("--precision", type=_precisions, default=["bf16"], metavar="P[,P...]",
-                   help="bf16, fp16, fp32 (or bfloat16, float16, float32), fp8-weight (default: bf16)")
+                   help="bf16, fp16, fp32 (or bfloat16, float16, float32); fp8-weight (weights rounded "
+                        "through e4m3); fp8-rowwise, fp8-tensorwise (FP8 matmuls, scored beside bf16, which "
+                        "is added when missing) (default: bf16)")
     p.add_argument("--input-len", type=int, default=512, help="tokens per chunk (default: 512)")
     p.add_argument("--num-chunks", type=int, default=100, help="at most this many chunks (default: 100)")
     p.add_argument("--dataset", default="wikitext", help="built-in dataset (default: wikitext = WikiText-2 test)")
@@ -49,10 +53,17 @@ def _run_ppl(args) -> int:
     def show(r: ppl.PplResult) -> None:
         print(f"{r.model} [{r.precision}]: ppl {r.ppl:.4f} over {r.num_chunks} chunks", flush=True)
 
-    results = ppl.run_ppl(args.model, args.precision, chunks, device=args.device, on_result=show)
-    print_table(["model", "precision", "chunks", "tokens scored", "ppl"],
-                [[r.model, r.precision, r.num_chunks, r.tokens_scored, f"{r.ppl:.4f}"] for r in results])
-    write_json(args.json, {"eval": "ppl", "results": results})
+    precisions = ppl.with_baseline(args.precision)
+    results = ppl.run_ppl(args.model, precisions, chunks, device=args.device, on_result=show)
+    diff = {(d["model"], d["precision"]): d for d in ppl.deltas(results)}
+
+    def delta(r) -> str:
+        d = diff.get((r.model, r.precision))
+        return f"{d['delta']:+.4f} ({100 * (d['ratio'] - 1):+.2f}%)" if d else "-"
+
+    print_table(["model", "precision", "chunks", "tokens scored", "ppl", "vs bf16"],
+                [[r.model, r.precision, r.num_chunks, r.tokens_scored, f"{r.ppl:.4f}", delta(r)] for r in results])
+    write_json(args.json, {"eval": "ppl", "results": results, "deltas": list(diff.values())})
     return 0
 
 

@@ -1,6 +1,12 @@
 """``tracestory load``: drive an OpenAI-compatible server with streaming requests, as ``vllm bench
 serve`` does (its flags, its printed block and its result keys; docs/LOADGEN.md maps them).
 
+Settings may also come from the environment, as the capture runbook sets them (``TRACE_DURATION``,
+``TARGET_QPS``, ``PROMPT_LEN_MIN``/``MAX``, ``MAX_NEW_TOKENS``, ``WARMUP_RUN`` and their
+``TRACESTORY_LOAD_*`` names; :mod:`tracestory.loadgen.env`): flag > environment > default, and
+the result files say where each came from. ``--warmup-run`` sends a warm-up load first
+(:mod:`tracestory.loadgen.warmup`), whose result JSON is written apart and never counted.
+
 Files, each only when asked: ``--save-result`` writes the flat result JSON (vLLM's keys, ms)
 into ``--result-dir`` as ``--result-filename``; ``--output FILE`` streams every request's record
 as a JSON line the moment it is known (``--save-detailed`` with ``--save-result`` streams them
@@ -20,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import telemetry
 from ..errors import UsageError
 from ..loadgen import (
                         LoadConfig,
@@ -36,7 +43,9 @@ from ..loadgen import (
                         validate_base_url,
 )
 from ..loadgen.config import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_REQUESTS, range_of
+from ..loadgen.env import env_lines, resolve_env
 from ..loadgen.metrics import default_result_filename, result_header
+from ..loadgen.warmup import DEFAULT_WARMUP_REQUESTS, warmup_config, warmup_note, warmup_result_path
 
 
 def _rate(text: str) -> float:
@@ -66,8 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     srv.add_argument("--timeout", type=float, default=300.0, help="per-request limit, seconds (default: 300)")
 
     load = p.add_argument_group("arrivals")
-    load.add_argument("--request-rate", "--target-qps", dest="request_rate", type=_rate, default=math.inf,
-                      help="requests per second, or inf to send all at once (default: inf)")
+    load.add_argument("--request-rate", "--target-qps", dest="request_rate", type=_rate, default=None,
+                      help="requests per second, or inf to send all at once (default: $TARGET_QPS, else inf)")
     load.add_argument("--burstiness", type=float, default=1.0,
                       help="gamma shape of the gaps between requests: 1 Poisson, <1 burstier, >1 steadier "
                            "(default: 1)")
@@ -76,12 +85,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--num-prompts", "--num-requests", dest="num_prompts", type=int,
                       help="requests to send (default: 1000, or as many as --duration allows)")
     load.add_argument("--duration", type=float,
-                      help="seconds during which requests are sent; those not sent by then are 'not sent'")
+                      help="seconds during which requests are sent; those not sent by then are 'not sent' "
+                           "(default: $TRACE_DURATION, else none)")
     load.add_argument("--seed", type=int, default=0, help="arrival times, prompt lengths, prompts (default: 0)")
     load.add_argument("--max-requests", type=int, default=DEFAULT_MAX_REQUESTS,
                       help="safety cap on planned requests (default: %(default)s)")
     load.add_argument("--max-in-flight", type=int, default=DEFAULT_MAX_IN_FLIGHT,
                       help="safety cap on requests in flight without --max-concurrency (default: %(default)s)")
+
+    warm = p.add_argument_group("warm-up")
+    warm.add_argument("--warmup-run", action="store_true", default=None,
+                      help="send a warm-up load first (same server and prompt settings, other prompts); its "
+                           "result JSON is written apart (<result>.warmup.json) and not counted "
+                           "(default: $WARMUP_RUN, else off)")
+    warm.add_argument("--warmup-duration", type=float, default=None,
+                      help="send window of the warm-up, seconds (implies --warmup-run)")
+    warm.add_argument("--warmup-requests", type=int, default=None,
+                      help=f"requests of the warm-up (implies --warmup-run; default {DEFAULT_WARMUP_REQUESTS} "
+                           "when no --warmup-duration)")
 
     data = p.add_argument_group("prompts")
     data.add_argument("--dataset-name", choices=("random", "sharegpt"), default="random",
@@ -89,8 +110,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     data.add_argument("--dataset-path", help="ShareGPT-format JSON file (local path)")
     data.add_argument("--tokenizer", help="transformers tokenizer (name or folder, loaded offline) for exact "
                                           "token lengths; without it lengths are word counts")
-    data.add_argument("--random-input-len", type=int, default=1024, help="prompt tokens (default: 1024)")
-    data.add_argument("--random-output-len", type=int, default=128, help="max_tokens asked (default: 128)")
+    data.add_argument("--random-input-len", type=int, default=None,
+                      help="prompt tokens (default: $PROMPT_LEN_MIN..$PROMPT_LEN_MAX, else 1024)")
+    data.add_argument("--random-output-len", type=int, default=None,
+                      help="max_tokens asked (default: $MAX_NEW_TOKENS, else 128)")
     data.add_argument("--random-range-ratio", type=float, default=0.0,
                       help="lengths uniform in [L (1 - r), L (1 + r)] (default: 0)")
     data.add_argument("--sharegpt-output-len", type=int, help="max_tokens for every ShareGPT request "
@@ -121,6 +144,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     res.add_argument("--json", metavar="FILE", help="our summary (ns, nested) for `tracestory report`")
     res.add_argument("--no-progress", "--disable-tqdm", dest="no_progress", action="store_true",
                      help="no progress bar")
+    res.add_argument("--skip-power-monitor", action="store_true",
+                     help="no GPU telemetry of this machine's GPUs (by default sampled while the load runs and "
+                          "written beside the result or --json file as <stem>.telemetry.jsonl)")
 
 
 def register(subparsers) -> None:
@@ -132,10 +158,13 @@ def register(subparsers) -> None:
 
 def config_from_args(args) -> LoadConfig:
     url = args.base_url if args.base_url is not None else f"http://{args.host}:{args.port}"
+    rate = args.request_rate if args.request_rate is not None else math.inf
     url = validate_base_url(url, "--base-url" if args.base_url is not None else "--host/--port")
     endpoint = args.endpoint or ("/v1/chat/completions" if args.backend == "openai-chat" else "/v1/completions")
-    lo_in, hi_in = range_of(args.random_input_len, args.random_range_ratio, "--random-input-len")
-    lo_out, hi_out = range_of(args.random_output_len, args.random_range_ratio, "--random-output-len")
+    lo_in, hi_in = range_of(args.random_input_len if args.random_input_len is not None else 1024,
+                            args.random_range_ratio, "--random-input-len")
+    lo_out, hi_out = range_of(args.random_output_len if args.random_output_len is not None else 128,
+                              args.random_range_ratio, "--random-output-len")
     if args.prompt_len_min is not None or args.prompt_len_max is not None:
         lo_in = args.prompt_len_min if args.prompt_len_min is not None else args.prompt_len_max
         hi_in = args.prompt_len_max if args.prompt_len_max is not None else args.prompt_len_min
@@ -145,7 +174,7 @@ def config_from_args(args) -> LoadConfig:
     for flag, name, seconds in (("--slo-ttft", "ttft", args.slo_ttft), ("--slo-itl", "tpot", args.slo_itl)):
         if seconds is not None:
             goodput.update(parse_goodput([f"{name}:{seconds * 1e3}"]))
-    return LoadConfig(url=url, model=args.model, endpoint=endpoint, request_rate=args.request_rate,
+    return LoadConfig(url=url, model=args.model, endpoint=endpoint, request_rate=rate,
                       burstiness=args.burstiness, max_concurrency=args.max_concurrency, num_requests=args.num_prompts,
                       duration_s=args.duration, prompt_len_min=lo_in, prompt_len_max=hi_in, max_new_tokens=hi_out,
                       min_new_tokens=lo_out, dataset=args.dataset_name, dataset_path=args.dataset_path,
@@ -225,12 +254,52 @@ def _jsonable(v):
     return "inf" if isinstance(v, float) and math.isinf(v) else v
 
 
-def main(args) -> int:
-    from rich.console import Console
+def _telemetry_path(result: Path | None) -> Path | None:
+    """``<result stem>.telemetry.jsonl`` beside the result (or summary) JSON."""
+    return None if result is None else result.with_name(result.name.removesuffix(".json") + ".telemetry.jsonl")
+
+
+def _run(cfg: LoadConfig, prompts, stream, label: str, show_progress: bool, console):
+    """One load run with its progress bar (on stderr, gone when it ends)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    bar = None
+    if show_progress:
+        bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                       TimeElapsedColumn(), console=console, transient=True)
+        task = bar.add_task(label, total=None, info="")
+        bar.start()
+
+    def progress(p) -> None:
+        bar.update(task, total=p.planned, completed=p.finished, info=f"sent {p.sent}  ok {p.ok}  failed {p.failed}")
+
+    try:
+        return run_load(cfg, progress if bar is not None else None, stream, prompts=prompts)
+    finally:
+        if bar is not None:
+            bar.stop()
+        if stream is not None:
+            stream.close()
+
+
+def main(args) -> int:
+    from rich.console import Console
+
+    # an explicit vLLM-style length flag wins over the runbook's length variables
+    settings = resolve_env(vars(args), os.environ, blocked={
+        "prompt_len_min": "--random-input-len" if args.random_input_len is not None else None,
+        "prompt_len_max": "--random-input-len" if args.random_input_len is not None else None,
+        "max_new_tokens": "--random-output-len" if args.random_output_len is not None else None})
+    for line in env_lines(settings):
+        print(line, file=sys.stderr)
+    implied = next((f for f, v in (("--warmup-duration", args.warmup_duration),
+                                   ("--warmup-requests", args.warmup_requests)) if v is not None), None)
+    if not args.warmup_run and implied is not None:
+        args.warmup_run = True
+        settings["warmup_run"] = {"value": True, "source": f"implied by {implied}"}
     cfg = config_from_args(args)
     cfg.validate()
+    wcfg = warmup_config(cfg, args.warmup_requests, args.warmup_duration) if args.warmup_run else None
     metrics = parse_percentile_metrics(args.percentile_metrics)
     percentiles = parse_metric_percentiles(args.metric_percentiles)
     metadata = parse_metadata(args.metadata)
@@ -238,7 +307,7 @@ def main(args) -> int:
     date = time.strftime("%Y%m%d-%H%M%S")
 
     inputs = [Path(cfg.dataset_path)] if cfg.dataset_path else []
-    result_path = stream_path = None
+    result_path = stream_path = warm_path = None
     if args.save_result:
         name = args.result_filename or default_result_filename(cfg, args.label, date)
         result_path = _prepare(Path(args.result_dir or ".") / name, inputs)
@@ -248,7 +317,9 @@ def main(args) -> int:
         stream_path = _prepare(result_path.with_name(result_path.name.removesuffix(".json") + ".requests.jsonl"),
                                inputs)
     summary_path = _prepare(Path(args.json), inputs) if args.json else None
-    outs = [p for p in (result_path, stream_path, summary_path) if p is not None]
+    if wcfg is not None and (result_path or summary_path) is not None:
+        warm_path = _prepare(warmup_result_path(result_path or summary_path), inputs)
+    outs = [p for p in (result_path, stream_path, summary_path, warm_path) if p is not None]
     if len({p.resolve() for p in outs}) < len(outs):
         raise UsageError(f"{outs[0]}: the same file is named by two output flags")
 
@@ -262,24 +333,32 @@ def main(args) -> int:
         print(f"load: {asked:,.0f} requests would be planned; capped at {cfg.max_requests:,} (--max-requests)",
               file=sys.stderr)
 
+    warm_res = None
+    if wcfg is not None:
+        rule = " and ".join(x for x in (f"{wcfg.num_requests} requests" if wcfg.num_requests else "",
+                                        f"{wcfg.duration_s:g} s" if wcfg.duration_s else "") if x)
+        print(f"load: warm-up run first ({rule}, same server and prompt settings, other prompts); "
+              "not counted in the result", file=sys.stderr)
+        wresult = _run(wcfg, prompt_source(wcfg, choice), None, "warm-up", not args.no_progress, console)
+        warm_res = benchmark_result(wresult, metrics, percentiles, detailed=args.save_detailed)
+        print(f"load: warm-up: {warm_res['completed']} completed, {warm_res['failed']} failed, "
+              f"{warm_res['duration']:.2f} s", file=sys.stderr)
+        if warm_path is not None:
+            doc = {**result_header(wcfg, date=date, label=args.label, metadata=metadata), "run_kind": "warmup",
+                   "settings": settings, "warmup": None, **warm_res}
+            write_atomic(warm_path, json.dumps(doc, indent=1) + "\n")
+            print(f"wrote {warm_path} (warm-up, not counted)")
+        else:
+            print("load: the warm-up result is not saved (add --save-result or --json)", file=sys.stderr)
+        if wresult.interrupted:
+            sys.stdout.flush()
+            return 130
+    warm = warmup_note(warm_res, warm_path) if warm_res is not None else None
+
     stream = RecordStream(stream_path) if stream_path is not None else None
-    bar = None
-    if not args.no_progress:
-        bar = Progress(TextColumn("load"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                       TimeElapsedColumn(), console=console, transient=True)
-        task = bar.add_task("load", total=None, info="")
-        bar.start()
-
-    def progress(p) -> None:
-        bar.update(task, total=p.planned, completed=p.finished, info=f"sent {p.sent}  ok {p.ok}  failed {p.failed}")
-
-    try:
-        result = run_load(cfg, progress if bar is not None else None, stream, prompts=prompts)
-    finally:
-        if bar is not None:
-            bar.stop()
-        if stream is not None:
-            stream.close()
+    with telemetry.maybe_sampler(_telemetry_path(result_path or summary_path), label="load",
+                                 enabled=not args.skip_power_monitor and bool(result_path or summary_path)):
+        result = _run(cfg, prompts, stream, "load", not args.no_progress, console)
     res = benchmark_result(result, metrics, percentiles, detailed=args.save_detailed)
     for line in result_lines(res, cfg, metrics, percentiles):
         print(line)
@@ -289,11 +368,13 @@ def main(args) -> int:
                              f"{len(result.records)} records written")
         print(f"wrote {stream.path} ({stream.count} requests)")
     if result_path is not None:
-        doc = {**result_header(cfg, date=date, label=args.label, metadata=metadata), **res}
+        doc = {**result_header(cfg, date=date, label=args.label, metadata=metadata), "run_kind": "measured",
+               "settings": settings, "warmup": warm, **res}
         write_atomic(result_path, json.dumps(doc, indent=1) + "\n")
         print(f"wrote {result_path}")
     if summary_path is not None:
         config = {k: _jsonable(getattr(cfg, k)) for k in cfg.__dataclass_fields__}
+        config.update(settings=settings, warmup=warm)
         write_atomic(summary_path, json.dumps({"config": config, "summary": summarize(result).to_json()},
                                               indent=1) + "\n")
         print(f"wrote {summary_path}")

@@ -17,6 +17,7 @@ import os
 import re
 import sys
 
+from .. import telemetry
 from ..capture.under_load import EVENT_LOG_ENV
 from ..errors import UsageError
 from ..models.llama_config import PRESETS
@@ -76,6 +77,9 @@ def register(subparsers) -> None:
     p.add_argument("--event-log", metavar="JSONL",
                    help="write the scheduler event log here (default: $TRACESTORY_EVENT_LOG, which "
                         "'tracestory capture --load' sets to the capture folder)")
+    p.add_argument("--skip-power-monitor", action="store_true",
+                   help="no GPU telemetry (by default NVML is sampled at 20 Hz in the server process into "
+                        f"${telemetry.PATH_ENV} or telemetry.jsonl beside the event log)")
     p.add_argument("--vocab", type=int, help="vocabulary size (default: 512 tiny, 32000 / 128256 real presets)")
     p.add_argument("--eos-id", type=int, help="token id that ends a request (default: none)")
     p.add_argument("--seed", type=int, default=0, help="weight seed (default: 0)")
@@ -155,7 +159,9 @@ def _run(args: argparse.Namespace) -> int:
                         gpu_memory_fraction=args.gpu_memory_fraction, limits=limits,
                         fair_wait_iterations=args.fair_wait_iterations or None,
                         attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
-                        overlap=args.overlap, max_model_len=args.max_model_len)
+                        overlap=args.overlap, max_model_len=args.max_model_len,
+                        power_monitor=not args.skip_power_monitor,
+                        telemetry_path=os.environ.get(telemetry.PATH_ENV) or None)
 
     def ready(url: str) -> None:
         print(f"tracestory serve: listening on {url}", flush=True)

@@ -24,6 +24,7 @@ from .capture_folder import MANIFEST, load_artifact_folder
 from .files import read_head
 from .load_summary import LoadSummary, is_summary_file, read_summary
 from .scheduler_log import SchedulerLog, is_scheduler_log, read_scheduler_log
+from .telemetry import TelemetryLog, is_telemetry_file, read_telemetry
 from .kineto import load_kineto
 from .nsys_sqlite import load_nsys_sqlite
 from .nsys_rep import export_nsys_rep
@@ -42,7 +43,8 @@ class Inputs:
 
     ``kernel_metrics``: ``(path, KernelMetrics)`` pairs, one per Nsight Compute input.
     ``paths``: the inputs as given, trace inputs first, then the serving files named directly.
-    ``scheduler_log`` / ``load_summary``: the serving run's parsed files, or None."""
+    ``scheduler_log`` / ``load_summary``: the serving run's parsed files, or None.
+    ``telemetry``: the GPU telemetry file of a capture folder or named as an input, or None."""
 
     traces: tuple[Trace, ...] = ()
     kernel_metrics: tuple = ()
@@ -51,11 +53,12 @@ class Inputs:
     paths: tuple[str, ...] = ()
     scheduler_log: SchedulerLog | None = None
     load_summary: LoadSummary | None = None
+    telemetry: TelemetryLog | None = None  # GPU telemetry (a capture's telemetry.jsonl, or one named)
 
     def __repr__(self) -> str:
         return (f"Inputs(traces={len(self.traces)}, kernel_metrics={len(self.kernel_metrics)}, "
                 f"manifests={len(self.manifests)}, scheduler_log={self.scheduler_log is not None}, "
-                f"load_summary={self.load_summary is not None}, paths={list(self.paths)[:4]!r})")
+                f"load_summary={self.load_summary is not None}, telemetry={self.telemetry is not None}, paths={list(self.paths)[:4]!r})")
 
     @property
     def manifest(self) -> dict | None:
@@ -139,6 +142,8 @@ def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | 
         paths = [paths]
     paths = [str(p) for p in paths]
     others, logs, summaries = split_serving_files(paths)
+    telemetry_files = [p for p in others if Path(p).is_file() and is_telemetry_file(p)]
+    others = [p for p in others if p not in telemetry_files]
     traces: list[Trace] = []
     metrics: list = []
     manifests: list[dict] = []
@@ -153,6 +158,7 @@ def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | 
             files = folder.trace_files
             logs += [str(p) for p in folder.scheduler_logs]
             summaries += [str(p) for p in folder.load_summaries]
+            telemetry_files += [str(p) for p in folder.telemetry]
         elif path.is_dir():
             require_gpu, files = True, _expand(path)
         else:
@@ -164,7 +170,8 @@ def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | 
                 traces.extend(value)
             else:
                 metrics.append((str(f), value))
-    for what, found in (("scheduler event log", logs), ("load summary", summaries)):
+    for what, found in (("scheduler event log", logs), ("load summary", summaries),
+                        ("GPU telemetry file", telemetry_files)):
         if len(found) > 1:
             raise UsageError(f"{found[1]}: one {what} per report (found {len(found)}: {', '.join(found)})")
     if summaries and not logs:
@@ -172,8 +179,9 @@ def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | 
                          "run (`tracestory serve --event-log`), found none")
     if require_content and not traces and not metrics and not logs:
         raise UsageError("no trace or kernel metrics found in the inputs")
-    named = [p for p in paths if p in logs or p in summaries]
+    named = [p for p in paths if p in logs or p in summaries or p in telemetry_files]
     return Inputs(traces=tuple(traces), kernel_metrics=tuple(metrics), manifests=tuple(manifests),
                   artifact_dirs=tuple(dirs), paths=tuple([*others, *named]),
                   scheduler_log=read_scheduler_log(logs[0]) if logs else None,
-                  load_summary=read_summary(summaries[0]) if summaries else None)
+                  load_summary=read_summary(summaries[0]) if summaries else None,
+                  telemetry=read_telemetry(telemetry_files[0]) if telemetry_files else None)

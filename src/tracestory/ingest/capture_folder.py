@@ -9,7 +9,8 @@ A capture under load (``--load``) also holds, in its tool folder, the server's s
 event log (``*.sched.jsonl``) and the load generator's ``load.summary.json`` and
 ``load.requests.jsonl``; :attr:`ArtifactFolder.scheduler_logs` and
 :attr:`ArtifactFolder.load_summaries` name those of one capture (see :func:`_serving_files`)
-for the batch story.
+for the batch story. A capture with GPU telemetry holds ``<tool>/telemetry.jsonl``
+(:attr:`ArtifactFolder.telemetry`).
 
 :attr:`ArtifactFolder.trace_files` is what ``tracestory report`` loads: every Kineto trace,
 each nsys SQLite (the ``.nsys-rep`` only when no SQLite export of it exists), and for Nsight
@@ -32,6 +33,7 @@ MANIFEST_SCHEMA = "tracestory.manifest/1"
 LOAD_SUMMARY = "load.summary.json"          # ``tracestory load --json`` output of a capture under load
 
 TOOL_FOLDERS = ("torch", "nsys", "ncu")
+TELEMETRY_FILE = "telemetry.jsonl"          # GPU telemetry sampled by the capture (tracestory.telemetry)
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any] | None:
@@ -61,6 +63,7 @@ class ArtifactFolder:
     ncu_details_csv: tuple[Path, ...]  # ncu/*_details.csv
     scheduler_logs: tuple[Path, ...] = ()   # <tool>/*.sched.jsonl (captures under load)
     load_summaries: tuple[Path, ...] = ()   # <tool>/load.summary.json
+    telemetry: tuple[Path, ...] = ()        # <tool>/telemetry.jsonl (GPU telemetry, see _telemetry_files)
 
     @property
     def trace_files(self) -> list[Path]:
@@ -109,7 +112,18 @@ def load_artifact_folder(path: str | Path) -> ArtifactFolder:
         ncu_raw_csv=tuple(p for p in csvs if p.name.endswith("_raw.csv")),
         ncu_details_csv=tuple(p for p in csvs if p.name.endswith("_details.csv")),
         **_serving_files(path),
+        telemetry=_telemetry_files(path),
     )
+
+
+def _telemetry_files(path: Path) -> tuple[Path, ...]:
+    """The GPU telemetry of the first tool folder, in the order torch, nsys, that holds one (an
+    ncu capture never samples: the sampler would disturb its clock control)."""
+    for tool in ("torch", "nsys"):
+        f = path / tool / TELEMETRY_FILE
+        if f.is_file():
+            return (f,)
+    return ()
 
 
 def _serving_files(path: Path) -> dict[str, tuple[Path, ...]]:

@@ -10,7 +10,9 @@ A Kineto trace is one JSON object whose ``traceEvents`` array holds complete eve
 ``kernel``                           ``kernels``
 ``gpu_memcpy`` / ``gpu_memset``      ``memops`` (kind from the name)
 ``cuda_runtime`` / ``cuda_driver``   ``api`` (runtime / driver)
-``cpu_op``                           ``ops`` (shapes and flops when recorded)
+``cpu_op``                           ``ops`` (shapes and flops when recorded; an attention
+                                     op's causal flag from "Concrete Inputs",
+                                     :mod:`.kineto_attention`)
 ``user_annotation``                  ``ranges``, CPU side (``record_function``, ProfilerStep#N)
 ``gpu_user_annotation``              ``ranges``, GPU side
 ``[memory]`` instants                ``memory`` (allocated / reserved samples)
@@ -84,6 +86,7 @@ from ..trace import (
     build_trace,
     make_table,
 )
+from .kineto_attention import causal_column
 from .kineto_text import NESTING_EXPECTED, Document, stream_document
 
 CHUNK_BYTES = 32 << 20
@@ -107,6 +110,7 @@ class _Args(msgspec.Struct, gc=False):
     flops: float = math.nan
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
     total_allocated: int = msgspec.field(default=-1, name="Total Allocated")
     total_reserved: int = msgspec.field(default=-1, name="Total Reserved")
     delta_bytes: int = msgspec.field(default=0, name="Bytes")
@@ -484,6 +488,7 @@ class _Builder:
                 flops=_float_col(a, attrgetter("flops")),
                 input_dims=_raw_column(_col(a, attrgetter("input_dims"))),
                 input_types=_raw_column(_col(a, attrgetter("input_types"))),
+                causal=causal_column(name, self.pool, a),
             ))
             self._add_comm_ops(a, ext)
         else:

@@ -5,7 +5,10 @@ and the result keys of ``vllm bench serve`` (docs/LOADGEN.md).
 (:mod:`.generator`: arrivals from :mod:`.arrivals`, prompts from :mod:`.datasets`, backoff from
 :mod:`.backoff`), :func:`benchmark_result` turns the records into vLLM's flat result in ms
 (:mod:`.metrics`) and :func:`summarize` into our nested summary in ns that ``tracestory
-report`` reads (:mod:`.stats`). aiohttp (the ``load`` extra) is imported only when a run starts.
+report`` reads (:mod:`.stats`). :mod:`.env` reads the capture runbook's environment variables
+(flag > environment > default, each setting's source kept) and :mod:`.warmup` configures the
+warm-up run that ``--warmup-run`` sends first. aiohttp (the ``load`` extra) is imported only when
+a run starts.
 """
 
 from __future__ import annotations

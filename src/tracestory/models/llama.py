@@ -6,14 +6,27 @@ where they need it (``from ..models import llama``).
 RMSNorm and RoPE are computed in (at least) float32 and cast back (as Hugging Face does). RoPE
 uses the rotate-half convention, theta from the preset.
 
+Attention backends (``attention_backend``):
+
+* ``matmul`` (default): prefill through SDPA (causal, GQA); decode as two batched GEMMs with the
+  H query heads folded into Hkv groups of H/Hkv rows (``[B, Hkv, H/Hkv, d]``), which is exact for
+  a single query token and reads K/V without copying them per query head; from two chunks of
+  ``split_keys`` (256) keys on, and when the cache holds the last chunk whole, the key range is
+  split in chunks (:func:`decode_attention_split`: split-KV with plain GEMMs);
+* ``sdpa``: prefill as above; decode through ``F.scaled_dot_product_attention`` on the folded
+  query (whichever kernel torch picks);
+* ``flex``: FlexAttention (:mod:`.flex`): prefill with a causal block mask (optionally a sliding
+  window of ``sliding_window`` keys), decode through its decoding path.
+
 Decode: one new token per sequence; its K/V are written at position ``kv_len`` of a
 preallocated cache (filled with random values, never zeros), and attention reads positions
-``0..kv_len`` (kv_len + 1 keys). The H query heads are folded into Hkv groups of H/Hkv rows
-(``[B, Hkv, H/Hkv, d]``), which is exact for a single query token and reads K/V without copying
-them per query head.
+``0..kv_len`` (kv_len + 1 keys; with a sliding window ``W``, the last ``W`` of them).
+
+FP8: :func:`linear` dispatches on :class:`.fp8.Fp8Weight`; :func:`.fp8.quantize_stack` (or
+``build_model(..., fp8_mode="rowwise")``) replaces the projection weights in place.
 
 Limits: random weights (timing only); no embedding/LM head; batch rows all have the same
-kv_len.
+kv_len; the sliding window needs the ``flex`` backend.
 """
 
 from __future__ import annotations
@@ -22,13 +35,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .llama_config import LlamaConfig
+from ..errors import UsageError
+from . import flex, fp8
+from .llama_config import ATTENTION_BACKENDS, SPLIT_KEYS, LlamaConfig
 
 
 def linear(x, w):
     """``x @ w.T`` for a weight in nn.Linear layout ``[out, in]``: the one place every layer's
     projections go through, so another weight format (FP8, a tensor-parallel shard) changes
-    only this function."""
+    only this function. An :class:`.fp8.Fp8Weight` runs through ``torch._scaled_mm``."""
+    if isinstance(w, fp8.Fp8Weight):
+        return fp8.fp8_linear(x, w)
     return F.linear(x, w)
 
 
@@ -67,14 +84,45 @@ def decode_attention_matmul(qg, k, v):
     return torch.matmul(p, v)
 
 
+def decode_attention_split(qg, k_cache, v_cache, lo: int, stop: int, chunk: int = SPLIT_KEYS):
+    """Decode attention over keys ``lo..stop-1`` with the key range split in ``n = ceil((stop-lo)/chunk)``
+    chunks, so each batched GEMM has ``B·Hkv·n`` independent products instead of ``B·Hkv`` (with
+    B = 1 and Hkv = 8, eight products cannot fill a GPU: the split is what makes K/V reads run at
+    memory speed). ``qg [B, Hkv, G, d]``; the caches ``[B, Hkv, capacity, d]`` are read over
+    ``lo .. lo + n·chunk`` (a view, no copy), positions ``>= stop`` masked to -inf before one
+    softmax over all chunks; the chunks' partial ``P·V`` are summed in float32. Needs
+    ``lo + n·chunk <= capacity`` (the caller checks, see :func:`split_fits`)."""
+    B, K, _, d = qg.shape
+    n = -(-(stop - lo) // chunk)
+    kk = k_cache[:, :, lo:lo + n * chunk].reshape(B, K, n, chunk, d)
+    vv = v_cache[:, :, lo:lo + n * chunk].reshape(B, K, n, chunk, d)
+    f32 = torch.promote_types(qg.dtype, torch.float32)
+    s = torch.matmul(qg.unsqueeze(2), kk.transpose(-1, -2)).to(f32) * d ** -0.5      # [B, Hkv, n, G, chunk]
+    idx = lo + torch.arange(n * chunk, device=qg.device).view(n, 1, chunk)
+    s = s.masked_fill(idx >= stop, float("-inf"))
+    m = s.amax(dim=(2, 4), keepdim=True)
+    p = torch.exp(s - m)
+    p = (p / p.sum(dim=(2, 4), keepdim=True)).to(qg.dtype)
+    return torch.matmul(p, vv).to(f32).sum(2).to(qg.dtype)                          # [B, Hkv, G, d]
+
+
+def split_fits(lo: int, stop: int, capacity: int, chunk: int = SPLIT_KEYS) -> bool:
+    """Whether :func:`decode_attention_split` applies: two chunks or more, all inside the cache."""
+    n = -(-(stop - lo) // chunk)
+    return n >= 2 and lo + n * chunk <= capacity
+
+
 class Layer(nn.Module):
     """One decoder layer with its own contiguous KV cache ``[B, Hkv, max_len, d]``."""
 
-    def __init__(self, cfg: LlamaConfig, batch, max_len, device, dtype, gen, decode_attention="matmul"):
+    def __init__(self, cfg: LlamaConfig, batch, max_len, device, dtype, gen, attention_backend="matmul",
+                 sliding_window=None):
         super().__init__()
         D, H, K, d, I = cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim
         self.cfg = cfg
-        self.decode_attention = decode_attention
+        self.attention_backend = attention_backend
+        self.sliding_window = sliding_window
+        self.split_keys = SPLIT_KEYS
 
         def w(out_f, in_f):
             # nn.Linear layout [out, in], scaled so activations stay O(1)
@@ -89,8 +137,13 @@ class Layer(nn.Module):
         self.register_buffer("k_cache", torch.randn(batch, K, max_len, d, generator=gen).to(device, dtype))
         self.register_buffer("v_cache", torch.randn(batch, K, max_len, d, generator=gen).to(device, dtype))
 
-    def forward(self, x, cos, sin, pos: int, decode: bool):
-        # x: [B, S, D]; cos, sin: [S, d] for positions pos..pos+S-1
+    @property
+    def decode_attention(self) -> str:
+        """The attention backend (older name)."""
+        return self.attention_backend
+
+    def forward(self, x, cos, sin, pos: int, decode: bool, block_mask=None):
+        # x: [B, S, D]; cos, sin: [S, d] for positions pos..pos+S-1; block_mask: flex prefill only
         cfg = self.cfg
         B, S, D = x.shape
         H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -101,15 +154,25 @@ class Layer(nn.Module):
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         self.k_cache[:, :, pos:pos + S] = k
         self.v_cache[:, :, pos:pos + S] = v
+        backend = self.attention_backend
         if decode:
-            L = pos + S                                               # keys 0..pos
-            qg = q.reshape(B, K, cfg.group * S, d)                     # [B, Hkv, H/Hkv, d] (S == 1)
-            kk, vv = self.k_cache[:, :, :L], self.v_cache[:, :, :L]
-            if self.decode_attention == "sdpa":
-                o = F.scaled_dot_product_attention(qg, kk, vv)
+            lo, L = flex.decode_key_range(pos, self.sliding_window)   # keys lo..pos (S == 1)
+            kk, vv = self.k_cache[:, :, lo:L], self.v_cache[:, :, lo:L]
+            if backend == "flex":
+                o = flex.attention(q, kk, vv)                          # [B, H, 1, d]
             else:
-                o = decode_attention_matmul(qg, kk, vv)
-            o = o.reshape(B, H, S, d)
+                qg = q.reshape(B, K, cfg.group * S, d)                 # [B, Hkv, H/Hkv, d]
+                if backend == "sdpa":
+                    o = F.scaled_dot_product_attention(qg, kk, vv)
+                elif split_fits(lo, L, self.k_cache.shape[2], self.split_keys):
+                    o = decode_attention_split(qg, self.k_cache, self.v_cache, lo, L, self.split_keys)
+                else:
+                    o = decode_attention_matmul(qg, kk, vv)
+                o = o.reshape(B, H, S, d)
+        elif backend == "flex":
+            if block_mask is None:
+                block_mask = flex.causal_block_mask(S, S, self.sliding_window, str(x.device))
+            o = flex.attention(q, k, v, block_mask)                   # [B, H, S, d]
         else:
             o = sdpa_gqa_causal(q, k, v)                              # [B, H, S, d]
         h = x + linear(o.transpose(1, 2).reshape(B, S, H * d), self.wo)
@@ -120,11 +183,14 @@ class Layer(nn.Module):
 class Stack(nn.Module):
     """``layers`` decoder layers sharing one RoPE table."""
 
-    def __init__(self, cfg: LlamaConfig, layers, batch, max_len, device, dtype, seed, decode_attention="matmul"):
+    def __init__(self, cfg: LlamaConfig, layers, batch, max_len, device, dtype, seed, attention_backend="matmul",
+                 sliding_window=None):
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         self.cfg = cfg
-        self.layers = nn.ModuleList(Layer(cfg, batch, max_len, device, dtype, gen, decode_attention)
+        self.attention_backend = attention_backend
+        self.sliding_window = sliding_window
+        self.layers = nn.ModuleList(Layer(cfg, batch, max_len, device, dtype, gen, attention_backend, sliding_window)
                                     for _ in range(layers))
         d = cfg.head_dim
         inv = 1.0 / cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
@@ -134,18 +200,37 @@ class Stack(nn.Module):
         self.register_buffer("cos", ang.cos().to(device, tdt))
         self.register_buffer("sin", ang.sin().to(device, tdt))
 
-    def forward(self, x, pos: int = 0, decode: bool = False):
+    def prefill_block_mask(self, seq: int):
+        """The flex prefill :class:`BlockMask` for ``seq`` tokens (None for the other backends):
+        build it before a ``torch.compile`` of the forward and pass it as ``block_mask``."""
+        if self.attention_backend != "flex":
+            return None
+        return flex.causal_block_mask(seq, seq, self.sliding_window, str(self.cos.device))
+
+    def forward(self, x, pos: int = 0, decode: bool = False, block_mask=None):
         S = x.shape[1]
         cos, sin = self.cos[pos:pos + S], self.sin[pos:pos + S]
         for layer in self.layers:
-            x = layer(x, cos, sin, pos, decode)
+            x = layer(x, cos, sin, pos, decode, block_mask)
         return x
 
 
 def build_model(cfg: LlamaConfig, *, layers: int = 1, batch: int = 1, max_len: int = 128,
-                device: str = "cpu", dtype=None, seed: int = 0, decode_attention: str = "matmul") -> Stack:
+                device: str = "cpu", dtype=None, seed: int = 0, attention_backend: str | None = None,
+                decode_attention: str | None = None, sliding_window: int | None = None,
+                fp8_mode: str = "off") -> Stack:
     """A :class:`Stack` of ``layers`` random-weight layers with KV caches of ``max_len``, in eval mode.
 
-    ``decode_attention``: ``matmul`` (two batched GEMMs per KV head group) or ``sdpa``
-    (``F.scaled_dot_product_attention``, whichever backend torch picks)."""
-    return Stack(cfg, layers, batch, max_len, device, dtype or torch.float32, seed, decode_attention).eval()
+    ``attention_backend``: ``matmul`` (default), ``sdpa`` or ``flex`` (module docstring);
+    ``decode_attention`` is its older name. ``sliding_window``: keys each query sees (flex only).
+    ``fp8_mode``: ``off``, ``rowwise`` or ``tensorwise`` (:mod:`.fp8`: projection weights
+    quantised once here)."""
+    backend = attention_backend or decode_attention or "matmul"
+    if backend not in ATTENTION_BACKENDS:
+        raise UsageError(f"attention backend {backend!r}: expected one of {', '.join(ATTENTION_BACKENDS)}")
+    if sliding_window is not None and (backend != "flex" or sliding_window < 1):
+        raise UsageError(f"--sliding-window {sliding_window}: expected a positive number of keys with "
+                         f"--attention-backend flex, found backend {backend}")
+    stack = Stack(cfg, layers, batch, max_len, device, dtype or torch.float32, seed, backend, sliding_window)
+    fp8.quantize_stack(stack, fp8_mode)
+    return stack.eval()

@@ -14,6 +14,13 @@ Counted work (``dtype_bytes`` = 2 for bf16), all per layer unless stated:
   two norm weights);
 * decode bytes ``= P·b + 2·B·(kv_len+1)·Hkv·d·b`` (every weight read once, K and V read over
   kv_len+1 positions); activations (a few KB) are ignored;
+* with FP8 projections (``fp8`` = ``rowwise`` or ``tensorwise``) the projection weights
+  ``P - 2·D`` count 1 byte each plus their fp32 scales, 4 bytes per output row for rowwise
+  (``H·d + 2·Hkv·d + D + 2·I + D`` rows: q, k, v, o, gate, up, down) or 4 bytes per projection
+  for tensorwise (7 scales); the norm weights and the KV cache keep ``b`` bytes. The activation
+  scales and the quantised activations (one row per token) are ignored like the activations;
+* with a sliding window ``W`` decode reads K/V over ``min(kv_len+1, W)`` positions, and
+  prefill counts ``S·W - W²/2`` score pairs per head instead of ``S²/2`` (when ``W < S``);
 * prefill FLOPs ``= 2·(P - 2·D)·B·S + 2·B·H·d·S²`` (matmul FLOPs, plus QKᵀ and PV with the
   causal half of the S×S scores counted: 2 matmuls × 2 FLOP × S²/2 × d per head);
 * decode FLOPs ``= 2·(P - 2·D)·B + 4·B·H·d·(kv_len+1)``.
@@ -52,8 +59,15 @@ class LlamaConfig:
             raise UsageError(f"unknown llama preset {name!r}: expected one of {', '.join(PRESETS)}") from None
 
 
-# decode attention: two batched GEMMs per KV-head group, or F.scaled_dot_product_attention
+# attention backends of the layer (models/llama.py): SDPA, two batched GEMMs for decode, FlexAttention
+ATTENTION_BACKENDS = ("sdpa", "matmul", "flex")
+# the older --decode-attention choices (an alias of --attention-backend)
 DECODE_ATTENTION = ("matmul", "sdpa")
+# keys per chunk of the matmul backend's split-KV decode (models/llama.py); bench llama rounds
+# its KV-cache capacity up to a multiple of it so that the last chunk fits
+SPLIT_KEYS = 256
+# FP8 projection modes (models/fp8.py)
+FP8_MODES = ("off", "rowwise", "tensorwise")
 
 PRESETS = {
     "llama-2-7b": LlamaConfig("llama-2-7b", 4096, 32, 32, 11008, 10000.0, 1e-5),
@@ -67,19 +81,39 @@ def layer_params(cfg: LlamaConfig) -> int:
     return D * H * d + 2 * D * K * d + H * d * D + 3 * D * I + 2 * D
 
 
-def decode_bytes(cfg: LlamaConfig, batch: int, kv_len: int, layers: int = 1, dtype_bytes: int = 2) -> int:
-    kv = 2 * batch * (kv_len + 1) * cfg.n_kv_heads * cfg.head_dim * dtype_bytes
-    return layers * (layer_params(cfg) * dtype_bytes + kv)
+def fp8_scale_count(cfg: LlamaConfig, fp8: str) -> int:
+    """fp32 scales of one layer's projection weights: one per output row (rowwise) or one per
+    projection (tensorwise); 0 for ``off``."""
+    D, H, K, d, I = cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim
+    return {"off": 0, "tensorwise": 7, "rowwise": H * d + 2 * K * d + D + 2 * I + D}[fp8]
 
 
-def prefill_flops(cfg: LlamaConfig, batch: int, seq: int, layers: int = 1) -> int:
+def layer_weight_bytes(cfg: LlamaConfig, dtype_bytes: int = 2, fp8: str = "off") -> int:
+    """Bytes of one layer's weights as stored (module docstring)."""
+    if fp8 == "off":
+        return layer_params(cfg) * dtype_bytes
+    return (layer_params(cfg) - 2 * cfg.dim) + 4 * fp8_scale_count(cfg, fp8) + 2 * cfg.dim * dtype_bytes
+
+
+def decode_bytes(cfg: LlamaConfig, batch: int, kv_len: int, layers: int = 1, dtype_bytes: int = 2,
+                 fp8: str = "off", window: int | None = None) -> int:
+    keys = kv_len + 1 if window is None else min(kv_len + 1, window)
+    kv = 2 * batch * keys * cfg.n_kv_heads * cfg.head_dim * dtype_bytes
+    return layers * (layer_weight_bytes(cfg, dtype_bytes, fp8) + kv)
+
+
+def prefill_flops(cfg: LlamaConfig, batch: int, seq: int, layers: int = 1, window: int | None = None) -> int:
     matmul = 2 * (layer_params(cfg) - 2 * cfg.dim) * batch * seq
-    attn = 2 * batch * cfg.n_heads * cfg.head_dim * seq * seq
+    if window is None or window >= seq:
+        attn = 2 * batch * cfg.n_heads * cfg.head_dim * seq * seq
+    else:                                   # 4 FLOP·d per kept (query, key) pair, S·W - W²/2 pairs
+        attn = 4 * batch * cfg.n_heads * cfg.head_dim * (seq * window - window * window // 2)
     return layers * (matmul + attn)
 
 
-def decode_flops(cfg: LlamaConfig, batch: int, kv_len: int, layers: int = 1) -> int:
-    """2 FLOPs per weight per token plus QKᵀ and PV over kv_len+1 keys."""
+def decode_flops(cfg: LlamaConfig, batch: int, kv_len: int, layers: int = 1, window: int | None = None) -> int:
+    """2 FLOPs per weight per token plus QKᵀ and PV over kv_len+1 keys (or the window)."""
     matmul = 2 * (layer_params(cfg) - 2 * cfg.dim) * batch
-    attn = 4 * batch * cfg.n_heads * cfg.head_dim * (kv_len + 1)
+    keys = kv_len + 1 if window is None else min(kv_len + 1, window)
+    attn = 4 * batch * cfg.n_heads * cfg.head_dim * keys
     return layers * (matmul + attn)

@@ -11,7 +11,7 @@ from ..analysis.results import Results
 from . import jsonout
 from .markdown import render_report
 from .multigpu import plot_multigpu
-from .plots import write_hardware_plots, write_plots
+from .plots import plot_telemetry, write_hardware_plots, write_plots
 
 
 
@@ -23,6 +23,9 @@ def write_plots_for(results: Results, out_dir: Path, stem: str) -> list[Path]:
     images += write_hardware_plots(rows, results.runs, out_dir, stem=stem)
     if results.multigpu is not None:
         img = plot_multigpu(results.multigpu, out_dir / f"{stem}_multigpu.png")
+        images += [img] if img else []
+    if getattr(results, "telemetry", None) is not None:
+        img = plot_telemetry(results.telemetry, out_dir / f"{stem}_telemetry.png")
         images += [img] if img else []
     return images
 

@@ -252,6 +252,8 @@ def document(results) -> dict:
         doc["multigpu"] = multigpu_json(results.multigpu, results.multigpu_findings)
     if results.batching is not None:
         doc["batching"] = batch_json(results.batching)
+    if getattr(results, "telemetry", None) is not None:
+        doc["telemetry"] = telemetry_json(results.telemetry)
     doc["limitations"] = [{"analysis": x.analysis, "reason": x.reason} for x in results.limitations]
     doc["answers"] = [jsonable(x) for x in results.answers]
     if results.ranks is not None:
@@ -262,4 +264,24 @@ def document(results) -> dict:
     ncu_warn = [{"path": h.path, "warnings": list(getattr(h.metrics, "warnings", ()) or ())} for h in results.hardware]
     if any(w["warnings"] for w in ncu_warn):
         doc["kernel_metrics_warnings"] = ncu_warn
+    return doc
+
+
+TELEMETRY_TIMELINE_POINTS = 200
+
+
+def telemetry_json(t) -> dict:
+    """The ``telemetry`` key: the window statistics, findings, joules per token, and the timeline
+    (at most :data:`TELEMETRY_TIMELINE_POINTS` samples, evenly picked, Unix epoch ns)."""
+    doc = jsonable(t)
+    doc["findings"] = [finding_json(f) for f in t.findings]
+    log = t.log
+    n = log.n_samples
+    idx = np.unique(np.linspace(0, n - 1, min(n, TELEMETRY_TIMELINE_POINTS)).round().astype(np.int64)) if n else []
+    doc["timeline"] = {
+        "t_unix_ns": [int(x) for x in log.t_unix_ns[idx]] if n else [],
+        "gpus": [{"index": int(d.get("index", g)),
+                  **{k: jsonable(log.readings[k][g][idx]) if n else [] for k in ("sm_mhz", "mem_mhz", "power_w")},
+                  "reasons_mask": [int(x) if x >= 0 else None for x in log.reasons_mask[g][idx]] if n else []}
+                 for g, d in enumerate(log.devices)]}
     return doc

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from .md import label
 from .sections import (Context, actions, appendix, codebase, environment, execution, goal, hardware,
-                       observations, reproduction, summary, visualizations)
+                       observations, reproduction, summary, telemetry, visualizations)
 
 TITLE_PREFIX = "Hands-On Learning Report:"
 
@@ -29,6 +29,7 @@ class Section:
 
     title: str
     render: Callable[[Context], list[str]]
+    optional: bool = False       # shown only when its render returns lines (not None)
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -40,11 +41,12 @@ SECTIONS: tuple[Section, ...] = (
     Section("Execution Story", execution.render),
     Section("Visualizations", visualizations.render),
     Section("Hardware Behavior Analysis", hardware.render),
+    Section("GPU Telemetry", telemetry.render, optional=True),
     Section("Observations and Insights", observations.render),
     Section("Reproduction Guide", reproduction.render),
     Section("Appendix", appendix.render),
 )
-SECTION_TITLES = tuple(s.title for s in SECTIONS)
+SECTION_TITLES = tuple(s.title for s in SECTIONS if not s.optional)   # the headings every report has
 
 
 def report_inputs(results) -> tuple[str, ...]:
@@ -69,6 +71,9 @@ def render_report(results, *, plots: Sequence[Path] = ()) -> str:
     ctx = Context(results, report_inputs(results), tuple(plots))
     out = [report_title(ctx), ""]
     for sec in SECTIONS:
-        out += [f"## {sec.title}", ""] + sec.render(ctx)
+        body = sec.render(ctx)
+        if body is None and sec.optional:
+            continue
+        out += [f"## {sec.title}", ""] + body
     text = "\n".join(out)
     return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"

@@ -4,8 +4,9 @@ One figure per question the report answers: where the GPU time goes (category br
 when the GPU works (timeline lanes per stream, coloured by category, phases shaded), how the
 steps compare (per-phase GPU span vs busy time), how device memory moves (allocated and
 reserved over time per device, peak annotated with what ran then: ``report.memory``), what warps
-wait on (stall reasons per Nsight Compute kernel) and where kernels sit on the roofline (ncu
-counters, or the estimate from op shapes). Each figure has axis labels with units, a legend
+wait on (stall reasons per Nsight Compute kernel), where kernels sit on the roofline (ncu
+counters, or the estimate from op shapes) and how clocks and power moved (GPU telemetry, the
+traced window shaded: :func:`plot_telemetry`). Each figure has axis labels with units, a legend
 and a title naming the trace. Files are named ``<stem>_<figure>[_<n>].png``;
 :func:`write_plots` (per trace) and :func:`write_hardware_plots` (ncu rows, or the estimated
 roofline) return their paths in report order.
@@ -253,3 +254,31 @@ def write_plots(runs, out_dir: Path, *, stem: str = "report") -> list[Path]:
             if p is not None:
                 out.append(p)
     return out
+
+
+def plot_telemetry(t, path: Path) -> Path | None:
+    """SM clock (MHz) and power (W) per GPU over the whole telemetry (``Results.telemetry``),
+    the traced window shaded; None without two samples."""
+    log = t.log
+    if log.n_samples < 2:
+        return None
+    plt = _pyplot()
+    origin = int(log.t_unix_ns[0])
+    x = (log.t_unix_ns - origin) / 1e9
+    fig, (ax_clk, ax_pow) = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+    for g, dev in enumerate(log.devices):
+        lab = f"GPU {dev.get('index', g)}"
+        ax_clk.step(x, log.readings["sm_mhz"][g], where="post", label=f"{lab} SM")
+        ax_clk.step(x, log.readings["mem_mhz"][g], where="post", linestyle=":", label=f"{lab} memory")
+        ax_pow.step(x, log.readings["power_w"][g], where="post", label=lab)
+    if t.window_unix_ns is not None:
+        w0, w1 = ((w - origin) / 1e9 for w in t.window_unix_ns)
+        for ax in (ax_clk, ax_pow):
+            ax.axvspan(w0, w1, color="tab:orange", alpha=0.15, label="traced window" if ax is ax_clk else None)
+    ax_clk.set_ylabel("clock (MHz)")
+    ax_pow.set_ylabel("power (W)")
+    ax_pow.set_xlabel("time since the first sample (s)")
+    ax_clk.set_title("GPU clocks and power (sample and hold)")
+    ax_clk.legend(fontsize=7, loc="lower right")
+    ax_pow.legend(fontsize=7, loc="upper right")
+    return _save(fig, path)

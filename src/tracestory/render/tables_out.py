@@ -4,7 +4,10 @@ records, or a rich table for the terminal.
 CSV, Markdown and JSON keep base units (``total_ns`` in ns, ``share`` 0..1) and full precision,
 for a program to read; JSON is a list of one object per row, missing values ``null``. The
 terminal view picks units per column by its name: ``*_ns`` through ``fmt_ns``, ``share``
-through ``fmt_pct``, other floats with 4 significant digits.
+through ``fmt_pct``, other floats with 4 significant digits. When the columns do not fit the
+terminal's width, the least important ones are left out and the caption names them: the first
+column (the row's name), ``total_ns`` and ``share`` are kept first, then the others from the
+left; ``--format csv`` or ``json`` has every column.
 """
 
 from __future__ import annotations
@@ -58,15 +61,43 @@ def _cell(column: str, v) -> str:
     return clip_text(str(v), 60)
 
 
-def table_renderable(table, title: str | None = None) -> RichTable:
-    """A rich table of ``table`` with units chosen per column (module docstring)."""
-    tab = RichTable(title=title or table.name, title_justify="left")
+KEEP_FIRST = ("total_ns", "share")   # after the first column, the columns a narrow terminal keeps
+BORDER = 3                           # a rich column's padding and rule, in terminal columns
+
+
+def _fitting_columns(cols: list[str], widths: list[int], width: int | None) -> list[int]:
+    """Indices of the columns to show in ``width`` terminal columns (all when ``width`` is None):
+    the first column, then :data:`KEEP_FIRST`, then the rest from the left, while they fit."""
+    if width is None:
+        return list(range(len(cols)))
+    order = [0] + [i for i, c in enumerate(cols) if c in KEEP_FIRST and i]
+    order += [i for i in range(1, len(cols)) if i not in order]
+    shown, used = [], 1
+    for i in order:
+        if shown and used + widths[i] + BORDER > width:
+            continue
+        shown.append(i)
+        used += widths[i] + BORDER
+    return sorted(shown)
+
+
+def table_renderable(table, title: str | None = None, width: int | None = None) -> RichTable:
+    """A rich table of ``table`` with units chosen per column, fitted to ``width`` terminal
+    columns when given (module docstring)."""
     cols = list(table.columns)
     rows = table.rows()
-    for i, c in enumerate(cols):
-        text = any(isinstance(r[i], str) for r in rows[:50])
-        tab.add_column(c, justify="left" if text else "right", no_wrap=True, overflow="ellipsis",
-                       max_width=TEXT_WIDTH if text else None, min_width=min(len(c), TEXT_WIDTH))
-    for row in rows:
-        tab.add_row(*(_cell(c, v) for c, v in zip(cols, row)))
+    cells = [[_cell(c, v) for c, v in zip(cols, row)] for row in rows]
+    is_text = [any(isinstance(r[i], str) for r in rows[:50]) for i in range(len(cols))]
+    widths = [max([len(c)] + [min(len(r[i]), TEXT_WIDTH if is_text[i] else 10**6) for r in cells])
+              for i, c in enumerate(cols)]
+    shown = _fitting_columns(cols, widths, width)
+    left_out = [cols[i] for i in range(len(cols)) if i not in shown]
+    caption = (f"left out for width: {', '.join(left_out)} (--format csv or json has every column)"
+               if left_out else None)
+    tab = RichTable(title=title or table.name, title_justify="left", caption=caption, caption_justify="left")
+    for i in shown:
+        tab.add_column(cols[i], justify="left" if is_text[i] else "right", no_wrap=True, overflow="ellipsis",
+                       max_width=TEXT_WIDTH if is_text[i] else None, min_width=min(len(cols[i]), TEXT_WIDTH))
+    for r in cells:
+        tab.add_row(*(r[i] for i in shown))
     return tab

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import telemetry
 from ..errors import UsageError
 from ..models.llama_config import LlamaConfig
 from ..models.runtime import dtype_name, resolve_device, torch_dtype
@@ -112,6 +113,8 @@ class ServeOptions:
     gpu_memory_fraction: float = 0.5      # of the free device memory, for weights + KV cache
     fair_wait_iterations: int | None = 64  # a blocked waiting head preempts long runners after this; None: FCFS
     limits: ServerLimits = ServerLimits()  # load shedding, timeouts, connection and body caps
+    power_monitor: bool = True            # GPU telemetry while serving (--skip-power-monitor: False)
+    telemetry_path: str | None = None     # None: telemetry.jsonl beside the event log
 
 
 GPU_PRESET = "llama-3-8b"     # the default shape on CUDA (all its layers); tiny on the CPU
@@ -214,7 +217,19 @@ def run_server(opts: ServeOptions, ready: Callable[[str], None] | None = None) -
     async def main() -> None:
         await serve_app(engine, api, opts.host, opts.port, stop=asyncio.Event(), ready=ready)
 
-    asyncio.run(main())
+    with _telemetry(opts):
+        asyncio.run(main())
+
+
+def _telemetry(opts: ServeOptions):
+    """The server process's GPU telemetry sampler (:func:`tracestory.telemetry.maybe_sampler`),
+    writing ``opts.telemetry_path`` or ``telemetry.jsonl`` beside the event log; with neither
+    there is nowhere to write, which one line says."""
+    path = opts.telemetry_path or (telemetry.beside(opts.event_log) if opts.event_log else None)
+    if opts.power_monitor and path is None and not telemetry.skipped_by_env():
+        print(f"GPU telemetry off: no --event-log or ${telemetry.PATH_ENV} to write {telemetry.FILE_NAME} to",
+              file=sys.stderr, flush=True)
+    return telemetry.maybe_sampler(path, enabled=opts.power_monitor and path is not None, label="serve")
 
 
 def start_server_thread(opts: ServeOptions):

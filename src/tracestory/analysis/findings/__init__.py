@@ -56,8 +56,6 @@ from .hardware import rule_bound, rule_occupancy
 from .memory import rule_memory
 from .steps import rule_first_step, rule_step_outlier, rule_step_trend
 from ..families import kernel_precision
-from ..graphs import DIRECT, kernel_origins
-from ..links import launch_start_ns
 
 __all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "derive_findings", "ncu_findings",
            "gap_causes", "category_mask"]
@@ -301,16 +299,6 @@ def rule_dominant_category(a, producer=None, exposure=None) -> list[Finding]:
                     tuple(ev), implication, rec[:1].upper() + rec[1:] + ".")]
 
 
-def _direct_launch_latency_p50(trace: Trace) -> float | None:
-    """Median launch call start -> kernel start over kernels launched one by one (not replayed
-    from a graph: their "latency" would be the time since the graph launch)."""
-    direct = kernel_origins(trace) == DIRECT
-    if not direct.any():
-        return None
-    lat = trace.kernels["start_ns"][direct] - launch_start_ns(trace, trace.kernels)[direct]
-    return float(np.median(lat))
-
-
 def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
     tl = a.timeline
     if tl is None or tl.window_ns <= 0:
@@ -325,8 +313,8 @@ def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
           Evidence("launch-wait share of idle", wait_share, "fraction"),
           Evidence("kernels shorter than 10 us", tl.short_kernel_share, "fraction"),
           Evidence("kernels per ms of window", tl.kernels_per_ms, "per_ms"),
-          Evidence("launch latency p50 of directly launched kernels (call start -> GPU start, queueing included)",
-                   _direct_launch_latency_p50(a.trace), "ns"),
+          Evidence("launch latency p50 of GPU ops launched directly (call start -> GPU start, queueing included)",
+                   tl.launch_latency.p50_ns, "ns"),
           Evidence("idle gaps", tl.gap_count, "count"),
           Evidence("mean gap", tl.idle_ns / tl.gap_count if tl.gap_count else None, "ns"),
           Evidence("largest gap", tl.largest_gaps[0].dur_ns if tl.largest_gaps else None, "ns")]

@@ -45,12 +45,12 @@ def _visualizations(analyses) -> list[str]:
     return out
 
 
-def _visual_extras(results, inputs, has_roofline: bool) -> list[str]:
-    """Memory over time, multi-GPU timeline (or why either is n/a), roofline availability,
-    interactive viewers."""
+def _visual_extras(results, inputs, has_roofline: bool, shown=None) -> list[str]:
+    """Memory over time (of the ``shown`` runs: all, or the ones a many-rank report tells),
+    multi-GPU timeline (or why either is n/a), roofline availability, interactive viewers."""
     analyses, findings, multigpu = results.analyses, results.findings, results.multigpu
     out = []
-    for run in results.runs:
+    for run in results.runs if shown is None else shown:
         head = [f"Memory over time, {label(run)}:", ""] if len(analyses) > 1 else ["Memory over time:", ""]
         out += head + memory_section(run.memory) + [""]
     if multigpu is not None:
@@ -131,7 +131,7 @@ def render(c: Context) -> list[str]:
         out = _without_trace(c)
     else:
         out = (_visualizations([r.analysis for r in c.shown])
-               + _visual_extras(c.results, list(c.inputs), _has_roofline(c.results)))
+               + _visual_extras(c.results, list(c.inputs), _has_roofline(c.results), c.shown))
     if c.plots:
         out += ["Plots (PNG):", "", "\n".join(f"![{p.stem}]({p.name})" for p in c.plots), ""]
     return out

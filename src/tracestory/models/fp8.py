@@ -1,0 +1,164 @@
+"""FP8 (e4m3) projections for the Llama layer and for Hugging Face checkpoints: weights quantised
+once, activations at every call, the product through ``torch._scaled_mm``.
+
+Quantisation of a tensor ``v`` with amax ``a`` over its scaling group (a row, or the whole
+tensor)::
+
+    scale = a / 448          (1 when a == 0)
+    q     = e4m3(clamp(v * (448 / a), -448, 448))     round to nearest even
+    v    ~= q * scale
+
+Modes (``--fp8``):
+
+* ``rowwise``: one fp32 scale per weight output row (``[1, N]``) and per activation row (token,
+  ``[M, 1]``); on CUDA ``_scaled_mm`` writes bf16 for these scales (cast back to the input
+  dtype when that differs).
+* ``tensorwise``: one fp32 scale for the weight and one for the whole activation tensor.
+
+``y = _scaled_mm(q_x [M, K], q_w^T [K, N], scale_x, scale_w) = (q_x · q_w^T) * scale_x * scale_w``
+with fp32 accumulation. The weight ``[N, K]`` is stored row-major, so ``q_w.t()`` is the
+column-major operand cuBLASLt expects. Error per element of each operand (round to nearest, 3
+mantissa bits): ``|v - q·scale| <= 2**-4 |v| + 2**-10 scale`` (the second term is the
+subnormal step's half, below 2**-6).
+
+:class:`Fp8Weight` is an ``nn.Module`` holding the fp8 weight, its scale and an optional bias;
+:func:`tracestory.models.llama.linear` dispatches on it, so every caller of that function (the
+bench layer, the server) runs FP8 once :func:`quantize_stack` has replaced the projection weights
+``wq wk wv wo wg wu wd`` of its layers. :func:`quantize_linears` does the same for the
+``nn.Linear`` modules of a Hugging Face model (except its output head).
+
+Limits: ``K`` and ``N`` multiples of 16 (``_scaled_mm`` on CUDA); FP8 matmuls need SM89+
+on CUDA (Ada, Hopper, Blackwell); the activation scale is computed from the current call (no
+delayed or static scaling); biases are added in the output dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import UsageError
+
+FP8_MAX = 448.0
+MODES = ("off", "rowwise", "tensorwise")
+PROJECTIONS = ("wq", "wk", "wv", "wo", "wg", "wu", "wd")
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise UsageError(f"--fp8 {mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+def quantize(v, per_row: bool):
+    """``(q e4m3fn, scale fp32)`` of ``v [M, K]``; scale ``[M, 1]`` per row, ``[]`` per tensor."""
+    vf = v.float()
+    amax = vf.abs().amax(dim=-1, keepdim=True) if per_row else vf.abs().amax()
+    pos = amax > 0
+    safe = torch.where(pos, amax, torch.ones_like(amax))
+    scale = torch.where(pos, safe / FP8_MAX, torch.ones_like(amax))
+    inv = torch.where(pos, FP8_MAX / safe, torch.ones_like(amax))
+    return (vf * inv).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
+
+
+class Fp8Weight(nn.Module):
+    """A projection weight ``[N, K]`` (nn.Linear layout) in e4m3 with its scale, quantised once."""
+
+    def __init__(self, weight, mode: str, bias=None):
+        super().__init__()
+        if check_mode(mode) == "off":
+            raise UsageError("Fp8Weight needs --fp8 rowwise or tensorwise, found off")
+        N, K = weight.shape
+        if N % 16 or K % 16:
+            raise UsageError(f"FP8 projection of shape [{N}, {K}]: _scaled_mm needs both sizes to be "
+                             "multiples of 16")
+        q, s = quantize(weight.detach(), per_row=mode == "rowwise")
+        self.mode = mode
+        self.out_features, self.in_features = N, K
+        self.weight = nn.Parameter(q, requires_grad=False)                  # [N, K] e4m3
+        self.scale = nn.Parameter(s.reshape(1, N).contiguous() if mode == "rowwise" else s,
+                                  requires_grad=False)                     # [1, N] or []
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.out_features, self.in_features))
+
+    def dequantize(self):
+        """The weight as fp32 ``q * scale`` ``[N, K]``."""
+        s = self.scale.reshape(-1, 1) if self.mode == "rowwise" else self.scale
+        return self.weight.float() * s
+
+    def nbytes(self) -> int:
+        """Bytes a call reads from this weight: 1 per element plus the fp32 scales."""
+        return self.weight.numel() + 4 * self.scale.numel()
+
+    def forward(self, x):
+        return fp8_linear(x, self)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features} -> {self.out_features}, {self.mode}"
+
+
+def _out_dtype(x, w: Fp8Weight):
+    if w.mode == "rowwise" and x.is_cuda:
+        return torch.bfloat16                  # the one output dtype of row-wise _scaled_mm on CUDA
+    return x.dtype if x.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
+
+
+def fp8_linear(x, w: Fp8Weight):
+    """``x @ W^T (+ bias)`` with ``x [..., K]`` quantised per row (rowwise) or per tensor."""
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    qx, sx = quantize(x2, per_row=w.mode == "rowwise")                    # [M, K], [M, 1] or []
+    y = torch._scaled_mm(qx, w.weight.t(), scale_a=sx, scale_b=w.scale, out_dtype=_out_dtype(x, w))
+    if y.dtype != x.dtype:
+        y = y.to(x.dtype)
+    if w.bias is not None:
+        y = y + w.bias.to(y.dtype)
+    return y.reshape(*lead, w.out_features)
+
+
+def _layers_of(stack_or_layers):
+    return list(stack_or_layers.layers if hasattr(stack_or_layers, "layers") else stack_or_layers)
+
+
+def quantize_stack(stack_or_layers, mode: str) -> int:
+    """Replace the projection weights (``wq wk wv wo wg wu wd``) of every layer by
+    :class:`Fp8Weight` in place; a :class:`tracestory.models.llama.Stack` or an iterable of its
+    layers. Returns the number of weights replaced (0 for ``off``); weights already in FP8 are
+    left alone."""
+    if check_mode(mode) == "off":
+        return 0
+    n = 0
+    for layer in _layers_of(stack_or_layers):
+        for name in PROJECTIONS:
+            w = getattr(layer, name)
+            if isinstance(w, Fp8Weight):
+                continue
+            q = Fp8Weight(w, mode)
+            delattr(layer, name)                       # an nn.Parameter slot takes no module
+            setattr(layer, name, q)
+            n += 1
+    return n
+
+
+def quantize_linears(model, mode: str, skip: tuple[str, ...] = ("lm_head",)) -> int:
+    """Replace every ``nn.Linear`` of ``model`` whose attribute name is not in ``skip`` (the
+    output head by default) by :class:`Fp8Weight` (bias kept); returns how many."""
+    if check_mode(mode) == "off":
+        return 0
+    targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+               if isinstance(child, nn.Linear) and name not in skip]
+    for parent, name, child in targets:
+        setattr(parent, name, Fp8Weight(child.weight, mode, child.bias))
+    return len(targets)
+
+
+def weight_bytes(layer) -> int:
+    """Bytes of the projection weights of ``layer`` as stored (FP8 with scales, or dense)."""
+    total = 0
+    for name in PROJECTIONS:
+        w = getattr(layer, name)
+        total += w.nbytes() if isinstance(w, Fp8Weight) else w.numel() * w.element_size()
+    return total
