@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
                 it_ms[n] = (o["t_end_ns"] - o["t_start_ns"]) / 1e6
     rows = []
     ns = sorted(gpu)
-    for n, nxt in zip(ns, ns[1:]):
+    for n, nxt in itertools.pairwise(ns):
         if nxt != n + 1:
             continue
         start = min(s for s, _ in gpu[n])
