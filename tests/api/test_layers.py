@@ -25,7 +25,9 @@ LAYER = {"cli": 6, "render": 5, "export": 5, "bench": 5, "serve": 5, "loadgen": 
 ALLOWED = {("loadgen", "serve")}
 # Modules whose import pulls a heavy optional dependency (torch, triton): the only internal imports
 # that may sit inside a function, so that importing tracestory never imports torch.
-HEAVY = {"tracestory.models", "tracestory.models.llama", "tracestory.bench.quant_triton"}
+# modules with torch (or triton) at their top: imported inside the functions that need them
+HEAVY = {"tracestory.models", "tracestory.models.llama", "tracestory.models.fp8", "tracestory.models.flex",
+         "tracestory.bench.quant_triton"}
 
 
 def _modules() -> dict[str, tuple]:

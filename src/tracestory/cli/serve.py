@@ -20,9 +20,10 @@ import sys
 from .. import telemetry
 from ..capture.under_load import EVENT_LOG_ENV
 from ..errors import UsageError
-from ..models.llama_config import PRESETS
+from ..models.llama_config import FP8_MODES, PRESETS
 from ..models.runtime import dtype_name, require_package
 from ..serve import ServeOptions, ServerLimits, run_server, tensor_parallel
+from ..serve.model import ATTENTION_BACKENDS
 
 
 def _dtype(text: str) -> str:
@@ -38,13 +39,31 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="OpenAI-compatible continuous-batching server over the Llama testbench",
                               description="OpenAI-compatible continuous-batching reference server (random-weight "
                                           "Llama layers, paged KV cache, scheduler event log, Prometheus /metrics).")
-    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model shape (default: tiny)")
+    p.add_argument("--preset", default="auto", choices=["auto", *sorted(PRESETS)],
+                   help="model shape (default: auto = tiny on the CPU, llama-3-8b on CUDA)")
     p.add_argument("--served-model-name", "--model", dest="served_model_names", nargs="+", metavar="NAME",
                    help="model name(s) requests may ask for; any other name gets HTTP 404, as vLLM answers "
                         "(default: the preset name)")
     p.add_argument("--model-name", dest="served_model_names", nargs="+", help=argparse.SUPPRESS)  # older spelling
-    p.add_argument("--layers", type=int, default=2, help="decoder layers (default: 2)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="decoder layers (default: 2; all 32 for the llama-3-8b default on CUDA)")
+    p.add_argument("--attention-backend", default="auto", choices=["auto", *ATTENTION_BACKENDS],
+                   help="sdpa: contexts gathered per iteration; flex: FlexAttention over the paged cache "
+                        "through the block tables, compiled per shape bucket at startup (default: auto = flex "
+                        "on CUDA, sdpa on the CPU)")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="CUDA: no CUDA graphs for decode-only iterations (default: graphs per batch-size "
+                        "bucket, with --attention-backend flex)")
+    p.add_argument("--no-overlap", dest="overlap", action="store_false",
+                   help="wait for each iteration's tokens before scheduling the next (default: schedule "
+                        "iteration N+1 while N runs, tokens handed out one iteration later)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="longest context the decode CUDA graphs serve; longer ones run eagerly (default: 8192)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--fp8", default="off", choices=FP8_MODES,
+                   help="FP8 projections: weights quantised once to e4m3 (one scale per output row, or one per "
+                        "tensor), activations per row or per tensor at each call, torch._scaled_mm "
+                        "(default: off)")
     p.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
                    help="shard the model over N processes started by torchrun --nproc_per_node=N (rank 0 "
                         "serves HTTP; cuda:LOCAL_RANK with NCCL when --device is cuda, the CPU with gloo "
@@ -105,12 +124,12 @@ def _check_args(args: argparse.Namespace) -> None:
     def bad(flag: str, expected: str, found) -> UsageError:
         return UsageError(f"{flag}: expected {expected}, found {found}")
 
-    for name in ("layers", "block_size", "max_batch_tokens", "max_num_seqs", "max_waiting", "tensor_parallel"):
+    for name in ("block_size", "max_batch_tokens", "max_num_seqs", "max_waiting", "tensor_parallel"):
         if getattr(args, name) < 1:
             raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
     if args.fair_wait_iterations < 0:
         raise bad("--fair-wait-iterations", "an integer >= 0", args.fair_wait_iterations)
-    for name in ("num_blocks", "vocab", "max_connections"):
+    for name in ("layers", "num_blocks", "vocab", "max_connections", "max_model_len"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
     if not 0 <= args.port <= 65535:
@@ -149,9 +168,11 @@ def _run(args: argparse.Namespace) -> int:
                         served_model_names=tuple(args.served_model_names or ()),
                         gpu_memory_fraction=args.gpu_memory_fraction, limits=limits,
                         fair_wait_iterations=args.fair_wait_iterations or None,
+                        attention_backend=args.attention_backend, enforce_eager=args.enforce_eager,
+                        overlap=args.overlap, max_model_len=args.max_model_len,
                         power_monitor=not args.skip_power_monitor,
                         telemetry_path=os.environ.get(telemetry.PATH_ENV) or None,
-                        tensor_parallel=args.tensor_parallel)
+                        tensor_parallel=args.tensor_parallel, fp8=args.fp8)
 
     def ready(url: str) -> None:
         print(f"tracestory serve: listening on {url}", flush=True)

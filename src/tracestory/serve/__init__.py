@@ -9,6 +9,8 @@ Pieces (each usable alone):
   then chunked prefill under a token budget, FCFS admission when blocks are free, recompute
   preemption, every decision with its reason;
 * :mod:`.model`     -- the Llama layers of :mod:`tracestory.models.llama` run over the paged cache;
+* :mod:`.paged_attention` -- FlexAttention over the paged cache (block tables in the mask);
+* :mod:`.graphs`    -- decode-only iterations replayed from CUDA graphs per batch-size bucket;
 * :mod:`.eventlog`  -- the scheduler event log (JSONL, ``docs``: the serve event-log format);
 * :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
 * :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;
@@ -44,9 +46,9 @@ from ..models.runtime import dtype_name, resolve_device, torch_dtype
 from .engine import Engine
 from .eventlog import EventLog
 from .metrics import make_metrics
-from .model import DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
-from .scheduler import Scheduler, SchedulerConfig
+from .model import ATTENTION_BACKENDS, DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
 from . import tensor_parallel
+from .scheduler import Scheduler, SchedulerConfig
 from .server import Api, ServerLimits, serve_app, start_in_thread
 from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
 
@@ -89,9 +91,13 @@ def wait_healthy(base_url: str, timeout_s: float = 60.0, *, interval_s: float = 
 class ServeOptions:
     """Everything ``tracestory serve`` takes (the CLI flags of the same names)."""
 
-    preset: str = "tiny"
-    layers: int = 2
+    preset: str = "auto"                  # auto: tiny on the CPU, llama-3-8b on CUDA
+    layers: int | None = None             # None: 2 for tiny, all 32 of llama-3-8b on CUDA
     device: str = "cpu"                   # cpu | cuda | cuda:N | auto
+    attention_backend: str = "auto"       # auto (flex on CUDA, sdpa on the CPU) | sdpa | flex
+    enforce_eager: bool = False           # no decode CUDA graphs
+    overlap: bool = True                  # schedule iteration N+1 while N runs (engine)
+    max_model_len: int | None = None      # longest context the decode graphs serve (None: 8192)
     dtype: str = "auto"                   # auto (fp32 on CPU, bf16 on CUDA) | fp32 | bf16 | fp16
     host: str = "127.0.0.1"
     port: int = 8000                      # 0: any free port (the ready line says which)
@@ -111,32 +117,61 @@ class ServeOptions:
     power_monitor: bool = True            # GPU telemetry while serving (--skip-power-monitor: False)
     telemetry_path: str | None = None     # None: telemetry.jsonl beside the event log
     tensor_parallel: int = 1              # ranks of torchrun sharing the model (.tensor_parallel)
+    fp8: str = "off"                      # off | rowwise | tensorwise: FP8 projections (models.fp8)
 
 
-def _auto_blocks(opts: ServeOptions, cfg, vocab: int, device: str, dtype_bytes: int) -> int:
+GPU_PRESET = "llama-3-8b"     # the default shape on CUDA (all its layers); tiny on the CPU
+GPU_PRESET_LAYERS = 32
+
+
+def resolve_shape(opts: ServeOptions, device: str) -> tuple[str, int, str]:
+    """``(preset, layers, attention backend)`` after the ``auto`` defaults: a real model shape
+    with FlexAttention on CUDA, the tiny one with SDPA on the CPU."""
+    cuda = device.startswith("cuda")
+    preset = opts.preset if opts.preset != "auto" else (GPU_PRESET if cuda else "tiny")
+    layers = opts.layers if opts.layers is not None else (GPU_PRESET_LAYERS if preset == GPU_PRESET and cuda else 2)
+    attention = opts.attention_backend if opts.attention_backend != "auto" else ("flex" if cuda else "sdpa")
+    if attention not in ATTENTION_BACKENDS:
+        raise UsageError(f"--attention-backend: expected one of auto, {', '.join(ATTENTION_BACKENDS)}, "
+                         f"found {attention!r}")
+    return preset, layers, attention
+
+
+def _auto_blocks(opts: ServeOptions, cfg, layers: int, vocab: int, device: str, dtype_bytes: int) -> int:
     """CPU: 512 blocks. CUDA: (fraction x free memory - weights) / bytes per block."""
     if not device.startswith("cuda"):
         return 512
     import torch
 
     free, _ = torch.cuda.mem_get_info(torch.device(device))
-    left = free * opts.gpu_memory_fraction - weight_bytes(cfg, opts.layers, vocab, dtype_bytes)
-    n = int(left // kv_bytes_per_block(cfg, opts.layers, opts.block_size, dtype_bytes))
+    left = free * opts.gpu_memory_fraction - weight_bytes(cfg, layers, vocab, dtype_bytes)
+    n = int(left // kv_bytes_per_block(cfg, layers, opts.block_size, dtype_bytes))
     if n < 1:
         raise UsageError(f"{device}: expected room for the weights and a KV cache in {opts.gpu_memory_fraction:g} "
                          f"of {free / 2**30:.1f} GiB free, found none (use fewer --layers or --num-blocks)")
     return n
 
 
+def _say(line: str) -> None:
+    print(f"tracestory serve: {line}", file=sys.stderr, flush=True)
+
+
 def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     """Build the model, scheduler, event log and handlers: returns ``(engine, api)`` (not started).
 
-    The heavy part (torch, the model's weights and KV cache) happens here; ``prepare_hook(model)``
-    runs right after the model is built (tensor parallelism shards it there)."""
+    The heavy part (torch, the model's weights and KV cache, then :meth:`PagedLlama.prepare`:
+    FlexAttention compiled per shape bucket and the decode CUDA graphs captured) happens here;
+    the compile and capture times go to stderr (one line each) and to the event log's
+    ``meta.startup``. ``prepare_hook(model)`` runs between building and preparing the model
+    (e.g. to shard its weights and caches: nothing shape-dependent exists yet)."""
     import torch
 
-    cfg = LlamaConfig.from_name(opts.preset)
     device = resolve_device(opts.device)
+    preset, layers, attention = resolve_shape(opts, device)
+    if attention == "flex" and device.startswith("cuda") and opts.block_size % 16:
+        raise UsageError(f"--block-size: expected a multiple of 16 with --attention-backend flex on CUDA (the "
+                         f"compiled kernel's KV tile), found {opts.block_size}")
+    cfg = LlamaConfig.from_name(preset)
     if opts.dtype == "auto":
         dtype_label = "bf16" if device.startswith("cuda") else "fp32"
     else:
@@ -149,23 +184,35 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     if vocab < 1:
         raise UsageError(f"--vocab: expected an integer >= 1, found {vocab}")
     dbytes = torch.tensor([], dtype=dtype).element_size()
-    num_blocks = opts.num_blocks or _auto_blocks(opts, cfg, vocab, device, dbytes)
+    num_blocks = opts.num_blocks or _auto_blocks(opts, cfg, layers, vocab, device, dbytes)
     sc = SchedulerConfig(opts.block_size, num_blocks, opts.max_batch_tokens, opts.max_num_seqs, opts.eos_id,
                          opts.fair_wait_iterations)
-    model = PagedLlama(cfg, layers=opts.layers, num_blocks=num_blocks, block_size=opts.block_size, vocab=vocab,
-                       device=device, dtype=dtype, seed=opts.seed)
+    model = PagedLlama(cfg, layers=layers, num_blocks=num_blocks, block_size=opts.block_size, vocab=vocab,
+                       device=device, dtype=dtype, seed=opts.seed, attention=attention)
     if prepare_hook is not None:          # e.g. shard the model before anything shape-dependent is built
         prepare_hook(model)
+    # after sharding (each rank quantises its own slice), before graphs capture the weights
+    from ..models.fp8 import quantize_stack   # torch at its top, like the model
+
+    quantize_stack(model.stack.layers, opts.fp8)
+    startup = model.prepare(max_num_seqs=sc.max_num_seqs, max_batch_tokens=sc.max_batch_tokens,
+                            cuda_graphs=not opts.enforce_eager, max_model_len=opts.max_model_len, log=_say)
+    if "compile_s" in startup:
+        _say(f"startup: flex attention compiled in {startup['compile_s']:.1f} s, decode CUDA graphs "
+             + (f"captured for batch sizes {startup['decode_buckets']} in {startup['graph_capture_s']:.1f} s"
+                if startup["cuda_graphs"] else "off (--enforce-eager)"))
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
             "max_batch_tokens": sc.max_batch_tokens, "max_num_seqs": sc.max_num_seqs, "preset": cfg.name,
-            "layers": opts.layers, "vocab": vocab, "dtype": dtype_label,
-            "capacity_tokens": num_blocks * sc.block_size}
+            "layers": layers, "vocab": vocab, "dtype": dtype_label,
+            "capacity_tokens": num_blocks * sc.block_size, "attention_backend": attention,
+            "overlap": opts.overlap, "fp8": opts.fp8, "startup": startup}
     if opts.eos_id is not None:
         meta["eos_token_id"] = opts.eos_id
     if opts.tensor_parallel > 1:
         meta["tensor_parallel"] = opts.tensor_parallel
     names = tuple(opts.served_model_names) or (cfg.name,)
-    engine = Engine(Scheduler(sc), model, EventLog(opts.event_log, meta), make_metrics(names[0]))
+    engine = Engine(Scheduler(sc), model, EventLog(opts.event_log, meta), make_metrics(names[0]),
+                    overlap=opts.overlap)
     api = Api(engine, names, vocab, opts.fail_rate, opts.limits)
     return engine, api
 

@@ -1,9 +1,11 @@
 """The built-in Llama testbench model run over the paged KV cache, one forward per iteration.
 
-Weights: the decoder layers are those of :func:`tracestory.models.llama.build_model` (same
-seed, same layer math: RMSNorm, RoPE rotate-half, GQA, SwiGLU), plus a random token embedding
-``[vocab, D]``, a final RMSNorm and a random LM head ``[vocab, D]`` (scaled 1/sqrt(D)). Random
-weights, fixed seed: the generated ids are meaningless but deterministic.
+Weights: on the CPU the decoder layers are those of :func:`tracestory.models.llama.build_model`
+(same seed, same layer math: RMSNorm, RoPE rotate-half, GQA, SwiGLU); on CUDA the same shapes
+and scales are drawn on the device (a 32-layer stack in seconds; other values than the CPU's).
+Plus a random token embedding ``[vocab, D]``, a final RMSNorm and a random LM head ``[vocab, D]``
+(scaled 1/sqrt(D)). Random weights, fixed seed: the generated ids are meaningless but
+deterministic.
 
 Cache: per layer one K and one V tensor of ``[num_blocks * block_size, Hkv, d]`` token slots;
 token position ``p`` of a request lives in slot ``table[p // bs] * bs + p % bs`` of its block
@@ -25,8 +27,18 @@ Attention gathers K/V through the block tables: the single-token members (decode
 batched SDPA, their contexts padded to the longest and the padding masked; each longer member
 (a prefill chunk) in its own SDPA with a causal mask offset by its start. Query heads are
 folded into ``Hkv`` groups (``[.., Hkv, g·n, d]``) so K/V are not repeated per head.
-Correctness over speed: the gather copies every member's context in every layer (no paged
-attention kernel), and the index tensors of an iteration go to the device in one copy.
+With ``attention="sdpa"`` the gather copies every member's context in every layer, and the
+index tensors of an iteration go to the device in one copy. With ``attention="flex"``
+FlexAttention reads K/V through the block tables (:mod:`.paged_attention`): the prefill
+chunks of a mixed iteration are one query sequence over the whole cache with a block-table
+mask, decode tokens go through FlexAttention's decoding kernel, and on CUDA decode-only
+iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`). Mixed iterations run
+eagerly (the layers' Python launches every op).
+
+Asynchronous iterations (:meth:`PagedLlama.launch`): the sampled ids stay on the device (the
+next iteration may take its input ids from them, ``-(r+1)`` = row ``r``) and are copied to
+pinned host memory without waiting; :meth:`Launch.result` waits for that copy. On the CPU a
+launch computes at once.
 
 Each iteration is a :func:`tracestory.region` named ``iteration N``, so torch.profiler, nsys and
 ncu see the iterations. Device memory (``torch.cuda.memory_allocated/reserved``) is reported on
@@ -40,6 +52,12 @@ from collections.abc import Sequence
 
 from ..capture.region import region
 from ..models.llama_config import LlamaConfig, layer_params
+from .graphs import DecodeGraphs, bucket_for, decode_buckets
+from .paged_attention import PAD_ROW, Q_TILE, FlexPagedAttention, chunk_tiles
+
+ATTENTION_BACKENDS = ("sdpa", "flex")
+# decode CUDA graphs hold block tables this long (tokens); a longer context runs eagerly
+GRAPH_MAX_MODEL_LEN = 8192
 
 # A realistic LM-head width for the real presets, a small one for the tiny test config.
 DEFAULT_VOCAB = {"tiny": 512, "llama-2-7b": 32000, "llama-3-8b": 128256}
@@ -59,6 +77,10 @@ def _identity(x):
     return x
 
 
+def _round_up(n: int, k: int) -> int:
+    return max(k, -(-n // k) * k)
+
+
 def _sdpa_backends():
     """SDPA without the cuDNN backend: it builds an execution plan for every new shape (about
     40 ms each on an H200 with torch 2.11), and under continuous batching nearly every iteration
@@ -73,17 +95,72 @@ def _sdpa_backends():
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
+class _DeviceLayer:
+    """A decoder layer's weights drawn on the device (same names and layout as
+    :class:`tracestory.models.llama.Layer`: ``[out, in]``, scaled 1/sqrt(in); norms 1 + 0.1·N(0,1))."""
+
+    def __init__(self, cfg: LlamaConfig, device, dtype, gen):
+        import torch
+
+        D, H, K, d, I = cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim
+
+        def w(out_f, in_f):
+            t = torch.randn(out_f, in_f, generator=gen, device=device, dtype=torch.float32)
+            return t.mul_(in_f ** -0.5).to(dtype)
+
+        self.wq, self.wk, self.wv, self.wo = w(H * d, D), w(K * d, D), w(K * d, D), w(D, H * d)
+        self.wg, self.wu, self.wd = w(I, D), w(I, D), w(D, I)
+        self.n1 = (1 + 0.1 * torch.randn(D, generator=gen, device=device)).to(dtype)
+        self.n2 = (1 + 0.1 * torch.randn(D, generator=gen, device=device)).to(dtype)
+
+
+class _DeviceStack:
+    def __init__(self, cfg: LlamaConfig, layers: int, device, dtype, seed: int):
+        import torch
+
+        gen = torch.Generator(device=device).manual_seed(seed)
+        self.layers = [_DeviceLayer(cfg, device, dtype, gen) for _ in range(layers)]
+
+
+class Launch:
+    """The sampled tokens of one launched iteration: ``result()`` waits for them (an event on
+    CUDA; already there on CPU) and returns ``{request_id: token}``."""
+
+    def __init__(self, who: list[str], host, event, path: str):
+        self.who, self._host, self._event, self.path = who, host, event, path
+
+    def result(self) -> dict[str, int]:
+        if not self.who:
+            return {}
+        if self._event is not None:
+            self._event.synchronize()
+        return dict(zip(self.who, (int(t) for t in self._host[:len(self.who)].tolist())))
+
+
 class PagedLlama:
-    """``layers`` Llama decoder layers with an embedding, LM head and a paged KV cache."""
+    """``layers`` Llama decoder layers with an embedding, LM head and a paged KV cache.
+
+    ``attention``: ``sdpa`` (contexts gathered per iteration, see the module docstring) or
+    ``flex`` (FlexAttention reading the cache through the block tables, :mod:`.paged_attention`;
+    compiled on CUDA, eager on CPU).
+
+    Shape-dependent state (FlexAttention's mask buffers and compiled kernels, the decode CUDA
+    graphs and their static buffers) is built by :meth:`prepare`, not here, so the weights and
+    caches may be replaced (sharded) in between; shapes are read from ``self.cfg`` and the
+    caches at run time. Without :meth:`prepare` every iteration runs eagerly."""
 
     def __init__(self, cfg: LlamaConfig, *, layers: int, num_blocks: int, block_size: int,
-                 vocab: int | None = None, device: str = "cpu", dtype=None, seed: int = 0):
+                 vocab: int | None = None, device: str = "cpu", dtype=None, seed: int = 0,
+                 attention: str = "sdpa"):
         import torch
 
         from ..models import llama
 
+        if attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention: expected one of {', '.join(ATTENTION_BACKENDS)}, found {attention!r}")
         self.torch = torch
         self.cfg = cfg
+        self.attention = attention
         self.num_layers = int(layers)
         self.block_size = int(block_size)
         self.num_blocks = int(num_blocks)
@@ -91,13 +168,22 @@ class PagedLlama:
         self.device = device
         self.dtype = dtype or torch.float32
         self._rms_norm, self._rope, self._linear = llama.rms_norm, llama.rope, llama.linear
-        # the layers' own contiguous caches (batch 1, max_len 1) are unused: a few bytes each
-        self.stack = llama.build_model(cfg, layers=layers, batch=1, max_len=1, device=device, dtype=self.dtype, seed=seed)
-        gen = torch.Generator().manual_seed(seed + 1)
         D = cfg.dim
-        self.embed = torch.randn(self.vocab, D, generator=gen).to(device, self.dtype)
-        self.norm = (1 + 0.1 * torch.randn(D, generator=gen)).to(device, self.dtype)
-        self.lm_head = (torch.randn(self.vocab, D, generator=gen) / D ** 0.5).to(device, self.dtype)
+        if str(device).startswith("cuda"):
+            # drawn on the device: a full-size stack is built in seconds, not minutes of CPU randn
+            self.stack = _DeviceStack(cfg, layers, device, self.dtype, seed)
+            gen = torch.Generator(device=device).manual_seed(seed + 1)
+            self.embed = torch.randn(self.vocab, D, generator=gen, device=device).to(self.dtype)
+            self.norm = (1 + 0.1 * torch.randn(D, generator=gen, device=device)).to(self.dtype)
+            self.lm_head = (torch.randn(self.vocab, D, generator=gen, device=device) / D ** 0.5).to(self.dtype)
+        else:
+            # the layers' own contiguous caches (batch 1, max_len 1) are unused: a few bytes each
+            self.stack = llama.build_model(cfg, layers=layers, batch=1, max_len=1, device=device, dtype=self.dtype,
+                                           seed=seed)
+            gen = torch.Generator().manual_seed(seed + 1)
+            self.embed = torch.randn(self.vocab, D, generator=gen).to(device, self.dtype)
+            self.norm = (1 + 0.1 * torch.randn(D, generator=gen)).to(device, self.dtype)
+            self.lm_head = (torch.randn(self.vocab, D, generator=gen) / D ** 0.5).to(device, self.dtype)
         slots = self.num_blocks * self.block_size
         shape = (slots, cfg.n_kv_heads, cfg.head_dim)
         self.k_cache = [torch.zeros(shape, device=device, dtype=self.dtype) for _ in range(layers)]
@@ -108,82 +194,355 @@ class PagedLlama:
         # sums the partial outputs of row-parallel projections across tensor-parallel ranks;
         # the identity on one GPU
         self.tp_reduce = _identity
+        self.on_cuda = str(device).startswith("cuda")
+        self._flex = None            # FlexPagedAttention (prepare, or lazily)
+        self._graphs = None          # graphs.DecodeGraphs (prepare)
+        self._sampled = None         # [rows] int64: the last launch's sampled ids, on the device
+        self._out_ring: list = []    # pinned host buffers + events for the sampled ids (CUDA)
+        self._out_next = 0
+        self.startup: dict = {}      # what prepare() built and how long it took
 
     # ------------------------------------------------------------------ public
     def step(self, members: Sequence, iteration: int | None = None) -> dict[str, int]:
         """Run one iteration over scheduler members (:class:`~.scheduler.Member`); returns the
         greedy next token of every member with ``samples``."""
+        return self.launch(members, iteration).result()
+
+    def launch(self, members: Sequence, iteration: int | None = None,
+               token_ids: Sequence[int] | None = None) -> Launch:
+        """Queue one iteration on the device and return at once (CUDA); ``result()`` of the
+        returned :class:`Launch` waits for the sampled ids.
+
+        ``token_ids`` (default: the members' own, concatenated) may hold ``-(r + 1)`` for "row
+        ``r`` of the previous launch's sampled ids", resolved on the device: the previous
+        iteration's tokens feed this one without a round trip through the host."""
+        import numpy as np
+
         torch = self.torch
         name = f"iteration {iteration}" if iteration is not None else "iteration"
+        ids = np.fromiter(token_ids if token_ids is not None else (t for m in members for t in m.token_ids),
+                          dtype=np.int64)
+        who = [m.request_id for m in members if m.samples]
         with region(name), torch.inference_mode():
-            ids = [t for m in members for t in m.token_ids]
-            x = self.embed[torch.tensor(ids, device=self.device, dtype=torch.long)]
-            spans = [(m.start, m.tokens, m.block_table) for m in members]
-            h = self.forward_hidden(x, spans)
-            rows, who, off = [], [], 0
-            for m in members:
-                off += m.tokens
-                if m.samples:
-                    rows.append(off - 1)
-                    who.append(m.request_id)
-            if not rows:
-                return {}
-            last = self._rms_norm(h[torch.tensor(rows, device=self.device)], self.norm, self.cfg.norm_eps)
-            logits = self._linear(last, self.lm_head)          # [n_sampling, vocab]
-            nxt = logits.float().argmax(-1).tolist()                           # syncs the device
-        return dict(zip(who, (int(t) for t in nxt)))
+            self._ensure_sampled(max(len(members), 1))
+            g = self._graphs
+            if g is not None and g.fits(members):
+                g.run(members, ids)
+                path = "graph" if g.use_graphs else "static"
+            else:
+                self._eager(members, ids)
+                path = "eager"
+            return self._fetch(who, path)
+
+    def prepare(self, *, max_num_seqs: int, max_batch_tokens: int, cuda_graphs: bool = True,
+                max_model_len: int | None = None, log=None) -> dict:
+        """Build the shape-dependent state once the model is final (after any sharding):
+        FlexAttention's mask buffers and compiled kernels (one per shape bucket, compiled here by
+        a warm-up, not in the first request), and on CUDA the decode CUDA graphs, one per
+        batch-size bucket (:mod:`.graphs`). Returns (and keeps in :attr:`startup`) what was
+        built and the seconds it took; ``log(line)`` is told each stage."""
+        import time
+
+        torch = self.torch
+        say = log or (lambda _line: None)
+        info: dict = {"attention": self.attention, "cuda_graphs": False}
+        rows = _round_up(max_batch_tokens, Q_TILE) if self.on_cuda else max_batch_tokens
+        self._ensure_sampled(max(max_num_seqs, 1))
+        if self.attention == "flex":
+            self._flex = FlexPagedAttention(num_blocks=self.num_blocks, block_size=self.block_size,
+                                            max_rows=max(rows, max_num_seqs), device=self.device,
+                                            compiled=self.on_cuda)
+        buckets = decode_buckets(max_num_seqs)
+        if self.on_cuda and self.attention == "flex":
+            cap = min(self.num_blocks * self.block_size, max_model_len or GRAPH_MAX_MODEL_LEN)
+            width = -(-cap // self.block_size)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                self._graphs = DecodeGraphs(self, buckets, width, use_graphs=cuda_graphs)
+                compile_s, capture_s = self._graphs.build(say)
+                chunk_s = self._warm_chunks(rows, say) + self._warm_mixed_decode(say)
+            torch.cuda.synchronize(self.device)
+            info.update(cuda_graphs=cuda_graphs, decode_buckets=buckets, table_width_blocks=width,
+                        compile_s=round(compile_s + chunk_s, 3), graph_capture_s=round(capture_s, 3),
+                        prepare_s=round(time.perf_counter() - t0, 3),
+                        chunk_rows=list(range(Q_TILE, rows + 1, Q_TILE)))
+        self.startup = info
+        return info
 
     def forward_hidden(self, x, spans: Sequence[tuple[int, int, Sequence[int]]]):
         """Hidden states ``[T, D]`` after the layers for ``x`` ``[T, D]`` made of spans
         ``(start, n, block_table)``: ``n`` tokens at positions ``start..start+n-1`` of a request
         whose cache blocks are ``block_table``. Writes their K/V into the cache."""
+        if self.attention == "flex":
+            cos, sin, slots, attend = self._flex_chunk_setup(spans)
+            return self._layers(x, cos, sin, slots, attend)
         lay = self._layout(spans)
+        cos, sin = self._rope_tables(lay["pos"])
         with _sdpa_backends():
-            return self._layers(x, lay)
+            return self._layers(x, cos, sin, lay["slots"], lambda q, kc, vc: self._sdpa_attend(q, kc, vc, lay))
 
-    def _layers(self, x, lay):
+    def memory(self) -> dict | None:
+        """``{"allocated_bytes", "reserved_bytes"}`` of the CUDA caching allocator; None on CPU."""
+        torch = self.torch
+        if not self.on_cuda:
+            return None
+        return {"allocated_bytes": int(torch.cuda.memory_allocated(self.device)),
+                "reserved_bytes": int(torch.cuda.memory_reserved(self.device))}
+
+    # ------------------------------------------------------------------ the layers
+    def _rope_tables(self, pos):
+        torch = self.torch
+        ang = pos.to(torch.float64)[:, None] * self._inv_freq[None, :]
+        ang = torch.cat((ang, ang), dim=-1)
+        return ang.cos().to(self._table_dtype), ang.sin().to(self._table_dtype)   # [T, d]
+
+    def _layers(self, x, cos, sin, slots, attend):
+        """The decoder layers over ``x`` ``[T, D]``; ``attend(q [H, T, d], k_cache, v_cache)``
+        returns ``[T, H*d]`` after the new K/V are written at ``slots``."""
         import torch.nn.functional as F
 
-        torch, cfg = self.torch, self.cfg
+        cfg = self.cfg
         T = x.shape[0]
-        H, K, d, g = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.group
-        ang = lay["pos"].to(torch.float64)[:, None] * self._inv_freq[None, :]
-        ang = torch.cat((ang, ang), dim=-1)
-        cos, sin = ang.cos().to(self._table_dtype), ang.sin().to(self._table_dtype)   # [T, d]
-        rows, B = lay["rows"], lay["rows"].shape[0]
+        H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         for li, layer in enumerate(self.stack.layers):
             a = self._rms_norm(x, layer.n1, cfg.norm_eps)
             q = self._rope(self._linear(a, layer.wq).view(T, H, d).transpose(0, 1), cos, sin)   # [H, T, d]
             k = self._rope(self._linear(a, layer.wk).view(T, K, d).transpose(0, 1), cos, sin)   # [Hkv, T, d]
             v = self._linear(a, layer.wv).view(T, K, d)
             kc, vc = self.k_cache[li], self.v_cache[li]
-            kc[lay["slots"]] = k.transpose(0, 1)
-            vc[lay["slots"]] = v
-            o = torch.empty(T, H * d, device=x.device, dtype=x.dtype)
-            if B:
-                # single-token spans (decode) in one SDPA: context padded to the longest, padding masked
-                qs = q[:, rows].transpose(0, 1).reshape(B, K, g, d)             # [B, Hkv, g, d]
-                ks = kc[lay["pad"]].transpose(1, 2)                              # [B, Hkv, Lmax, d]
-                vs = vc[lay["pad"]].transpose(1, 2)
-                os_ = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=lay["pad_mask"])
-                o[rows] = os_.reshape(B, H * d)
-            for off, n, cs, mask in lay["multi"]:
-                qm = q[:, off:off + n].reshape(K, g * n, d)                   # [Hkv, g·n, d]
-                km, vm = kc[cs].transpose(0, 1), vc[cs].transpose(0, 1)       # [Hkv, ctx, d]
-                om = F.scaled_dot_product_attention(qm, km, vm, attn_mask=mask)
-                o[off:off + n] = om.reshape(H, n, d).transpose(0, 1).reshape(n, H * d)
+            kc[slots] = k.transpose(0, 1)
+            vc[slots] = v
+            o = attend(q, kc, vc)
             h = x + self.tp_reduce(self._linear(o, layer.wo))
             m = self._rms_norm(h, layer.n2, cfg.norm_eps)
             x = h + self.tp_reduce(self._linear(F.silu(self._linear(m, layer.wg)) * self._linear(m, layer.wu), layer.wd))
         return x
 
-    def memory(self) -> dict | None:
-        """``{"allocated_bytes", "reserved_bytes"}`` of the CUDA caching allocator; None on CPU."""
+    def _sample_rows(self, h):
+        """Greedy ids of the rows ``h`` ``[n, D]`` into the sampled buffer ``[:n]``."""
+        last = self._rms_norm(h, self.norm, self.cfg.norm_eps)
+        logits = self._linear(last, self.lm_head)                       # [n, vocab]
+        self._sampled[:h.shape[0]] = logits.float().argmax(-1)
+
+    def _resolve_ids(self, ids):
+        """Token ids ``[T]`` with ``-(r+1)`` entries -> ids, from the previous launch's samples."""
         torch = self.torch
-        if not str(self.device).startswith("cuda"):
-            return None
-        return {"allocated_bytes": int(torch.cuda.memory_allocated(self.device)),
-                "reserved_bytes": int(torch.cuda.memory_reserved(self.device))}
+        return torch.where(ids >= 0, ids, self._sampled[(-ids - 1).clamp(min=0)])
+
+    # ------------------------------------------------------------------ eager iteration
+    def _eager(self, members, ids) -> None:
+        import numpy as np
+
+        ids_t = self._to_device(ids)
+        if (ids < 0).any():
+            ids_t = self._resolve_ids(ids_t)
+        x = self.embed[ids_t]
+        h = self.forward_hidden(x, [(m.start, m.tokens, m.block_table) for m in members])
+        rows, off = [], 0
+        for m in members:
+            off += m.tokens
+            if m.samples:
+                rows.append(off - 1)
+        if rows:
+            self._sample_rows(h[self._to_device(np.asarray(rows, dtype=np.int64))])
+
+    def _decode_static(self, b: int, g) -> None:
+        """A decode-only iteration of bucket ``b`` over the static buffers of ``g``
+        (:class:`~.graphs.DecodeGraphs`): no host sync, no allocation that depends on the
+        batch's contents, so a CUDA graph can replay it."""
+        fa = self._flex
+        g.tables32[:b].copy_(g.tables[:b])
+        g.nblk32[:b].copy_(g.nblk[:b])
+        fa.dec_owner[:b].copy_(g.mid[:b])
+        fa.dec_pos[:b].copy_(g.pos[:b])
+        fa.set_blocks(g.tables[:b], g.mid[:b])
+        x = self.embed[self._resolve_ids(g.tok[:b])]
+        cos, sin = self._rope_tables(g.pos[:b])
+        mask = g.masks[b]
+        h = self._layers(x, cos, sin, g.slot[:b], lambda q, kc, vc: fa.decode(q, kc, vc, mask))
+        self._sample_rows(h)
+
+    def _sdpa_attend(self, q, kc, vc, lay):
+        import torch.nn.functional as F
+
+        torch, cfg = self.torch, self.cfg
+        H, T, d = q.shape
+        K, g = cfg.n_kv_heads, cfg.group
+        rows, B = lay["rows"], lay["rows"].shape[0]
+        o = torch.empty(T, H * d, device=q.device, dtype=q.dtype)
+        if B:
+            # single-token spans (decode) in one SDPA: context padded to the longest, padding masked
+            qs = q[:, rows].transpose(0, 1).reshape(B, K, g, d)             # [B, Hkv, g, d]
+            ks = kc[lay["pad"]].transpose(1, 2)                              # [B, Hkv, Lmax, d]
+            vs = vc[lay["pad"]].transpose(1, 2)
+            os_ = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=lay["pad_mask"])
+            o[rows] = os_.reshape(B, H * d)
+        for off, n, cs, mask in lay["multi"]:
+            qm = q[:, off:off + n].reshape(K, g * n, d)                   # [Hkv, g·n, d]
+            km, vm = kc[cs].transpose(0, 1), vc[cs].transpose(0, 1)       # [Hkv, ctx, d]
+            om = F.scaled_dot_product_attention(qm, km, vm, attn_mask=mask)
+            o[off:off + n] = om.reshape(H, n, d).transpose(0, 1).reshape(n, H * d)
+        return o
+
+    def _flex_chunk_setup(self, spans):
+        """FlexAttention for one iteration (:mod:`.paged_attention`): the leading single-token
+        spans through the decode call (padded to a bucket) when the model has decode graphs
+        whose buckets and table width hold them, the rest as one chunk query sequence.
+        Returns ``(cos, sin, slots, attend)``; every index goes to the device in one copy."""
+        import numpy as np
+
+        torch, bs, nb, dev = self.torch, self.block_size, self.num_blocks, self.device
+        g = self._graphs
+        lead = 0
+        if g is not None:
+            while lead < len(spans) and spans[lead][1] == 1 and len(spans[lead][2]) <= g.width:
+                lead += 1
+            lead = min(lead, g.bmax)
+        bd = bucket_for(lead, g.buckets) if lead else 0
+        pos_l, slot_l, own_l, tabs, tiles = [], [], [], [], []
+        off = 0
+        width = max(max((len(t) for *_, t in spans), default=1), g.width if bd else 1)
+        for i, (start, n, table) in enumerate(spans):
+            table = np.asarray(table, dtype=np.int64)
+            if len(table) * bs < start + n:
+                raise ValueError(f"block table of {len(table)} blocks cannot hold {start + n} tokens")
+            p = np.arange(start, start + n, dtype=np.int64)
+            pos_l.append(p)
+            slot_l.append(table[p // bs] * bs + p % bs)
+            own_l.append(np.full(n, i, dtype=np.int64))
+            tabs.append(np.pad(table, (0, width - len(table)), constant_values=nb))
+            if i >= lead:
+                tiles.append((off - lead, n, table))
+            off += n
+        T = off
+        tc = T - lead                                  # chunk rows
+        rows = (_round_up(tc, Q_TILE) if self.on_cuda else tc) if tc else 0
+        fa = self._flex_for(max(rows, bd))
+        pos_all = np.concatenate(pos_l)
+        parts = [pos_all, np.concatenate(slot_l), np.stack(tabs).ravel()]
+        if rows:
+            kv_num, kv_idx = chunk_tiles(tiles, bs, rows)
+            if self.on_cuda:          # one compiled shape per row bucket: tile lists as wide as the cache
+                kv_idx = np.pad(kv_idx, ((0, 0), (0, nb - kv_idx.shape[1])), mode="edge")
+            own = np.full(rows, PAD_ROW, dtype=np.int64)
+            own[:tc] = np.concatenate(own_l)[lead:]
+            pos = np.zeros(rows, dtype=np.int64)
+            pos[:tc] = pos_all[lead:]
+            parts += [pos, own, kv_num.astype(np.int64), kv_idx.astype(np.int64).ravel()]
+        if bd:
+            src = np.where(np.arange(bd) < lead, np.arange(bd), 0)       # padding rows repeat row 0
+            dtab = np.stack(tabs[:lead])[:, :g.width][src]
+            nblk = -(-(pos_all[:lead] + 1) // bs)
+            parts += [src, pos_all[:lead][src], nblk[src], dtab.ravel()]
+        buf = self._to_device(np.concatenate(parts))
+        cut = np.cumsum([0] + [len(p) for p in parts])
+        d = [buf[a:b] for a, b in itertools.pairwise(cut)]
+        R = len(spans)
+        fa.set_blocks(d[2].view(R, width), torch.arange(R, device=dev))
+        slots_n = self.k_cache[0].shape[0]
+        chunk_mask = dec_mask = None
+        if rows:
+            fa.row_pos[:rows] = d[3]
+            fa.row_owner[:rows] = d[4]
+            chunk_mask = fa.chunk_block_mask(d[5].to(torch.int32), d[6].to(torch.int32).view(kv_idx.shape), rows,
+                                             slots_n)
+        if bd:
+            k = 7 if rows else 3
+            fa.dec_owner[:bd] = d[k]
+            fa.dec_pos[:bd] = d[k + 1]
+            dec_mask = fa.decode_block_mask(d[k + 3].to(torch.int32).view(bd, g.width), d[k + 2].to(torch.int32),
+                                            slots_n)
+            dec_rows = d[k]
+
+        def attend(q, kc, vc):
+            if not bd:
+                return fa.chunk(q, kc, vc, chunk_mask, rows)
+            od = fa.decode(q[:, dec_rows], kc, vc, dec_mask)[:lead]
+            if not rows:
+                return od
+            return torch.cat((od, fa.chunk(q[:, lead:], kc, vc, chunk_mask, rows)))
+
+        cos, sin = self._rope_tables(d[0])
+        return cos, sin, d[1], attend
+
+    def _flex_for(self, rows: int) -> FlexPagedAttention:
+        fa = self._flex
+        if fa is None or fa.row_owner.shape[0] < max(rows, 1):
+            if fa is not None and self._graphs is not None:
+                raise ValueError(f"{rows} query rows exceed the {fa.row_owner.shape[0]} prepared for")
+            fa = self._flex = FlexPagedAttention(num_blocks=self.num_blocks, block_size=self.block_size,
+                                                 max_rows=max(rows, 64), device=self.device, compiled=self.on_cuda)
+        return fa
+
+    def _warm_chunks(self, rows_max: int, say) -> float:
+        """Compile the chunk (mixed-iteration) FlexAttention once per row bucket: a throwaway
+        forward over one request of ``rows`` tokens in block 0.. (its K/V are overwritten later)."""
+        import time
+
+        t_all = 0.0
+        for rows in range(Q_TILE, rows_max + 1, Q_TILE):
+            n = min(rows, self.num_blocks * self.block_size)
+            table = list(range(-(-n // self.block_size)))
+            x = self.embed[:1].expand(n, -1)
+            t0 = time.perf_counter()
+            self.forward_hidden(x, [(0, n, table)])
+            self.torch.cuda.synchronize(self.device)
+            dt = time.perf_counter() - t0
+            t_all += dt
+            say(f"flex chunk attention for {rows} rows compiled in {dt:.1f} s")
+        return t_all
+
+    def _warm_mixed_decode(self, say) -> float:
+        """Compile the decode call of mixed iterations (eager, outside the graphs: other strides,
+        so other compiled kernels) once per bucket: a throwaway forward over ``b`` single-token
+        spans at position 0 of blocks ``0..b-1`` (those slots are rewritten before any read)."""
+        import time
+
+        g = self._graphs
+        t0 = time.perf_counter()
+        for b in g.buckets:
+            if b > self.num_blocks:
+                break
+            x = self.embed[:1].expand(b, -1)
+            self.forward_hidden(x, [(0, 1, [i]) for i in range(b)])
+        if self.on_cuda:
+            self.torch.cuda.synchronize(self.device)
+        dt = time.perf_counter() - t0
+        say(f"flex decode attention of mixed iterations compiled for batch sizes {g.buckets} in {dt:.1f} s")
+        return dt
+
+    # ------------------------------------------------------------------ buffers
+    def _to_device(self, array):
+        """A numpy int64 array on the model's device; on CUDA through pinned memory without
+        waiting (a pageable copy would wait for the iteration in flight)."""
+        t = self.torch.from_numpy(array)
+        if not self.on_cuda:
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)
+
+    def _ensure_sampled(self, rows: int) -> None:
+        torch = self.torch
+        if self._sampled is None or self._sampled.shape[0] < rows:
+            old = self._sampled
+            self._sampled = torch.zeros(max(rows, 64), dtype=torch.long, device=self.device)
+            if old is not None:
+                self._sampled[:old.shape[0]] = old
+            if self.on_cuda:
+                n = self._sampled.shape[0]
+                self._out_ring = [(torch.empty(n, dtype=torch.long, pin_memory=True), torch.cuda.Event())
+                                  for _ in range(4)]
+
+    def _fetch(self, who: list[str], path: str) -> Launch:
+        """Copy the sampled ids to the host without waiting (CUDA) or at once (CPU)."""
+        n = len(who)
+        if not self.on_cuda:
+            return Launch(who, self._sampled[:n].clone(), None, path)
+        host, ev = self._out_ring[self._out_next]
+        self._out_next = (self._out_next + 1) % len(self._out_ring)
+        if n:
+            host[:n].copy_(self._sampled[:n], non_blocking=True)
+        ev.record()
+        return Launch(who, host, ev, path)
 
     # ------------------------------------------------------------------ helpers
     def _layout(self, spans) -> dict:
@@ -217,7 +576,7 @@ class PagedLlama:
         ctxs = np.array([len(cs) for *_, cs in single], dtype=np.int64)
         rows = np.array([o for o, *_ in single], dtype=np.int64)
         buf = torch.from_numpy(np.concatenate(pos_l + slot_l + [rows, ctxs, pad.ravel()] + [cs for *_, cs in multi]))
-        buf = buf.to(dev)
+        buf = self._to_device(buf.numpy())
         cut = np.cumsum([0, T, T, B, B, B * lmax] + [len(cs) for *_, cs in multi])
         part = [buf[a:b] for a, b in itertools.pairwise(cut)]
         out = {"pos": part[0], "slots": part[1], "rows": part[2], "pad": part[4].view(B, lmax), "pad_mask": None}

@@ -1,0 +1,189 @@
+"""FlexAttention over the paged KV cache: block-table indexing in the mask, no gathered contexts.
+
+The cache of a layer is ``[slots, Hkv, d]`` (slot ``s`` = block ``s // bs``, offset ``s % bs``),
+seen by FlexAttention as one key sequence ``[1, Hkv, slots, d]`` (a strided view, no copy) that
+every query row shares (batch broadcast). Two per-block tables say what a physical block holds
+in this iteration, set on the device from the members' block tables before the layers run::
+
+    block_owner[b]   = id of the member whose table lists block b (-1: nobody in this batch)
+    block_logical[b] = index of b in that table (its logical block)
+
+and per query row ``r`` its member id ``row_owner[r]`` and position ``row_pos[r]``. The mask of
+query row ``r`` and physical key slot ``s`` (block ``b = s // bs``) is::
+
+    block_owner[b] == row_owner[r]  and  block_logical[b] * bs + s % bs <= row_pos[r]
+
+which is exact on its own: eager FlexAttention (the CPU path, which scores every slot) needs no
+more. The block mask only makes the compiled kernels skip blocks: KV tile = one cache block,
+and each query tile lists the physical blocks of the members it holds
+(``BlockMask.from_kv_blocks``; no "full" blocks, the mask runs on every listed block).
+
+Two shapes:
+
+* **decode**: queries ``[B, H, 1, d]`` (one row per member), tile lists = the members' block
+  tables ``[B, 1, 1, W]`` with ``ceil(context / bs)`` valid entries each: FlexAttention's
+  decoding kernel (split over KV) reads K/V through the table. Static buffers, so a CUDA graph
+  can replay it; rows padded to a bucket repeat row 0 (same member id, same writes).
+* **chunk**: the prefill tokens of a mixed iteration as one query sequence ``[1, H, T, d]``; a
+  prefill chunk starting at ``start`` sees keys ``0..start+i`` for its row ``i`` (causal, offset
+  by its start). Tile lists are the union of the tables of the members in each 128-row query
+  tile. On CUDA ``T`` is padded to a multiple of 128 (padding rows belong to nobody; their
+  output is discarded), so the compiled kernel sees a few shapes only. The decode members of a
+  mixed iteration go through the decode call (same buckets and table width as the graphs, so
+  the same compiled kernels) when the model has decode graphs; else they are rows of the chunk.
+
+The decode call reads its rows' member ids and positions from ``dec_owner``/``dec_pos`` (indexed
+by batch entry), the chunk call from ``row_owner``/``row_pos`` (indexed by query row).
+
+Limits: no sliding window, no prefix sharing; the KV tile is the cache block size, so small
+blocks (16) make small kernel tiles (the compiled prefill kernel runs with ``BLOCK_N`` = the
+largest power of two <= 64 dividing the block size, which must be >= 16 for its matmuls).
+"""
+
+from __future__ import annotations
+
+Q_TILE = 128          # query rows per tile of the block mask (FlexAttention's default)
+NOBODY = -1           # block_owner of a block outside this batch
+PAD_ROW = -2          # row_owner of a padding query row (matches no block)
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size)
+
+
+class FlexPagedAttention:
+    """The mask state and the FlexAttention calls of one model (shared by its layers).
+
+    ``compiled``: wrap ``flex_attention`` in ``torch.compile`` (CUDA); else the eager
+    implementation (CPU; exact, scores every slot)."""
+
+    def __init__(self, *, num_blocks: int, block_size: int, max_rows: int, device, compiled: bool):
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        self.torch = torch
+        self.bs = int(block_size)
+        self.num_blocks = int(num_blocks)
+        self.compiled = bool(compiled)
+        # one extra entry: padding columns of block tables point at block `num_blocks`
+        self.block_owner = torch.full((num_blocks + 1,), NOBODY, dtype=torch.int32, device=device)
+        self.block_logical = torch.zeros(num_blocks + 1, dtype=torch.int32, device=device)
+        self.row_owner = torch.full((max_rows,), PAD_ROW, dtype=torch.int32, device=device)
+        self.row_pos = torch.zeros(max_rows, dtype=torch.int32, device=device)
+        # the decode call's rows are its batch entries: their own owner/position tables
+        self.dec_owner = torch.full((max_rows,), PAD_ROW, dtype=torch.int32, device=device)
+        self.dec_pos = torch.zeros(max_rows, dtype=torch.int32, device=device)
+        if self.compiled:
+            import torch._dynamo
+
+            # one compiled kernel per shape bucket: more than the default recompile limit
+            for key in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, key):
+                    setattr(torch._dynamo.config, key, max(getattr(torch._dynamo.config, key), 64))
+            self._flex = torch.compile(flex_attention, dynamic=False, fullgraph=True)
+        else:
+            self._flex = flex_attention
+        bs, owner, logical = self.bs, self.block_owner, self.block_logical
+        row_owner, row_pos, dec_owner, dec_pos = self.row_owner, self.row_pos, self.dec_owner, self.dec_pos
+
+        def decode_mask(b, h, q_idx, kv_idx):
+            blk = kv_idx // bs
+            return (owner[blk] == dec_owner[b]) & (logical[blk] * bs + kv_idx % bs <= dec_pos[b])
+
+        def chunk_mask(b, h, q_idx, kv_idx):
+            blk = kv_idx // bs
+            return (owner[blk] == row_owner[q_idx]) & (logical[blk] * bs + kv_idx % bs <= row_pos[q_idx])
+
+        self._decode_mask, self._chunk_mask = decode_mask, chunk_mask
+        # the compiled prefill kernel's KV tile must divide the cache block (the decoding kernel
+        # shrinks its own): the largest power of two <= 64 that divides the block size
+        tile = 1
+        while tile < 64 and self.bs % (tile * 2) == 0:
+            tile *= 2
+        self._chunk_options = {"BLOCK_M": 64, "BLOCK_N": tile} if self.compiled else None
+
+    # ------------------------------------------------------------------ mask state
+    def set_blocks(self, tables, member_ids) -> None:
+        """Device-side: ``tables`` ``[R, W]`` (int64; padding columns = ``num_blocks``) and the
+        member id of each table row ``[R]``. Capturable in a CUDA graph (no host sync)."""
+        torch = self.torch
+        self.block_owner.fill_(NOBODY)
+        R, W = tables.shape
+        self.block_owner[tables] = member_ids.to(torch.int32)[:, None].expand(R, W)
+        self.block_logical[tables] = torch.arange(W, device=tables.device, dtype=torch.int32)[None, :].expand(R, W)
+
+    def decode_block_mask(self, tables_i32, nblk_i32, slots: int):
+        """Block mask of ``B = len(nblk)`` single-token rows over ``slots`` key slots; its
+        tensors are views of the caller's (static) buffers."""
+        from torch.nn.attention.flex_attention import BlockMask
+
+        B, W = tables_i32.shape
+        return _from_kv_blocks(BlockMask, nblk_i32.view(B, 1, 1), tables_i32.view(B, 1, 1, W),
+                               BLOCK_SIZE=(Q_TILE, self.bs), mask_mod=self._decode_mask, seq_lengths=(1, slots))
+
+    def chunk_block_mask(self, kv_num_i32, kv_idx_i32, rows: int, slots: int):
+        """Block mask of one query sequence of ``rows`` rows: ``kv_num`` ``[nQ]``, ``kv_idx`` ``[nQ, W]``."""
+        from torch.nn.attention.flex_attention import BlockMask
+
+        nq, W = kv_idx_i32.shape
+        return _from_kv_blocks(BlockMask, kv_num_i32.view(1, 1, nq), kv_idx_i32.view(1, 1, nq, W),
+                               BLOCK_SIZE=(Q_TILE, self.bs), mask_mod=self._chunk_mask, seq_lengths=(rows, slots))
+
+    # ------------------------------------------------------------------ attention
+    @staticmethod
+    def cache_view(cache):
+        """``[slots, Hkv, d]`` -> ``[1, Hkv, slots, d]`` (a view)."""
+        return cache.unsqueeze(0).transpose(1, 2)
+
+    def decode(self, q, kc, vc, block_mask):
+        """``q`` ``[H, B, d]`` (one token per member) -> ``[B, H*d]``."""
+        H, B, d = q.shape
+        o = self._flex(q.transpose(0, 1).unsqueeze(2), self.cache_view(kc), self.cache_view(vc),
+                       block_mask=block_mask, enable_gqa=True)           # [B, H, 1, d]
+        return o.reshape(B, H * d)
+
+    def chunk(self, q, kc, vc, block_mask, rows: int):
+        """``q`` ``[H, T, d]`` (all tokens of the iteration; ``rows >= T`` when padded) -> ``[T, H*d]``."""
+        torch = self.torch
+        H, T, d = q.shape
+        qq = q.unsqueeze(0)
+        if rows > T:
+            qq = torch.cat((qq, qq.new_zeros(1, H, rows - T, d)), dim=2)
+        o = self._flex(qq, self.cache_view(kc), self.cache_view(vc), block_mask=block_mask, enable_gqa=True,
+                       kernel_options=self._chunk_options)
+        return o[0, :, :T].transpose(0, 1).reshape(T, H * d)
+
+
+def _from_kv_blocks(cls, kv_num, kv_idx, **kw):
+    """``BlockMask.from_kv_blocks`` without the transposed (backward-only) tables where torch
+    allows it: they would cost a sort per call and hold stale data in a CUDA graph."""
+    try:
+        return cls.from_kv_blocks(kv_num, kv_idx, compute_q_blocks=False, **kw)
+    except TypeError:
+        return cls.from_kv_blocks(kv_num, kv_idx, **kw)
+
+
+def chunk_tiles(spans, block_size: int, rows: int):
+    """Host-side tile lists of a chunk call (numpy): for each 128-row query tile, the distinct
+    physical blocks of the members with a row in it. ``spans``: ``(offset, n, table)`` per
+    member in row order; returns ``(kv_num [nQ], kv_idx [nQ, W])`` with ``W`` the widest list
+    (at least 1; padding entries repeat the tile's first block, never read)."""
+    import numpy as np
+
+    nq = max(1, blocks_for(rows, Q_TILE))
+    lists: list[list] = [[] for _ in range(nq)]
+    for off, n, table in spans:
+        if n < 1:
+            continue
+        for t in range(off // Q_TILE, (off + n - 1) // Q_TILE + 1):
+            lists[t].append(np.asarray(table, dtype=np.int64))
+    uniq = [np.unique(np.concatenate(ls)) if ls else np.zeros(0, dtype=np.int64) for ls in lists]
+    W = max(1, max(len(u) for u in uniq))
+    kv_idx = np.zeros((nq, W), dtype=np.int32)
+    kv_num = np.zeros(nq, dtype=np.int32)
+    for t, u in enumerate(uniq):
+        kv_num[t] = len(u)
+        kv_idx[t, :len(u)] = u
+        if len(u):
+            kv_idx[t, len(u):] = u[0]
+    return kv_num, kv_idx

@@ -1,0 +1,184 @@
+"""FlexAttention over the paged cache, decode buckets, and the overlapped engine, on the CPU.
+
+Second sources: the SDPA gather path (checked against a contiguous reference in
+test_serve_server.py) for the tokens of the FlexAttention paths; a plain loop over the
+scheduler (which applies max_new_tokens and EOS itself, one iteration at a time) for the
+engine that hands tokens out one iteration later; hand-written arrays for the bucket packing."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from tracestory.models.llama_config import LlamaConfig
+from tracestory.serve import graphs
+from tracestory.serve.engine import Engine
+from tracestory.serve.eventlog import EventLog
+from tracestory.serve.model import PagedLlama
+from tracestory.serve.scheduler import Member, Scheduler, SchedulerConfig
+
+CFG = LlamaConfig.from_name("tiny")
+BS, NB, BUDGET, SEQS = 4, 8, 12, 4
+
+
+def _requests(n=6, seed=0):
+    rng = random.Random(seed)
+    return [(f"r{i}", [rng.randrange(512) for _ in range(rng.randrange(2, 22))], rng.randrange(2, 9), i % 3 == 0)
+            for i in range(n)]
+
+
+def _model(attention="sdpa", static_decode=False):
+    m = PagedLlama(CFG, layers=1, num_blocks=NB, block_size=BS, dtype=torch.float64, seed=1, attention=attention)
+    if static_decode:                 # the CUDA graphs' body and buckets, run eagerly
+        m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET)
+        m._graphs = graphs.DecodeGraphs(m, graphs.decode_buckets(SEQS), 4, use_graphs=False)
+        m._graphs.build(lambda _line: None)
+        # the start-up warm-up of mixed iterations' decode call writes K/V into free blocks:
+        # the tokens below must not change
+        lines = []
+        m._warm_mixed_decode(lines.append)
+        assert lines and "[1, 2, 4]" in lines[0]
+    return m
+
+
+def _scheduler(eos=None):
+    return Scheduler(SchedulerConfig(block_size=BS, num_blocks=NB, max_batch_tokens=BUDGET, max_num_seqs=SEQS,
+                                     eos_token_id=eos))
+
+
+def _reference(model, eos=None):
+    """The plain loop: schedule, step, complete; the scheduler decides every finish."""
+    s = _scheduler(eos)
+    for rid, prompt, n, ignore in _requests():
+        s.add_request(rid, prompt, n, ignore_eos=ignore)
+    out, fins, preempt, paths = {}, {}, 0, []
+    while s.has_work:
+        p = s.schedule()
+        preempt += sum(d.action == "preempt" for d in p.decisions)
+        launch = model.launch(p.members, p.iteration)
+        paths.append(launch.path)
+        r = s.complete(p, launch.result())
+        for rid, tok in r.new_tokens:
+            out.setdefault(rid, []).append(tok)
+        fins.update({f.request_id: (f.reason, f.output_tokens) for f in r.finished})
+    return out, fins, preempt, paths
+
+
+@pytest.fixture(scope="module")
+def sdpa_run():
+    return _reference(_model("sdpa"))
+
+
+def test_flex_gives_the_tokens_of_sdpa_over_continuous_batching(sdpa_run):
+    out, fins, preempt, _ = sdpa_run
+    assert preempt >= 1                                       # the small cache forces a recompute
+    assert {f[0] for f in fins.values()} == {"length"} and len(fins) == 6
+    flex_out, _, _, _ = _reference(_model("flex"))
+    assert flex_out == out
+    static_out, _, _, static_paths = _reference(_model("flex", static_decode=True))
+    assert "static" in static_paths and "eager" in static_paths     # decode buckets and mixed iterations
+    assert static_out == out
+
+
+def test_decode_buckets_and_padding():
+    assert graphs.decode_buckets(32) == [1, 2, 4, 8, 16, 32]
+    assert graphs.decode_buckets(6) == [1, 2, 4, 6]
+    assert graphs.decode_buckets(1) == [1]
+    assert [graphs.bucket_for(n, [1, 2, 4, 6]) for n in (1, 3, 5, 6, 7)] == [1, 4, 6, 6, None]
+    assert graphs.pad_rows([5, 6, 7], 4) == [5, 6, 7, 5]
+    with pytest.raises(ValueError):
+        graphs.pad_rows([], 4)
+
+
+def test_bucket_packing_repeats_row_zero():
+    m = _model("flex")
+    m.prepare(max_num_seqs=4, max_batch_tokens=8)
+    g = graphs.DecodeGraphs(m, [1, 2, 4], 3, use_graphs=False)
+    # two decode members: context 6 (position 5, block table [3, 7]) and 1 (position 0, [2])
+    members = [Member("a", "decode", 5, (11,), (3, 7), False, True),
+               Member("b", "decode", 0, (-1,), (2,), False, True)]
+    host = torch.zeros(g._n, dtype=torch.long)
+    assert g.pack(members, [11, -1], host) == 2
+    a = host.numpy()
+    B, W = 4, 3
+    # slot of position 5 = block 7 (index 5 // 4 = 1), offset 1 -> 29; position 0 of b -> 2*4 = 8
+    np.testing.assert_array_equal(a[0:2], [11, -1])          # ids (b's from the previous launch, row 0)
+    np.testing.assert_array_equal(a[B:B + 2], [5, 0])        # positions
+    np.testing.assert_array_equal(a[2 * B:2 * B + 2], [29, 8])
+    np.testing.assert_array_equal(a[3 * B:3 * B + 2], [2, 1])  # blocks of the context
+    np.testing.assert_array_equal(a[5 * B:].reshape(B, W)[:2], [[3, 7, NB], [2, NB, NB]])
+    assert g.pack(members[:1] + members[1:] + [members[0]], [11, -1, 11], host) == 4
+    np.testing.assert_array_equal(a[0:4], [11, -1, 11, 11])   # the padding row repeats row 0
+    np.testing.assert_array_equal(a[4 * B:4 * B + 4], [0, 1, 2, 0])   # member ids; padding: row 0's
+
+
+class _Recording(PagedLlama):
+    """Records whether any launch took an input id from the previous launch's device rows."""
+
+    from_device = 0
+
+    def launch(self, members, iteration=None, token_ids=None):
+        if token_ids is not None and any(t < 0 for t in token_ids):
+            self.from_device += 1
+        return super().launch(members, iteration, token_ids)
+
+
+def _engine_run(eos, overlap):
+    model = _Recording(CFG, layers=1, num_blocks=NB, block_size=BS, dtype=torch.float64, seed=1)
+    e = Engine(_scheduler(eos), model, EventLog(None, {}), overlap=overlap)
+    out, fins, done = {}, {}, threading.Event()
+
+    def sink_for(rid):
+        def sink(kind, payload):
+            if kind == "token":
+                out.setdefault(rid, []).append(payload)
+            else:
+                fins[rid] = (payload.reason, payload.output_tokens)
+                if len(fins) == 6:
+                    done.set()
+        return sink
+
+    for rid, prompt, n, ignore in _requests():      # queued before start: the same arrival order
+        e.submit(rid, prompt, n, ignore, sink_for(rid))
+    e.start()
+    try:
+        assert done.wait(60)
+    finally:
+        e.stop()
+    return out, fins, model.from_device
+
+
+def test_tokens_handed_out_one_iteration_later_end_requests_as_the_scheduler_does(sdpa_run):
+    ref_out, ref_fins, _, _ = sdpa_run
+    # exact lengths: each request ends at its max_new_tokens
+    assert {rid: f for rid, f in ref_fins.items()} == {rid: ("length", n) for rid, _, n, _ in _requests()}
+    for overlap in (True, False):
+        out, fins, from_device = _engine_run(None, overlap)
+        assert (out, fins) == (ref_out, ref_fins)
+        assert (from_device > 0) == overlap
+    # EOS: an id that request r1 (which does not ignore EOS) samples as its 2nd token
+    eos = ref_out["r1"][1]
+    ref_eos = _reference(_model("sdpa"), eos)
+    assert ref_eos[1]["r1"] == ("stop", 2)
+    for overlap in (True, False):
+        out, fins, _ = _engine_run(eos, overlap)
+        assert (out, fins) == ref_eos[:2]
+
+
+def test_shape_defaults_per_device_and_flag_checks():
+    from tracestory.cli import main
+    from tracestory.serve import ServeOptions, resolve_shape
+
+    assert resolve_shape(ServeOptions(), "cpu") == ("tiny", 2, "sdpa")
+    assert resolve_shape(ServeOptions(), "cuda") == ("llama-3-8b", 32, "flex")
+    assert resolve_shape(ServeOptions(preset="tiny"), "cuda:1") == ("tiny", 2, "flex")
+    assert resolve_shape(ServeOptions(layers=4, attention_backend="sdpa"), "cuda") == ("llama-3-8b", 4, "sdpa")
+    for argv in (["serve", "--max-model-len", "0"], ["serve", "--layers", "0"]):
+        assert main(argv) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--attention-backend", "matmul"])
+    assert e.value.code == 2
