@@ -76,6 +76,34 @@ def real_source_factory(gpus: int):
     return (PynvmlSource, f"real NVML, {count} GPU(s)") if gpus == 1 else (None, "")
 
 
+READINGS = ("sm_clock_mhz", "mem_clock_mhz", "power_mw", "energy_mj", "temperature_c", "utilization",
+            "clock_event_mask")
+
+
+def per_reading_us(n: int = 50) -> list[tuple[str, float, float]]:
+    """Wall and CPU time of each NVML reading the sampler makes (real NVML, GPU 0), median of n."""
+    src = PynvmlSource()
+    src.init()
+    try:
+        h = src.handle(0)
+        rows = []
+        for name in READINGS:
+            fn = getattr(src, name)
+            wall, cpu = [], []
+            for _ in range(n):
+                w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+                try:
+                    fn(h)
+                except Exception:   # a reading this device lacks: its cost still counts
+                    pass
+                wall.append(time.perf_counter_ns() - w0)
+                cpu.append(time.thread_time_ns() - c0)
+            rows.append((name, sorted(wall)[n // 2] / 1e3, sorted(cpu)[n // 2] / 1e3))
+        return rows
+    finally:
+        src.shutdown()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="threaded run per case (default 3)")
@@ -104,6 +132,11 @@ def main() -> int:
     print("| --- | ---: | ---: | ---: |")
     for label, tight, per_sample, share in rows:
         print(f"| {label} | {tight / 1e3:.1f} | {per_sample / 1e3:.1f} | {share * 100:.2f} |")
+    if real is not None:
+        print("\n| NVML reading (GPU 0) | wall per call, median (us) | CPU per call, median (us) |")
+        print("| --- | ---: | ---: |")
+        for name, wall, cpu in per_reading_us():
+            print(f"| {name} | {wall:.1f} | {cpu:.1f} |")
     return 0
 
 

@@ -154,11 +154,11 @@ def cpu_setup(monkeypatch):
 
     from tracestory.bench import common
 
-    fake = types.ModuleType("tracestory.bench.quant_triton")
+    fake = types.ModuleType("tracestory.models.quant_triton")
     fake.quantize_per_tensor = fp8.ref_quantize_per_tensor
     fake.quantize_per_row = fp8.ref_quantize_per_row
     fake.quantize_mxfp8 = fp8.ref_quantize_mxfp8
-    monkeypatch.setitem(sys.modules, "tracestory.bench.quant_triton", fake)
+    monkeypatch.setitem(sys.modules, "tracestory.models.quant_triton", fake)
     setup = fp8.Fp8Setup(common.open_device("cpu"), 90, "MXFP8 matmul needs SM100 (stand-in)")
     monkeypatch.setattr(fp8, "prepare_fp8", lambda device=None: setup)
     return setup

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def qt():
-    from tracestory.bench import quant_triton
+    from tracestory.models import quant_triton
 
     return quant_triton
 

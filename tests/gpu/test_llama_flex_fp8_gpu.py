@@ -103,3 +103,21 @@ def test_bench_cli_flex_fp8_measures_the_copy_roof(tmp_path):
         assert r["first_call_ms"] > 0
     d = rows[("decode", "compile:reduce-overhead")]
     assert d["measured_copy_fraction"] == pytest.approx(d["bytes"] / d["median_ns"] * 1e9 / roof["bytes_per_s"])
+
+
+@pytest.mark.parametrize("per_row", [True, False])
+def test_fp8_quantize_on_cuda_is_the_triton_kernel_with_the_torch_formulas(per_row):
+    """On CUDA, models.fp8.quantize runs the Triton quantizer; the CPU runs the torch ops. Same
+    formulas (scale = amax / 448, q = e4m3(clamp(x * 448 / amax))): scales agree to one fp32 ulp
+    (the kernel's division may round the other way), and the e4m3 codes agree except where that
+    ulp moves a product across a rounding boundary (at most a few in 10^4)."""
+    from tracestory.models import fp8
+
+    torch.manual_seed(0)
+    x = (torch.randn(17, 4096, device="cuda") * torch.linspace(0.1, 30, 17, device="cuda")[:, None]).bfloat16()
+    q, s = fp8.quantize(x, per_row=per_row)
+    q_ref, s_ref = fp8.quantize(x.cpu(), per_row=per_row)
+    assert q.dtype == torch.float8_e4m3fn and tuple(s.shape) == tuple(s_ref.shape)
+    torch.testing.assert_close(s.cpu(), s_ref, rtol=2 ** -22, atol=0)
+    differ = (q.cpu().view(torch.uint8) != q_ref.view(torch.uint8)).float().mean().item()
+    assert differ <= 5e-4

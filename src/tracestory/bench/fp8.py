@@ -7,7 +7,7 @@ activations/weights/outputs, ``iterations`` timed repetitions) returning one fro
 
 Per case ``C[M, N] = A[M, K] @ W[N, K]^T``:
 
-* **quantization** (Triton, :mod:`tracestory.bench.quant_triton`) of ``A``: per-tensor,
+* **quantization** (Triton, :mod:`tracestory.models.quant_triton`) of ``A``: per-tensor,
   per-row and MXFP8 (1x32 blocks, E8M0 scales). Effective bandwidth = minimal bytes
   ``M*K*in_bytes`` (read once) + ``M*K`` (fp8 written) + scale bytes, over the median time,
   compared with a device-to-device copy of ``A`` timed the same way (``2 * M*K*in_bytes`` bytes).
@@ -371,7 +371,7 @@ def run_fp8(cases: Sequence[tuple[int, int, int]], dtype: str = "bf16", iteratio
     the first one)."""
     import torch
 
-    from . import quant_triton as qt
+    from ..models import quant_triton as qt
 
     if iterations < 1:
         raise UsageError(f"--iterations must be >= 1, got {iterations}")

@@ -123,7 +123,7 @@ def make_weights(cfg: MoEConfig, dtype, device, seed: int = 0) -> MoEWeights:
 def _quant_rows(x):
     """Per-row e4m3 quantization: the Triton kernel on CUDA, the torch reference elsewhere."""
     if x.is_cuda:
-        from .quant_triton import quantize_per_row   # imports triton
+        from ..models.quant_triton import quantize_per_row   # imports triton
 
         return quantize_per_row(x)
     return ref_quantize_per_row(x)
