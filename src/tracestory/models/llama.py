@@ -25,11 +25,18 @@ preallocated cache (filled with random values, never zeros), and attention reads
 FP8: :func:`linear` dispatches on :class:`.fp8.Fp8Weight`; :func:`.fp8.quantize_stack` (or
 ``build_model(..., fp8_mode="rowwise")``) replaces the projection weights in place.
 
+Projections that read the same input run as one GEMM: Wq, Wk and Wv are views into one
+``[(H + 2·Hkv)·d, D]`` weight and Wg, Wu into one ``[2·I, D]`` weight (the layer's
+``_fused_qkv``/``_fused_gu``); a projection replaced by an FP8 weight or a tensor-parallel
+shard makes its group run one GEMM per projection again.
+
 Limits: random weights (timing only); no embedding/LM head; batch rows all have the same
 kv_len; the sliding window needs the ``flex`` backend.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -127,10 +134,25 @@ class Layer(nn.Module):
         def w(out_f, in_f):
             # nn.Linear layout [out, in], scaled so activations stay O(1)
             t = torch.randn(out_f, in_f, generator=gen, device="cpu", dtype=torch.float32) / in_f ** 0.5
-            return nn.Parameter(t.to(device=device, dtype=dtype), requires_grad=False)
+            return t.to(device=device, dtype=dtype)
 
-        self.wq, self.wk, self.wv, self.wo = w(H * d, D), w(K * d, D), w(K * d, D), w(D, H * d)
-        self.wg, self.wu, self.wd = w(I, D), w(I, D), w(D, I)
+        def fused(*parts):
+            # one [sum(out), in] tensor; each projection's parameter is a view into it, so the
+            # projections that read the same input run as one GEMM (fewer, larger weight reads
+            # at decode) and nothing is stored twice
+            whole = torch.cat(parts)
+            cut = [0, *itertools.accumulate(t.shape[0] for t in parts)]
+            views = tuple(nn.Parameter(whole[a:b], requires_grad=False) for a, b in itertools.pairwise(cut))
+            return whole, views
+
+        wq, wk, wv, self.wo = w(H * d, D), w(K * d, D), w(K * d, D), nn.Parameter(w(D, H * d), requires_grad=False)
+        wg, wu, self.wd = w(I, D), w(I, D), nn.Parameter(w(D, I), requires_grad=False)
+        qkv, (self.wq, self.wk, self.wv) = fused(wq, wk, wv)
+        gu, (self.wg, self.wu) = fused(wg, wu)
+        # (fused weight, the parameters it holds): used while those parameters are still the
+        # views (FP8 weights or tensor-parallel shards put in their place run one by one)
+        self._fused_qkv = (qkv, self.wq, self.wk, self.wv)
+        self._fused_gu = (gu, self.wg, self.wu)
         self.n1 = nn.Parameter((1 + 0.1 * torch.randn(D, generator=gen)).to(device, dtype), requires_grad=False)
         self.n2 = nn.Parameter((1 + 0.1 * torch.randn(D, generator=gen)).to(device, dtype), requires_grad=False)
         # KV cache: [B, Hkv, max_len, d], random so decode never reads zeros
@@ -148,9 +170,14 @@ class Layer(nn.Module):
         B, S, D = x.shape
         H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         a = rms_norm(x, self.n1, cfg.norm_eps)
-        q = linear(a, self.wq).view(B, S, H, d).transpose(1, 2)    # [B, H, S, d]
-        k = linear(a, self.wk).view(B, S, K, d).transpose(1, 2)    # [B, Hkv, S, d]
-        v = linear(a, self.wv).view(B, S, K, d).transpose(1, 2)    # [B, Hkv, S, d]
+        fq = self._fused_qkv
+        if self.wq is fq[1] and self.wk is fq[2] and self.wv is fq[3]:
+            q, k, v = linear(a, fq[0]).split([H * d, K * d, K * d], dim=-1)
+        else:
+            q, k, v = linear(a, self.wq), linear(a, self.wk), linear(a, self.wv)
+        q = q.reshape(B, S, H, d).transpose(1, 2)                  # [B, H, S, d]
+        k = k.reshape(B, S, K, d).transpose(1, 2)                  # [B, Hkv, S, d]
+        v = v.reshape(B, S, K, d).transpose(1, 2)                  # [B, Hkv, S, d]
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         self.k_cache[:, :, pos:pos + S] = k
         self.v_cache[:, :, pos:pos + S] = v
@@ -177,7 +204,12 @@ class Layer(nn.Module):
             o = sdpa_gqa_causal(q, k, v)                              # [B, H, S, d]
         h = x + linear(o.transpose(1, 2).reshape(B, S, H * d), self.wo)
         m = rms_norm(h, self.n2, cfg.norm_eps)
-        return h + linear(F.silu(linear(m, self.wg)) * linear(m, self.wu), self.wd)
+        fg = self._fused_gu
+        if self.wg is fg[1] and self.wu is fg[2]:
+            g, u = linear(m, fg[0]).split([cfg.ffn_dim, cfg.ffn_dim], dim=-1)
+        else:
+            g, u = linear(m, self.wg), linear(m, self.wu)
+        return h + linear(F.silu(g) * u, self.wd)
 
 
 class Stack(nn.Module):
