@@ -161,3 +161,23 @@ def test_sampler_thread_is_a_daemon(tmp_path):
     finally:
         s.stop()
     assert s.samples >= 2        # the start and the stop sample
+
+
+def test_the_energy_counter_is_read_once_per_energy_period_and_at_both_ends(tmp_path):
+    """NVML's energy read is the slow one (ms on a VM): the sampler reads it at the first and
+    last sample and when energy_period_s has passed since the last read; the other readings are
+    in every sample."""
+    fake = FakeNvml([FakeGpu(energy_mj=1_000)])
+    out = tmp_path / "telemetry.jsonl"
+    with Sampler(fake, out, rate_hz=50, energy_period_s=0.25):
+        time.sleep(0.8)
+    recs = _lines(out)
+    assert recs[0]["energy_period_s"] == 0.25
+    samples = [r for r in recs if r["type"] == "sample"]
+    with_energy = [r["t_mono_ns"] for r in samples if r["gpus"][0]["energy_mj"] is not None]
+    assert samples[0]["gpus"][0]["energy_mj"] == 1_000 and samples[-1]["gpus"][0]["energy_mj"] == 1_000
+    assert all(r["gpus"][0]["power_w"] is not None for r in samples)
+    # about 0.8 s / 0.25 s reads in between, plus the last: far fewer than the ~40 samples
+    assert 3 <= len(with_energy) <= 6 < len(samples)
+    gaps = [b - a for a, b in zip(with_energy, with_energy[1:-1])]
+    assert all(g >= 0.25e9 for g in gaps)
