@@ -83,7 +83,7 @@ def _tokens(tok) -> list[str]:
             f"iterations ({tok.decode_tokens} tokens); prefill {_v(tok.prefill_j_per_token, 'J/token')} over "
             f"{tok.prefill_iterations} iterations with prefill ({tok.prefill_tokens} prompt tokens); "
             f"all-in {_v(tok.all_in_j_per_token, 'J/token')} (idle between iterations included). "
-            f"GPUs counted: {', '.join(str(g) for g in tok.gpus)}; energy from the {tok.energy_method}."
+            f"Energy of {', '.join('GPU ' + str(g) for g in tok.gpus)}, from the {tok.energy_method}."
             + (f" {tok.outside_iterations} iterations outside the telemetry were left out."
                if tok.outside_iterations else "")), "",
            ("Model: an iteration's energy is the GPUs' energy between its start and end (interpolated between "
