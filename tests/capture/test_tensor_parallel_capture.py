@@ -65,6 +65,11 @@ def test_report_tells_batch_story_and_multi_gpu_together(tmp_path):
     assert story < multi
     assert "| GPU 0 |" in text and "| GPU 1 |" in text
     assert "Joined with the trace (3 `iteration N` ranges" in text
+    # a CPU (gloo) run: neither trace holds a GPU event (plain JSON), so the summary says so
+    # instead of counting the ranks as GPUs
+    for rank in (0, 1):
+        assert not [e for e in _trace(rank)["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert "**2 ranks, no GPU activity** in any of their traces" in text and "**2 GPUs**" not in text
 
 
 def test_launcher_recognised():

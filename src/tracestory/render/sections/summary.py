@@ -91,9 +91,14 @@ def _batch_summary(b) -> str:
 def _multigpu_summary(multigpu, fs) -> list[str]:
     if multigpu is None:
         return []
+    n = len(multigpu.ranks)
+    if all(s.window_start_ns is None for s in multigpu.summaries):
+        return [f"**{n} ranks, no GPU activity** in any of their traces (a CPU run): the multi-GPU "
+                "analysis aligns GPU collective kernels, so it has nothing to compare; CPU collectives "
+                "(gloo) are CPU ops, per rank in the Observations.", ""]
     h = headline(multigpu)
     rec = next((f.recommendation for f in fs if f.severity in ("high", "medium")), None)
-    line = f"**{len(multigpu.ranks)} GPUs**: " + (h[:1].upper() + h[1:] if h else "no collective was matched across ranks.")
+    line = f"**{n} GPUs**: " + (h[:1].upper() + h[1:] if h else "no collective was matched across ranks.")
     return [line + (f" Recommendation: {rec}" if rec else ""), ""]
 
 
