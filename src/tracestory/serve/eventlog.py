@@ -6,15 +6,18 @@ with the batch story reader). Times are integer ns on the monotonic clock since 
 when the log is opened); ``meta.t0_unix_ns`` is the wall-clock time of ``t0``.
 
 Keys this writer adds to the format (readers ignore unknown keys): meta ``preset``, ``layers``,
-``vocab``, ``dtype``, ``capacity_tokens``; iteration ``prefill_tokens``, ``decode_tokens``,
-``schedule_ns`` (the scheduler's share of the iteration), ``forward_ns`` (the model step, from
-launch to the sampled ids on the host) and per member ``blocks`` (blocks the request holds after the iteration; 0 when it finished in
+``vocab``, ``dtype``, ``capacity_tokens``, ``attention_backend``, ``overlap``, ``fp8``,
+``startup`` (compile and graph-capture seconds), ``tensor_parallel`` (when above 1); iteration
+``prefill_tokens``, ``decode_tokens``, ``schedule_ns`` (the scheduler's share of the
+iteration), ``forward_ns`` (the model step, from launch to the sampled ids on the host),
+``launch_ns`` (the host time of the launch) and per member ``blocks`` (blocks the request holds after the iteration; 0 when it finished in
 it); arrival ``ignore_eos``. A key that was not measured is left out (never 0): ``memory`` is
 written only on CUDA.
 
-Iteration times: ``t_start_ns`` is taken before the scheduler picks the members, ``t_end_ns``
-after the model sampled and the scheduler recorded the results (the forward synchronizes the
-device when it reads the sampled ids back), so ``t_end - t_start`` is the whole iteration.
+Iteration times: ``t_end_ns`` is when the iteration's sampled ids reached the host and were
+recorded, ``t_start_ns`` the later of its scheduling start and the previous iteration's end
+(with overlapped scheduling, iteration N+1 is scheduled while N runs), so iterations tile the
+timeline and ``t_end - t_start`` is the iteration's share of it (the engine's docstring).
 
 Order: lines are written when known, so an ``arrival`` line can carry a ``t_ns`` earlier than
 the end of the iteration line before it (the request arrived while that iteration ran); the
