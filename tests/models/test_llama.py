@@ -42,8 +42,10 @@ def test_counts_by_hand():
 import torch  # noqa: E402  (the test extra installs the CPU build; a missing torch is a setup error, not a skip)
 
 
-def _reference_layer(x, layer, cfg, positions):
-    """Plain float64 Llama layer (numpy), independent of the module under test."""
+def _reference_layer(x, layer, cfg, positions, window=None):
+    """Plain float64 Llama layer (numpy), independent of the module under test; with ``window``,
+    keys older than ``window`` positions are masked by hand too: query i sees keys j with
+    i - window < j <= i."""
     W = {n: getattr(layer, n).detach().double().numpy() for n in ("wq", "wk", "wv", "wo", "wg", "wu", "wd", "n1", "n2")}
     B, S, D = x.shape
     H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -67,6 +69,8 @@ def _reference_layer(x, layer, cfg, positions):
         g = h // cfg.group
         sc = q[:, h] @ k[:, g].transpose(0, 2, 1) / math.sqrt(d)
         sc = sc + np.triu(np.full((S, S), -np.inf), 1)
+        if window is not None:
+            sc = sc + np.tril(np.full((S, S), -np.inf), -window)
         p = np.exp(sc - sc.max(-1, keepdims=True))
         o[:, h] = (p / p.sum(-1, keepdims=True)) @ v[:, g]
     hdn = x + o.transpose(0, 2, 1, 3).reshape(B, S, H * d) @ W["wo"].T
@@ -108,37 +112,6 @@ def test_kv_cache_decode_equals_recompute(decode_attention):
 
 
 # --------------------------------------------------------------------------- attention backends
-def _windowed_reference(x, layer, cfg, window):
-    """The float64 reference above with keys older than ``window`` positions masked by hand:
-    query i sees keys j with i - window < j <= i."""
-    W = {n: getattr(layer, n).detach().double().numpy() for n in ("wq", "wk", "wv", "wo", "wg", "wu", "wd", "n1", "n2")}
-    B, S, _ = x.shape
-    H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    hand_mask = np.array([[0.0 if i - window < j <= i else -np.inf for j in range(S)] for i in range(S)])
-
-    def rms(v, w):
-        return v / np.sqrt((v ** 2).mean(-1, keepdims=True) + cfg.norm_eps) * w
-
-    def rope(t):
-        ang = np.outer(np.arange(S), cfg.rope_theta ** (-np.arange(0, d, 2) / d))
-        a, b = t[..., : d // 2], t[..., d // 2:]
-        return np.concatenate([a * np.cos(ang) - b * np.sin(ang), b * np.cos(ang) + a * np.sin(ang)], -1)
-
-    a = rms(x, W["n1"])
-    q = rope((a @ W["wq"].T).reshape(B, S, H, d).transpose(0, 2, 1, 3))
-    k = rope((a @ W["wk"].T).reshape(B, S, K, d).transpose(0, 2, 1, 3))
-    v = (a @ W["wv"].T).reshape(B, S, K, d).transpose(0, 2, 1, 3)
-    o = np.empty_like(q)
-    for h in range(H):
-        sc = q[:, h] @ k[:, h // cfg.group].transpose(0, 2, 1) / math.sqrt(d) + hand_mask
-        p = np.exp(sc - sc.max(-1, keepdims=True))
-        o[:, h] = (p / p.sum(-1, keepdims=True)) @ v[:, h // cfg.group]
-    hdn = x + o.transpose(0, 2, 1, 3).reshape(B, S, H * d) @ W["wo"].T
-    m = rms(hdn, W["n2"])
-    gate = m @ W["wg"].T
-    return hdn + ((gate / (1 + np.exp(-gate))) * (m @ W["wu"].T)) @ W["wd"].T
-
-
 def test_flex_prefill_against_reference():
     from tracestory.models.llama import build_model
 
@@ -166,7 +139,7 @@ def test_flex_sliding_window_against_hand_masked_reference():
         last = m(x[:, 8:9], 8, True)        # decode at 8 sees keys 6, 7, 8 only
     ref = x.numpy()
     for layer in m.layers:
-        ref = _windowed_reference(ref, layer, cfg, 3)
+        ref = _reference_layer(ref, layer, cfg, np.arange(ref.shape[1]), window=3)
     assert np.linalg.norm(y.numpy() - ref) / np.linalg.norm(ref) < 1e-10
     assert np.abs(last.numpy() - ref[:, 8:9]).max() < 1e-10
     # and the window changed the answer (a window wider than the sequence would not)
