@@ -3,7 +3,7 @@
 # Usage (repository root): OUT=dir bash benchmarks/gpu/run_serving_stack.sh PART...
 # PARTS: tests (pytest -m gpu), telemetry (sampler overhead with real NVML), llama, llama-fp8,
 # llama-flex (batch-1 decode against the copy roof measured in the same run), ppl (FP8 vs bf16 perplexity on a small
-# checkpoint trained here), serve (capture of `serve --fp8 rowwise` under load, its report and
+# checkpoint trained here), recompiles (what compiles after start-up, under load), serve (capture of `serve --fp8 rowwise` under load, its report and
 # the busy-per-iteration numbers). Each step is time-limited; a failure does not stop the rest.
 set -u
 OUT=${OUT:-serving_stack}
@@ -39,5 +39,16 @@ serve)
   step serve-busy 60 python3 benchmarks/gpu/serve_busy.py $W/artifacts/serve_fp8 --json $W/json/serve_fp8_busy.json
   cp $W/artifacts/serve_fp8/report.md "$OUT/serve_fp8_report.md" 2>/dev/null
   (cd $W/artifacts && tar czf "$OUT/serve_fp8_capture.tar.gz" --exclude='*.png' serve_fp8) ;;
+recompiles)
+  # which shapes compile after start-up (TTFT stalls): the server under load with torch's recompile log
+  TORCH_LOGS=recompiles $TS serve --device cuda --port 8001 --fp8 rowwise --event-log $W/rc.sched.jsonl \
+      --skip-power-monitor > $W/rc.serve.log 2>&1 &
+  SRV=$!
+  for i in $(seq 120); do curl -sf localhost:8001/health >/dev/null && break; sleep 1; done
+  step recompiles-load 60 $TS load --base-url http://127.0.0.1:8001 --model llama-3-8b --request-rate 2 \
+      --duration 10 --random-input-len 512 --random-output-len 128 --ignore-eos --no-progress
+  kill -INT $SRV; wait $SRV
+  grep -n -i -A3 "recompil" $W/rc.serve.log | head -60 | tee -a "$LOG"
+  cp $W/rc.serve.log "$OUT/" ;;
 esac; done
 (cd $W && tar czf "$OUT/json.tar.gz" json)
