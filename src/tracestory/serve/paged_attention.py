@@ -147,8 +147,13 @@ class FlexPagedAttention:
         torch = self.torch
         H, T, d = q.shape
         qq = q.unsqueeze(0)
+        # contiguous either way: the compiled kernel is specialised on the query's strides, and
+        # the start-up warm-up (a whole bucket, no padding) must match the padded calls, else
+        # each bucket compiles again in a live iteration (a 1-2 s stall seen on the H100)
         if rows > T:
             qq = torch.cat((qq, qq.new_zeros(1, H, rows - T, d)), dim=2)
+        else:
+            qq = qq.contiguous()
         o = self._flex(qq, self.cache_view(kc), self.cache_view(vc), block_mask=block_mask, enable_gqa=True,
                        kernel_options=self._chunk_options)
         return o[0, :, :T].transpose(0, 1).reshape(T, H * d)
