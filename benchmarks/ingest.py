@@ -1,4 +1,4 @@
-"""Kineto ingest benchmark (issue 2, item 9): tracestory vs Holistic Trace Analysis vs the floor.
+"""Kineto ingest benchmark: tracestory vs Holistic Trace Analysis vs the floor.
 
 Run from the repository root::
 
@@ -31,10 +31,10 @@ What it does
    on the small trace with HTA's ns rounding off (``HTA_DISABLE_NS_ROUNDING=1``) and its last
    profiler step kept; HTA's default kernel count is checked against the count its filter
    should keep, computed from the source JSON.
-4. Writes ``benchmarks/_data/ingest_results.json`` and the section ``## Kineto ingest
-   (issue 2)`` of ``docs/PERFORMANCE.md`` (other sections of that file are kept).
+4. Writes ``benchmarks/_data/ingest_results.json`` and the section ``## Kineto ingest`` of
+   ``docs/PERFORMANCE.md`` (other sections of that file are kept).
 
-Ratios and targets (issue 2): HTA wall / tracestory wall >= 10; tracestory peak RSS /
+Ratios and targets: HTA wall / tracestory wall >= 10; tracestory peak RSS /
 uncompressed JSON bytes <= 2; tracestory wall / ``zcat`` wall <= 5.
 """
 

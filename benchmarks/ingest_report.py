@@ -1,5 +1,5 @@
 """Rendering of the ingest benchmark's results (``benchmarks/ingest.py``) as the
-``## Kineto ingest (issue 2)`` section of ``docs/PERFORMANCE.md``: tables, target verdicts,
+``## Kineto ingest`` section of ``docs/PERFORMANCE.md``: tables, target verdicts,
 cross-checks and the profile. Pure functions of the results dict, so the section can be
 re-rendered from ``benchmarks/_data/ingest_results.json`` without measuring again.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "PERFORMANCE.md"
-SECTION = "## Kineto ingest (issue 2)"
+SECTION = "## Kineto ingest"
 MIB = 1 << 20
 
 

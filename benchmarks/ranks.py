@@ -1,4 +1,4 @@
-"""Many-ranks benchmark (issue 8, item 4): 64 rank traces, tracestory with 1 worker, 2 workers and
+"""Many-ranks benchmark: 64 rank traces, tracestory with 1 worker, 2 workers and
 a dask LocalCluster, and Holistic Trace Analysis on the same folder, in one run.
 
 Run from the repository root::
@@ -62,7 +62,7 @@ DEFAULT_DIR = DATA / "ranks64"
 HTA_PY = DATA / "hta-venv" / "bin" / "python"
 RESULTS = DATA / "ranks_results.json"
 DOC = REPO / "docs" / "PERFORMANCE.md"
-SECTION = "## Many ranks (issue 8)"
+SECTION = "## Many ranks"
 
 
 # --------------------------------------------------------------------------- children

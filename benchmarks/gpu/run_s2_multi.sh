@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session-2 device run on nvidia-h200-x4: tensor-parallel captures (issue 8/9), all-reduce sweep,
-# eager vs compiled Llama decode captures (issue 7: compare), a memory capture, max-autotune.
+# Session-2 device run on nvidia-h200-x4: tensor-parallel captures, all-reduce sweep,
+# eager vs compiled Llama decode captures (compare), a memory capture, max-autotune.
 # Run from the repository root; everything lands under $OUT (tarballs: the device returns 8 files).
 set -u
 OUT=${OUT:-s2_out}

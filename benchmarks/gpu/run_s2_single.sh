@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session-2 device run on one H200 (issue 6): decode with the two-GEMM attention in every mode,
+# Session-2 device run on one H200: decode with the two-GEMM attention in every mode,
 # the decode-attention implementations, --profile torch traces of each bench (for reports),
 # perplexity on a small checkpoint trained there, and one bench under ncu (--profile ncu).
 set -u

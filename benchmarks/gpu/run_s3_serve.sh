@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session-3 device run on one H200 (issue 10): `tracestory capture --load` of the reference
+# Session-3 device run on one H200: `tracestory capture --load` of the reference
 # server. (1) torch.profiler over COUNT scheduler iterations of a 12-QPS run, started on the
 # engine thread after SKIP iterations of warm-up; (2) the same server under Nsight Compute,
 # one iteration bracketed by cudaProfilerStart/Stop, its first 4 GEMM kernels, with a small KV
