@@ -113,33 +113,21 @@ class Fp8Setup:
 
 
 # --------------------------------------------------------------------------- references (pure torch)
-def _scale_inv(amax):
-    """``(scale, inv)`` from fp32 ``amax``: ``scale = amax/448``, ``inv = 448/amax``; 1 when 0."""
-    import torch
-
-    pos = amax > 0
-    safe = torch.where(pos, amax, torch.ones_like(amax))
-    one = torch.ones_like(amax)
-    return torch.where(pos, safe / FP8_MAX, one), torch.where(pos, FP8_MAX / safe, one)
-
-
 def ref_quantize_per_tensor(x):
-    """``x`` -> ``(q e4m3fn, scale fp32 [1])`` with ``x ~= q * scale``."""
-    import torch
+    """``x`` -> ``(q e4m3fn, scale fp32 [1])`` with ``x ~= q * scale``
+    (:func:`tracestory.models.fp8.quantize_reference`, the model's own CPU path)."""
+    from ..models.fp8 import quantize_reference   # torch at its top
 
-    xf = x.float()
-    scale, inv = _scale_inv(xf.abs().amax())
-    q = (xf * inv).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    q, scale = quantize_reference(x, per_row=False)
     return q, scale.reshape(1)
 
 
 def ref_quantize_per_row(x):
-    """``x [M, K]`` -> ``(q e4m3fn [M, K], scale fp32 [M, 1])``."""
-    import torch
+    """``x [M, K]`` -> ``(q e4m3fn [M, K], scale fp32 [M, 1])``
+    (:func:`tracestory.models.fp8.quantize_reference`)."""
+    from ..models.fp8 import quantize_reference
 
-    xf = x.float()
-    scale, inv = _scale_inv(xf.abs().amax(dim=1, keepdim=True))
-    return (xf * inv).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), scale
+    return quantize_reference(x, per_row=True)
 
 
 def ref_quantize_mxfp8(x):
