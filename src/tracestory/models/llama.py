@@ -159,11 +159,6 @@ class Layer(nn.Module):
         self.register_buffer("k_cache", torch.randn(batch, K, max_len, d, generator=gen).to(device, dtype))
         self.register_buffer("v_cache", torch.randn(batch, K, max_len, d, generator=gen).to(device, dtype))
 
-    @property
-    def decode_attention(self) -> str:
-        """The attention backend (older name)."""
-        return self.attention_backend
-
     def forward(self, x, cos, sin, pos: int, decode: bool, block_mask=None):
         # x: [B, S, D]; cos, sin: [S, d] for positions pos..pos+S-1; block_mask: flex prefill only
         cfg = self.cfg
