@@ -10,9 +10,11 @@ import pytest
 from conftest import A100_NCCL, H100_BERT, H200_LLAMA, KINETO_FIXTURES, NCU_RAW, NCU_REP
 
 from tracestory.analysis import analyze
-from tracestory.analysis.findings import SEVERITIES, derive_findings, gap_causes, ncu_findings
+import tracestory
+from tracestory.analysis.claims import derive_findings
+from tracestory.analysis.facts import facts_for
+from tracestory.analysis.findings import SEVERITIES, gap_causes
 from tracestory.ingest.kineto import load_kineto
-from tracestory.ingest.ncu import load_ncu
 
 
 @lru_cache(maxsize=None)
@@ -45,7 +47,7 @@ def _merge(iv):
 
 
 def _by_rule(path, rule):
-    return [f for f in derive_findings(_analysis(path)) if f.rule == rule]
+    return [f for f in derive_findings(facts_for(_analysis(path))) if f.rule == rule]
 
 
 def _ev(finding, label):
@@ -54,7 +56,7 @@ def _ev(finding, label):
 
 @pytest.mark.parametrize("path", KINETO_FIXTURES, ids=lambda p: p.name[:20])
 def test_severity_order_and_fields(path):
-    fs = derive_findings(_analysis(path))
+    fs = derive_findings(facts_for(_analysis(path)))
     assert fs, "every fixture has at least the dominant-category finding"
     ranks = [SEVERITIES.index(f.severity) for f in fs]
     assert ranks == sorted(ranks)
@@ -80,8 +82,17 @@ def test_dominant_category_share_and_amdahl(path):
     (f,) = _by_rule(path, "dominant_category")
     share = _ev(f, "share of GPU op time")
     assert share == pytest.approx(_ev(f, "time") / total)
-    assert _ev(f, "Amdahl ceiling (category at zero cost)") == pytest.approx(1 / (1 - share))
-    assert _ev(f, "what-if 2x faster category") == pytest.approx(1 / ((1 - share) + share / 2))
+    # One ceiling, on the GPU window (plain JSON: last end - first start), counting only the time no
+    # other category runs: W / (W - exposed); the what-if shortens that exposed time 2x.
+    iv = _gpu_intervals(path)
+    window = max(e for _, e in iv) - iv[0][0]
+    exposed = _ev(f, "exposed time (no other category running)")
+    assert 0 < exposed <= _ev(f, "time")
+    assert _ev(f, "ceiling on the GPU window if it cost nothing (exposed time only)") == pytest.approx(
+        window / (window - exposed))
+    assert _ev(f, "GPU window if it ran 2x faster (exposed time only)") == pytest.approx(
+        window / (window - exposed / 2))
+    assert not [e for e in f.evidence if "Amdahl" in e.label]   # one ceiling per category
 
 
 def test_h200_cpu_stall_is_the_cudnn_plan_build():
@@ -236,7 +247,7 @@ def _ncu_raw_rows():
 
 def test_ncu_rules_on_the_decode_kernels():
     _, dur_us, achieved, theoretical, grid = _ncu_raw_rows()
-    fs = {f.rule: f for f in ncu_findings(load_ncu(NCU_RAW))}
+    fs = {f.rule: f for f in tracestory.analyze(NCU_RAW).ncu_findings}
     # elementwise / reduce kernels: well under 1 FLOP per byte, far left of the H200 ridge
     b = fs["bound"]
     assert _ev(b, "memory-bound share of placed kernel time") == 1.0
@@ -256,7 +267,7 @@ def test_occupancy_limiter_on_the_gemm_rep():
     """nvjet GEMM: 384 threads x 168 registers = 64512 of the SM's 65536 registers -> 1 block;
     221420 B of dynamic shared memory -> 1 block of the 228 KiB; so 12 warps of 64 resident:
     theoretical occupancy 18.75%, limited by registers and shared memory together."""
-    fs = {f.rule: f for f in ncu_findings(load_ncu(NCU_REP))}
+    fs = {f.rule: f for f in tracestory.analyze(NCU_REP).ncu_findings}
     f = fs["occupancy_limiter"]
     assert f.title == "Occupancy of the longest limited kernel is capped at 18.8% by registers and shared memory"
     assert _ev(f, "theoretical occupancy") == pytest.approx(12 / 64)
@@ -267,8 +278,7 @@ def test_occupancy_limiter_on_the_gemm_rep():
 
 
 def test_ncu_with_the_trace_weights_by_trace_time():
-    a = _analysis(H200_LLAMA)
-    fs = {f.rule: f for f in derive_findings(a, kernel_metrics=[("x", load_ncu(NCU_RAW)), ("y", load_ncu(NCU_REP))])}
+    fs = {f.rule: f for f in tracestory.analyze([H200_LLAMA, NCU_RAW, NCU_REP]).runs[0].findings}
     b = fs["bound"]
     assert _ev(b, "source") == "Nsight Compute counters"
     assert _ev(b, "time weights") == "trace time of the joined kernel"

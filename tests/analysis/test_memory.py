@@ -19,7 +19,8 @@ import pytest
 from conftest import A100_NCCL, H200_LLAMA, NSYS_2022
 
 from tracestory.analysis import analyze
-from tracestory.analysis.findings import derive_findings
+from tracestory.analysis.claims import derive_findings
+from tracestory.analysis.facts import facts_for
 from tracestory.analysis.memory import binned, memory_timeline
 from tracestory.ingest import load_inputs
 from tracestory.ingest.kineto import load_kineto
@@ -89,7 +90,7 @@ def test_built_trace_peaks_and_fragmentation(tmp_path):
 
 
 def test_memory_rule_fragmentation_and_full_device(tmp_path):
-    (f,) = [f for f in derive_findings(_built(tmp_path)) if f.rule == "memory"]
+    (f,) = [f for f in derive_findings(facts_for(_built(tmp_path))) if f.rule == "memory"]
     ev = {e.label: e.value for e in f.evidence}
     # peak reserved 5 GiB >= 1.5 x 3 GiB allocated and 2 GiB >= 1 GiB more; 5/8 of the device
     assert f.severity == "medium"
@@ -100,7 +101,7 @@ def test_memory_rule_fragmentation_and_full_device(tmp_path):
     assert ev["peak at, from the first sample"] == 152_000 - 110_000
     # a device of 3.2 GiB: the 3 GiB peak is 93.75% of it -> high
     (sub := tmp_path / "small").mkdir()
-    (f,) = [f for f in derive_findings(_built(sub, total_mem=int(3.2 * GIB))) if f.rule == "memory"]
+    (f,) = [f for f in derive_findings(facts_for(_built(sub, total_mem=int(3.2 * GIB)))) if f.rule == "memory"]
     assert f.severity == "high"
     assert {e.label: e.value for e in f.evidence}["peak allocated share of device memory"] == pytest.approx(3 / 3.2)
 
@@ -191,7 +192,7 @@ def test_nsys_memory_matches_sqlite():
 def test_no_memory_samples_is_none_and_says_so():
     a = analyze(load_kineto(A100_NCCL))
     assert memory_timeline(a.trace, a.phases) is None
-    assert not [f for f in derive_findings(a) if f.rule == "memory"]
+    assert not [f for f in derive_findings(facts_for(a)) if f.rule == "memory"]
     assert memory_section(None)[0].startswith("Memory usage over time: n/a")
 
 

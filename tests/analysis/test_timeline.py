@@ -230,6 +230,7 @@ def test_launch_latency_is_one_definition_for_kernels_and_copies():
     replayed by cudaGraphLaunch, one whose call is not a launch, and an unlinked one do not. The
     idle finding reports the same p50 as the timeline (the Appendix)."""
     from tracestory.analysis import analyze
+    from tracestory.analysis.facts import facts_for
     from tracestory.analysis.findings import rule_gpu_idle
 
     kernels = [("A", 0, 7, 1_000, 2_000, 1),      # cudaLaunchKernel at 0: 1000 ns
@@ -245,7 +246,7 @@ def test_launch_latency_is_one_definition_for_kernels_and_copies():
     tl = timeline(trace)
     assert tl.launch_latency.count == 3
     assert tl.launch_latency.p50_ns == 600 and tl.launch_latency.min_ns == 300 and tl.launch_latency.max_ns == 1000
-    findings = rule_gpu_idle(analyze(trace))
+    findings = rule_gpu_idle(facts_for(analyze(trace)))
     shown = [e.value for f in findings for e in f.evidence if e.label.startswith("launch latency p50")]
     assert shown and set(shown) == {600}
 
@@ -285,6 +286,7 @@ def test_launch_latency_on_a_mixed_graph_and_eager_capture_against_plain_json():
     import numpy as np
 
     from tracestory.analysis import analyze
+    from tracestory.analysis.facts import facts_for
     from tracestory.analysis.findings import rule_gpu_idle
     from tracestory.ingest.kineto import load_kineto
 
@@ -306,6 +308,6 @@ def test_launch_latency_on_a_mixed_graph_and_eager_capture_against_plain_json():
     tl = timeline(trace)
     assert tl.launch_latency.count == 80
     assert tl.launch_latency.p50_ns == pytest.approx(float(np.median(lat)))
-    shown = [e.value for f in rule_gpu_idle(analyze(trace)) for e in f.evidence
+    shown = [e.value for f in rule_gpu_idle(facts_for(analyze(trace))) for e in f.evidence
              if e.label.startswith("launch latency p50")]
     assert shown == [tl.launch_latency.p50_ns]

@@ -166,6 +166,7 @@ def test_numbers_in_prose_come_from_results(path):
     run = analyze_inputs(load_inputs([path])).runs[0]   # the findings the report prints
     for f in run.findings:
         values += [e.value for e in f.evidence if isinstance(e.value, (int, float, np.integer, np.floating))]
+    values += [run.workload.gemm_ops, run.workload.small_gemm_share or 0]   # the workload's evidence
     if run.producer is not None and run.producer.graphs.graph_time_fraction is not None:
         values.append(run.producer.graphs.graph_time_fraction)
     b, tl = a.breakdown, a.timeline

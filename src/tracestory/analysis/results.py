@@ -26,35 +26,40 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+
 
 import numpy as np
 
 from ..errors import UsageError
 from ..ingest import Inputs
-from ..specs import Peaks, peaks_warning, resolve_peaks
 from ..ingest.kineto_modules import load_module_ranges
+from ..specs import Peaks, peaks_warning, resolve_peaks
 from ..trace import Trace
 from . import Analysis, analyze
 from .batching import BatchingResult, analyze_batching
 from .categories import Taxonomy
-from .families import family_table
-from .findings import Finding, derive_findings, gap_causes, ncu_findings
-from .hardware import hardware_analysis, waves
-from .memory import memory_timeline
-from .multigpu import MultiGpu, combine, rank_summary
-from .ncu_join import NcuJoin, join_ncu
-from .critical_path import CriticalPath, step_critical_path
-from .exposure import Exposure, exposure
-from .kernels import KernelFacts, kernel_facts
-from .limitations import Limitation, RankCoverage, limitations, rank_coverage, telemetry_limitations
-from .producer import Producer, detect_producer
-from .questions import Answer, answer_all
-from .roofline import Roofline, estimate_roofline, roofline
+from .claims import derive_findings, withheld
+from .critical_path import CriticalPath
+from .exposure import Exposure
+from .facts import KernelMetricsResults, RunFacts, run_facts
+from .findings import Finding, ncu_findings
 from .findings.multigpu import multigpu_findings
-from .operators import Operators, operators as compute_operators
-from .tables import TABLES, Table, table as make_table
+from .gaps import GapCause
+from .hardware import hardware_analysis, waves
+from .kernels import KernelFacts
+from .limitations import Limitation, RankCoverage, limitations, rank_coverage, telemetry_limitations
+from .memory import MemoryTimeline
+from .multigpu import MultiGpu, combine, rank_summary
+from .ncu_join import join_ncu
+from .operators import Operators
+from .operators import operators as compute_operators
+from .producer import Producer
+from .questions import Answer, answer_all
+from .roofline import Roofline, roofline
+from .tables import TABLES, Table
+from .tables import table as make_table
 from .telemetry import TelemetryResult, analyze_telemetry
+from .workload import Workload
 
 TOP_HARDWARE_KERNELS = 5
 REPORT_MAX_OPS = 500_000   # the report tells GPU time per operator only up to this many CPU ops and ranges
@@ -74,46 +79,69 @@ class AnalysisOptions:
 
 
 @dataclass(frozen=True)
-class KernelMetricsResults:
-    """One Nsight Compute input: its kernels joined to the first trace and on the roofline."""
-
-    path: str
-    metrics: Any                        # ingest.ncu.KernelMetrics
-    device: str | None
-    peaks: Peaks | None
-    peaks_warning: str | None           # why the roofline percentages are n/a, else None
-    join: NcuJoin | None                # None without a trace
-    roofline: Roofline
-    kernels: tuple                      # analysis.hardware.KernelHardware of the top kernels
-    waves: tuple                        # per kernel of ``metrics``: grid blocks / (SMs x blocks per SM), or None
-
-    def __repr__(self) -> str:
-        return f"KernelMetricsResults({self.path!r}, kernels={len(self.metrics.kernels)}, device={self.device!r})"
-
-
-@dataclass(frozen=True)
 class RunResults:
-    """One trace's results."""
+    """One trace's results: its facts (computed once) and the findings the rules drew from them."""
 
-    analysis: Analysis
-    device: str | None
-    peaks: Peaks | None
-    memory: Any                         # analysis.memory.MemoryTimeline | None
-    gap_causes: tuple                   # findings.GapCause, empty without a timeline
-    roofline_estimate: Roofline | None  # from op shapes; None when ncu metrics were given
-    families: tuple                     # (family, ops, time_ns, top kernel) rows
+    facts: RunFacts
     findings: tuple[Finding, ...]
-    producer: Producer | None = None    # framework, engine, compiler, graph replays, mode, platform
-    exposure: Exposure | None = None    # per-category exposed time and overlap-aware ceilings
-    critical_path: CriticalPath | None = None
-    critical_path_scope: str = ""       # "the whole trace" or "the median step (NAME)"
-    kernel_facts: KernelFacts | None = None  # execution mode, precisions, attention implementations
     # GPU time per operator, computed on first request (seconds on million-op traces)
     _operators: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def trace(self) -> Trace:
-        return self.analysis.trace
+        return self.facts.analysis.trace
+
+    @property
+    def analysis(self) -> Analysis:
+        return self.facts.analysis
+
+    @property
+    def device(self) -> str | None:
+        return self.facts.device
+
+    @property
+    def peaks(self) -> Peaks | None:
+        return self.facts.peaks
+
+    @property
+    def memory(self) -> MemoryTimeline | None:
+        return self.facts.memory
+
+    @property
+    def gap_causes(self) -> tuple[GapCause, ...]:
+        return self.facts.gaps
+
+    @property
+    def roofline_estimate(self) -> Roofline | None:
+        return self.facts.estimate
+
+    @property
+    def families(self) -> tuple[tuple[str, int, int, str], ...]:
+        return self.facts.families
+
+    @property
+    def producer(self) -> Producer:
+        return self.facts.producer
+
+    @property
+    def workload(self) -> Workload:
+        return self.facts.workload
+
+    @property
+    def exposure(self) -> Exposure:
+        return self.facts.exposure
+
+    @property
+    def critical_path(self) -> CriticalPath | None:
+        return self.facts.critical_path
+
+    @property
+    def critical_path_scope(self) -> str:
+        return self.facts.critical_scope
+
+    @property
+    def kernel_facts(self) -> KernelFacts:
+        return self.facts.kernel_facts
 
     @property
     def op_count(self) -> int:
@@ -269,24 +297,10 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
 
     runs = []
     for i, trace in enumerate(traces):
-        a = analyze(trace, options.taxonomy, k=options.k)
         device = _device(trace)
-        pk = peaks.get(device) if device else None
-        memory = memory_timeline(trace, a.phases)
-        gaps = gap_causes(trace) if a.timeline is not None else ()
-        estimate = estimate_roofline(trace, pk) if not hardware else None
-        joins = ([h.join for h in hardware] if i == 0 else [join_ncu(trace, h.metrics) for h in hardware]) \
-            if hardware else None
-        producer = detect_producer(trace)
-        exposed = exposure(trace, a.classification)
-        path, scope = step_critical_path(trace, a.classification, a.phases) if a.timeline is not None else (None, "")
-        findings = derive_findings(a, kernel_metrics=[h.metrics for h in hardware] or None, peaks=pk, memory=memory,
-                                   hardware=hardware or None, joins=joins, estimate=estimate, gaps=gaps,
-                                   producer=producer, exposure=exposed, critical_path=path, critical_scope=scope)
-        runs.append(RunResults(analysis=a, device=device, peaks=pk, memory=memory, gap_causes=tuple(gaps),
-                               roofline_estimate=estimate, families=tuple(family_table(trace)),
-                               findings=findings, producer=producer, exposure=exposed, critical_path=path,
-                               critical_path_scope=scope, kernel_facts=kernel_facts(a, producer)))
+        facts = run_facts(analyze(trace, options.taxonomy, k=options.k), peaks.get(device) if device else None,
+                          hardware, first=i == 0)
+        runs.append(RunResults(facts=facts, findings=derive_findings(facts)))
 
     coverage = rank_coverage(traces) if traces else None
     mg = combine([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
@@ -295,7 +309,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
         batching = analyze_batching(inputs.scheduler_log, trace=first, client=inputs.load_summary)
     return Results(
         inputs=inputs, options=options, runs=tuple(runs), hardware=hardware,
-        ncu_findings=ncu_findings([h.metrics for h in hardware], hardware=hardware) if hardware and not runs else (),
+        ncu_findings=ncu_findings(hardware) if hardware and not runs else (),
         peaks=peaks, multigpu=mg,
         multigpu_findings=tuple(multigpu_findings(mg, coverage)) if mg is not None else (),
         batching=batching,
@@ -306,11 +320,21 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
                                                           for w in getattr(h.metrics, "warnings", ()) or ()],
                                  not_estimated=[x for r in runs if r.roofline_estimate is not None
                                                 for x in r.roofline_estimate.not_estimated])
-        + telemetry_limitations(inputs),
+        + _withheld(runs) + telemetry_limitations(inputs),
         answers=answer_all(options.goal, options.questions, [f for r in runs for f in r.findings],
                            _sections_with_data(runs, hardware, mg, batching)),
         ranks=coverage, selection=select_runs(runs),
         telemetry=analyze_telemetry(inputs.telemetry, traces, inputs.scheduler_log) if inputs.telemetry else None)
+
+
+def _withheld(runs: list[RunResults]) -> tuple[Limitation, ...]:
+    """What the inputs could not tell that hides advice (:func:`claims.withheld`), once per reason."""
+    seen: dict[str, list[str]] = {}
+    for r in runs:
+        for reason in withheld(r.facts):
+            seen.setdefault(reason, []).append(r.trace.label)
+    return tuple(Limitation("advice", reason if len(labels) == len(runs) else f"{', '.join(labels[:3])}: {reason}")
+                 for reason, labels in seen.items())
 
 
 MANY_RANKS = 4          # above this many traces, the per-trace story is told once

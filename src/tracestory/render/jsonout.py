@@ -57,7 +57,14 @@ def source_json(trace) -> dict:
 def finding_json(f) -> dict:
     return {"rule": f.rule, "severity": f.severity, "title": f.title,
             "evidence": [{"label": e.label, "value": jsonable(e.value), "unit": e.unit} for e in f.evidence],
-            "implication": f.implication, "recommendation": f.recommendation}
+            "implication": f.implication, "recommendation": f.recommendation, "basis": list(f.basis)}
+
+
+def workload_json(facts) -> dict:
+    """The workload kind with its evidence and signals, and what the program already uses."""
+    w = facts.workload
+    return {"kind": w.kind, "evidence": list(w.evidence), "signals": {k: v for k, v in w.signals},
+            "in_use": jsonable(facts.in_use)}
 
 
 def peaks_json(peaks) -> dict | None:
@@ -143,6 +150,8 @@ def analysis_json(run) -> dict:
         "roofline_estimate": estimate,
         "roofline_estimate_dropped": [{"kernel": k, "pct_of_roof": v} for k, v in rf.dropped] if rf is not None else [],
         "producer": producer_json(run.producer),
+        "trace_kind": {"kind": run.facts.kind.kind, "evidence": list(run.facts.kind.evidence)},
+        "workload": workload_json(run.facts),
         "kernel_facts": kernel_facts_json(run.kernel_facts),
         "exposure": jsonable(run.exposure) if run.exposure is not None else None,
         "critical_path": critical_path_json(run.critical_path, run.critical_path_scope),

@@ -43,39 +43,26 @@ re-exported here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ...trace import MEMOP_KINDS, Trace
-from .. import intervals
-from ..links import gpu_ops_column, launch_index
-from .base import SEVERITIES, Evidence, Finding, capital
+from ...trace import MEMOP_KINDS
 from ...units import fmt_ns, fmt_pct, kernel_base
-from .hardware import rule_bound, rule_occupancy
+from .. import advice, intervals
+from ..facts import RunFacts
+from ..gaps import GapCause, gap_causes, gpu_ops
+from .base import SEVERITIES, Evidence, Finding, capital
+from .hardware import ncu_only_findings, rule_bound, rule_occupancy
 from .memory import rule_memory
 from .steps import rule_first_step, rule_step_outlier, rule_step_trend
-from ..families import kernel_precision
 
-__all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "derive_findings", "ncu_findings",
-           "gap_causes", "category_mask"]
+__all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "gap_causes", "category_mask", "ncu_findings",
+           "rule_bound", "rule_occupancy", "rule_memory", "rule_first_step", "rule_step_outlier", "rule_step_trend"]
 
 SMALL_OP_CATEGORIES = ("elementwise", "norm", "reduction", "softmax", "rope", "embedding")
 COMM_CATEGORIES = ("communication", "allreduce")
-STALL_MIN_NS = 1_000_000
 FEW_GPU_OPS = 50  # below this, an idle GPU is not a launch-overhead story
 HOST_GAP_NS = 100_000  # a mean idle gap this long is host work, not per-launch cost (outside PyTorch)
 MEMCPY_SHARE = 0.05
-
-
-@dataclass(frozen=True)
-class GapCause:
-    start_ns: int
-    dur_ns: int
-    launch_wait_ns: int
-    after: str               # GPU op that ended the gap
-    op_name: str | None      # CPU op the host was inside while the GPU waited
-    op_dur_ns: int | None
 
 
 # ------------------------------------------------------------------ small helpers
@@ -96,96 +83,21 @@ def category_mask(analysis, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndar
     return np.isin(cl.kernel_category, codes), np.isin(cl.memop_category, codes)
 
 
-def gpu_ops(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Starts and ends of every GPU op (kernels then memops)."""
-    return gpu_ops_column(trace, "start_ns"), gpu_ops_column(trace, "end_ns")
-
-
-def gap_causes(trace: Trace, *, min_ns: int = STALL_MIN_NS, limit: int = 50) -> tuple[GapCause, ...]:
-    """The longest idle gaps (>= ``min_ns``, at most ``limit``, longest first) with the CPU op
-    the host was inside while the GPU waited (see the module docstring); ``op_name`` is None
-    when no enclosing op lasts half the gap or the next op's launch is unknown."""
-    s, e = gpu_ops(trace)
-    g0, g1 = intervals.gaps(s, e)
-    dur = g1 - g0
-    keep = np.flatnonzero(dur >= min_ns)
-    keep = keep[np.argsort(-dur[keep], kind="stable")][:limit]
-    if keep.size == 0:
-        return ()
-    k, m = trace.kernels, trace.memops
-    k_launch, m_launch = launch_index(trace, k), launch_index(trace, m)
-    api, ops = trace.api, trace.ops
-    out = []
-    for gi in keep:
-        a, b = int(g0[gi]), int(g1[gi])
-        # The op starting at the gap end: a kernel if one starts there, else a memop.
-        hit = np.flatnonzero(k["start_ns"] == b)
-        if hit.size:
-            row, li, name_code = hit[0], k_launch[hit[0]], k["name"][hit[0]]
-        else:
-            hit = np.flatnonzero(m["start_ns"] == b)
-            row = hit[0] if hit.size else -1
-            li = m_launch[row] if row >= 0 else -1
-            name_code = m["name"][row] if row >= 0 else -1
-        after = trace.name(int(name_code)) if row >= 0 else ""
-        wait, op_name, op_dur = 0, None, None
-        if li >= 0:
-            ls, le, tid = api["start_ns"][li], api["end_ns"][li], api["tid"][li]
-            wait = int(np.clip(le - a, 0, b - a))
-            od = ops["end_ns"] - ops["start_ns"]
-            enc = (ops["start_ns"] <= ls) & (ops["end_ns"] >= le) & (od >= (b - a) // 2)
-            if tid >= 0:
-                enc &= ops["tid"] == tid
-            cand = np.flatnonzero(enc)
-            if cand.size:
-                j = cand[np.argmin(od[cand])]
-                op_name, op_dur = trace.name(int(ops["name"][j])), int(od[j])
-        out.append(GapCause(a, b - a, wait, after, op_name, op_dur))
-    return tuple(out)
-
-
 # ------------------------------------------------------------------ rules
 
-_ADVICE = {
-    "gemm": "check the GEMM shapes and precision (see the device-aware advice in _gemm_advice)",
-    "attention": "use a fused attention backend suited to the phase (FlashAttention / "
-                 "FlashInfer; a decode-specialised kernel for one-token queries)",
-    "communication": "overlap collectives with compute (bucketing, async all-reduce) or "
-                     "reduce their volume (gradient compression, larger buckets)",
-    "allreduce": "overlap collectives with compute or reduce their volume",
-    "memcpy": "remove host<->device copies from the step (pinned memory, keep tensors on the "
-              "GPU, avoid .item()/.cpu() in the loop)",
-    "memset": "avoid re-zeroing buffers every step (reuse or torch.empty)",
-    "other": "look at the top kernels of 'other' and add a rule for them (--rules FILE) so the "
-             "breakdown says what they are",
-}
-_FUSE = ("fuse the small ops: torch.compile (Inductor) or fused kernels (fused RMSNorm, fused "
-         "SwiGLU, fused RoPE) cut launches and memory round-trips")
-
-
-def _is_pytorch(producer) -> bool:
-    return producer is None or producer.is_pytorch
-
-
-def _fuse_advice(producer) -> str:
-    if _is_pytorch(producer):
-        return _FUSE
-    return ("fuse the small kernels into fewer, larger ones (one pass over memory per fused chain) and launch "
-            "fewer of them")
-
-
-def _taxonomy_fits(a, producer) -> bool:
-    """The category story fits: a PyTorch program (the taxonomy is for LLM and transformer work)
-    whose kernels the taxonomy names (under 20% in ``other``)."""
+def _taxonomy_fits(f: RunFacts) -> bool:
+    """The category story fits: a program that is not known to be outside PyTorch (the taxonomy
+    is for ML work) whose kernels the taxonomy names (under 20% in ``other``)."""
+    a = f.analysis
     other = next((c for c in a.breakdown.categories if c.name == "other"), None)
     other_share = other.time_ns / a.breakdown.total_time_ns if other and a.breakdown.total_time_ns else 0.0
-    return _is_pytorch(producer) and other_share < 0.2
+    return f.producer.framework != "none" and other_share < 0.2
 
 
-def _top_kernels_finding(a) -> list[Finding]:
+def _top_kernels_finding(f: RunFacts) -> list[Finding]:
     """The headline when the taxonomy does not fit: the top kernels by name (a template's
     instantiations together, as a profiler's summary by base name shows them), with their shares."""
-    tr, b = a.trace, a.breakdown
+    tr, b = f.trace, f.analysis.breakdown
     k = tr.kernels
     if len(k) == 0 or b.total_time_ns <= 0:
         return []
@@ -209,102 +121,83 @@ def _top_kernels_finding(a) -> list[Finding]:
     return [Finding("dominant_kernel", sev, title, tuple(ev),
                     "This program's kernels are outside the LLM categories, so the story names them: the top "
                     "kernel is where GPU time goes.",
-                    f"Profile {bases[top]} with Nsight Compute (ncu --kernel-name regex:{bases[top]}) to see whether "
-                    "memory bandwidth, compute or occupancy bounds it.")]
+                    f"Profile {bases[top]} with {advice.kernel_profiler(f, bases[top])} to see whether memory "
+                    "bandwidth, compute or occupancy bounds it.")]
 
 
-LOW_PRECISIONS = ("nvfp4", "mxfp4", "mxfp8", "fp8", "int8")
+def _category_advice(f: RunFacts, name: str) -> str:
+    if name == "gemm":
+        return advice.gemm(f)
+    if name == "attention":
+        return advice.attention(f)
+    if name in COMM_CATEGORIES:
+        return advice.communication(f)
+    if name in ("memcpy", "memset"):
+        return advice.copies(f, "memset" if name == "memset" else None)
+    if name in SMALL_OP_CATEGORIES:
+        return advice.fusion(f)
+    if name == "other":
+        return ("look at the top kernels of 'other' and add a rule for them (--rules FILE) so the breakdown says "
+                "what they are")
+    return f"profile the top {name} kernels with {advice.kernel_profiler(f)} to see what bounds them"
 
 
-def _gemm_advice(trace, a=None) -> str:
-    """GEMM advice with the lower precisions this GPU has (fp8 from compute capability 8.9, bf16
-    from 8.0, fp16 before), and none when the GEMMs already run in a low precision."""
-    if a is not None:
-        km, _ = category_mask(a, ("gemm",))
-        names = {a.trace.name(int(c)) for c in np.unique(a.trace.kernels["name"][km])}
-        have = sorted({kernel_precision(n) for n in names} & set(LOW_PRECISIONS))
-        if have:
-            return ("check the GEMM shapes: larger batches per GEMM and dimensions that fill the tensor-core "
-                    f"tiles; the GEMMs already run in {', '.join(have)}")
-    cc = max(((d.cc_major or 0) * 10 + (d.cc_minor or 0) for d in trace.meta.devices), default=0)
-    name = " ".join(d.name or "" for d in trace.meta.devices).lower()
-    if not cc and any(g in name for g in ("v100", "t4", "p100", "titan v")):
-        cc = 70
-    if "mi3" in name or cc >= 89:
-        lower = "fp8 where accuracy allows"
-    elif cc >= 80 or "mi2" in name:
-        lower = "bf16 (fp8 needs Hopper/Ada or newer)"
-    elif cc:
-        lower = "fp16 with tensor cores (this GPU has no bf16 or fp8 tensor cores)"
-    else:
-        lower = "a lower precision the GPU supports (bf16/fp16, fp8 on Hopper and newer)"
-    return ("check the GEMM (and convolution) shapes and precision: larger batches per GEMM, dimensions "
-            f"multiples of 64/128 for the tensor cores, and {lower}")
-
-
-def rule_dominant_category(a, producer=None, exposure=None) -> list[Finding]:
+def rule_dominant_category(f: RunFacts) -> list[Finding]:
+    """The category with the most GPU op time, with ONE ceiling: the GPU window (or, without a
+    timeline, the summed GPU op time) if the category cost nothing, counting only its exposed time
+    (the time no other category runs), so overlap is never counted as saving."""
+    a, exposure = f.analysis, f.exposure
     b = a.breakdown
     if not b.categories or b.total_time_ns <= 0:
         return []
-    if not _taxonomy_fits(a, producer):
-        return _top_kernels_finding(a)
+    if not _taxonomy_fits(f):
+        return _top_kernels_finding(f)
     top = max(b.categories, key=lambda c: c.time_ns)
     p = top.time_ns / b.total_time_ns
+    k = b.speedup_factor
     ev = [Evidence("share of GPU op time", p, "fraction"),
           Evidence("time", top.time_ns, "ns"),
-          Evidence("ops", top.count, "count"),
-          Evidence("Amdahl ceiling (category at zero cost)", top.amdahl_max_speedup, "x"),
-          Evidence(f"what-if {b.speedup_factor:g}x faster category", top.whatif_speedup, "x")]
+          Evidence("ops", top.count, "count")]
     if top.top_kernels:
         ev.append(Evidence("top kernel", top.top_kernels[0].name, "text"))
-    implication = (f"{top.name} is {_p(p)} of GPU op time: it is where a kernel-level "
-                   f"optimisation pays most.")
+    implication = f"{top.name} is {_p(p)} of GPU op time: it is where a kernel-level optimisation pays most."
     sev = "high" if p >= 0.5 else "medium" if p >= 0.25 else "low"
+    tl = a.timeline
     exp = exposure.get(top.name) if exposure is not None else None
-    if exp is not None and exposure.busy_ns > 0:
-        ev.append(Evidence("exposed time (no other category running)", exp.exposed_ns, "ns"))
-        ev.append(Evidence("ceiling on GPU busy time from its exposed part", exp.exposed_ceiling, "x"))
+    if tl is not None and tl.window_ns > 0 and exp is not None:
+        w, x = tl.window_ns, min(exp.exposed_ns, tl.window_ns - 1)
+        ceiling, whatif = w / (w - x), w / (w - x + x / k)
+        ev += [Evidence("exposed time (no other category running)", exp.exposed_ns, "ns"),
+               Evidence("ceiling on the GPU window if it cost nothing (exposed time only)", ceiling, "x"),
+               Evidence(f"GPU window if it ran {k:g}x faster (exposed time only)", whatif, "x")]
         of = exp.overlapped_fraction
         if of is not None and of >= 0.5:
-            implication = (f"{top.name} is {_p(p)} of summed GPU op time, but {_p(of)} of it runs under other "
-                           f"GPU work: removing it entirely would shorten GPU busy time at most "
-                           + (f"{exp.exposed_ceiling:.2f}x" if exp.exposed_ceiling else "by its exposed part")
-                           + ", not the summed-time ceiling.")
-            share_exposed = exp.exposed_ns / exposure.busy_ns
-            sev = "medium" if share_exposed >= 0.25 else "low"
-    tl = a.timeline
-    if tl is not None and tl.window_ns > 0:
-        km, mm = category_mask(a, (top.name,))
-        st = np.concatenate([a.trace.kernels["start_ns"][km], a.trace.memops["start_ns"][mm]])
-        en = np.concatenate([a.trace.kernels["end_ns"][km], a.trace.memops["end_ns"][mm]])
-        c = intervals.union_length(st, en)
-        if c < tl.window_ns:
-            wc = tl.window_ns / (tl.window_ns - c)
-            ev.append(Evidence("ceiling on the GPU window (idle kept)", wc, "x"))
-            if tl.idle_fraction >= 0.2:
-                implication += (f" But the GPU is idle {_p(tl.idle_fraction)} of its window, so "
-                                f"removing {top.name} entirely would shorten the window only "
-                                f"{wc:.2f}x: idle time is the bigger lever.")
+            implication = (f"{top.name} is {_p(p)} of summed GPU op time, but {_p(of)} of it runs under other GPU "
+                           f"work: removing it entirely would shorten the GPU window at most {ceiling:.2f}x.")
+            sev = "medium" if x / w >= 0.25 else "low"
+        elif tl.idle_fraction >= 0.2:
+            implication += (f" But the GPU is idle {_p(tl.idle_fraction)} of its window, so removing {top.name} "
+                            f"entirely would shorten the window only {ceiling:.2f}x: idle time is the bigger lever.")
+        else:
+            implication += f" Removing it entirely would shorten the GPU window at most {ceiling:.2f}x."
+    else:
+        ev += [Evidence("ceiling on summed GPU op time if it cost nothing (no timeline: overlap unknown)",
+                        top.amdahl_max_speedup, "x"),
+               Evidence(f"summed GPU op time if it ran {k:g}x faster", top.whatif_speedup, "x")]
     if sev == "high" and tl is not None and tl.idle_fraction >= 0.5:
         sev = "medium"  # the GPU is mostly idle: kernel time is not the first lever
-    rec = _ADVICE.get(top.name, _fuse_advice(producer) if top.name in SMALL_OP_CATEGORIES else
-                      f"profile the top {top.name} kernels with Nsight Compute to see what bounds them")
-    if top.name == "gemm":
-        rec = _gemm_advice(a.trace, a)
-    if top.name == "communication":
-        rec = _comm_advice(a, producer)
-    if top.name == "memcpy":
-        rec = _memcpy_advice(producer)
+    rec = _category_advice(f, top.name)
     return [Finding("dominant_category", sev, f"{top.name} dominates GPU op time ({_p(p)})",
-                    tuple(ev), implication, rec[:1].upper() + rec[1:] + ".")]
+                    tuple(ev), implication, capital(rec) + ".")]
 
 
-def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
+def rule_gpu_idle(f: RunFacts) -> list[Finding]:
+    a, producer, critical_path = f.analysis, f.producer, f.critical_path
     tl = a.timeline
     if tl is None or tl.window_ns <= 0:
         return []
     wait_share = tl.idle_launch_wait_ns / tl.idle_ns if tl.idle_ns > 0 else None
-    replayed = producer is not None and producer.replays_graphs
+    replayed = producer.replays_graphs
     ev = [Evidence("GPU window", tl.window_ns, "ns"),
           Evidence("GPU busy (union)", tl.busy_ns, "ns"),
           Evidence("idle share of window", tl.idle_fraction, "fraction"),
@@ -339,7 +232,7 @@ def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
             _between_replays_advice(bound))]
     n_gpu_ops = len(a.trace.kernels) + len(a.trace.memops)
     mean_gap = tl.idle_ns / tl.gap_count if tl.gap_count else 0.0
-    host_work = not _is_pytorch(producer) and mean_gap > HOST_GAP_NS
+    host_work = not producer.is_pytorch and mean_gap > HOST_GAP_NS
     if tl.idle_fraction >= 0.2 and (n_gpu_ops < FEW_GPU_OPS or host_work):
         # A handful of GPU ops, or a program without PyTorch whose gaps are far longer than a
         # launch: per-launch cost cannot be what keeps the GPU idle.
@@ -349,8 +242,8 @@ def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
             "gpu_idle", "medium", f"GPU idle {_p(tl.idle_fraction)} of its window: {why}",
             tuple(ev), "The program spends its time outside GPU work (host computation, I/O, waits); "
             "launch overhead is not what keeps the GPU idle.",
-            "Profile the CPU side between the GPU ops (perf, nsys CPU sampling, or py-spy for Python) and move "
-            "work to the GPU or overlap it with GPU work.")]
+            f"Profile the CPU side between the GPU ops ({advice.cpu_profiler(f)}) and move work to the GPU or "
+            "overlap it with GPU work.")]
     if tl.launch_bound:
         sev = "high" if tl.idle_fraction >= 0.5 else "medium"
         title = f"Launch-bound: the GPU is idle {_p(tl.idle_fraction)} of its window"
@@ -358,29 +251,27 @@ def rule_gpu_idle(a, producer=None, critical_path=None) -> list[Finding]:
                + (f"{_p(wait_share)} of the idle time is spent before the next GPU op was even "
                   f"launched. " if wait_share is not None else "")
                + "Faster kernels would not shorten this run; less host work per GPU op would.")
-        if producer is not None and producer.engine == "vLLM":
+        if producer.engine == "vLLM":
             rec = ("This step ran without graph replays: vLLM replays CUDA graphs only when --enforce-eager is off "
                    "and the batch fits its CUDA-graph capture sizes; check both, and look at what the CPU does "
                    "inside the largest gaps (Appendix: largest gaps).")
-        elif producer is not None and producer.engine == "SGLang":
+        elif producer.engine == "SGLang":
             rec = ("This step ran without graph replays: SGLang replays CUDA graphs unless --disable-cuda-graph is "
                    "set and only up to --cuda-graph-max-bs; check both, and look at what the CPU does inside the "
                    "largest gaps (Appendix: largest gaps).")
-        elif _is_pytorch(producer):
-            rec = ("Cut host overhead per step: capture the step in CUDA Graphs (torch.compile "
-                   "mode='reduce-overhead' or torch.cuda.graphs), fuse small ops, remove host syncs, "
-                   "and look at what the CPU does inside the largest gaps (Appendix: largest gaps).")
         else:
-            rec = ("Cut host work per GPU op: launch fewer, larger kernels, capture the launch sequence in a "
-                   "CUDA graph (cudaStreamBeginCapture / cudaGraphLaunch), remove host synchronisation from "
-                   "the loop, and look at what the CPU does inside the largest gaps (Appendix: largest gaps).")
+            graphs = advice.graph_capture(f)
+            fuse = "fuse small ops, " if producer.is_pytorch else "launch fewer, larger kernels, "
+            rec = ("Cut host work per GPU op: " + (graphs + ", " if graphs else "") + fuse
+                   + "remove host synchronisation from the loop, and look at what the CPU does inside the largest "
+                   "gaps (Appendix: largest gaps).")
     elif tl.idle_fraction >= 0.2:
         sev = "medium"
         title = f"GPU idle {_p(tl.idle_fraction)} of its window, mostly not launch wait"
         imp = ("Ops were submitted but waited: synchronisation, cross-stream dependencies or "
                "copies gate the GPU.")
         rec = ("Look for host syncs (.item(), .cpu(), cudaStreamSynchronize) and event waits in the largest gaps."
-               if _is_pytorch(producer) else
+               if producer.is_pytorch else
                "Look for host synchronisation (cudaDeviceSynchronize, blocking copies) and event waits in the "
                "largest gaps.")
     else:
@@ -405,9 +296,10 @@ def _between_replays_advice(bound: str | None) -> str:
             "host does inside the largest gaps (Appendix: largest gaps).")
 
 
-def rule_graph_replay(a, producer=None) -> list[Finding]:
+def rule_graph_replay(f: RunFacts) -> list[Finding]:
     """How much of the run is replayed from CUDA/HIP graphs (kernel origin by launch call)."""
-    if producer is None or producer.graphs.graph_kernels == 0:
+    producer = f.producer
+    if producer.graphs.graph_kernels == 0:
         return []
     g = producer.graphs
     return [Finding(
@@ -438,8 +330,8 @@ _BOUND_TEXT = {
 }
 
 
-def rule_critical_path(a, critical_path=None, critical_scope="") -> list[Finding]:
-    cp = critical_path
+def rule_critical_path(f: RunFacts) -> list[Finding]:
+    cp, critical_scope = f.critical_path, f.critical_scope
     if cp is None or cp.span_ns <= 0 or cp.dominant is None:
         return []
     what, why = _BOUND_TEXT[cp.dominant]
@@ -458,11 +350,11 @@ def rule_critical_path(a, critical_path=None, critical_scope="") -> list[Finding
         "it) does not shorten the run.")]
 
 
-def rule_cpu_stall(a, gaps=None, producer=None) -> list[Finding]:
-    tl = a.timeline
+def rule_cpu_stall(f: RunFacts) -> list[Finding]:
+    tl = f.analysis.timeline
     if tl is None or tl.idle_ns <= 0:
         return []
-    causes = [g for g in (gap_causes(a.trace) if gaps is None else gaps) if g.op_name]
+    causes = [g for g in f.gaps if g.op_name]
     if not causes:
         return []
     groups: dict[str, list[GapCause]] = {}
@@ -489,56 +381,27 @@ def rule_cpu_stall(a, gaps=None, producer=None) -> list[Finding]:
             f"While the GPU sat idle the host was inside {name} (each gap lasts at least "
             f"{_t(int(durs.min()))}); this CPU work, not GPU execution, is {_p(share)} of the "
             f"idle time.",
-            _stall_advice(name, producer)))
+            _stall_advice(f, name)))
     return out
 
 
-def _stall_advice(name: str, producer=None) -> str:
-    if "cudnn" in name.lower():
-        return ("cuDNN builds an execution plan for every new shape; with a growing KV length "
-                "each decode step is a new shape. Use a backend without per-shape planning for "
-                "decode (torch.backends.cuda.enable_cudnn_sdp(False) to fall back to "
-                "FlashAttention / efficient SDPA, or a paged-KV decode kernel), or pad the KV "
-                "length to a few bucket sizes so plans are reused.")
-    tool = "py-spy, or torch.profiler with_stack=True" if _is_pytorch(producer) else "perf, or nsys CPU sampling"
-    return (f"Profile the CPU side of {name} ({tool}) and move its work out of the step, cache it, or "
-            f"overlap it with GPU work.")
+def _stall_advice(f: RunFacts, name: str) -> str:
+    low = name.lower()
+    if "cudnn" in low and f.workload.decodes and ("sdpa" in low or "attention" in low or "mha" in low):
+        return ("cuDNN builds an execution plan for every new shape; with a growing KV length each decode step is a "
+                "new shape. Use a backend without per-shape planning for decode (torch.backends.cuda."
+                "enable_cudnn_sdp(False) to fall back to FlashAttention / efficient SDPA, or a paged-KV decode "
+                "kernel), or pad the KV length to a few bucket sizes so plans are reused.")
+    if "cudnn" in low or "miopen" in low:
+        return ("The library picks (or benchmarks) an algorithm for each new input shape: keep the shapes fixed "
+                "across steps (pad or bucket them) so the choice is made once, and expect the first step of each "
+                "shape to pay for it.")
+    return (f"Profile the CPU side of {name} ({advice.cpu_profiler(f)}) and move its work out of the step, cache it, "
+            "or overlap it with GPU work.")
 
 
-def _memcpy_advice(producer, kind_time=None, kind_count=None) -> str:
-    """Copy advice for the kind of copy that takes the time (device-to-device copies are layout or
-    buffer copies, not host transfers)."""
-    if kind_time is not None and kind_time.sum() > 0:
-        top = MEMOP_KINDS[int(np.argmax(kind_time))]
-        if top == "memcpy_dtod":
-            return ("most copy time is device-to-device: look for layout copies (.contiguous(), "
-                    "transposes, concatenations) and copies into communication or cache buffers that an "
-                    "in-place or fused op would avoid")
-        if top == "memset":
-            return _ADVICE["memset"]
-    if _is_pytorch(producer):
-        return _ADVICE["memcpy"]
-    return ("remove host<->device copies from the loop (pinned memory, keep data on the GPU, copy "
-            "asynchronously on a side stream)")
-
-
-def _comm_advice(a, producer) -> str:
-    """Communication advice that fits the collective and the program (training or inference)."""
-    names = " ".join(a.trace.name(int(c)) for c in np.unique(a.trace.kernels["name"])[:5000]).lower()
-    if "alltoall" in names or "all_to_all" in names or "dispatch" in names and "combine" in names:
-        return ("balance what each rank sends in the all-to-all (tokens per expert, embedding rows per "
-                "rank) and overlap the exchange with compute (pipeline the next micro-batch's exchange)")
-    if producer is not None and producer.mode == "training":
-        return ("overlap gradient collectives with the backward pass (DDP/FSDP bucketing, larger "
-                "buckets) or reduce their volume (lower-precision gradients, gradient compression)")
-    if producer is not None and producer.mode == "inference":
-        return ("overlap the tensor-parallel collectives with compute (async TP, fused all-reduce + norm, "
-                "one-shot all-reduce for small messages) or use fewer ranks for small batches")
-    return _ADVICE["communication"]
-
-
-def rule_memcpy_share(a, producer=None) -> list[Finding]:
-    b, m = a.breakdown, a.trace.memops
+def rule_memcpy_share(f: RunFacts) -> list[Finding]:
+    b, m = f.analysis.breakdown, f.trace.memops
     if len(m) == 0 or b.total_time_ns <= 0:
         return []
     share = b.memop_time_ns / b.total_time_ns
@@ -554,10 +417,11 @@ def rule_memcpy_share(a, producer=None) -> list[Finding]:
     return [Finding("memcpy_share", "medium" if share >= 0.1 else "low",
                     f"Memory copies and sets take {_p(share)} of GPU op time", tuple(ev),
                     "Copies occupy the GPU (and host<->device copies often imply a host sync).",
-                    capital(_memcpy_advice(producer, t, n)) + ".")]
+                    capital(advice.copies(f, MEMOP_KINDS[int(np.argmax(t))] if t.sum() > 0 else None)) + ".")]
 
 
-def rule_communication(a, producer=None, exposure=None) -> list[Finding]:
+def rule_communication(f: RunFacts) -> list[Finding]:
+    a, exposure = f.analysis, f.exposure
     km, mm = category_mask(a, COMM_CATEGORIES)
     if not km.any():
         return []
@@ -593,13 +457,14 @@ def rule_communication(a, producer=None, exposure=None) -> list[Finding]:
            "time mostly does not (it still competes for SMs and memory bandwidth).")
     if cx is not None and cx.exposed_ceiling is not None:
         imp += f" Removing it entirely would shorten GPU busy time at most {cx.exposed_ceiling:.2f}x."
-    return [Finding("communication", sev, title, tuple(ev), imp, capital(_comm_advice(a, producer)) + ".")]
+    return [Finding("communication", sev, title, tuple(ev), imp, capital(advice.communication(f)) + ".")]
 
 
-def rule_eager_fusion(a, producer=None) -> list[Finding]:
+def rule_eager_fusion(f: RunFacts) -> list[Finding]:
+    a, producer = f.analysis, f.producer
     tr = a.trace
     k = tr.kernels
-    if len(k) == 0 or not _is_pytorch(producer):
+    if len(k) == 0:
         return []
     codes, inverse = np.unique(k["name"], return_inverse=True)
     is_triton = np.array([tr.name(int(c)).startswith("triton_") for c in codes])[inverse]
@@ -614,7 +479,7 @@ def rule_eager_fusion(a, producer=None) -> list[Finding]:
                          Evidence("share of kernel time", float(dur[is_triton].sum() / max(dur.sum(), 1)), "fraction")),
                         "torch.compile has fused part of the graph into generated kernels.",
                         "Compare against the eager run (tracestory compare) to see what fusion bought.")]
-    if small_share < 0.3 or (producer is not None and producer.replays_graphs):
+    if small_share < 0.3 or producer.replays_graphs:
         return []  # a graph replay is not an eager run: its small kernels pay no launch each
     return [Finding("eager_fusion", "medium" if small_share >= 0.5 else "low",
                     f"Eager run: {_p(small_share)} of kernel launches are small unfused ops",
@@ -624,57 +489,13 @@ def rule_eager_fusion(a, producer=None) -> list[Finding]:
                      Evidence("Triton kernel launches", 0, "count")),
                     "Each small op is a separate launch and a round-trip through memory; in a "
                     "launch-bound run each one also adds host time.",
-                    _FUSE[:1].upper() + _FUSE[1:] + ".")]
+                    capital(advice.fusion(f)) + ".")]
 
 
-# Rules of one analysis; the rules take their optional inputs by keyword.
-RULES = (rule_gpu_idle, rule_cpu_stall, rule_dominant_category, rule_critical_path, rule_first_step,
-         rule_step_outlier, rule_step_trend, rule_bound, rule_occupancy, rule_memcpy_share, rule_communication,
-         rule_graph_replay, rule_eager_fusion, rule_memory)
-_TAKES = {rule_bound: ("kernel_metrics", "peaks", "hardware", "joins", "estimate"),
-          rule_occupancy: ("kernel_metrics", "peaks", "hardware"),
-          rule_memory: ("memory",), rule_cpu_stall: ("gaps", "producer"),
-          rule_gpu_idle: ("producer", "critical_path"), rule_dominant_category: ("producer", "exposure"),
-          rule_critical_path: ("critical_path", "critical_scope"), rule_memcpy_share: ("producer",),
-          rule_communication: ("producer", "exposure"), rule_graph_replay: ("producer",),
-          rule_eager_fusion: ("producer",)}
 
 
-def derive_findings(analysis, *, kernel_metrics=None, peaks=None, memory=None, hardware=None, joins=None,
-                    estimate=None, gaps=None, producer=None, exposure=None, critical_path=None,
-                    critical_scope="") -> tuple[Finding, ...]:
-    """All findings for one analysed trace, most severe first (rule order within a severity).
-
-    ``analysis`` has ``trace``, ``classification``, ``breakdown``, ``timeline`` (or None) and
-    ``phases`` (``tracestory.analysis.Analysis``). Optional inputs:
-
-    * ``kernel_metrics``: Nsight Compute results (a ``KernelMetrics``, a list of them, or
-      ``Inputs.kernel_metrics`` pairs): the roofline rule uses their counters instead of the
-      shape estimate, and the occupancy rules fire;
-    * ``peaks``: a ``specs.Peaks`` (``--peaks FILE`` / a manifest's measured peaks); default
-      the built-in table for the trace's (or ncu's) device name;
-    * ``memory``: a precomputed ``analysis.memory.memory_timeline`` result (else computed);
-    * ``hardware`` / ``joins`` / ``estimate`` / ``gaps``: what
-      :func:`~tracestory.analysis.results.analyze_inputs` computed once (the ncu inputs with
-      their peaks, joins and rooflines; the joins of this trace to them; the trace's shape
-      roofline; its gap causes), used instead of computing them again;
-    * ``producer`` / ``exposure`` / ``critical_path``: what made the trace (advice is given only
-      where its precondition holds: CUDA-graph advice to a PyTorch run that does not replay graphs,
-      torch.compile advice to PyTorch, gradient advice to training), the exposed time per category
-      (overlap-aware ceilings) and the critical path with the scope it covers."""
-    given = {"kernel_metrics": kernel_metrics, "peaks": peaks, "memory": memory, "hardware": hardware,
-             "joins": joins, "estimate": estimate, "gaps": gaps, "producer": producer, "exposure": exposure,
-             "critical_path": critical_path, "critical_scope": critical_scope}
-    found: list[Finding] = []
-    for rule in RULES:
-        found.extend(rule(analysis, **{k: given[k] for k in _TAKES.get(rule, ())}))
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    return tuple(sorted(found, key=lambda f: order[f.severity]))  # stable: rule order kept
-
-
-def ncu_findings(kernel_metrics, *, peaks=None, hardware=None) -> tuple[Finding, ...]:
-    """Findings for Nsight Compute results alone (no timeline trace): roofline and occupancy."""
-    found = (rule_bound(None, kernel_metrics, peaks, hardware=hardware)
-             + rule_occupancy(None, kernel_metrics, peaks, hardware=hardware))
+def ncu_findings(hardware) -> tuple[Finding, ...]:
+    """Findings of Nsight Compute results alone (no timeline trace): roofline and occupancy."""
+    found = ncu_only_findings(hardware)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return tuple(sorted(found, key=lambda f: order[f.severity]))

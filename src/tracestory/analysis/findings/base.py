@@ -31,3 +31,4 @@ class Finding:
     evidence: tuple[Evidence, ...]
     implication: str
     recommendation: str
+    basis: tuple[str, ...] = ()  # the facts the claim rests on (workload, platform, trace kind)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 
+from .. import advice
+from ..facts import RunFacts
 from .base import Evidence, Finding
 from ...units import fmt_pct
 from ...specs import peaks_for
@@ -111,7 +113,23 @@ def _by_name(points, weights: dict[str, int] | None = None) -> list[tuple[str, i
     return sorted(out, key=lambda r: (-r[1], r[0]))
 
 
-def rule_bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, estimate=None) -> list[Finding]:
+def rule_bound(f: RunFacts) -> list[Finding]:
+    """Memory- vs compute-bound kernels of one run (ncu counters, else the shape estimate)."""
+    return _bound(f.analysis, peaks=f.peaks, hardware=f.hardware, joins=f.joins or None, estimate=f.estimate,
+                  facts=f)
+
+
+def rule_occupancy(f: RunFacts) -> list[Finding]:
+    return _occupancy(f.analysis, peaks=f.peaks, hardware=f.hardware, graphs=bool(f.in_use.graphs))
+
+
+def ncu_only_findings(hardware) -> list[Finding]:
+    """Roofline and occupancy findings of Nsight Compute inputs without a trace."""
+    return _bound(None, hardware=hardware) + _occupancy(None, hardware=hardware)
+
+
+def _bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, estimate=None,
+           facts: RunFacts | None = None) -> list[Finding]:
     if hardware:
         kernel_metrics = [h.metrics for h in hardware]
     pts, est = roofline_points(a, kernel_metrics, peaks, hardware, estimate)
@@ -133,9 +151,10 @@ def rule_bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, es
           Evidence("memory-bound share of placed kernel time", mem_t / placed, "fraction"),
           Evidence("compute-bound share of placed kernel time", 1 - mem_t / placed, "fraction"),
           Evidence("share of placed time below 10% of its roof", slow / placed, "fraction")]
+    coverage = None
     if a is not None and a.breakdown.kernel_time_ns > 0 and (est or weights):
-        ev.append(Evidence("placed share of all kernel time",
-                           min(placed, a.breakdown.kernel_time_ns) / a.breakdown.kernel_time_ns, "fraction"))
+        coverage = min(placed, a.breakdown.kernel_time_ns) / a.breakdown.kernel_time_ns
+        ev.append(Evidence("placed share of all kernel time", coverage, "fraction"))
     for kind, group in (("memory-bound", mem), ("compute-bound", cmp_)):
         for i, (name, t, _, pct) in enumerate(group[:TOP], 1):
             ev += [Evidence(f"{kind} #{i}", name, "text"),
@@ -146,33 +165,41 @@ def rule_bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, es
     share = mem_t / placed
     dom = "memory" if share >= 0.5 else "compute"
     title = (f"{'Memory' if dom == 'memory' else 'Compute'}-bound kernels take "
-             f"{fmt_pct(share if dom == 'memory' else 1 - share)} of the placed kernel time"
-             f"{' (estimate)' if est else ''}")
+             f"{fmt_pct(share if dom == 'memory' else 1 - share)} of the kernel time placed on the roofline"
+             + (f", which is {fmt_pct(coverage)} of all kernel time" if coverage is not None and coverage < 0.5 else "")
+             + (" (estimate)" if est else ""))
     imp = (f"The longest kernel is {top[2]}-bound"
            + (f" at {fmt_pct(top_pct / 100)} of its roof" if top_pct is not None else "") + ". ")
     if dom == "memory":
         imp += ("Memory-bound kernels go faster only by moving fewer DRAM bytes: more FLOPs or "
                 "faster math do not help them.")
-        rec = ("Move fewer bytes per token: lower-precision weights and KV cache (fp8/int8/int4), "
-               "fuse element-wise chains so intermediates stay on chip, and batch more tokens per "
-               "weight read (decode GEMV -> GEMM).")
+        rec = (advice.memory_bound(facts) if facts is not None else
+               "move fewer bytes: lower-precision data where accuracy allows, and fuse elementwise chains so "
+               "intermediates stay on chip")
+        rec = rec[:1].upper() + rec[1:] + "."
     else:
         imp += "Compute-bound kernels are limited by the tensor/CUDA-core FLOP rate."
-        rec = ("Use a faster math path (fp8 tensor cores where accuracy allows) or less work "
-               "(skip padding, exploit sparsity or causality).")
+        rec = (advice.compute_bound(facts) if facts is not None else
+               "use a faster math path (a lower precision the GPU supports) or less work (skip padding, exploit "
+               "sparsity or causality)")
+        rec = rec[:1].upper() + rec[1:] + "."
     if top_pct is not None and top_pct < 100 * HEADROOM:
         sev = "medium"
-        rec += (f" The top kernel is at {fmt_pct(top_pct / 100)} of its roof: profile it with "
-                f"Nsight Compute (occupancy, stalls) before changing the algorithm.")
+        tool = advice.kernel_profiler(facts) if facts is not None else "Nsight Compute"
+        rec += (f" The top kernel is at {fmt_pct(top_pct / 100)} of its roof: profile it with {tool} (occupancy, "
+                "stalls) before changing the algorithm.")
     else:
         sev = "low"
     if slow / placed >= 0.25:
         imp += (f" {fmt_pct(slow / placed)} of the placed time is in kernels below a tenth of their roof: "
                 "they are too small to load either the memory system or the math units "
                 "(latency-bound: launch overhead, too few blocks).")
+    if coverage is not None and coverage < 0.5:
+        imp += (f" The verdict covers {fmt_pct(coverage)} of the kernel time: the rest could not be placed, so it "
+                "says nothing about the whole run.")
     if est:
-        imp += (" (Estimate: FLOPs and bytes from recorded shapes, each tensor read once; confirm "
-                "with Nsight Compute.)")
+        imp += (" (Estimate: FLOPs and bytes from recorded shapes, each tensor read once; confirm with a "
+                "kernel profiler.)")
     return [Finding("bound", sev, title, tuple(ev), imp, rec)]
 
 
@@ -196,7 +223,7 @@ _FIX = {
 }
 
 
-def rule_occupancy(a, kernel_metrics=None, peaks=None, hardware=None) -> list[Finding]:
+def _occupancy(a, kernel_metrics=None, peaks=None, hardware=None, graphs: bool = False) -> list[Finding]:
     if hardware:
         kernel_metrics = [h.metrics for h in hardware]
     ks = _kernels(kernel_metrics)
@@ -268,9 +295,10 @@ def rule_occupancy(a, kernel_metrics=None, peaks=None, hardware=None) -> list[Fi
             imp = ("The longest one's grid is smaller than one wave: SMs sit idle for the whole "
                    "kernel, which is latency-bound (launch and tail), not limited by occupancy "
                    "settings.")
-            rec = ("Give each launch more parallel work: batch requests or tokens, fuse small "
-                   "kernels, split-K or persistent kernels for skinny GEMMs; capture the sequence "
-                   "in CUDA Graphs to cut the launch cost of tiny kernels.")
+            rec = ("Give each launch more parallel work: batch requests or tokens, fuse small kernels, split-K or "
+                   "persistent kernels for skinny GEMMs" + ("." if graphs else
+                                                            "; capture the sequence in CUDA Graphs to cut the launch "
+                                                            "cost of tiny kernels."))
         else:
             sev = "low"
             imp = ("Warps are not resident for the whole kernel: a partial last wave (tail), load "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .base import Evidence, Finding
 from ...units import fmt_bytes, fmt_pct
-from ..memory import memory_timeline
+from ..facts import RunFacts
 
 FULL_SHARE = 0.9
 FRAG_RATIO = 1.5
@@ -38,9 +38,24 @@ def _where(p) -> str | None:
     return ", ".join(bits) or None
 
 
-def rule_memory(a, memory=None) -> list[Finding]:
-    if memory is None:
-        memory = memory_timeline(a.trace, a.phases)
+def _free_memory_advice(f: RunFacts) -> str:
+    w = f.workload
+    parts = []
+    if w.is_llm:
+        parts.append("a smaller batch or chunked prefill" if not w.kind == "llm_training" else "a smaller micro-batch")
+    else:
+        parts.append("a smaller batch")
+    if f.producer.mode == "training":
+        parts.append("activation checkpointing")
+    if w.decodes:
+        parts.append("a quantized KV cache or weights")
+    alloc = ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" if f.platform != "ROCm"
+             else "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True")
+    return "Free memory before the peak: " + ", ".join(parts) + f", and {alloc} against fragmentation."
+
+
+def rule_memory(f: RunFacts) -> list[Finding]:
+    memory = f.memory
     if memory is None or not memory.devices:
         return []
     d = max(memory.devices, key=lambda x: (x.peak_allocated_bytes, -x.device))
@@ -80,9 +95,7 @@ def rule_memory(a, memory=None) -> list[Finding]:
                         "The run is at the edge of device memory: a longer context, a larger batch or "
                         "fragmentation turns this into an out-of-memory error."
                         + (f" The peak happens at {where}." if where else ""),
-                        "Free memory before the peak: smaller batch or chunked prefill, activation "
-                        "checkpointing, a quantized KV cache or weights, and "
-                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation.")]
+                        _free_memory_advice(f))]
     if frag:
         sev = "medium" if cap_share is not None and cap_share >= 0.5 else "low"
         return [Finding("memory", sev,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..facts import RunFacts
 from .base import Evidence, Finding, linear_fit
 from ...units import fmt_ns, fmt_pct
 from ...ingest.kineto import parse_json_field
@@ -87,7 +88,8 @@ def kv_lengths(trace, phases) -> list[int | None]:
     return out
 
 
-def rule_first_step(a) -> list[Finding]:
+def rule_first_step(f: RunFacts) -> list[Finding]:
+    a = f.analysis
     out = []
     for fam, ms in _members(a).items():
         if len(ms) < 3:
@@ -139,7 +141,8 @@ def rule_first_step(a) -> list[Finding]:
     return out
 
 
-def rule_step_outlier(a) -> list[Finding]:
+def rule_step_outlier(f: RunFacts) -> list[Finding]:
+    a = f.analysis
     firsts = {ms[0].name for ms in _members(a).values() if len(ms) >= 3}
     out = []
     for o in a.phases.outliers:
@@ -158,7 +161,8 @@ def rule_step_outlier(a) -> list[Finding]:
     return out
 
 
-def rule_step_trend(a) -> list[Finding]:
+def rule_step_trend(facts: RunFacts) -> list[Finding]:
+    a, w, use = facts.analysis, facts.workload, facts.in_use
     out = []
     members = _members(a)
     for f in a.phases.families:
@@ -204,11 +208,23 @@ def rule_step_trend(a) -> list[Finding]:
         if grows:
             title = (f"{what} {'grows' if slope > 0 else 'shrinks'} by {fmt_ns(abs(slope))} per {per} "
                      f"(r2 {r2:.2f})")
-            imp = ("Step time follows the " + ("KV-cache length: attention reads the whole cache "
-                   "every step, so per-token latency rises with context." if by_kv else
-                   "step number: for decode, work that scales with the KV length."))
-            rec = ("Expect per-token latency to keep rising with context; a paged / split-KV "
-                   "decode kernel (FlashInfer, FlashAttention decode) keeps it flatter.")
+            if by_kv:
+                imp = ("Step time follows the KV-cache length: attention reads the whole cache every step, so "
+                       "per-token latency rises with context.")
+            elif w.decodes:
+                imp = "Step time follows the step number: in decode, work that scales with the KV length."
+            else:
+                imp = ("Step time follows the step number: something grows from step to step (more work per "
+                       "step, allocator growth, a host-side structure that grows).")
+            if w.decodes and (by_kv or not use.split_kv):
+                rec = ("Expect per-token latency to keep rising with context" + (
+                    f"; the decode kernel already splits the KV length ({use.split_kv}): look at what else grows"
+                    if use.split_kv else
+                    "; a decode kernel that splits the KV length across blocks (split-KV / flash-decoding) keeps it "
+                    "flatter" + ("" if use.paged_kv else ", and a paged KV cache avoids copying it as it grows")) + ".")
+            else:
+                rec = ("Compare the first and the last steps' kernel sequences in the Execution Story to find the "
+                       "work that grows.")
             sev = "medium"
         else:
             spread = float(t.max() / t.min()) if t.min() > 0 else None

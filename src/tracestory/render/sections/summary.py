@@ -9,18 +9,33 @@ from ..md import label
 from . import Context
 
 
-def _producer(p) -> str:
-    """What made the trace, in words (analysis.producer)."""
+_WORKLOAD_WORDS = {
+    "llm_decode": "LLM decode", "llm_prefill": "LLM prefill", "llm_generate": "LLM generation (prefill and decode)",
+    "llm_serving": "LLM serving (batched prefill and decode)", "llm_training": "LLM training",
+    "transformer": "transformer (non-generative)", "vision": "vision", "diffusion": "diffusion",
+    "recommender": "recommender (embedding tables)", "speech": "speech", "ml_other": "ML (kind not named by the trace)",
+    "non_ml": "non-ML GPU compute"}
+
+
+def _producer(run) -> str:
+    """What made the trace and what work it is, in words (analysis.producer, analysis.workload)."""
+    p, w = run.producer, run.workload
     if p is None or p.framework == "unknown":
-        return ""
-    what = ("a PyTorch program" if p.is_pytorch else "a program without PyTorch") + (
-        f" ({p.engine})" if p.engine else "")
+        what = ""
+    else:
+        what = ("a PyTorch program" if p.is_pytorch else "a program without PyTorch") + (
+            f" ({p.engine})" if p.engine else "")
     parts = [p.mode if p.mode != "unknown" else "", "torch.compile" if p.compiled else "",
              f"{fmt_pct(p.graphs.graph_time_fraction)} of kernel time replayed from "
              f"{p.graphs.graph_launches} graph launch{'es' if p.graphs.graph_launches != 1 else ''}"
              if p.graphs.graph_kernels else "", p.platform if p.platform != "unknown" else ""]
     detail = ", ".join(x for x in parts if x)
-    return f"Made by {what}" + (f": {detail}." if detail else ".")
+    text = (f"Made by {what}" + (f": {detail}." if detail else ".")) if what else ""
+    if w.kind in _WORKLOAD_WORDS:
+        text += f" Workload: {_WORKLOAD_WORDS[w.kind]} ({w.evidence[0]})." if w.evidence else ""
+    elif w.kind == "unknown":
+        text += " Workload: not told by the trace's names."
+    return text.strip()
 
 
 def _executive(runs, many: bool = False) -> list[str]:
@@ -35,7 +50,7 @@ def _executive(runs, many: bool = False) -> list[str]:
             s1 += (f" in a {fmt_ns(tl.window_ns)} GPU window, busy {fmt_pct(tl.busy_ns / tl.window_ns)}"
                    if tl.window_ns else "")
         s1 += f" across {len(a.phases.phases)} phase(s) from {a.phases.source!r}."
-        made = _producer(run.producer)
+        made = _producer(run)
         s1 += (" " + made) if made else ""
         key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])
         s2 = "Key insight: " + "; ".join(f.title for f in key) + "." if key else ""

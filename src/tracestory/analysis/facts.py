@@ -1,0 +1,165 @@
+"""Typed facts of one run, computed once: what every rule and renderer reads.
+
+:func:`run_facts` builds a frozen :class:`RunFacts` per trace: the standard analysis (categories,
+timeline, phases), the GPU peaks, the memory timeline, the idle gaps with the CPU work under them,
+the roofline (Nsight Compute counters, else the shape estimate, with which one it is), the joins
+of the ncu inputs to the trace, the producer, the kind of trace, the workload with its evidence,
+what the program already uses, the per-category exposure, the critical path and the kernel facts.
+
+Rules (:mod:`tracestory.analysis.claims`) take a :class:`RunFacts` and nothing else; nothing
+downstream computes one of these again. Fields are ``None`` only where the input cannot support
+them (no timeline: no gaps, no critical path; no PyTorch memory events: no memory timeline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..specs import Peaks, peaks_for
+from ..trace import Trace
+from . import Analysis
+from .critical_path import CriticalPath, step_critical_path
+from .exposure import Exposure, exposure
+from .families import family_table, kernel_precision
+from .gaps import GapCause, gap_causes
+from .hardware import KernelHardware
+from .kernels import KernelFacts, kernel_facts
+from .memory import MemoryTimeline, memory_timeline
+from .ncu_join import NcuJoin, join_ncu
+from .producer import Producer, detect_producer
+from .roofline import Roofline, estimate_roofline
+from .trace_kind import TraceKind, trace_kind
+from .workload import Workload, classify_workload
+
+LOW_PRECISIONS = ("nvfp4", "mxfp4", "mxfp8", "fp8", "int8", "int4")
+
+
+@dataclass(frozen=True)
+class KernelMetricsResults:
+    """One Nsight Compute input: its kernels joined to the first trace and on the roofline."""
+
+    path: str
+    metrics: object                     # ingest.ncu.KernelMetrics
+    device: str | None
+    peaks: Peaks | None
+    peaks_warning: str | None           # why the roofline percentages are n/a, else None
+    join: NcuJoin | None                # None without a trace
+    roofline: Roofline
+    kernels: tuple[KernelHardware, ...]  # the top kernels, interpreted
+    waves: tuple[float | None, ...]     # per kernel of ``metrics``: grid blocks / (SMs x blocks per SM)
+
+    def __repr__(self) -> str:
+        return f"KernelMetricsResults({self.path!r}, kernels={len(self.metrics.kernels)}, device={self.device!r})"
+
+
+@dataclass(frozen=True)
+class InUse:
+    """What the program already does, so no advice tells it to adopt it. Each entry is the name
+    that shows it (``None``: not seen)."""
+
+    graphs: str | None           # kernels replayed from CUDA/HIP graph launches
+    compiled: str | None         # torch.compile (Inductor) kernels or regions
+    fused_norm: str | None       # an RMSNorm/LayerNorm kernel (not decomposed elementwise ops)
+    fused_activation: str | None  # a gated activation kernel (silu_and_mul, act_and_mul)
+    fused_rope: str | None       # a rotary-embedding kernel
+    paged_kv: str | None         # paged KV cache (paged attention, cache writes)
+    split_kv: str | None         # split-KV / flash-decoding attention
+    low_precision_gemm: tuple[str, ...]  # precisions below 16 bits that GEMM kernels name
+    fused_attention: str | None  # a fused attention kernel (FlashAttention, cuDNN SDPA, ...)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """Everything known about one trace, computed once (see the module docstring)."""
+
+    analysis: Analysis
+    device: str | None
+    peaks: Peaks | None
+    kind: TraceKind
+    producer: Producer
+    workload: Workload
+    in_use: InUse
+    memory: MemoryTimeline | None
+    gaps: tuple[GapCause, ...]
+    estimate: Roofline | None            # the shape estimate; None when ncu metrics were given
+    hardware: tuple[KernelMetricsResults, ...]
+    joins: tuple[NcuJoin, ...]           # each ncu input joined to this trace, in input order
+    exposure: Exposure
+    critical_path: CriticalPath | None
+    critical_scope: str                  # "the whole trace" or "the median step (NAME)"
+    kernel_facts: KernelFacts
+    families: tuple[tuple[str, int, int, str], ...]
+
+    @property
+    def trace(self) -> Trace:
+        return self.analysis.trace
+
+    @property
+    def platform(self) -> str:
+        return self.producer.platform
+
+    def __repr__(self) -> str:
+        return (f"RunFacts({self.trace.label!r}, kind={self.kind.kind}, workload={self.workload.kind}, "
+                f"platform={self.platform})")
+
+
+def _in_use(a: Analysis, producer: Producer, workload: Workload, kf: KernelFacts) -> InUse:
+    w = workload
+    cats = tuple(a.classification.taxonomy.categories)
+    gemm_names: set[str] = set()
+    if "gemm" in cats:
+        codes = np.unique(a.trace.kernels["name"][a.classification.kernel_category == cats.index("gemm")])
+        gemm_names = {a.trace.name(int(c)) for c in codes}
+    low = tuple(sorted({kernel_precision(n) for n in gemm_names} & set(LOW_PRECISIONS)))
+    g = producer.graphs
+    fused_attn = next((impl for impl, _, _ in kf.attention if impl and "unfused" not in impl.lower()), None)
+    return InUse(
+        graphs=f"{g.graph_kernels} kernels from {g.graph_launches} graph launches" if producer.replays_graphs else None,
+        compiled="torch.compile (Inductor)" if producer.compiled else None,
+        fused_norm=w.shown_by("rms_norm_fused") if w.has("rms_norm_fused") else None,
+        fused_activation=w.shown_by("gated_act_fused"),
+        fused_rope=w.shown_by("rope_fused"),
+        paged_kv=w.shown_by("paged_kv") or (f"{producer.engine} (paged KV cache)" if producer.engine else None),
+        split_kv=w.shown_by("split_kv"),
+        low_precision_gemm=low,
+        fused_attention=fused_attn)
+
+
+def _device(trace: Trace) -> str | None:
+    devs = trace.meta.devices
+    return devs[0].name if devs and devs[0].name else None
+
+
+def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMetricsResults, ...] = (),
+              first: bool = True) -> RunFacts:
+    """The :class:`RunFacts` of one analysed trace. ``hardware``: the Nsight Compute inputs
+    (joined to the first trace already; ``first=False`` joins them to this one)."""
+    trace = analysis.trace
+    producer = detect_producer(trace)
+    cats = tuple(analysis.classification.taxonomy.categories)
+    attention_ran = "attention" in cats and bool(
+        (analysis.classification.kernel_category == cats.index("attention")).any())
+    workload = classify_workload(trace, producer, attention_ran)
+    kf = kernel_facts(analysis, producer)
+    has_timeline = analysis.timeline is not None
+    path, scope = step_critical_path(trace, analysis.classification, analysis.phases) if has_timeline else (None, "")
+    joins = tuple(h.join if first else join_ncu(trace, h.metrics) for h in hardware if h.join is not None or not first)
+    return RunFacts(
+        analysis=analysis, device=_device(trace), peaks=peaks, kind=trace_kind(trace), producer=producer,
+        workload=workload, in_use=_in_use(analysis, producer, workload, kf),
+        memory=memory_timeline(trace, analysis.phases), gaps=tuple(gap_causes(trace)) if has_timeline else (),
+        estimate=estimate_roofline(trace, peaks) if not hardware else None, hardware=tuple(hardware), joins=joins,
+        exposure=exposure(trace, analysis.classification), critical_path=path, critical_scope=scope,
+        kernel_facts=kf, families=tuple(family_table(trace)))
+
+
+__all__ = ["InUse", "KernelMetricsResults", "RunFacts", "run_facts"]
+
+
+def facts_for(analysis: Analysis, peaks: Peaks | None = None) -> RunFacts:
+    """:func:`run_facts` of one analysed trace without Nsight Compute input; ``peaks`` default to the
+    built-in table for the trace's device (``None`` for an unknown GPU). For tests and notebooks."""
+    name = _device(analysis.trace)
+    return run_facts(analysis, peaks if peaks is not None else (peaks_for(name) if name else None))

@@ -1,0 +1,294 @@
+"""What work the trace shows: the workload kind, what the program already uses, and the evidence
+for each conclusion. ``unknown`` is a first-class answer.
+
+A recommendation is a claim about a program; it is only true where the program is of the kind the
+advice was written for. This module reads the names in the trace (CPU ops, CPU-side ranges,
+kernels) and the op shapes, and returns a :class:`Workload`: the kind, and the *signals* it rests
+on, each with the name that shows it (``"conv": "aten::cudnn_convolution"``). Rules read the
+signals as preconditions (:mod:`tracestory.analysis.claims`).
+
+Signals (names are matched case-insensitively; each signal keeps the first name that showed it):
+
+* layers: ``conv`` (2-D/3-D convolution ops or kernels: ``aten::conv2d``, cuDNN/MIOpen
+  ``fprop``/``dgrad``/``wgrad``/``winograd``/implicit-GEMM kernels), ``conv1d``, ``batch_norm``,
+  ``group_norm``, ``layer_norm``, ``pooling``, ``upsample``, ``embedding``, ``embedding_bag``
+  (``aten::embedding_bag``, FBGEMM table-batched embedding kernels), ``stft`` (``aten::stft``);
+* attention: ``attention`` (fused attention ops or kernels of the attention category),
+  ``unfused_attention`` (``aten::bmm``/``matmul`` with ``aten::softmax`` and no fused attention),
+  ``causal`` (an attention op recorded with a causal mask, or a serving engine);
+* decoder-LLM building blocks, split by whether they already run fused: ``rms_norm_fused``
+  (an RMSNorm kernel or op such as ``fused_add_rms_norm``) / ``rms_norm_unfused`` (``aten::pow``,
+  ``aten::mean`` and ``aten::rsqrt`` ops: the decomposed RMSNorm of eager Hugging Face models);
+  ``gated_act_fused`` (``silu_and_mul``, ``act_and_mul``) / ``gated_act_unfused`` (``aten::silu``
+  beside ``aten::mul``); ``rope_fused`` (a rotary-embedding kernel or op) / ``rope_unfused``
+  (``aten::cos``, ``aten::sin``, ``aten::neg`` and ``aten::cat``: rotate-half in eager code);
+* the KV cache: ``paged_kv`` (paged-attention or cache-write kernels of serving engines),
+  ``split_kv`` (split-KV / flash-decoding attention kernels);
+* shapes: ``decode_shapes`` (most GEMM ops (``aten::linear``/``mm``/``addmm``/``matmul``) have at
+  most 16 rows: one token per sequence), ``prefill_shapes`` (GEMMs of >= 128 rows next to causal
+  attention), and range names: ``decode_ranges`` (``decode``, ``step[DECODE``, vLLM's
+  ``execute_context_0(..)_generation_N``), ``prefill_ranges`` (``prefill``, ``step[EXTEND``,
+  ``execute_context_N(..)_generation_0``).
+
+Kind (first that holds):
+
+* ``llm_training`` / ``llm_serving`` / ``llm_generate`` / ``llm_decode`` / ``llm_prefill``: at least
+  two decoder-LLM signals (RMSNorm, gated activation, rotary embedding, causal attention, paged KV,
+  a serving engine, decode shapes or ranges); then training if the producer saw a backward pass or
+  an optimizer; a serving engine with both prefill and decode work is ``llm_serving``; decode and
+  prefill in one trace ``llm_generate``; else decode or prefill by shapes and ranges (``llm_generate``
+  when neither shows);
+* ``recommender``: embedding bags; ``diffusion``: group norm with convolutions and attention or
+  upsampling (a UNet or VAE); ``speech``: ``aten::stft``, or 1-D convolutions with attention;
+* ``vision``: 2-D convolutions with batch norm or pooling (a CNN), or convolutions with attention
+  and layer norm (a ViT's patch embedding);
+* ``transformer``: attention with layer norm and no decoder-LLM signal (encoder inference such as
+  BERT);
+* ``ml_other``: a PyTorch program with GEMM or convolution work and none of the above;
+* ``non_ml``: a program without PyTorch whose kernels include no GEMM, convolution or attention
+  library kernel;
+* ``unknown``: anything else, or fewer than :data:`MIN_KERNELS` kernels with no CPU ops.
+
+Limits: names and shapes only, no timing. A model written with custom kernels under other names is
+``ml_other`` or ``unknown``, never guessed; a decoder LLM that runs only fused kernels of unknown names
+shows fewer signals. Python stack frames and ``nn.Module`` names are not read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from ..trace import Trace
+from ..units import fmt_pct
+from .producer import Producer
+
+WORKLOADS = ("llm_decode", "llm_prefill", "llm_generate", "llm_serving", "llm_training", "transformer", "vision",
+             "diffusion", "recommender", "speech", "ml_other", "non_ml", "unknown")
+LLM = frozenset({"llm_decode", "llm_prefill", "llm_generate", "llm_serving", "llm_training"})
+DECODING = frozenset({"llm_decode", "llm_generate", "llm_serving"})
+MIN_KERNELS = 10
+DECODE_ROWS = 16
+PREFILL_ROWS = 128
+
+_I = re.IGNORECASE
+# signal -> (pattern on CPU op and range names, pattern on kernel names); None: not read there
+_NAME_SIGNALS: dict[str, tuple[re.Pattern | None, re.Pattern | None]] = {
+    "conv": (re.compile(r"^aten::(conv[23]d|conv_transpose[23]d|cudnn_convolution|miopen_convolution|"
+                        r"mkldnn_convolution|_convolution$|convolution$)", _I),
+             re.compile(r"convolv|winograd|fprop|dgrad|wgrad|implicit_?gemm|conv2d|conv_fwd|naive_conv|"
+                        r"igemm_fwd|ConvolutionForward", _I)),
+    "conv1d": (re.compile(r"^aten::conv1d$"), None),
+    "batch_norm": (re.compile(r"^aten::(batch_norm|cudnn_batch_norm|native_batch_norm|miopen_batch_norm|"
+                              r"_batch_norm_impl_index)", _I),
+                   re.compile(r"bn_fw|bn_bw|batch_?norm", _I)),
+    "group_norm": (re.compile(r"^aten::(group_norm|native_group_norm)", _I), re.compile(r"group_?norm", _I)),
+    "layer_norm": (re.compile(r"^aten::(layer_norm|native_layer_norm)", _I), re.compile(r"layer_?norm", _I)),
+    "pooling": (re.compile(r"^aten::(max_pool[123]d|avg_pool[123]d|adaptive_(avg|max)_pool[123]d)", _I),
+                re.compile(r"max_pool|avg_pool|pooling_fw|AdaptiveAvg|AdaptiveMax", _I)),
+    "upsample": (re.compile(r"^aten::upsample_", _I), re.compile(r"upsample", _I)),
+    "embedding": (re.compile(r"^aten::embedding$"), None),
+    "embedding_bag": (re.compile(r"^aten::_?embedding_bag|^fbgemm::.*embedding|torchrec", _I),
+                      re.compile(r"embedding_bag|split_embedding|batched_embedding", _I)),
+    "stft": (re.compile(r"^aten::stft$"), None),
+    "attention": (re.compile(r"^aten::(scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_\w+|"
+                             r"_efficient_attention_\w+)|unified_attention|^vllm::.*attention|flash_attn", _I), None),
+    "rms_norm_fused": (re.compile(r"rms_?norm", _I), re.compile(r"rms_?norm", _I)),
+    "gated_act_fused": (re.compile(r"silu_and_mul|act_and_mul|gelu_and_mul|swiglu", _I),
+                        re.compile(r"silu_and_mul|act_and_mul|gelu_and_mul|swiglu", _I)),
+    "rope_fused": (re.compile(r"rotary|_rope|rope_", _I), re.compile(r"rotary|_rope|rope_", _I)),
+    "paged_kv": (re.compile(r"reshape_and_cache|paged_attention|store_kvcache", _I),
+                 re.compile(r"paged_attention|reshape_and_cache|store_kvcache|BatchDecodeWithPaged|"
+                            r"_copy_page_indices|PagedAttention", _I)),
+    "split_kv": (None, re.compile(r"splitkv|split_kv|flash_?decoding|ll4mi_reduce|paged_attention_v2|"
+                                  r"flex_decoding|combine_kernel", _I)),
+    "decode_ranges": (re.compile(r"\bdecode|step\[DECODE|execute_context_0\(\d*\)_generation_[1-9]", _I), None),
+    "prefill_ranges": (re.compile(r"\bprefill|step\[(EXTEND|PREFILL)|execute_context_[1-9]\d*\(", _I), None),
+}
+_GEMM_OPS = re.compile(r"^aten::(linear|mm|addmm|matmul|_scaled_mm|bmm)$")
+_GEMM_KERNEL = re.compile(r"gemm|nvjet|cutlass|xmma|Cijk_|cublas|hipblaslt", _I)
+_ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|attn", _I)
+_DECODER_BLOCKS = ("rms_norm", "gated_act", "rope", "causal", "paged_kv", "engine")
+_BLOCK_WORDS = {"rms_norm": "RMSNorm", "gated_act": "gated activation", "rope": "rotary embedding",
+                "causal": "causal attention", "paged_kv": "paged KV cache", "engine": "a serving engine"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The workload kind and the signals behind it (see the module docstring)."""
+
+    kind: str                                   # one of WORKLOADS
+    evidence: tuple[str, ...]                   # why this kind, one short phrase each
+    signals: tuple[tuple[str, str], ...]        # (signal, the name that showed it)
+    gemm_ops: int = 0                           # GEMM ops with a recorded input shape
+    small_gemm_share: float | None = None       # share of them with <= DECODE_ROWS rows
+
+    def has(self, *signals: str) -> bool:
+        """Whether any of ``signals`` was seen."""
+        names = {s for s, _ in self.signals}
+        return any(s in names for s in signals)
+
+    def shown_by(self, signal: str) -> str | None:
+        return next((n for s, n in self.signals if s == signal), None)
+
+    @property
+    def is_llm(self) -> bool:
+        return self.kind in LLM
+
+    @property
+    def decodes(self) -> bool:
+        """The trace holds LLM decode work (one new token per sequence per step)."""
+        return self.kind in DECODING
+
+    def __repr__(self) -> str:
+        return f"Workload({self.kind}, {len(self.signals)} signals)"
+
+
+def _unique_names(trace: Trace, codes: np.ndarray) -> list[str]:
+    return [trace.strings[int(c)] for c in np.unique(codes) if c >= 0]
+
+
+def _gemm_rows(trace: Trace) -> np.ndarray:
+    """Rows (M) of every GEMM op with a recorded first input: the product of all but its last dim."""
+    ops = trace.ops
+    if not len(ops) or "input_dims" not in ops:
+        return np.zeros(0, dtype=np.int64)
+    codes = [int(c) for c in np.unique(ops["name"]) if c >= 0 and _GEMM_OPS.match(trace.strings[int(c)])]
+    if not codes:
+        return np.zeros(0, dtype=np.int64)
+    rows = []
+    for dims in ops["input_dims"][np.isin(ops["name"], codes)]:
+        first = _first_dims(dims)
+        if first and len(first) >= 2 and all(isinstance(d, int) for d in first):
+            rows.append(int(np.prod(first[:-1])))
+    return np.asarray(rows, dtype=np.int64)
+
+
+def _first_dims(cell) -> list | None:
+    if cell is None:
+        return None
+    if isinstance(cell, (bytes, bytearray)):
+        cell = cell.decode("utf-8", "replace")
+    if isinstance(cell, str):
+        try:
+            cell = json.loads(cell)
+        except ValueError:
+            return None
+    if isinstance(cell, list) and cell and isinstance(cell[0], list):
+        return cell[0]
+    return None
+
+
+def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np.ndarray) -> dict[str, str]:
+    ops = _unique_names(trace, trace.ops["name"])
+    ranges = _unique_names(trace, trace.ranges["name"])
+    kernels = _unique_names(trace, trace.kernels["name"])
+    found: dict[str, str] = {}
+
+    def first(names: Iterable[str], pattern: re.Pattern | None) -> str | None:
+        return next((n for n in names if pattern.search(n)), None) if pattern is not None else None
+
+    not_attention = [k for k in kernels if not _ATTENTION_KERNEL.search(k)]
+    for signal, (cpu_pat, kernel_pat) in _NAME_SIGNALS.items():
+        hit = first(ops if signal not in ("decode_ranges", "prefill_ranges") else ranges, cpu_pat) \
+            or first(not_attention if signal == "conv" else kernels, kernel_pat)
+        if hit:
+            found[signal] = hit[:80]
+    opset = set(ops)
+    if "attention" not in found and attention_kernels:
+        hit = first(kernels, _ATTENTION_KERNEL)
+        if hit:
+            found["attention"] = hit[:80]
+    if "attention" not in found and ({"aten::bmm", "aten::matmul"} & opset) and \
+            ({"aten::softmax", "aten::_softmax"} & opset):
+        found["unfused_attention"] = "aten::bmm/matmul with aten::softmax"
+    if "rms_norm_fused" not in found and {"aten::pow", "aten::mean", "aten::rsqrt"} <= opset:
+        found["rms_norm_unfused"] = "aten::pow + aten::mean + aten::rsqrt"
+    if "gated_act_fused" not in found and "aten::silu" in opset and "aten::mul" in opset:
+        found["gated_act_unfused"] = "aten::silu beside aten::mul"
+    if "rope_fused" not in found and {"aten::cos", "aten::sin", "aten::neg", "aten::cat"} <= opset:
+        found["rope_unfused"] = "aten::cos, aten::sin, aten::neg, aten::cat"
+    causal = trace.ops["causal"] if "causal" in trace.ops else np.zeros(0)
+    if len(causal) and (causal >= 1).any():
+        found["causal"] = "an attention op recorded with a causal mask"
+    elif producer.engine:
+        found["causal"] = f"a {producer.engine} serving engine (decoder models)"
+    if producer.engine:
+        found["engine"] = producer.engine
+    if rows.size >= 4:
+        small = float((rows <= DECODE_ROWS).mean())
+        if small >= 0.5:
+            found["decode_shapes"] = f"{fmt_pct(small)} of {rows.size} GEMM ops have <= {DECODE_ROWS} rows"
+        if (rows >= PREFILL_ROWS).any() and (found.get("causal") or found.get("prefill_ranges")):
+            found["prefill_shapes"] = f"GEMM ops of up to {int(rows.max())} rows"
+    if first(kernels, _GEMM_KERNEL):
+        found["gemm_kernels"] = first(kernels, _GEMM_KERNEL)[:80]
+    return found
+
+
+def _llm_kind(s: dict[str, str], producer: Producer) -> str:
+    if producer.mode == "training":
+        return "llm_training"
+    decode = "decode_shapes" in s or "decode_ranges" in s or "split_kv" in s
+    prefill = "prefill_shapes" in s or "prefill_ranges" in s
+    if producer.engine and decode and prefill:
+        return "llm_serving"
+    if decode and prefill:
+        return "llm_generate"
+    if decode:
+        return "llm_decode"
+    if prefill:
+        return "llm_prefill"
+    return "llm_generate"
+
+
+def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool = False) -> Workload:
+    """The :class:`Workload` of one trace. ``attention_kernels``: kernels of the attention category
+    ran (from the classification)."""
+    rows = _gemm_rows(trace)
+    s = _signals(trace, producer, attention_kernels, rows)
+    has = s.__contains__
+    blocks = {b: s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)
+              for b in _DECODER_BLOCKS if s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)}
+    decode = has("decode_shapes") or has("decode_ranges")
+    cnn = has("conv") and (has("batch_norm") or has("group_norm") or has("pooling"))
+    evidence: list[str] = []
+    kind = "unknown"
+    if producer.engine or (not cnn and (len(blocks) >= 2 or (blocks and decode))):
+        kind = _llm_kind(s, producer)
+        words = [_BLOCK_WORDS[b] + (" (decomposed)" if s.get(f"{b}_unfused") else "") for b in blocks]
+        evidence.append("decoder-LLM blocks: " + ", ".join(words)
+                        + ("; " + (s.get("decode_shapes") or "decode ranges") if decode else ""))
+    elif has("embedding_bag"):
+        kind, evidence = "recommender", [f"embedding bags ({s['embedding_bag']})"]
+    elif has("group_norm") and has("conv") and (has("attention") or has("unfused_attention") or has("upsample")):
+        kind = "diffusion"
+        evidence = [f"group norm ({s['group_norm']}) with convolutions ({s['conv']})"
+                    + (" and attention" if has("attention") or has("unfused_attention") else " and upsampling")]
+    elif has("stft") or (has("conv1d") and (has("attention") or has("unfused_attention")) and not has("conv")):
+        kind, evidence = "speech", [f"audio front end ({s.get('stft') or s.get('conv1d')})"]
+    elif has("conv") and (has("batch_norm") or has("pooling")):
+        kind = "vision"
+        evidence = [f"convolutions ({s['conv']}) with " + (f"batch norm ({s['batch_norm']})" if has("batch_norm")
+                                                         else f"pooling ({s['pooling']})")]
+    elif has("conv") and (has("attention") or has("unfused_attention")) and has("layer_norm"):
+        kind, evidence = "vision", [f"a patch-embedding convolution ({s['conv']}) with attention and layer norm"]
+    elif (has("attention") or has("unfused_attention")) and has("layer_norm"):
+        kind, evidence = "transformer", [f"attention ({s.get('attention') or s['unfused_attention']}) with "
+                                         f"layer norm and no decoder-LLM block"]
+    elif producer.is_pytorch and (has("gemm_kernels") or has("conv")) and len(trace.kernels) >= MIN_KERNELS:
+        kind, evidence = "ml_other", ["a PyTorch program with GEMM work and no layer it names"]
+    elif producer.framework == "none" and not (has("gemm_kernels") or has("conv") or has("attention")) \
+            and len(trace.kernels):
+        kind, evidence = "non_ml", ["no PyTorch, and no GEMM, convolution or attention library kernel"]
+    elif has("conv") and len(trace.kernels) >= MIN_KERNELS:
+        kind, evidence = "vision", [f"convolution kernels ({s['conv']})"]
+    if kind == "unknown":
+        evidence = [f"{len(trace.kernels)} kernels and {len(trace.ops)} CPU ops: not enough names to tell the "
+                    "workload"]
+    small = float((rows <= DECODE_ROWS).mean()) if rows.size else None
+    return Workload(kind, tuple(evidence), tuple(sorted(s.items())), int(rows.size), small)
