@@ -438,7 +438,7 @@ def test_graph_replays_get_no_graph_capture_advice(key, report):
     assert (f"{facts['graph_share']:.1%} of kernel time replayed from {n} graph launch"
             in summary)
     titles = finding_titles(doc["traces"][0])
-    assert any(t.startswith(f"{facts['graph_share']:.1%} of kernel time is replayed from {n} "
+    assert any(t.startswith(f"Graph replays: {facts['graph_share']:.1%} of kernel time is replayed from {n} "
                             f"graph launch") and f"({facts['graph_kernels']} of "
                f"{facts['kernel_count']} kernels)" in t for t in titles)
 

@@ -32,9 +32,16 @@ def cpu_profiler(f: RunFacts) -> str:
 
 
 def graph_capture(f: RunFacts) -> str | None:
-    """How to capture the launch sequence in a graph; None when the run already replays graphs."""
-    if f.in_use.graphs:
+    """How to capture the launch sequence in a graph; when part of the run replays graphs already,
+    how to move more of it into them; None when graph replays carry most of the kernel time."""
+    g = f.producer.graphs
+    if f.producer.replays_graphs:
         return None
+    if f.in_use.graphs:
+        share = g.graph_time_fraction or 0.0
+        return (f"move more of the step into graphs ({share * 100:.1f}% of kernel time is replayed from "
+                f"{g.graph_launches} graph launch{'es' if g.graph_launches != 1 else ''} already; the rest runs "
+                "outside them: graph breaks, eager ops, dynamic shapes)")
     hip = f.platform == "ROCm"
     if f.producer.is_pytorch:
         return ("capture the step in " + ("HIP graphs" if hip else "CUDA Graphs")

@@ -116,7 +116,7 @@ def _in_use(a: Analysis, producer: Producer, workload: Workload, kf: KernelFacts
     g = producer.graphs
     fused_attn = next((impl for impl, _, _ in kf.attention if impl and "unfused" not in impl.lower()), None)
     return InUse(
-        graphs=f"{g.graph_kernels} kernels from {g.graph_launches} graph launches" if producer.replays_graphs else None,
+        graphs=f"{g.graph_kernels} kernels from {g.graph_launches} graph launches" if g.graph_kernels else None,
         compiled="torch.compile (Inductor)" if producer.compiled else None,
         fused_norm=w.shown_by("rms_norm_fused") if w.has("rms_norm_fused") else None,
         fused_activation=w.shown_by("gated_act_fused"),

@@ -86,7 +86,8 @@ def phase_coverage(trace: Trace, phases) -> tuple[float | None, int, int]:
 
 def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metrics: bool,
                 dropped_estimates: int = 0, kernel_metrics_warnings: Sequence[tuple[str, str]] = (),
-                not_estimated: Sequence[tuple[str, int, str]] = ()) -> tuple[Limitation, ...]:
+                not_estimated: Sequence[tuple[str, int, str]] = (),
+                platforms: Sequence[str] = ()) -> tuple[Limitation, ...]:
     """The limitations of one set of inputs (``analyses``: one :class:`~tracestory.analysis.Analysis`
     per trace, same order; ``dropped_estimates``: shape-based roofline points dropped as above
     their roof; ``not_estimated``: (op, kernel count, reason) of ops the estimate leaves out)."""
@@ -95,7 +96,10 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
     if cov.partial:
         out.append(Limitation("multi-GPU", f"{cov.phrase()} given (the traces declare a world size of "
                               f"{cov.declared}): balance, straggler and collective claims cover only these ranks."))
-    if traces and not has_kernel_metrics:
+    if traces and not has_kernel_metrics and platforms and all(p == "ROCm" for p in platforms):
+        out.append(Limitation("hardware counters", "no hardware-counter input (rocprof-compute output is not read "
+                              "yet): occupancy, wavefront stalls and the measured roofline are not analysed."))
+    elif traces and not has_kernel_metrics:
         out.append(Limitation("hardware counters", "no Nsight Compute input: occupancy, warp stalls and the "
                               "measured roofline are not analysed."))
     for path, w in kernel_metrics_warnings:

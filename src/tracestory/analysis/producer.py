@@ -16,7 +16,8 @@ Signals (names only; no timing):
   op or range names (``tensorrt_llm``). Kernel libraries alone (trtllm-gen GEMMs run inside vLLM)
   never name the engine.
 * **training**: backward ops (``*Backward*``, ``autograd::engine::evaluate_function``) or an
-  optimizer step (``Optimizer.step``); **inference** when PyTorch ops exist and none of those do.
+  optimizer step (``Optimizer.step``); **inference** when model ops (GEMM, convolution, attention,
+  embedding, norm) ran and none of those did; else ``unknown`` (a toy program says neither).
 * **platform**: HIP API names (``hip*``) or AMD kernel libraries mean ROCm; CUDA API names mean CUDA.
 
 Limits: a trace without CPU ops (nsys without NVTX, a kernel-only export) says nothing about the
@@ -38,6 +39,9 @@ _INDUCTOR_KERNEL = re.compile(r"^triton_(poi|red|per|tem)_")
 _COMPILED_RANGE = re.compile(r"CompiledFxGraph|Torch-Compiled Region")
 _BACKWARD = re.compile(r"Backward|^autograd::engine::evaluate_function|_backward(_data)?$")
 _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)")
+# Ops of a model's forward pass: without one, no backward does not make a run "inference".
+_MODEL_OP = re.compile(r"^aten::(linear|addmm|mm|bmm|matmul|conv\w*|_convolution|cudnn_convolution|\w*attention\w*|"
+                       r"embedding\w*|layer_norm|batch_norm|group_norm|rms_norm|_scaled_mm)$|^vllm::|^sgl_kernel::")
 _ENGINES = (
     ("vLLM", re.compile(r"^vllm::|^_C::|^vllm\.")),
     ("SGLang", re.compile(r"^sgl_kernel::|^sglang::|^step\[(DECODE|EXTEND|PREFILL|MIXED)")),
@@ -122,8 +126,11 @@ def detect_producer(trace: Trace) -> Producer:
     if backward or optimizer:
         mode = "training"
         evidence.append(f"training ({(backward or optimizer)[:60]})")
-    elif framework == "pytorch":
+    elif framework == "pytorch" and engine:
         mode = "inference"
+    elif framework == "pytorch" and _first(ops, _MODEL_OP):
+        mode = "inference"
+        evidence.append(f"inference: model ops ({_first(ops, _MODEL_OP)}) and no backward pass")
     else:
         mode = "unknown"
 

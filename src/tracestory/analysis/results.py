@@ -319,7 +319,8 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
                                  kernel_metrics_warnings=[(h.path, w) for h in hardware
                                                           for w in getattr(h.metrics, "warnings", ()) or ()],
                                  not_estimated=[x for r in runs if r.roofline_estimate is not None
-                                                for x in r.roofline_estimate.not_estimated])
+                                                for x in r.roofline_estimate.not_estimated],
+                                 platforms=[r.facts.platform for r in runs])
         + _withheld(runs) + telemetry_limitations(inputs),
         answers=answer_all(options.goal, options.questions, [f for r in runs for f in r.findings],
                            _sections_with_data(runs, hardware, mg, batching)),

@@ -34,11 +34,11 @@ Kind (first that holds):
 
 * ``llm_training`` / ``llm_serving`` / ``llm_generate`` / ``llm_decode`` / ``llm_prefill``: at least
   two decoder-LLM signals (RMSNorm, gated activation, rotary embedding, causal attention, paged KV,
-  a serving engine, decode shapes or ranges); then training if the producer saw a backward pass or
-  an optimizer; a serving engine with both prefill and decode work is ``llm_serving``; decode and
-  prefill in one trace ``llm_generate``; else decode or prefill by shapes and ranges (``llm_generate``
-  when neither shows);
-* ``recommender``: embedding bags; ``diffusion``: group norm with convolutions and attention or
+  a serving engine, decode shapes or ranges) and no CNN layers; then training if the producer saw a
+  backward pass or an optimizer; a serving engine with both prefill and decode work, or with neither
+  told apart, is ``llm_serving``; decode and prefill in one trace ``llm_generate``; else decode by
+  shapes and ranges, or ``llm_prefill`` (a forward over whole sequences);
+* ``recommender`` (checked first, except in a serving engine): embedding bags; ``diffusion``: group norm with convolutions and attention or
   upsampling (a UNet or VAE); ``speech``: ``aten::stft``, or 1-D convolutions with attention;
 * ``vision``: 2-D convolutions with batch norm or pooling (a CNN), or convolutions with attention
   and layer norm (a ViT's patch embedding);
@@ -97,17 +97,20 @@ _NAME_SIGNALS: dict[str, tuple[re.Pattern | None, re.Pattern | None]] = {
     "stft": (re.compile(r"^aten::stft$"), None),
     "attention": (re.compile(r"^aten::(scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_\w+|"
                              r"_efficient_attention_\w+)|unified_attention|^vllm::.*attention|flash_attn", _I), None),
-    "rms_norm_fused": (re.compile(r"rms_?norm", _I), re.compile(r"rms_?norm", _I)),
+    "rms_norm_fused": (re.compile(r"rms_?norm", _I),
+                       re.compile(r"rms_?norm|^triton_\w*(pow\w*mean|mean\w*pow)\w*rsqrt", _I)),
     "gated_act_fused": (re.compile(r"silu_and_mul|act_and_mul|gelu_and_mul|swiglu", _I),
-                        re.compile(r"silu_and_mul|act_and_mul|gelu_and_mul|swiglu", _I)),
+                        re.compile(r"silu_and_mul|act_and_mul|gelu_and_mul|swiglu|^triton_\w*(mul\w*silu|silu\w*mul)",
+                                   _I)),
     "rope_fused": (re.compile(r"rotary|_rope|rope_", _I), re.compile(r"rotary|_rope|rope_", _I)),
     "paged_kv": (re.compile(r"reshape_and_cache|paged_attention|store_kvcache", _I),
                  re.compile(r"paged_attention|reshape_and_cache|store_kvcache|BatchDecodeWithPaged|"
                             r"_copy_page_indices|PagedAttention", _I)),
     "split_kv": (None, re.compile(r"splitkv|split_kv|flash_?decoding|ll4mi_reduce|paged_attention_v2|"
                                   r"flex_decoding|combine_kernel", _I)),
-    "decode_ranges": (re.compile(r"\bdecode|step\[DECODE|execute_context_0\(\d*\)_generation_[1-9]", _I), None),
-    "prefill_ranges": (re.compile(r"\bprefill|step\[(EXTEND|PREFILL)|execute_context_[1-9]\d*\(", _I), None),
+    "decode_ranges": (re.compile(r"\bdecode(?!r)|step\[DECODE|execute_(\d+_)?context_0\b|_generation_[1-9]", _I),
+                      None),
+    "prefill_ranges": (re.compile(r"\bprefill|step\[(EXTEND|PREFILL)|execute_(\d+_)?context_[1-9]", _I), None),
 }
 _GEMM_OPS = re.compile(r"^aten::(linear|mm|addmm|matmul|_scaled_mm|bmm)$")
 _GEMM_KERNEL = re.compile(r"gemm|nvjet|cutlass|xmma|Cijk_|cublas|hipblaslt", _I)
@@ -235,15 +238,13 @@ def _llm_kind(s: dict[str, str], producer: Producer) -> str:
         return "llm_training"
     decode = "decode_shapes" in s or "decode_ranges" in s or "split_kv" in s
     prefill = "prefill_shapes" in s or "prefill_ranges" in s
-    if producer.engine and decode and prefill:
-        return "llm_serving"
+    if producer.engine and decode == prefill:
+        return "llm_serving"    # an engine's batched steps: both kinds of work, or neither told apart
     if decode and prefill:
         return "llm_generate"
     if decode:
         return "llm_decode"
-    if prefill:
-        return "llm_prefill"
-    return "llm_generate"
+    return "llm_prefill"        # a forward over whole sequences, no one-token steps
 
 
 def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool = False) -> Workload:
@@ -258,13 +259,13 @@ def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool 
     cnn = has("conv") and (has("batch_norm") or has("group_norm") or has("pooling"))
     evidence: list[str] = []
     kind = "unknown"
-    if producer.engine or (not cnn and (len(blocks) >= 2 or (blocks and decode))):
+    if has("embedding_bag") and not producer.engine:
+        kind, evidence = "recommender", [f"embedding bags ({s['embedding_bag']})"]
+    elif producer.engine or (not cnn and (len(blocks) >= 2 or (blocks and decode))):
         kind = _llm_kind(s, producer)
         words = [_BLOCK_WORDS[b] + (" (decomposed)" if s.get(f"{b}_unfused") else "") for b in blocks]
         evidence.append("decoder-LLM blocks: " + ", ".join(words)
                         + ("; " + (s.get("decode_shapes") or "decode ranges") if decode else ""))
-    elif has("embedding_bag"):
-        kind, evidence = "recommender", [f"embedding bags ({s['embedding_bag']})"]
     elif has("group_norm") and has("conv") and (has("attention") or has("unfused_attention") or has("upsample")):
         kind = "diffusion"
         evidence = [f"group norm ({s['group_norm']}) with convolutions ({s['conv']})"
@@ -280,8 +281,8 @@ def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool 
     elif (has("attention") or has("unfused_attention")) and has("layer_norm"):
         kind, evidence = "transformer", [f"attention ({s.get('attention') or s['unfused_attention']}) with "
                                          f"layer norm and no decoder-LLM block"]
-    elif producer.is_pytorch and (has("gemm_kernels") or has("conv")) and len(trace.kernels) >= MIN_KERNELS:
-        kind, evidence = "ml_other", ["a PyTorch program with GEMM work and no layer it names"]
+    elif producer.is_pytorch and len(trace.kernels) >= MIN_KERNELS:
+        kind, evidence = "ml_other", ["a PyTorch program whose ops name no model family"]
     elif producer.framework == "none" and not (has("gemm_kernels") or has("conv") or has("attention")) \
             and len(trace.kernels):
         kind, evidence = "non_ml", ["no PyTorch, and no GEMM, convolution or attention library kernel"]

@@ -109,6 +109,7 @@ class _Args(msgspec.Struct, gc=False):
     block: list[int] | None = None
     flops: float = math.nan
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_dims_2021: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input dims")  # early-2021 key
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
     total_allocated: int = msgspec.field(default=-1, name="Total Allocated")
@@ -486,7 +487,7 @@ class _Builder:
                 start_ns=start, end_ns=end, name=name, external_id=ext,
                 pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
                 flops=_float_col(a, attrgetter("flops")),
-                input_dims=_raw_column(_col(a, attrgetter("input_dims"))),
+                input_dims=_raw_column(_input_dims(a)),
                 input_types=_raw_column(_col(a, attrgetter("input_types"))),
                 causal=causal_column(name, self.pool, a),
             ))
@@ -583,6 +584,15 @@ def _raw_column(raws: list) -> np.ndarray:
 
 
 _NO_RAW = _NO_ARGS.input_dims
+
+
+def _input_dims(args: list) -> list:
+    """Each op's input shapes, under "Input Dims", or "Input dims" in traces of early 2021."""
+    dims = _col(args, attrgetter("input_dims"))
+    old = _col(args, attrgetter("input_dims_2021"))
+    if old.count(_NO_RAW) == len(old):
+        return dims
+    return [o if d == _NO_RAW else d for d, o in zip(dims, old)]
 
 
 _NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl", re.IGNORECASE)

@@ -244,6 +244,9 @@ def rule_gpu_idle(f: RunFacts) -> list[Finding]:
             "launch overhead is not what keeps the GPU idle.",
             f"Profile the CPU side between the GPU ops ({advice.cpu_profiler(f)}) and move work to the GPU or "
             "overlap it with GPU work.")]
+    long_gaps = _long_gaps_finding(f, ev)
+    if long_gaps:
+        return long_gaps
     if tl.launch_bound:
         sev = "high" if tl.idle_fraction >= 0.5 else "medium"
         title = f"Launch-bound: the GPU is idle {_p(tl.idle_fraction)} of its window"
@@ -282,6 +285,40 @@ def rule_gpu_idle(f: RunFacts) -> list[Finding]:
     return [Finding("gpu_idle", sev, title, tuple(ev), imp, rec)]
 
 
+LONG_GAP_SHARE = 0.5  # idle time in gaps >= 1 ms above this share is host work or waits, not launch cost
+
+
+def _long_gaps_finding(f: RunFacts, ev: list) -> list[Finding]:
+    """The idle verdict when most idle time sits in a few gaps of 1 ms or more: per-launch overhead
+    cannot make gaps that long, so the launch-bound story and CUDA-graph advice do not apply."""
+    tl = f.analysis.timeline
+    long_ns = sum(g.dur_ns for g in f.gaps)
+    if tl is None or tl.idle_fraction < 0.2 or not tl.idle_ns or long_ns < LONG_GAP_SHARE * tl.idle_ns:
+        return []
+    share = long_ns / tl.idle_ns
+    ev = ev + [Evidence("idle gaps of 1 ms or more (longest 50)", len(f.gaps), "count"),
+               Evidence("idle time in them", long_ns, "ns"),
+               Evidence("their share of idle time", share, "fraction")]
+    named = {}
+    for g in f.gaps:
+        if g.op_name:
+            named[g.op_name] = named.get(g.op_name, 0) + g.dur_ns
+    where = ""
+    if named:
+        op, ns = max(named.items(), key=lambda kv: kv[1])
+        where = f" The host was inside {op} for {_t(ns)} of it (Surprises and the cpu_stall finding)."
+    return [Finding(
+        "gpu_idle", "high" if tl.idle_fraction >= 0.5 else "medium",
+        f"GPU idle {_p(tl.idle_fraction)} of its window, {_p(share)} of that in {len(f.gaps)} gap(s) of 1 ms or more",
+        tuple(ev),
+        "Gaps this long are host work or waits (data loading, one-off setup such as library autotuning or module "
+        "loading, synchronisation), not per-launch overhead: faster launches or graph capture would not remove "
+        "them." + where,
+        "Find what the host does in the largest gaps (Appendix: largest gaps): feed data off the critical path "
+        "(loader workers, prefetch, pinned memory), keep one-off setup out of the measured steps (warm up first), "
+        "or remove the synchronisation.")]
+
+
 def _between_replays_advice(bound: str | None) -> str:
     if bound == "wait":
         return ("Find what the GPU waited for: the largest gap (Appendix) ends with an op that was submitted long "
@@ -304,7 +341,7 @@ def rule_graph_replay(f: RunFacts) -> list[Finding]:
     g = producer.graphs
     return [Finding(
         "graph_replay", "info",
-        f"{_p(g.graph_time_fraction)} of kernel time is replayed from {g.graph_launches} graph "
+        f"Graph replays: {_p(g.graph_time_fraction)} of kernel time is replayed from {g.graph_launches} graph "
         f"launch{'es' if g.graph_launches != 1 else ''} ({g.graph_kernels} of {g.kernel_count} kernels)",
         (Evidence("graph launches", g.graph_launches, "count"),
          Evidence("kernels replayed from graphs", g.graph_kernels, "count"),
@@ -487,11 +524,15 @@ def rule_eager_fusion(f: RunFacts) -> list[Finding]:
                      Evidence("share of launches", small_share, "fraction"),
                      Evidence("their share of kernel time", float(dur[km].sum() / max(dur.sum(), 1)), "fraction"),
                      Evidence("Triton kernel launches", 0, "count")),
-                    "Each small op is a separate launch and a round-trip through memory; in a "
-                    "launch-bound run each one also adds host time.",
+                    "Each small op is a separate launch and a round-trip through memory"
+                    + ("; in this launch-bound run each one also adds host time." if _launch_bound(f) else "."),
                     capital(advice.fusion(f)) + ".")]
 
 
+def _launch_bound(f: RunFacts) -> bool:
+    """The timeline's launch-bound verdict, unless long gaps (host work, waits) hold the idle time."""
+    tl = f.analysis.timeline
+    return bool(tl is not None and tl.launch_bound and not _long_gaps_finding(f, []))
 
 
 def ncu_findings(hardware) -> tuple[Finding, ...]:

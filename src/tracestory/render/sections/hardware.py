@@ -11,9 +11,14 @@ from ..md import label, md_table, short_name
 from . import Context
 
 
-def _hardware(analyses) -> list[str]:
-    out = ["n/a: no Nsight Compute input; pass an .ncu-rep or ncu CSV. What the trace itself "
-           "says about the top kernels' launch configurations:", ""]
+def _hardware(runs) -> list[str]:
+    analyses = [r.analysis for r in runs]
+    amd = all(r.facts.platform == "ROCm" for r in runs)
+    why = ("n/a: no hardware-counter input (rocprof-compute output is not read yet)" if amd else
+           "n/a: no Nsight Compute input; pass an .ncu-rep or ncu CSV")
+    decodes = any(r.facts.workload.decodes for r in runs)
+    unit = "CU" if amd else "SM"
+    out = [why + ". What the trace itself says about the top kernels' launch configurations:", ""]
     for a in analyses:
         if len(analyses) > 1:
             out += [f"### {label(a)}", ""]
@@ -35,9 +40,9 @@ def _hardware(analyses) -> list[str]:
             rows.append((f"`{short_name(ks.name, 50)}`", fmt_ns(ks.mean_ns), grid, block, regs, smem, per_sm))
         if rows:
             out += md_table(("kernel (top by time)", "mean", "grid", "block", "regs/thread",
-                             "shared mem", "blocks per SM"), rows, "lrrrrrr")
-            out += ["", "Blocks per SM below 1 leaves SMs idle for the kernel's whole duration "
-                    "(a small-grid, latency-bound launch, typical of decode GEMV-like kernels)."]
+                             "shared mem", f"blocks per {unit}"), rows, "lrrrrrr")
+            out += ["", f"Blocks per {unit} below 1 leaves {unit}s idle for the kernel's whole duration (a small-grid, "
+                    "latency-bound launch" + (", typical of decode GEMV-like kernels)." if decodes else ").")]
         out.append("")
     return out
 
@@ -49,4 +54,4 @@ def render(c: Context) -> list[str]:
     if c.no_trace:
         return [c.no_trace, ""]
     estimate = estimated_roofline_section(r.runs)
-    return _hardware([x.analysis for x in c.shown]) + ([estimate.strip(), ""] if estimate else [])
+    return _hardware(list(c.shown)) + ([estimate.strip(), ""] if estimate else [])

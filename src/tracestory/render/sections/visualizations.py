@@ -62,20 +62,22 @@ def _visual_extras(results, inputs, has_roofline: bool, shown=None) -> list[str]
             out += [f"Multi-GPU timeline: n/a: the input holds {len(analyses)} of {max(ws)} ranks; pass every "
                     "rank's trace (a folder, a glob or a `--torchrun` capture folder) for the per-GPU lanes, "
                     "collective skew and stragglers.", ""]
+    amd = bool(results.runs) and all(r.facts.platform == "ROCm" for r in results.runs)
+    counters = "no hardware-counter input" if amd else "no Nsight Compute metrics"
     if not has_roofline:
         if any(f.rule == "bound" for fs in findings for f in fs):
-            out += ["Roofline chart: n/a here (no Nsight Compute metrics); the roofline estimated from op "
+            out += [f"Roofline chart: n/a here ({counters}); the roofline estimated from op "
                     "shapes is summarized in Observations (memory- vs compute-bound kernels).", ""]
         else:
             why = "; ".join(dict.fromkeys(r.roofline_estimate.note for r in results.runs
                                           if r.roofline_estimate is not None and r.roofline_estimate.note))
-            out += [f"Roofline: n/a: no Nsight Compute metrics, and no shape estimate ({why or 'no ops'}); add an "
-                    "ncu report to place kernels against the roofline.", ""]
+            out += [f"Roofline: n/a: {counters}, and no shape estimate ({why or 'no ops'})"
+                    + ("." if amd else "; add an ncu report to place kernels against the roofline."), ""]
     ins = " ".join(inputs) if inputs else "TRACE"
     out += ["Interactive exploration: `tracestory export perfetto " + ins + " -o timeline.json.gz` writes this "
             "analyzed timeline (categories, phases, idle gaps as annotations) for https://ui.perfetto.dev or "
-            "chrome://tracing; the raw inputs also open there (Kineto JSON) or in the Nsight Systems / "
-            "Nsight Compute UIs (.nsys-rep, .ncu-rep).", ""]
+            "chrome://tracing; the raw inputs also open there (Kineto JSON)"
+            + ("." if amd else " or in the Nsight Systems / Nsight Compute UIs (.nsys-rep, .ncu-rep)."), ""]
     return out
 
 
