@@ -9,7 +9,9 @@ warm-up step and one or two active steps; nothing else is labelled (no ``record_
 
 Usage on the GPU machine:
 
-    python3 capture.py all --out DIR      # every part, in lanes over GPUs 0..3, each under `timeout`
+    python3 capture.py all --out DIR      # the first call's parts, in lanes over GPUs 0..3, each under `timeout`
+    python3 capture.py all --parts llama_train_compile,whisper_generate,resnet50_graph_capture --out DIR
+                                          # the second call's parts, one lane per GPU
     python3 capture.py part NAME --out DIR  # one part on the visible GPU (the lanes call this)
 
 ``all`` prints the versions (also written to DIR/versions.json) and runs every part as its own
@@ -45,9 +47,14 @@ PARTS = {
     "unet2d_infer": 150,
     "dlrm_plain_train": 150,
     "ddp_resnet50_train": 200,
+    # second call
+    "llama_train_compile": 300,
+    "whisper_generate": 150,
+    "resnet50_graph_capture": 150,
 }
 
 # lanes run side by side; each lane runs its parts one after another on its GPUs
+# (the first call ran these; `all --parts a,b,c` runs the named parts instead, one lane per GPU)
 LANES = [
     ("0", ["resnet50_infer_cudagraphs", "llama_generate", "whisper_encoder_infer"]),
     ("1", ["bert_infer_compile", "gpt2_train", "vit_b_16_infer"]),
@@ -332,6 +339,79 @@ def part_ddp_resnet50_train(out_dir):
     dist.destroy_process_group()
 
 
+def part_llama_train_compile(out):
+    """transformers LlamaForCausalLM (4 small layers, GQA), bf16 autocast, fused AdamW, torch.compile
+    (default mode) of the model; training, batch 8 x 512 tokens."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                      num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                      max_position_embeddings=2048)
+    model = LlamaForCausalLM(cfg).to(DEV).train()
+    cmodel = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=(DEV == "cuda"))
+    ids = torch.randint(0, 32000, (8, 512), device=DEV)
+
+    def step():
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            loss = cmodel(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(2):  # compile forward and backward outside the profiled window
+        step()
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    profiled(step, out, active=2)
+
+
+def part_whisper_generate(out):
+    """transformers WhisperForConditionalGeneration (6+6 layers, d=512), fp16, eager: one generate()
+    per step (encoder once, then 24 greedy decoder steps with a KV cache)."""
+    import torch
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    cfg = WhisperConfig(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+                        decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+                        num_mel_bins=80)
+    model = WhisperForConditionalGeneration(cfg).to(DEV, torch.float16).eval()
+    feats = torch.randn(4, 80, 3000, device=DEV, dtype=torch.float16)
+
+    def step():
+        with torch.inference_mode():
+            model.generate(input_features=feats, max_new_tokens=24, min_new_tokens=24, do_sample=False)
+
+    profiled(step, out, active=1)
+
+
+def part_resnet50_graph_capture(out):
+    """torchvision resnet50, fp16, channels_last: each step captures the forward pass into a new
+    torch.cuda.CUDAGraph (stream capture; nothing replayed), so the recorded step holds the capture only."""
+    import torch
+    import torchvision
+
+    model = torchvision.models.resnet50(weights=None).to(DEV).half().eval()
+    model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(32, 3, 224, 224, device=DEV).half().to(memory_format=torch.channels_last)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.inference_mode():
+        for _ in range(3):  # warm-up on a side stream, as torch.cuda.graph's documentation asks
+            model(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graphs = []
+
+    def step():
+        g = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(g):
+            model(x)
+        graphs.append(g)
+
+    profiled(step, out, active=1)
+
+
 # ---------------------------------------------------------------- driver
 
 
@@ -383,6 +463,7 @@ def main():
     ap.add_argument("what", choices=["all", "part"])
     ap.add_argument("name", nargs="?")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--parts", help="with `all`: comma-separated parts, one lane per GPU")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for k, val in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
@@ -398,7 +479,10 @@ def main():
     v = versions()
     print(json.dumps(v, indent=1), flush=True)
     results = {}
-    threads = [threading.Thread(target=run_lane, args=(g, n, args.out, results)) for g, n in LANES]
+    lanes = LANES
+    if args.parts:
+        lanes = [(str(i % 4), [name]) for i, name in enumerate(args.parts.split(","))]
+    threads = [threading.Thread(target=run_lane, args=(g, n, args.out, results)) for g, n in lanes]
     for t in threads:
         t.start()
     for t in threads:
