@@ -28,7 +28,8 @@ def kernel_profiler(f: RunFacts, kernel: str | None = None) -> str:
 def cpu_profiler(f: RunFacts) -> str:
     if f.producer.is_pytorch:
         return "py-spy, or torch.profiler with with_stack=True"
-    return "perf, or the CPU sampling of nsys / rocprof"
+    return {"CUDA": "perf, or nsys with CPU sampling", "ROCm": "perf, or rocprofv3 with host tracing"}.get(
+        f.platform, "perf, or the profiler of the GPU vendor with CPU sampling")
 
 
 def graph_capture(f: RunFacts) -> str | None:

@@ -118,7 +118,7 @@ def withheld(f: RunFacts) -> tuple[str, ...]:
     out = []
     if f.workload.kind == "unknown" and f.kind.kind == "timeline":
         out.append("the names in the trace do not show what the workload is (" + f.workload.evidence[0]
-                   + "): advice specific to LLM decode, vision, training or serving is withheld")
+                   + "): advice that depends on the kind of model is withheld")
     if f.kind.kind not in ("timeline",):
         out.append(f"the trace is a {f.kind.kind.replace('_', ' ')} (" + "; ".join(f.kind.evidence)
                    + "): no timeline verdict (idle time, launch-bound, critical path, steps) is given")

@@ -91,6 +91,9 @@ class RunFacts:
     critical_scope: str                  # "the whole trace" or "the median step (NAME)"
     kernel_facts: KernelFacts
     families: tuple[tuple[str, int, int, str], ...]
+    # with several ranks: this rank's time inside collectives spent waiting for the last rank to
+    # arrive (kernels running, no data moving); None with one rank, where the wait cannot be told
+    comm_wait_ns: int | None = None
 
     @property
     def trace(self) -> Trace:
@@ -133,9 +136,10 @@ def _device(trace: Trace) -> str | None:
 
 
 def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMetricsResults, ...] = (),
-              first: bool = True) -> RunFacts:
+              first: bool = True, comm_wait_ns: int | None = None) -> RunFacts:
     """The :class:`RunFacts` of one analysed trace. ``hardware``: the Nsight Compute inputs
-    (joined to the first trace already; ``first=False`` joins them to this one)."""
+    (joined to the first trace already; ``first=False`` joins them to this one); ``comm_wait_ns``:
+    this rank's wait inside collectives, from the multi-GPU result."""
     trace = analysis.trace
     producer = detect_producer(trace)
     cats = tuple(analysis.classification.taxonomy.categories)
@@ -152,7 +156,7 @@ def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMet
         memory=memory_timeline(trace, analysis.phases), gaps=tuple(gap_causes(trace)) if has_timeline else (),
         estimate=estimate_roofline(trace, peaks) if not hardware else None, hardware=tuple(hardware), joins=joins,
         exposure=exposure(trace, analysis.classification), critical_path=path, critical_scope=scope,
-        kernel_facts=kf, families=tuple(family_table(trace)))
+        kernel_facts=kf, families=tuple(family_table(trace)), comm_wait_ns=comm_wait_ns)
 
 
 __all__ = ["InUse", "KernelMetricsResults", "RunFacts", "run_facts"]

@@ -12,7 +12,7 @@ Rules (``pct`` are percentages):
 * compute: SM throughput >= ``HIGH`` -> compute pipes busy; tensor pipe >= ``HIGH`` -> tensor
   cores well fed, tensor FLOPs with tensor pipe < ``LOW`` -> tensor cores under-fed; SM and
   memory throughput both < ``LOW`` -> latency-bound.
-* memory: DRAM throughput >= ``HIGH`` with SM throughput below it -> memory-bound on HBM; L2 hit
+* memory: DRAM throughput >= ``HIGH`` with SM throughput below it -> memory-bound on DRAM; L2 hit
   rate < 50 -> little reuse in L2; shared-memory bank conflicts > 10 % of shared wavefronts.
 * warp stalls: the dominant reason (largest share of stall cycles) explained, plus any other
   reason >= ``STALL_NOTE`` % (barrier: synchronization cost; long_scoreboard: waiting on global
@@ -29,7 +29,7 @@ ACHIEVED_GAP = 0.8
 STALL_NOTE = 15.0
 
 STALL_MEANING = {
-    "long_scoreboard": "waiting on global/local memory (L1TEX: L2 or HBM loads)",
+    "long_scoreboard": "waiting on global/local memory (L1TEX: L2 or DRAM loads)",
     "barrier": "waiting at a barrier (`__syncthreads`): synchronization cost",
     "short_scoreboard": "waiting on shared memory or MIO (special math, shuffles) results",
     "mio_throttle": "MIO queue full: too many shared-memory/special instructions",
@@ -126,7 +126,7 @@ def _memory(k, point, peaks) -> list[str]:
     out = []
     dram, sm = k.dram_throughput_pct, k.sm_throughput_pct
     if dram is not None and dram >= HIGH and (sm is None or sm < dram):
-        out.append(f"DRAM throughput {dram:.0f}% of peak with SM {_pct(sm)}: memory-bound on HBM")
+        out.append(f"DRAM throughput {dram:.0f}% of peak with SM {_pct(sm)}: memory-bound on DRAM")
     if point is not None and point.achieved_bytes_per_s is not None and peaks is not None:
         out.append(f"moves {point.achieved_bytes_per_s / 1e9:.4g} GB/s = "
                    f"{100 * point.achieved_bytes_per_s / peaks.dram_bytes_per_s:.3g}% of the "

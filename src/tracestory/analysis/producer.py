@@ -39,6 +39,9 @@ _INDUCTOR_KERNEL = re.compile(r"^triton_(poi|red|per|tem)_")
 _COMPILED_RANGE = re.compile(r"CompiledFxGraph|Torch-Compiled Region")
 _BACKWARD = re.compile(r"Backward|^autograd::engine::evaluate_function|_backward(_data)?$")
 _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)")
+# Kernels that only a backward pass runs (gradients of conv, norm, attention), or only inference.
+_BACKWARD_KERNEL = re.compile(r"backward|_bwd|bwd_|dgrad|wgrad|igemm_wrw|GammaBetaBackward|grad_input", re.I)
+_INFERENCE_KERNEL = re.compile(r"_no_training|legit_no_training", re.I)
 # Ops of a model's forward pass: without one, no backward does not make a run "inference".
 _MODEL_OP = re.compile(r"^aten::(linear|addmm|mm|bmm|matmul|conv\w*|_convolution|cudnn_convolution|\w*attention\w*|"
                        r"embedding\w*|layer_norm|batch_norm|group_norm|rms_norm|_scaled_mm)$|^vllm::|^sgl_kernel::")
@@ -123,14 +126,22 @@ def detect_producer(trace: Trace) -> Producer:
 
     backward = _first(ops + ranges, _BACKWARD)
     optimizer = _first(ops + ranges, _OPTIMIZER)
+    model_op = _first(ops, _MODEL_OP)
     if backward or optimizer:
         mode = "training"
         evidence.append(f"training ({(backward or optimizer)[:60]})")
+    elif not model_op and _first(kernels, _BACKWARD_KERNEL):
+        # no CPU op tells (a GPU-only trace, a graph replay): the kernels' own names do
+        mode = "training"
+        evidence.append(f"training (backward kernel {_first(kernels, _BACKWARD_KERNEL)[:60]})")
+    elif not model_op and _first(kernels, _INFERENCE_KERNEL):
+        mode = "inference"
+        evidence.append(f"inference (kernel {_first(kernels, _INFERENCE_KERNEL)[:60]})")
     elif framework == "pytorch" and engine:
         mode = "inference"
-    elif framework == "pytorch" and _first(ops, _MODEL_OP):
+    elif framework == "pytorch" and model_op:
         mode = "inference"
-        evidence.append(f"inference: model ops ({_first(ops, _MODEL_OP)}) and no backward pass")
+        evidence.append(f"inference: model ops ({model_op}) and no backward pass")
     else:
         mode = "unknown"
 

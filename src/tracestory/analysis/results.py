@@ -295,15 +295,16 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
             waves=tuple(waves(k) for k in km.kernels)))
     hardware = tuple(hardware)
 
+    coverage = rank_coverage(traces) if traces else None
+    mg = combine([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
+    waits = {b.rank: b.wait_ns for b in mg.per_rank} if mg is not None else {}
     runs = []
     for i, trace in enumerate(traces):
         device = _device(trace)
         facts = run_facts(analyze(trace, options.taxonomy, k=options.k), peaks.get(device) if device else None,
-                          hardware, first=i == 0)
+                          hardware, first=i == 0, comm_wait_ns=waits.get(trace.meta.rank))
         runs.append(RunResults(facts=facts, findings=derive_findings(facts)))
 
-    coverage = rank_coverage(traces) if traces else None
-    mg = combine([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
     batching = None
     if inputs.scheduler_log is not None:
         batching = analyze_batching(inputs.scheduler_log, trace=first, client=inputs.load_summary)
@@ -311,7 +312,8 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
         inputs=inputs, options=options, runs=tuple(runs), hardware=hardware,
         ncu_findings=ncu_findings(hardware) if hardware and not runs else (),
         peaks=peaks, multigpu=mg,
-        multigpu_findings=tuple(multigpu_findings(mg, coverage)) if mg is not None else (),
+        multigpu_findings=tuple(multigpu_findings(mg, coverage, [r.facts.workload.kind for r in runs]))
+        if mg is not None else (),
         batching=batching,
         limitations=limitations(traces, [r.analysis for r in runs], has_kernel_metrics=bool(hardware),
                                  dropped_estimates=sum(len(r.roofline_estimate.dropped) for r in runs

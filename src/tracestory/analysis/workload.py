@@ -112,6 +112,7 @@ _NAME_SIGNALS: dict[str, tuple[re.Pattern | None, re.Pattern | None]] = {
                       None),
     "prefill_ranges": (re.compile(r"\bprefill|step\[(EXTEND|PREFILL)|execute_(\d+_)?context_[1-9]", _I), None),
 }
+_CONV_2D_OP = re.compile(r"^aten::(conv[23]d|conv_transpose[23]d)$")
 _GEMM_OPS = re.compile(r"^aten::(linear|mm|addmm|matmul|_scaled_mm|bmm)$")
 _GEMM_KERNEL = re.compile(r"gemm|nvjet|cutlass|xmma|Cijk_|cublas|hipblaslt", _I)
 _ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|attn", _I)
@@ -202,6 +203,8 @@ def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np
         if hit:
             found[signal] = hit[:80]
     opset = set(ops)
+    if "conv1d" in found and not any(_CONV_2D_OP.match(n) for n in ops):
+        found.pop("conv", None)  # 1-D convolutions run through the generic convolution ops and 2-D kernels
     if "attention" not in found and attention_kernels:
         hit = first(kernels, _ATTENTION_KERNEL)
         if hit:
@@ -218,6 +221,7 @@ def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np
     causal = trace.ops["causal"] if "causal" in trace.ops else np.zeros(0)
     if len(causal) and (causal >= 1).any():
         found["causal"] = "an attention op recorded with a causal mask"
+        found["causal_op"] = found["causal"]
     elif producer.engine:
         found["causal"] = f"a {producer.engine} serving engine (decoder models)"
     if producer.engine:
@@ -225,7 +229,8 @@ def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np
     if rows.size >= 4:
         small = float((rows <= DECODE_ROWS).mean())
         if small >= 0.5:
-            found["decode_shapes"] = f"{fmt_pct(small)} of {rows.size} GEMM ops have <= {DECODE_ROWS} rows"
+            found["decode_shapes"] = (f"one-token decode steps: {fmt_pct(small)} of {rows.size} GEMM ops have <= "
+                                      f"{DECODE_ROWS} rows")
         if (rows >= PREFILL_ROWS).any() and (found.get("causal") or found.get("prefill_ranges")):
             found["prefill_shapes"] = f"GEMM ops of up to {int(rows.max())} rows"
     if first(kernels, _GEMM_KERNEL):
@@ -261,7 +266,10 @@ def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool 
     kind = "unknown"
     if has("embedding_bag") and not producer.engine:
         kind, evidence = "recommender", [f"embedding bags ({s['embedding_bag']})"]
-    elif producer.engine or (not cnn and (len(blocks) >= 2 or (blocks and decode))):
+    elif has("stft") or (has("conv1d") and not has("conv") and (has("attention") or has("unfused_attention"))):
+        kind, evidence = "speech", [f"audio front end ({s.get('stft') or s.get('conv1d')})"
+                                    + (" with a decoder" if decode else "")]
+    elif producer.engine or (not cnn and (len(blocks) >= 2 or (blocks and decode) or has("causal_op"))):
         kind = _llm_kind(s, producer)
         words = [_BLOCK_WORDS[b] + (" (decomposed)" if s.get(f"{b}_unfused") else "") for b in blocks]
         evidence.append("decoder-LLM blocks: " + ", ".join(words)
@@ -270,8 +278,6 @@ def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool 
         kind = "diffusion"
         evidence = [f"group norm ({s['group_norm']}) with convolutions ({s['conv']})"
                     + (" and attention" if has("attention") or has("unfused_attention") else " and upsampling")]
-    elif has("stft") or (has("conv1d") and (has("attention") or has("unfused_attention")) and not has("conv")):
-        kind, evidence = "speech", [f"audio front end ({s.get('stft') or s.get('conv1d')})"]
     elif has("conv") and (has("batch_norm") or has("pooling")):
         kind = "vision"
         evidence = [f"convolutions ({s['conv']}) with " + (f"batch norm ({s['batch_norm']})" if has("batch_norm")

@@ -186,9 +186,32 @@ def rule_dominant_category(f: RunFacts) -> list[Finding]:
                Evidence(f"summed GPU op time if it ran {k:g}x faster", top.whatif_speedup, "x")]
     if sev == "high" and tl is not None and tl.idle_fraction >= 0.5:
         sev = "medium"  # the GPU is mostly idle: kernel time is not the first lever
+    wait = _peer_wait(f, top.name, top.time_ns)
+    if wait is not None:
+        ev.append(Evidence("of it, waiting inside collectives for the last rank to arrive", f.comm_wait_ns, "ns"))
+        return [Finding(
+            "dominant_category", "medium" if sev == "high" else sev,
+            f"{top.name} kernels hold {_p(p)} of GPU op time, {_p(wait)} of that waiting for late peers",
+            tuple(ev), f"Most of this rank's {top.name} time is spent waiting inside collectives for a rank that "
+            f"arrives later (Multi-GPU: the straggler); the transfer itself is {_t(top.time_ns - f.comm_wait_ns)}. "
+            "Shrinking the collectives here would not help: the late rank sets the pace.",
+            "Fix the late rank first (Multi-GPU findings: its extra work or late host), then overlap what remains "
+            "of the collectives with compute.")]
     rec = _category_advice(f, top.name)
     return [Finding("dominant_category", sev, f"{top.name} dominates GPU op time ({_p(p)})",
                     tuple(ev), implication, capital(rec) + ".")]
+
+
+PEER_WAIT_SHARE = 0.5   # above this share of collective time spent waiting, the collectives are not the work
+
+
+def _peer_wait(f: RunFacts, category: str, time_ns: int) -> float | None:
+    """Share of ``category``'s time that this rank waited in collectives for a late peer, when it is
+    communication and the wait is most of it (several ranks only); else None."""
+    if category not in COMM_CATEGORIES or not f.comm_wait_ns or time_ns <= 0:
+        return None
+    share = min(f.comm_wait_ns / time_ns, 1.0)
+    return share if share >= PEER_WAIT_SHARE else None
 
 
 def rule_gpu_idle(f: RunFacts) -> list[Finding]:
@@ -277,6 +300,14 @@ def rule_gpu_idle(f: RunFacts) -> list[Finding]:
                if producer.is_pytorch else
                "Look for host synchronisation (cudaDeviceSynchronize, blocking copies) and event waits in the "
                "largest gaps.")
+    elif f.comm_wait_ns and tl.busy_ns and f.comm_wait_ns >= 0.25 * tl.busy_ns:
+        sev = "medium"
+        share = f.comm_wait_ns / tl.busy_ns
+        title = (f"GPU busy {_p(1 - tl.idle_fraction)} of its window, {_p(share)} of that busy time in collectives "
+                 "waiting for late peers")
+        imp = ("This rank is paced by its peers: its collective kernels run while they wait for the last rank to "
+               "arrive, so its own kernels are not what bounds the step.")
+        rec = "Fix the late rank first (Multi-GPU findings); then work on this rank's dominant category."
     else:
         sev = "info"
         title = f"GPU kept busy: idle {_p(tl.idle_fraction)} of its window"
@@ -380,7 +411,7 @@ def rule_critical_path(f: RunFacts) -> list[Finding]:
         Evidence("CPU calls on the path", cp.cpu_calls_on_path, "count"))
     return [Finding(
         "critical_path", "info",
-        f"Critical path over {critical_scope or 'the trace'}: {_p(share)} is {what}", ev,
+        f"{_p(share)} of the critical path over {critical_scope or 'the trace'} is {what}", ev,
         f"Walking back from the last GPU op along stream order, launch links and host calls, "
         f"{_p(share)} of {_t(cp.span_ns)} is {what}: {why}.",
         "Shorten the dominant part first: time that is not on the critical path (work overlapped with "
@@ -494,6 +525,15 @@ def rule_communication(f: RunFacts) -> list[Finding]:
            "time mostly does not (it still competes for SMs and memory bandwidth).")
     if cx is not None and cx.exposed_ceiling is not None:
         imp += f" Removing it entirely would shorten GPU busy time at most {cx.exposed_ceiling:.2f}x."
+    wait = _peer_wait(f, "communication", comm_time)
+    if wait is not None:
+        ev.append(Evidence("waiting inside collectives for the last rank to arrive", f.comm_wait_ns, "ns"))
+        title += f"; {_p(wait)} of it is waiting for late peers"
+        imp += (" Most of it here is waiting for a rank that arrives later: the late rank, not this one's "
+                "transfers, sets the pace.")
+        return [Finding("communication", sev, title, tuple(ev), imp,
+                        "Fix the late rank first (Multi-GPU findings), then overlap the remaining collective time "
+                        "with compute.")]
     return [Finding("communication", sev, title, tuple(ev), imp, capital(advice.communication(f)) + ".")]
 
 

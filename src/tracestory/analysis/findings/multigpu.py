@@ -54,12 +54,14 @@ def _straggler_cause(result: MultiGpu, s) -> tuple[str, str]:
     if ce is not None and ce > 0 and ce >= 0.5 * per_step:
         return (f"It has more GPU work: {fmt_ns(ce)} more compute per step than the others' mean.",
                 f"Investigate {_gpu(s.rank)}'s workload imbalance: compare its kernels per step with another "
-                f"GPU's (extra or larger kernels, uneven sharding, sequence lengths or expert load) and "
-                f"balance the work.")
+                f"GPU's (extra or larger kernels, uneven sharding or input sizes) and balance the work.")
     host = max(ie or 0.0, 0.0) + max(sl or 0.0, 0.0)
     if ce is not None and host > 0:
-        return (f"Its GPU does no more compute than the others ({fmt_ns(ce)} more per step) but starts its steps "
-                f"{fmt_ns(sl)} later and idles {fmt_ns(ie)} more inside them: its host submits the work late.",
+        late = " and ".join(x for x in ((f"starts its steps {fmt_ns(sl)} later" if sl and sl > 0 else ""),
+                                        (f"idles {fmt_ns(ie)} longer inside them" if ie and ie > 0 else "")) if x)
+        head = (f"Its extra compute ({fmt_ns(ce)} per step) explains under half of its lateness; it " if ce >= 0 else
+                f"It computes {fmt_ns(-ce)} less per step than the others, yet it ")
+        return (head + late + ": its host submits the work late.",
                 f"Look at {_gpu(s.rank)}'s host side before its collectives: launch overhead, Python work, "
                 f"data loading, CPU contention or core affinity (its trace's CPU ops and the largest GPU gaps); "
                 f"CUDA Graphs remove the launch cost.")
@@ -85,7 +87,17 @@ def headline(result: MultiGpu) -> str | None:
     return ("; ".join(parts) + ".") if parts else None
 
 
-def multigpu_findings(result: MultiGpu, coverage=None) -> list[Finding]:
+def _balance_what(workloads) -> str:
+    """What to balance across ranks, in the terms of the workload the traces show."""
+    kinds = set(workloads or ())
+    if kinds and kinds <= {"llm_decode", "llm_prefill", "llm_generate", "llm_serving", "llm_training"}:
+        return "shard sizes, tokens per rank, expert placement"
+    if kinds == {"recommender"}:
+        return "embedding tables and lookups per rank (the sharding plan), batch per rank"
+    return "shard sizes, input sizes per rank"
+
+
+def multigpu_findings(result: MultiGpu, coverage=None, workloads=()) -> list[Finding]:
     """Straggler, load imbalance, communication share, clock alignment and bandwidth findings.
 
     ``coverage`` (:class:`~tracestory.analysis.limitations.RankCoverage`): when the traces declare
@@ -136,8 +148,8 @@ def multigpu_findings(result: MultiGpu, coverage=None) -> list[Finding]:
             f"Load imbalance: max/mean compute per {'step' if result.steps else 'run'} reaches "
             f"{result.imbalance_max:.2f}, most on {_gpu(top)}{among}",
             ev, "With synchronous collectives every step runs at the pace of the GPU with the most work.",
-            "Balance the work per GPU (shard sizes, tokens per rank, expert placement) or overlap the "
-            "collectives with independent compute."))
+            "Balance the work per GPU (" + _balance_what(workloads) + ") or overlap the collectives with "
+            "independent compute."))
     if result.comm_share is not None and result.comm_share > 0:
         exposed = result.exposed_share
         cost = result.comm_share * (exposed if exposed is not None else 1.0)
