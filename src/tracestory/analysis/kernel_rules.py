@@ -499,7 +499,7 @@ RULES: tuple[KernelRule, ...] = (
       "permutation in moe."),
     R(r"elementwise|vectorized_|unrolled_|functor|copy|fill|catarray|nchwtonhwc|nhwctonchw|transpose|"
       r"multi_tensor_apply|act_and_mul|silu|gelu|relu|swiglu|dropout|clamp|where|scalePackedTensor|"
-      r"ClassNLLCriterion_updateGradInput|arange|future_token_ids",
+      r"ClassNLLCriterion_updateGradInput|arange|future_token_ids|upsample",
       "elementwise", "other", "", "", "pointwise",
       ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
        "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
@@ -513,7 +513,7 @@ RULES: tuple[KernelRule, ...] = (
       "Pointwise math, activations, copies, fills and layout changes (ATen elementwise kernels, "
       "CatArrayBatchedCopy, cuDNN layout transforms, foreach optimizer kernels, serving stacks' small "
       "index bookkeeping kernels such as vLLM's page-index copy, the NLL loss's backward, which writes one "
-      "value per row)."),
+      "value per row, nearest/linear upsampling, one output from one or a few inputs)."),
     R(r"par_ranged[12]d_kernel|^vector_(add|mul|sub|scale)|^init_array", "elementwise", "other", "", "", "parallel-for loop",
       ("void clover::par_ranged2d_kernel<build_field(global_variables &)::[lambda(int, int) (instance 1)]>"
        "(clover::Range2d, T1)",
