@@ -7,7 +7,11 @@ training step), so advice is only given to programs it fits.
 
 Signals (names only; no timing):
 
-* **PyTorch**: CPU ops named ``aten::*`` / ``autograd::*`` or a ``ProfilerStep#N`` range.
+* **PyTorch**: CPU ops named ``aten::*`` / ``autograd::*`` or a ``ProfilerStep#N`` range; without
+  CPU ops (a GPU-only trace: torch.profiler with CUDA activities only, an nsys run without NVTX),
+  kernels of PyTorch's own library (ATen: ``at::native::*``, ``void at::native::...``,
+  ``at_cuda_detail::``, ``c10::`` types in ATen kernels) or Inductor kernels, which only a PyTorch
+  program launches.
 * **torch.compile**: Inductor kernels (``triton_poi_*``, ``triton_red_*``, ``triton_per_*``,
   ``triton_tem_*``) or ``CompiledFxGraph`` / ``Torch-Compiled Region`` ranges.
 * **graph replays**: :mod:`.graphs` (kernels launched by ``cudaGraphLaunch`` / ``hipGraphLaunch``).
@@ -16,7 +20,8 @@ Signals (names only; no timing):
   op or range names (``tensorrt_llm``). Kernel libraries alone (trtllm-gen GEMMs run inside vLLM)
   never name the engine.
 * **training**: backward ops (``*Backward*``, ``autograd::engine::evaluate_function``) or an
-  optimizer step (``Optimizer.step``); **inference** when PyTorch ops exist and none of those do.
+  optimizer step (``Optimizer.step``); **inference** when PyTorch ops exist and none of those do
+  (PyTorch known from its kernels alone leaves the mode ``unknown``).
 * **platform**: HIP API names (``hip*``) or AMD kernel libraries mean ROCm; CUDA API names mean CUDA.
 
 Limits: a trace without CPU ops (nsys without NVTX, a kernel-only export) says nothing about the
@@ -34,6 +39,8 @@ from ..trace import Trace
 from .graphs import GraphReplays, graph_replays
 
 _PYTORCH_OP = re.compile(r"^(aten|autograd|c10d|profiler)::|^ProfilerStep#\d+$")
+# ATen's kernels: launched only by PyTorch (libtorch), whatever program calls it.
+_ATEN_KERNEL = re.compile(r"^(void )?at::native::|\bat::native::|^(void )?at_cuda_detail::|\bcunn_")
 _INDUCTOR_KERNEL = re.compile(r"^triton_(poi|red|per|tem)_")
 _COMPILED_RANGE = re.compile(r"CompiledFxGraph|Torch-Compiled Region")
 _BACKWARD = re.compile(r"Backward|^autograd::engine::evaluate_function|_backward(_data)?$")
@@ -89,9 +96,13 @@ def detect_producer(trace: Trace) -> Producer:
     evidence = []
 
     torch_name = _first(cpu_names, _PYTORCH_OP)
+    aten_kernel = None if torch_name else (_first(kernels, _ATEN_KERNEL) or _first(kernels, _INDUCTOR_KERNEL))
     if torch_name:
         framework = "pytorch"
         evidence.append(f"PyTorch ops ({torch_name})")
+    elif aten_kernel:
+        framework = "pytorch"
+        evidence.append(f"PyTorch's kernels without PyTorch ops on the CPU side ({aten_kernel[:60]})")
     elif apis or cpu_names:
         framework = "none"
         evidence.append("no PyTorch ops among the CPU-side names: a program without PyTorch")
@@ -122,7 +133,7 @@ def detect_producer(trace: Trace) -> Producer:
     if backward or optimizer:
         mode = "training"
         evidence.append(f"training ({(backward or optimizer)[:60]})")
-    elif framework == "pytorch":
+    elif torch_name:  # PyTorch ops and none of training's: kernels alone cannot tell
         mode = "inference"
     else:
         mode = "unknown"
