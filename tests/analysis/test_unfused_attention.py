@@ -24,6 +24,7 @@ from conftest import TEST_DATA
 import tracestory
 from tracestory.analysis.kernels import UNFUSED_ATTENTION, KernelFacts, unfused_attention
 from tracestory.ingest.kineto import load_kineto
+from tracestory.ingest.kineto_modules import load_module_ranges
 
 TIMESFORMER = TEST_DATA / "field" / "AMD-AGI_TraceLens__h100_hf_timesformer_k400.json.gz"
 VIT_SDPA = TEST_DATA / "field" / "AMD-AGI_TraceLens__h100_hf_vit_nsfw_detection.json.gz"
@@ -40,6 +41,14 @@ def test_eager_attention_is_unfused_bmm_softmax():
     evidence = unfused_attention(load_kineto(TIMESFORMER))
     assert len(evidence) == 1
     assert evidence[0].startswith("24 softmax ops between two matmul/bmm ops of the same caller")
+
+
+def test_module_names_are_quoted_when_given():
+    # 24 'nn.Module: TimesformerSelfAttention_<k>' python_function events in the file (json), each
+    # inside a 'nn.Module: TimeSformerAttention_<k>' one
+    evidence = unfused_attention(load_kineto(TIMESFORMER), load_module_ranges(TIMESFORMER))
+    assert evidence[1].startswith("24 softmax ops inside modules named like attention (nn.Module: TimeSformerAttention_")
+    assert unfused_attention(load_kineto(VIT_SDPA), load_module_ranges(VIT_SDPA)) == ()
 
 
 def test_the_report_facts_say_unfused_instead_of_none():

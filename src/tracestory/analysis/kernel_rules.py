@@ -248,8 +248,9 @@ RULES: tuple[KernelRule, ...] = (
     # ------------------------------------------------------------------ attention
     R(r"ck_tile::\w*fmha|_zn7ck_tile\w*fmha|fmha_fwd|fmha_bwd|aiter::mha|aiter\w*fmha|mha_fwd|mha_bwd", "attention",
       "attention_gemm", "CK/aiter", "AMD", "CK (Composable Kernel) FMHA",
-      ("_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernelINS_40BlockFmhaBatchPrefillPipelineQRKSVSAsync"
-       "INS_36BlockFmhaBatchPrefillPipelineProblemIDF16bDF16bDF16bffDF16bhfDF16bfDF16bNS_13TileFmhaShapeINS_8seq",
+      ("_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernelINS_40BlockFmhaBatchPrefill"
+       "PipelineQRKSVSAsyncINS_36BlockFmhaBatchPrefillPipelineProblemIDF16bDF16bDF16bffDF16bhfDF16bfDF16bNS_13"
+       "TileFmhaShapeINS_8seq",
        "ck_tile::kentry<ck_tile::gfx950_t, 2, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVSSageAttn<"),
       "AMD Composable Kernel's tile FMHA (ck_tile::FmhaFwdKernel, FmhaBatchPrefillWithPagedKVCacheKernel) as "
       "flash-attention on ROCm and aiter run it, and aiter's fmha_fwd/bwd kernels. Before FlashInfer: CK's batch "
@@ -297,13 +298,15 @@ RULES: tuple[KernelRule, ...] = (
       "(lean_reduction_kernel computes the softmax statistics inside the attention op)."),
     R(r"qk_int8_sv_f8_accum_f\d+_attn|qk_int_sv_f(8|16)_attn|sageattn|sage_?attention", "attention",
       "attention_gemm", "SageAttention", "THU-ML", "SageAttention",
-      ("void qk_int_sv_f8_attn_kernel<128u, 64u, 32u, 64u, 128u, (DataType)1>", "qk_int8_sv_f8_accum_f32_attn_inst_buf"),
+      ("void qk_int_sv_f8_attn_kernel<128u, 64u, 32u, 64u, 128u, (DataType)1>",
+       "qk_int8_sv_f8_accum_f32_attn_inst_buf"),
       "SageAttention (INT8 QK^T, FP8 PV): its CUDA kernels (qk_int_sv_f8_attn_kernel, qk_int_sv_f16_attn_kernel) "
       "and the ops that launch them (qk_int8_sv_f8_accum_f32_attn*). Attention, not quantization: the int8/fp8 "
       "words are its operand types."),
     R(r"^(void )?(QuantInt8Kernel|MeanScaleKernel|TransposePadPermuteKernel)<", "quantization", "quant_dequant",
       "SageAttention", "THU-ML", "SageAttention quantization",
-      ("void QuantInt8Kernel<128u, 32u, 1u, false, false, __nv_bfloat16>", "void MeanScaleKernel<64u, false, __nv_bfloat16>"),
+      ("void QuantInt8Kernel<128u, 32u, 1u, false, false, __nv_bfloat16>",
+       "void MeanScaleKernel<64u, false, __nv_bfloat16>"),
       "SageAttention's prologue: Q/K quantized to INT8 per block (QuantInt8Kernel, after smoothing K by its mean, "
       "MeanScaleKernel) and V transposed and scaled to FP8. Its cost belongs to the attention's choice of "
       "SageAttention, filed under quantization."),

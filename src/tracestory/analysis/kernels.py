@@ -14,8 +14,9 @@ and the implementation behind each attention kernel, from the kernel knowledge b
   the ops are: a softmax op (``aten::softmax``, ``aten::_softmax``, ``aten::_safe_softmax``) whose
   nearest matrix-multiply ops before and after it on its thread (``aten::bmm``, ``aten::matmul``,
   ``aten::baddbmm``, ``aten::einsum``; the outermost of nested ones) are called by the same caller
-  as the softmax (the same enclosing op or range, or none), or a softmax op inside an op or range
-  named like attention (``*Attention*``, ``*attn*``). The evidence quotes the counts and the names.
+  as the softmax (the same enclosing op or range, or none), or a softmax op inside an op, range or
+  ``nn.Module`` call (when the module calls are given) named like attention (``*Attention*``,
+  ``*attn*``, not SDPA's own ops). The evidence quotes the counts and the names.
 
 Limits: a name that states no precision contributes to none; a custom kernel named like a
 library's is counted as that library. Unfused attention needs CPU ops: a GPU-only trace cannot
@@ -72,9 +73,14 @@ def execution_mode(producer) -> str:
     return "eager (no Inductor kernels, no graph replays)"
 
 
-def unfused_attention(trace: Trace) -> tuple[str, ...]:
+def unfused_attention(trace: Trace, modules=None) -> tuple[str, ...]:
     """Evidence phrases that attention runs unfused, as bmm + softmax ops (module docstring); ()
-    when the CPU ops show none or the trace has none."""
+    when the CPU ops show none or the trace has none.
+
+    ``modules``: the trace's ``nn.Module`` calls when known (the table
+    :func:`tracestory.ingest.kineto_modules.load_module_ranges` returns: ``start_ns``, ``end_ns``,
+    ``pid``, ``tid``, ``name`` as text); a softmax op inside a module named like attention
+    (``BertSelfAttention``, ``TimesformerSelfAttention``) is then quoted too."""
     ops, rng = trace.ops, trace.ranges
     if len(ops) == 0:
         return ()
@@ -125,6 +131,23 @@ def unfused_attention(trace: Trace) -> tuple[str, ...]:
             nxt_soft = np.flatnonzero(is_soft[r + 1:after])
             if nxt_soft.size == 0:
                 between += 1
+    in_module, module_name = 0, ""
+    if modules is not None and len(modules):
+        soft_rows = np.flatnonzero(is_soft)
+        m_names = [str(n) for n in modules["name"]]
+        att = np.array([bool(_ATTENTION_NAME.search(n)) and not _FUSED_ATTENTION_OP.search(n) for n in m_names])
+        if att.any() and soft_rows.size:
+            src = nest.source_row[soft_rows]
+            is_op = src < len(ops)
+            s_start, s_pid, s_tid = (ops["start_ns"][src[is_op]], ops["pid"][src[is_op]], ops["tid"][src[is_op]])
+            ms, me = modules["start_ns"][att], modules["end_ns"][att]
+            mp, mt = modules["pid"][att], modules["tid"][att]
+            hit = np.zeros(s_start.size, dtype=bool)
+            for j in range(ms.size):  # attention modules: a few per layer
+                hit |= (s_pid == mp[j]) & (s_tid == mt[j]) & (s_start >= ms[j]) & (s_start < me[j])
+            in_module = int(np.count_nonzero(hit))
+            if in_module:
+                module_name = [n for n, a in zip(m_names, att) if a][0]
     evidence = []
     if between:
         evidence.append(f"{between} softmax op{'s' if between != 1 else ''} between two matmul/bmm ops of the "
@@ -133,11 +156,14 @@ def unfused_attention(trace: Trace) -> tuple[str, ...]:
         top = max(named_by.items(), key=lambda x: (x[1], x[0]))[0]
         evidence.append(f"{in_named} softmax op{'s' if in_named != 1 else ''} inside ops or ranges named like "
                         f"attention ({top[:60]})")
+    if in_module:
+        evidence.append(f"{in_module} softmax op{'s' if in_module != 1 else ''} inside modules named like attention "
+                        f"({module_name[:60]})")
     return tuple(evidence)
 
 
-def kernel_facts(analysis, producer=None) -> KernelFacts:
-    """The :class:`KernelFacts` of one analysed trace."""
+def kernel_facts(analysis, producer=None, modules=None) -> KernelFacts:
+    """The :class:`KernelFacts` of one analysed trace (``modules``: see :func:`unfused_attention`)."""
     tr = analysis.trace
     k = tr.kernels
     dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
@@ -166,4 +192,4 @@ def kernel_facts(analysis, producer=None) -> KernelFacts:
         execution_mode=execution_mode(producer),
         precisions=tuple(sorted(prec.items(), key=lambda x: -x[1])),
         attention=tuple(sorted(((i, c, t) for i, (c, t) in att.items()), key=lambda x: -x[2])),
-        unfused_attention=unfused_attention(tr))
+        unfused_attention=unfused_attention(tr, modules))

@@ -93,7 +93,8 @@ def _kind_of(header: list[str]) -> str | None:
 
 # nsys stats' default (column) format: a header whose names are separated by runs of spaces, under
 # a " ** Title (report):" banner and over a line of dashes. Not a CSV; the user re-runs with --format csv.
-_COLUMN_FORMAT = re.compile(r"^\s*(Time \(%\)|Start \(ns\))\s{2,}(Total Time|Duration|Instances)|^\s*-{4,}(\s{2}-{4,}){2,}\s*$")
+_COLUMN_FORMAT = re.compile(r"^\s*(Time \(%\)|Start \(ns\))\s{2,}(Total Time|Duration|Instances)"
+                            r"|^\s*-{4,}(\s{2}-{4,}){2,}\s*$")
 
 
 def _sections(text: str, path: Path, warnings: list[str]) -> list[tuple[str, list[str], list[list[str]]]]:
