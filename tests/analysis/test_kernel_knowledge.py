@@ -68,6 +68,9 @@ KNOWN = [
     ("triton_red_fused_prepare_softmax_online_14", "softmax", "Triton fused reduction", "Inductor reduction"),
     ("triton_per_fused__softmax_backward_data_mul_view_16", "softmax", "Triton fused reduction", "Inductor reduction"),
     ("triton_red_fused_add_mul_sum_view_4", "reduction", "Triton fused reduction", "Inductor reduction"),
+    ("triton_red_fused_div_exp_max_sub_sum_0", "softmax", "Triton fused reduction", "Inductor reduction"),
+    # an amax alone is an FP8 scale as often as a softmax pass: a reduction
+    ("triton_per_fused_amax_clone_view_0", "reduction", "Triton fused reduction", "Inductor reduction"),
     # Communication outside NCCL.
     ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, unsigned long, "
      "unsigned int**, unsigned long, unsigned long)", "communication", "symmetric memory", "symmetric-memory all-reduce"),

@@ -43,8 +43,9 @@ conv is gemm; a forward pointwise kernel that materialises a broadcast (``expand
 ``repeat``: GQA's repeat_kv) and carries a rotation is a copy (elementwise), because the copy of
 n_rep heads outweighs the rotation of one; a rotation (``cos``/``sin``, or ``cat`` + ``neg`` =
 rotate_half) is RoPE, even with a bmm (the angle product) or a QK-norm fused in; a reduction naming
-mm/bmm is a decode GEMV; ``rsqrt``/``var_mean``/a norm op is a norm; ``softmax`` is softmax (not
-``amax`` alone: FP8 scales take one too); embedding; other reductions; other pointwise kernels
+mm/bmm is a decode GEMV; ``rsqrt``/``var_mean``/a norm op is a norm; ``softmax``, or a reduction
+fusing ``max``/``amax`` with ``exp`` and ``sum``, is softmax (not ``amax`` alone: FP8 scales take one
+too); embedding; other reductions; other pointwise kernels
 (copies, expands, cat, index and math alike) are elementwise.
 
 Precision is not a category: :data:`PRECISION_TOKENS` read it from the name (see
@@ -75,8 +76,9 @@ from dataclasses import dataclass
 # leading part ..._unsafe_view_add_bmm_cat_clone_cos_expand, labelled there as the KV-head repeat;
 # its triton_poi_ prefix is ours, the source printed the fused part only),
 # triton_tem_fused__to_copy__unsafe_view_bmm_clone_expand_unsqueeze_view_8 (a profile in a public
-# write-up); SageAttention's qk_int_sv_f8_attn_kernel, QuantInt8Kernel, MeanScaleKernel (a torch
-# profiler table on sm_120 quoted in vllm-omni tests); CK-tile's
+# write-up); triton_red_fused_div_exp_max_sub_sum_0 (a profiler table in a public issue);
+# SageAttention's qk_int_sv_f8_attn_kernel, QuantInt8Kernel, MeanScaleKernel (a torch profiler
+# table on sm_120 quoted in vllm-omni tests); CK-tile's
 # _ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel... (aiter) and
 # ck_tile::kentry<ck_tile::gfx950_t, 2, ck_tile::FmhaFwdKernel<... (a profiling report on MI350X);
 # TensorRT's trt_turing_h1688cudnn_*, trt_maxwell_sgemm_*, sm50_xmma_pooling_*_trt,
@@ -194,10 +196,13 @@ RULES: tuple[KernelRule, ...] = (
        "triton_red_fused__fused_rms_norm__unsafe_view_add_3"),
       "Inductor kernels are named after the ops they fuse: rsqrt with mean/pow is RMSNorm, var_mean + rsqrt "
       "is LayerNorm, and torch 2.11 names the fused RMSNorm op itself (_fused_rms_norm)."),
-    R(r"^triton_\w*softmax", "softmax", "other", "Triton fused reduction", "PyTorch", "Inductor reduction",
-      ("triton_per_fused__softmax_2", "triton_red_fused_prepare_softmax_online_14"),
-      "Inductor softmax (a reduction over the row), also its online form (prepare_softmax_online). Not amax "
-      "alone: an amax is as often an FP8 scale as a softmax's first pass."),
+    R(r"^triton_\w*softmax|^triton_(red|per)_" + _has("exp") + _has("sum") + _has("max|amax"), "softmax", "other",
+      "Triton fused reduction", "PyTorch", "Inductor reduction",
+      ("triton_per_fused__softmax_2", "triton_red_fused_prepare_softmax_online_14",
+       "triton_red_fused_div_exp_max_sub_sum_0"),
+      "Inductor softmax (a reduction over the row), also its online form (prepare_softmax_online) and a "
+      "hand-written one (max, exp and sum fused in one reduction). Not amax alone: an amax is as often an "
+      "FP8 scale as a softmax's first pass."),
     R(r"^triton_\w*embedding", "embedding", "routing_permute", "Triton fused pointwise", "PyTorch",
       "Inductor pointwise", ("triton_poi_fused_embedding_0",),
       "Inductor embedding lookups (an indexed gather)."),
