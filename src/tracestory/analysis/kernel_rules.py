@@ -226,7 +226,7 @@ RULES: tuple[KernelRule, ...] = (
       "Myelin's fused multi-head attention in a TensorRT engine (gemm_mha_v2): attention, though its name "
       "says gemm."),
     R(r"^trt_\w*(gemm|cudnn|conv|fprop|dgrad|wgrad)|^sm\d+_xmma_\w*(gemm|fprop|dgrad|wgrad|conv)\w*_trt$|"
-      r"^__myl_(bb\d+_\d+_)?(fc|matmul|gemm|conv)", "gemm", "gate_gemm", "TensorRT", "NVIDIA",
+      r"^__myl_(bb\d+_\d+_)?(fc|matmul|gemm|conv)|(^|[^a-z])trt[^a-z]\w*(gemm|fprop|conv)", "gemm", "gate_gemm", "TensorRT", "NVIDIA",
       "TensorRT GEMM/convolution",
       ("trt_turing_h1688cudnn_256x128_ldg8_relu_exp_small_nhwc_tn_v1", "trt_maxwell_sgemm_32x128_relu_tn_v1",
        "__myl_FcCast_"),
@@ -240,7 +240,8 @@ RULES: tuple[KernelRule, ...] = (
       ("__myl_bb0_1_AddCasMulMeaSubMulMeaAddSqrDivMulCasMulAdd",),
       "Myelin names a fused kernel after its ops, three letters each (Add, Cas(t), Mul, Mea(n), Sub, Sqr(t), "
       "Div): a mean, then a square root of a second mean, is a LayerNorm/RMSNorm."),
-    R(r"genericReformat|^(void )?cuInt8::|generatedNativePointwise|^__myl_|^trt_|_trt$", "elementwise", "other",
+    R(r"genericReformat|^(void )?cuInt8::|generatedNativePointwise|^__myl_|(^|[^a-z])trt([^a-z]|$)", "elementwise",
+      "other",
       "TensorRT", "NVIDIA", "TensorRT reformat/pointwise",
       ("void genericReformat::copyPackedKernel<float, float, (bool)0, (bool)1, genericReformat::IdentityCoordMapper"
        "<(int)4>, (int)4>(unsigned int, unsigned int, const void *, genericReformat::ArrayN<T6>, genericReformat::"
@@ -249,7 +250,7 @@ RULES: tuple[KernelRule, ...] = (
        "__myl_bb1_2_TraSliSliResTraResMovSli", "__myl_MulMulMulMulMulMulAddAddAddAddAddAddConcAdd"),
       "TensorRT's layout and precision reformats between layers (genericReformat, cuInt8:: layout kernels: "
       "copies), Myelin's fused pointwise kernels (Tra(nspose), Sli(ce), Res(hape), Mov(e), Mul, Add), and any "
-      "other trt_*/*_trt kernel: pointwise or copy/layout work."),
+      "other kernel named TRT as a word (trt_*, *_trt, *::trt::*; not trtllm): pointwise or copy/layout work."),
     # ------------------------------------------------------------------ attention
     R(r"ck_tile::\w*fmha|_zn7ck_tile\w*fmha|fmha_fwd|fmha_bwd|aiter::mha|aiter\w*fmha|mha_fwd|mha_bwd", "attention",
       "attention_gemm", "CK/aiter", "AMD", "CK (Composable Kernel) FMHA",
