@@ -97,9 +97,9 @@ def unfused_attention(trace: Trace, modules=None) -> tuple[str, ...]:
     nest, _ = nest_intervals(start, end, thread, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
                              np.arange(start.size))
     names = {int(c): trace.name(int(c)) for c in np.unique(name)}
-    row_name = [names[int(name[r])] for r in nest.source_row]
-    is_soft = np.array([bool(_SOFTMAX_OP.search(n)) for n in row_name], dtype=bool)
-    is_mm = np.array([bool(_MATMUL_OP.search(n)) for n in row_name], dtype=bool)
+    row_code = name[nest.source_row]  # name code of each row, in nesting order
+    is_soft = np.isin(row_code, [c for c, n in names.items() if _SOFTMAX_OP.search(n)])
+    is_mm = np.isin(row_code, [c for c, n in names.items() if _MATMUL_OP.search(n)])
     # the outermost of nested ops of one kind (aten::matmul calling aten::bmm, aten::softmax calling
     # aten::_softmax): drop those under another of their kind
     parent = nest.parent
@@ -116,7 +116,7 @@ def unfused_attention(trace: Trace, modules=None) -> tuple[str, ...]:
         # an ancestor named like attention (not a fused attention op: SDPA's math path is its own)
         a = int(parent[r])
         while a >= 0:
-            n = row_name[a]
+            n = names[int(row_code[a])]
             if _ATTENTION_NAME.search(n) and not _FUSED_ATTENTION_OP.search(n):
                 in_named += 1
                 named_by[n] = named_by.get(n, 0) + 1
