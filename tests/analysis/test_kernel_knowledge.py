@@ -73,7 +73,8 @@ KNOWN = [
     ("triton_per_fused_amax_clone_view_0", "reduction", "Triton fused reduction", "Inductor reduction"),
     # Communication outside NCCL.
     ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, unsigned long, "
-     "unsigned int**, unsigned long, unsigned long)", "communication", "symmetric memory", "symmetric-memory all-reduce"),
+     "unsigned int**, unsigned long, unsigned long)", "communication", "symmetric memory",
+     "symmetric-memory all-reduce"),
     ("one_shot_all_reduce_kernel", "communication", "symmetric memory", "symmetric-memory all-reduce"),
     ("two_shot_all_reduce_kernel", "communication", "symmetric memory", "symmetric-memory all-reduce"),
     ("cross_device_reduce_1stage", "communication", "custom all-reduce", "custom all-reduce"),

@@ -12,9 +12,14 @@ import numpy as np
 import pytest
 from conftest import TEST_DATA
 
-from tracestory.analysis.trace_kind import KINDS, TraceKind, captured_launches, trace_kind
+from tracestory.analysis.trace_kind import (
+    KINDS,
+    TraceKind,
+    captured_launches,
+    trace_kind,
+)
 from tracestory.ingest import load_inputs
-from tracestory.trace import build_trace, StringPool, TraceMeta
+from tracestory.trace import StringPool, TraceMeta, build_trace
 
 KINDS_DIR = TEST_DATA / "kinds"
 CAPTURE = KINDS_DIR / "stream_capture_small.json.gz"  # hand-built (make_hand_built.py): no real one found

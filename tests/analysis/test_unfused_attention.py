@@ -47,7 +47,8 @@ def test_module_names_are_quoted_when_given():
     # 24 'nn.Module: TimesformerSelfAttention_<k>' python_function events in the file (json), each
     # inside a 'nn.Module: TimeSformerAttention_<k>' one
     evidence = unfused_attention(load_kineto(TIMESFORMER), load_module_ranges(TIMESFORMER))
-    assert evidence[1].startswith("24 softmax ops inside modules named like attention (nn.Module: TimeSformerAttention_")
+    assert evidence[1].startswith("24 softmax ops inside modules named like attention "
+                                  "(nn.Module: TimeSformerAttention_")
     assert unfused_attention(load_kineto(VIT_SDPA), load_module_ranges(VIT_SDPA)) == ()
 
 

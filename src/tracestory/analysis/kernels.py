@@ -26,11 +26,10 @@ layer (``aten::linear`` calls the matmul) is not taken, since its matmul has ano
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
-
-import re
 
 from ..trace import CPU_SIDE, Trace
 from .families import kernel_implementation, kernel_precision
@@ -147,7 +146,7 @@ def unfused_attention(trace: Trace, modules=None) -> tuple[str, ...]:
                 hit |= (s_pid == mp[j]) & (s_tid == mt[j]) & (s_start >= ms[j]) & (s_start < me[j])
             in_module = int(np.count_nonzero(hit))
             if in_module:
-                module_name = [n for n, a in zip(m_names, att) if a][0]
+                module_name = m_names[int(np.flatnonzero(att)[0])]
     evidence = []
     if between:
         evidence.append(f"{between} softmax op{'s' if between != 1 else ''} between two matmul/bmm ops of the "
