@@ -512,8 +512,10 @@ def _load(path: Path) -> KernelMetrics:
 
 
 def _short(name: str) -> str:
-    """A kernel's name without its argument list, at most 60 characters (for warnings)."""
-    return name.split("(")[0].removeprefix("void ")[:60]
+    """A kernel's name without return type, namespaces, template and argument lists, at most 60
+    characters (for warnings): ``void at::native::reduce_kernel<512, 1, ...>(...)`` -> ``reduce_kernel``."""
+    base = name.removeprefix("void ").split("<")[0].split("(")[0]
+    return (base.rsplit("::", 1)[-1] or name)[:60]
 
 
 _JSON_SKIP = ("raw", "rules")
