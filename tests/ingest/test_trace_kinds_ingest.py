@@ -29,7 +29,7 @@ from tracestory.cli import main
 from tracestory.errors import TraceFormatError
 from tracestory.ingest import load_inputs
 from tracestory.ingest.kineto import load_kineto
-from tracestory.ingest.ncu import load_ncu
+from tracestory.ingest.ncu import kernel_metrics_to_json, load_ncu
 from tracestory.ingest.nsys_sqlite import load_nsys_sqlite
 
 KINDS = TEST_DATA / "kinds"
@@ -104,6 +104,7 @@ def test_ncu_kernels_without_metrics_are_named(tmp_path):
     assert [k.name for k in km.without_metrics] == [r[header.index("Kernel Name")] for r in body[1:]]
     assert [k.name for k in km.with_metrics] == [body[0][header.index("Kernel Name")]]
     assert any(w.startswith("5 of 6 profiled kernels have no metrics") for w in km.warnings)
+    assert [r["has_metrics"] for r in kernel_metrics_to_json(km)] == [True] + [False] * 5
     # the untouched file: every kernel measured, no warning
     full = load_ncu(NCU_RAW)
     assert full.without_metrics == () and not any("no metrics" in w for w in full.warnings)

@@ -536,6 +536,7 @@ def kernel_metrics_to_json(km: KernelMetrics) -> list[dict]:
         row["dram_bytes"] = k.dram_bytes
         row["achieved_flops_per_s"] = k.achieved_flops_per_s
         row["arithmetic_intensity"] = k.arithmetic_intensity
+        row["has_metrics"] = k.has_metrics
         row["rules"] = [{"rule": r[0], "type": r[1], "description": r[2], "estimated_speedup_pct": r[3]}
                         for r in k.rules]
         row["raw"] = dict(k.raw)
