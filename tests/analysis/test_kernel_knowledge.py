@@ -87,6 +87,14 @@ def test_kernel_lands_where_its_library_says(name, llm, family, implementation):
     assert (classify_name(name, LLM), kernel_family(name), kernel_implementation(name)) == (llm, family, implementation)
 
 
+def test_tensorrt_plugin_namespace_names_the_family():
+    # A TensorRT plugin kernel: what it does from its name (layer norm), who wrote it from nvinfer1::.
+    # Built from TensorRT OSS's plugin namespace and a kernel of its BERT plugins (skipLayerNormKernelSmall);
+    # no public profile printing one was found, so this name is ours, not a quoted one.
+    name = "void nvinfer1::plugin::bert::skipLayerNormKernelSmall<float, 256u>(int, float const*, float*)"
+    assert (classify_name(name, LLM), kernel_family(name), kernel_vendor(name)) == ("norm", "TensorRT", "NVIDIA")
+
+
 def test_tensorrt_kernels_are_nvidia_tensorrt_not_cudnn():
     for name in ("trt_turing_h1688cudnn_256x128_ldg8_relu_exp_small_nhwc_tn_v1",
                  "void genericReformat::copyPackedKernel<float, float, (bool)1, (bool)1, gene"):

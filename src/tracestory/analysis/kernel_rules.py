@@ -556,6 +556,7 @@ NAMESPACES: tuple[tuple[str, str, str], ...] = (
     ("SGLang", "SGLang", r"sgl_hip|sglang|sgl_kernel"),
     ("aiter", "AMD", r"aiter"),
     ("TensorRT-LLM", "NVIDIA", r"tensorrt_llm|trtllm"),
+    ("TensorRT", "NVIDIA", r"nvinfer1::"),  # TensorRT plugins: the rule says what they do
     ("FlashInfer", "FlashInfer", r"flashinfer"),
     ("cuDNN", "NVIDIA", r"cudnn"),
     ("CUB/rocPRIM", "NVIDIA/AMD", r"\bcub::|rocprim::|at_cuda_detail::"),
