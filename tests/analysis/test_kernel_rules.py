@@ -88,7 +88,7 @@ def test_low_precision_gemms_are_gemms(name):
     ("cross_device_reduce_2stage", "communication", "custom all-reduce", "custom all-reduce"),
     ("void dpsk::ep::internode::dispatch_ll", "communication", "DeepEP", "DeepEP dispatch/combine"),
     ("void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*, float*)", "attention", "cuDNN", "cuDNN SDPA"),
-    ("attn_fwd", "attention", "FlashAttention", "CK/aiter/Triton FMHA (ROCm)"),
+    ("attn_fwd", "attention", "FlashAttention", "Triton flash attention (attn_fwd)"),
 ])
 def test_issue_names_land_where_they_belong(name, llm, family, implementation):
     assert classify_name(name, taxonomy("llm")) == llm
@@ -112,7 +112,7 @@ def test_flex_attention_is_generated_code():
     ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32", "fp16"),
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "fp32"),
     ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "bf16"),
-    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "int8"),
+    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", ""),  # a byte type
     ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", ""),
     ("void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16, __hip_bfloat16, (vllm::Fp8KVCacheDataType)0, 1>",
      "bf16"),  # KV-cache type 0 is "auto": not fp8

@@ -49,3 +49,23 @@ def test_producer(path, expected):
 def test_graph_replay_run_is_not_eager():
     p = detect_producer(load_inputs([F / "AMD-AGI_TraceLens__mi300x_sglang_qwen3-8b_decode_hipgraph.json.gz"]).traces[0])
     assert p.replays_graphs and any("544 of 555 kernels" in e for e in p.evidence)
+
+
+def test_gpu_only_pytorch_trace_is_pytorch(tmp_path):
+    """torch.profiler with CUDA activities only keeps kernels and runtime calls, no CPU ops. Derived
+    from the real BERT trace (tests/data/public): its cpu_op, user_annotation, gpu_user_annotation
+    (a CPU annotation's GPU shadow) and python_function events dropped in a copy. Its kernels are ATen's (``void at::native::...``), so PyTorch ran it;
+    the mode cannot be told from kernels."""
+    import gzip
+    import json
+
+    src = TEST_DATA / "public" / "kineto_h100_bert-small_1rank.json.gz"
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    cpu = {"cpu_op", "user_annotation", "gpu_user_annotation", "python_function"}
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in cpu]
+    assert any(e.get("cat") == "kernel" and e["name"].startswith("void at::native::") for e in doc["traceEvents"])
+    p = tmp_path / "gpu_only.json"
+    p.write_text(json.dumps(doc))
+    prod = detect_producer(load_inputs([p]).traces[0])
+    assert (prod.framework, prod.mode) == ("pytorch", "unknown")
+    assert any(e.startswith("PyTorch's kernels without PyTorch ops") for e in prod.evidence)

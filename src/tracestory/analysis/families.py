@@ -18,6 +18,9 @@ Precision is an attribute, not a category: the narrowest type the name states
 it states none. A mixed-precision GEMM (MXFP8 activations x MXFP4 weights) reads as its
 narrowest operand (mxfp4).
 
+A collective's byte type is not a precision: ``int8_t`` in a communication kernel's name
+(NCCL/RCCL move tensors of any type as bytes) states nothing.
+
 Limits: a name-only reading; a custom kernel named like a library's is counted as that
 library; a name that says ``float`` only for a scale or a statistics argument reads fp32.
 """
@@ -99,8 +102,17 @@ def kernel_vendor(name: str) -> str:
 
 @lru_cache(maxsize=65536)
 def kernel_precision(name: str) -> str:
-    """The narrowest numeric type the name states (``mxfp4`` ... ``fp64``), ``""`` when none."""
+    """The narrowest numeric type the name states (``mxfp4`` ... ``fp64``), ``""`` when none.
+
+    A collective's ``int8_t``/``uint8_t`` (NCCL's ``ncclDevKernel_*_int8_t``, ``..._u8``) is the byte
+    type the collective moves (an all-gather of any tensor viewed as bytes), not an int8 model: a
+    communication kernel never states int8.
+    """
     found = {p for p, rx in _PRECISIONS if rx.search(name)}
+    if "int8" in found:
+        rule = matching_rule(name)
+        if rule is not None and rule.llm == "communication":
+            found.discard("int8")
     return next((p for p in PRECISION_ORDER if p in found), "")
 
 

@@ -25,16 +25,32 @@ Order matters, and the order is the argument:
 1. memops, then communication (collective names carry data types such as ``f8e4m3`` and
    ``bf16`` that later rules would take);
 2. Inductor-generated Triton kernels (``triton_poi_``/``triton_red_``/``triton_per_``/
-   ``triton_tem_``): their names list the fused ATen ops, so they are read by those words
-   (a RoPE kernel feeding cuDNN attention says ``_scaled_dot_product_cudnn_attention``);
-3. attention, then MoE routing, then GEMMs library by library, so a low-precision GEMM
-   (``bmm_MxE4m3_MxE2m1*``, ``_matmul_ogs_*_mxfp4``) is a GEMM before any word about its
+   ``triton_tem_``): their names list every fused ATen op, and all of them decide (below);
+3. TensorRT's kernels (``trt_*``, ``*_trt``, Myelin ``__myl_*``/``__mye*``, ``genericReformat``):
+   TensorRT's family, filed by what the name says (conv/gemm tactics gemm, ``gemm_mha``
+   attention, pooling reduction, reformats copy/layout = elementwise), before the attention and
+   GEMM words they carry;
+4. attention (CK-tile FMHA before FlashInfer, whose ``BatchPrefillWith`` words CK's paged prefill
+   shares; SageAttention), then MoE routing, then GEMMs library by library, so a low-precision
+   GEMM (``bmm_MxE4m3_MxE2m1*``, ``_matmul_ogs_*_mxfp4``) is a GEMM before any word about its
    precision is looked at;
-4. norms (a fused norm+quant kernel is a norm), quantization, softmax, RoPE, embedding,
+5. norms (a fused norm+quant kernel is a norm), quantization, softmax, RoPE, embedding,
    reduction, elementwise.
 
+Inductor kernels (``triton_<kind>_fused_<op>_..._<n>``) are decided by all their fused op words,
+first rule that holds: a template naming flex_attention is attention, one naming mm/bmm/addmm/
+conv is gemm; a forward pointwise kernel that materialises a broadcast (``expand`` + ``clone``, or
+``repeat``: GQA's repeat_kv) and carries a rotation is a copy (elementwise), because the copy of
+n_rep heads outweighs the rotation of one; a rotation (``cos``/``sin``, or ``cat`` + ``neg`` =
+rotate_half) is RoPE, even with a bmm (the angle product) or a QK-norm fused in; a reduction naming
+mm/bmm is a decode GEMV; ``rsqrt``/``var_mean``/a norm op is a norm; ``softmax``, or a reduction
+fusing ``max``/``amax`` with ``exp`` and ``sum``, is softmax (not ``amax`` alone: FP8 scales take one
+too); embedding; other reductions; other pointwise kernels
+(copies, expands, cat, index and math alike) are elementwise.
+
 Precision is not a category: :data:`PRECISION_TOKENS` read it from the name (see
-:func:`tracestory.analysis.families.kernel_precision`).
+:func:`tracestory.analysis.families.kernel_precision`; a collective's ``int8_t`` is its byte type,
+not a precision).
 
 Limits: names are all a rule sees. A custom kernel named like a library's is counted as that
 library; a cuDNN fusion-engine kernel (``cudnn::fusion::*``) is filed under attention
@@ -55,10 +71,34 @@ from dataclasses import dataclass
 # dpsk::ep::internode::dispatch_ll/combine_ll (deepseek-ai/profile-data#19);
 # masked_multihead_attention_kernel (TensorRT-LLM/FasterTransformer MMHA); _w8a8_block_fp8_matmul
 # (vLLM/SGLang Triton kernel). Some are a real name's leading part, where only that was printed.
+# Inductor names of a Qwen3 training step (triton_per_fused__unsafe_view_add_bmm_cat_cos_mean_...,
+# triton_red_fused_prepare_softmax_online_14, triton_poi_fused_clone_expand_unsqueeze_5 and the
+# leading part ..._unsafe_view_add_bmm_cat_clone_cos_expand, labelled there as the KV-head repeat;
+# its triton_poi_ prefix is ours, the source printed the fused part only),
+# triton_tem_fused__to_copy__unsafe_view_bmm_clone_expand_unsqueeze_view_8 (a profile in a public
+# write-up); triton_red_fused_div_exp_max_sub_sum_0 (a profiler table in a public issue);
+# SageAttention's qk_int_sv_f8_attn_kernel, QuantInt8Kernel, MeanScaleKernel (a torch profiler
+# table on sm_120 quoted in vllm-omni tests); CK-tile's
+# _ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel... (aiter) and
+# ck_tile::kentry<ck_tile::gfx950_t, 2, ck_tile::FmhaFwdKernel<... (a profiling report on MI350X);
+# TensorRT's trt_turing_h1688cudnn_*, trt_maxwell_sgemm_*, sm50_xmma_pooling_*_trt,
+# genericReformat::copyPackedKernel, cuInt8::nchwToNhwcKernel, __myl_* and __mye*_gemm_mha_v2
+# (nsys/ncu tables of TensorRT engines in public notes).
 
 # GEMM words of every library in this table: the moe range rules use them to find GEMMs
 # launched inside a router or expert range, whoever wrote them.
 GEMM_WORDS = r"gemm|gemv|nvjet|xmma|cublas|cutlass|^Cijk_|^bmm_|matmul|deep_?gemm"
+
+
+def _has(words: str) -> str:
+    """Lookahead: one of ``words`` (an alternation) is a whole fused-op word of an Inductor name."""
+    return rf"(?=\w*_(?:{words})(?:_|$))"
+
+
+# A rotation: cos/sin tables, or rotate_half (cat with neg).
+_ROTARY = "(?:" + _has("cos|sin") + "|" + _has("cat") + _has("neg") + ")"
+# A materialised broadcast: expand then clone (a contiguous copy of the view), or a repeat.
+_HEAD_REPEAT = "(?:" + _has("expand") + _has("clone") + "|" + _has("repeat|repeat_interleave") + ")"
 
 
 @dataclass(frozen=True)
@@ -115,35 +155,54 @@ RULES: tuple[KernelRule, ...] = (
       "Any other kernel that says it is a collective (aiter's reduce-scatter, NVSHMEM kernels). After "
       "the named libraries so they keep their names."),
     # ------------------------------------------------------------------ Inductor (torch.compile)
+    # Inductor names a kernel after every op fused into it; these rules read all of them (see
+    # "Inductor kernels" in the module docstring for the rule in words).
     R(r"^triton_tem_fused_\w*flex_(attention|decoding)|^triton_tem_\w*flex", "attention", "attention_gemm",
       "Triton template (attention)", "PyTorch", "FlexAttention (Inductor template)",
       ("triton_tem_fused_flex_attention_0", "triton_tem_fused_flex_attention_backward_2"),
       "torch.compile's FlexAttention: an attention template, not a matmul template."),
-    R(r"^triton_tem_\w*(mm|addmm|bmm|conv)(_\d+)?$|^triton_tem_fused_(add|b)?mm", "gemm", "gate_gemm",
+    R(r"^triton_tem_" + _has("mm|addmm|bmm|baddbmm|conv|convolution"), "gemm", "gate_gemm",
       "Triton template (matmul)", "PyTorch", "Inductor mm template",
-      ("triton_tem_fused_mm_0",),
-      "max-autotune matmul templates."),
+      ("triton_tem_fused_mm_0", "triton_tem_fused__to_copy__unsafe_view_bmm_clone_expand_unsqueeze_view_8"),
+      "max-autotune matmul/conv templates, whatever pointwise ops are fused as their prologue or epilogue "
+      "(a bmm template named after a clone/expand of its input is still the bmm)."),
+    R(r"^triton_poi_" + _HEAD_REPEAT + r"(?!\w*backward)" + _ROTARY, "elementwise", "other",
+      "Triton fused pointwise", "PyTorch", "Inductor copy/layout (head repeat)",
+      ("triton_poi_fused__unsafe_view_add_bmm_cat_clone_cos_expand",),
+      "A forward kernel that materialises a broadcast (expand + clone, repeat, repeat_interleave: GQA's "
+      "repeat_kv) is a copy: it writes n_rep copies of the keys/values, while a rotation fused into it touches "
+      "only its input once. The first names (cat, cos, neg) used to file it as RoPE."),
+    R(r"^triton_(poi|tem)_\w*" + _ROTARY, "rope", "other",
+      "Triton fused pointwise", "PyTorch", "Inductor RoPE",
+      ("triton_poi_fused_cat_cos_mul_sin_0", "triton_poi_fused_add_cat_mul_neg_slice_3",
+       "triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_cat_mul_neg_slice_transpose_view_3"),
+      "Inductor kernels that compute cos/sin tables or rotate_half (cat(-x2, x1): cat with neg) are RoPE, "
+      "even when the attention op they feed is named in them."),
+    R(r"^triton_(red|per)_\w*" + _ROTARY, "rope", "other",
+      "Triton fused reduction", "PyTorch", "Inductor RoPE",
+      ("triton_per_fused__unsafe_view_add_bmm_cat_cos_mean_mul_neg_pow_rsqrt_sin_slice_transpose_unsqueeze_view_3",),
+      "A reduction with a rotation fused in: the bmm beside cos/sin is the angle product (inv_freq x positions, "
+      "not a GEMM) and the mean/rsqrt a QK-norm applied before the rotation (Qwen3); in a backward kernel the "
+      "sum is the rotation's gradient. RoPE before the GEMV and norm rules for that reason."),
     R(r"^triton_(red|per)_fused\w*_(add|b)?mm(_|$)", "gemm", "gate_gemm",
       "Triton fused reduction", "PyTorch", "Inductor decode GEMV (reduction)",
       ("triton_red_fused_mm_t_view_12", "triton_red_fused__to_copy__unsafe_view_add_mean_mm_mul_pow_rsqrt_t_view_7",
        "triton_red_fused__unsafe_view_mm_mul_silu_t_view_8", "triton_red_fused__to_copy__unsafe_view_add_mean_mm_pow_6"),
       "Inductor lowers small-M matmuls (decode GEMVs) to reductions named after the fused ops: the weight "
       "read dominates them, so they are gemm even when a norm is fused in."),
-    R(r"^triton_\w*_(cos|sin)(_|$)|^triton_(?=\w*_cat(_|$))(?=\w*_neg(_|$))", "rope", "other",
-      "Triton fused pointwise", "PyTorch", "Inductor pointwise",
-      ("triton_poi_fused_cat_cos_mul_sin_0", "triton_poi_fused_add_cat_mul_neg_slice_3",
-       "triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy__unsafe_view_add_cat_mul_neg_slice_transpose_view_3"),
-      "Inductor kernels that compute cos/sin tables or rotate_half (cat(-x2, x1): cat with neg) are RoPE, "
-      "even when the attention op they feed is named in them."),
     R(r"^triton_\w*(rsqrt|var_mean|native_layer_norm|native_group_norm|native_batch_norm|rms_norm|layer_norm)",
       "norm", "norm", "Triton fused reduction", "PyTorch", "Inductor reduction",
       ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "triton_red_fused__to_copy__unsafe_view_add_mean_mul_pow_rsqrt_4",
        "triton_red_fused__fused_rms_norm__unsafe_view_add_3"),
       "Inductor kernels are named after the ops they fuse: rsqrt with mean/pow is RMSNorm, var_mean + rsqrt "
       "is LayerNorm, and torch 2.11 names the fused RMSNorm op itself (_fused_rms_norm)."),
-    R(r"^triton_\w*softmax", "softmax", "other", "Triton fused reduction", "PyTorch", "Inductor reduction",
-      ("triton_per_fused__softmax_2",),
-      "Inductor softmax (a reduction over the row)."),
+    R(r"^triton_\w*softmax|^triton_(red|per)_" + _has("exp") + _has("sum") + _has("max|amax"), "softmax", "other",
+      "Triton fused reduction", "PyTorch", "Inductor reduction",
+      ("triton_per_fused__softmax_2", "triton_red_fused_prepare_softmax_online_14",
+       "triton_red_fused_div_exp_max_sub_sum_0"),
+      "Inductor softmax (a reduction over the row), also its online form (prepare_softmax_online) and a "
+      "hand-written one (max, exp and sum fused in one reduction). Not amax alone: an amax is as often an "
+      "FP8 scale as a softmax's first pass."),
     R(r"^triton_\w*embedding", "embedding", "routing_permute", "Triton fused pointwise", "PyTorch",
       "Inductor pointwise", ("triton_poi_fused_embedding_0",),
       "Inductor embedding lookups (an indexed gather)."),
@@ -152,9 +211,57 @@ RULES: tuple[KernelRule, ...] = (
       "The Inductor reductions not claimed above."),
     R(r"^triton_poi_", "elementwise", "other", "Triton fused pointwise", "PyTorch", "Inductor pointwise",
       ("triton_poi_fused_add_mul_0", "triton_poi_fused__unsafe_view_mul_silu_5",
-       "triton_poi_fused_add_bitwise_and_bitwise_not_bitwise_or_ge_lt_mul_sub_0"),
-      "Inductor pointwise kernels not claimed above."),
+       "triton_poi_fused_add_bitwise_and_bitwise_not_bitwise_or_ge_lt_mul_sub_0",
+       "triton_poi_fused_clone_expand_unsqueeze_5"),
+      "Inductor pointwise kernels not claimed above: math (add, mul, silu) and copies/layout changes (clone, "
+      "expand, cat, index, _to_copy) alike; the llm taxonomy has one category for both."),
+    # ------------------------------------------------------------------ TensorRT
+    # TensorRT engines run their own kernels (trt_* builtins, *_trt xmma tactics, Myelin's __myl_/__mye
+    # generated kernels, genericReformat layout copies): TensorRT's family, not cuDNN's or cuBLAS's,
+    # each filed by what its name says it does. Before attention and GEMMs: their names say gemm, mha,
+    # relu, pool.
+    R(r"^__mye\w*mha|^_gemm_mha_v\d|^__myl_\w*mha", "attention", "attention_gemm", "TensorRT", "NVIDIA",
+      "TensorRT Myelin MHA",
+      ("__mye8037_gemm_mha_v2", "_gemm_mha_v2_0x7d506f90cde376753e5ca2590e8e79f6"),
+      "Myelin's fused multi-head attention in a TensorRT engine (gemm_mha_v2): attention, though its name "
+      "says gemm."),
+    R(r"^trt_\w*(gemm|cudnn|conv|fprop|dgrad|wgrad)|^sm\d+_xmma_\w*(gemm|fprop|dgrad|wgrad|conv)\w*_trt$|"
+      r"^__myl_(bb\d+_\d+_)?(fc|matmul|gemm|conv)|(^|[^a-z])trt[^a-z]\w*(gemm|fprop|conv)", "gemm", "gate_gemm", "TensorRT", "NVIDIA",
+      "TensorRT GEMM/convolution",
+      ("trt_turing_h1688cudnn_256x128_ldg8_relu_exp_small_nhwc_tn_v1", "trt_maxwell_sgemm_32x128_relu_tn_v1",
+       "__myl_FcCast_"),
+      "TensorRT's convolution and GEMM tactics (trt_<arch>_*cudnn*/sgemm builtins, smXX_xmma_* tactics ending "
+      "in _trt, Myelin kernels that start with a fully connected layer, Fc/MatMul): GEMMs, as cuDNN's "
+      "convolutions are, but TensorRT's."),
+    R(r"xmma_pooling\w*_trt$|^trt_\w*pool", "reduction", "other", "TensorRT", "NVIDIA", "TensorRT pooling",
+      ("sm50_xmma_pooling_coalescedC_NHWC_kMAX_3_False_execute_kernel_trt",),
+      "TensorRT's pooling tactics: a reduction over a window, like ATen's pooling."),
+    R(r"^__myl_\w*mea\w*(sqr|rsq)", "norm", "norm", "TensorRT", "NVIDIA", "TensorRT Myelin fused",
+      ("__myl_bb0_1_AddCasMulMeaSubMulMeaAddSqrDivMulCasMulAdd",),
+      "Myelin names a fused kernel after its ops, three letters each (Add, Cas(t), Mul, Mea(n), Sub, Sqr(t), "
+      "Div): a mean, then a square root of a second mean, is a LayerNorm/RMSNorm."),
+    R(r"genericReformat|^(void )?cuInt8::|generatedNativePointwise|^__myl_|(^|[^a-z])trt([^a-z]|$)", "elementwise",
+      "other",
+      "TensorRT", "NVIDIA", "TensorRT reformat/pointwise",
+      ("void genericReformat::copyPackedKernel<float, float, (bool)0, (bool)1, genericReformat::IdentityCoordMapper"
+       "<(int)4>, (int)4>(unsigned int, unsigned int, const void *, genericReformat::ArrayN<T6>, genericReformat::"
+       "ArrayNWit",
+       "void cuInt8::nchwToNhwcKernel<float>(int, int, int, int, int, int, int, int, bool, const T1 *, T1 *)",
+       "__myl_bb1_2_TraSliSliResTraResMovSli", "__myl_MulMulMulMulMulMulAddAddAddAddAddAddConcAdd"),
+      "TensorRT's layout and precision reformats between layers (genericReformat, cuInt8:: layout kernels: "
+      "copies), Myelin's fused pointwise kernels (Tra(nspose), Sli(ce), Res(hape), Mov(e), Mul, Add), and any "
+      "other kernel named TRT as a word (trt_*, *_trt, *::trt::*; not trtllm): pointwise or copy/layout work."),
     # ------------------------------------------------------------------ attention
+    R(r"ck_tile::\w*fmha|_zn7ck_tile\w*fmha|fmha_fwd|fmha_bwd|aiter::mha|aiter\w*fmha|mha_fwd|mha_bwd", "attention",
+      "attention_gemm", "CK/aiter", "AMD", "CK (Composable Kernel) FMHA",
+      ("_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernelINS_40BlockFmhaBatchPrefill"
+       "PipelineQRKSVSAsyncINS_36BlockFmhaBatchPrefillPipelineProblemIDF16bDF16bDF16bffDF16bhfDF16bfDF16bNS_13"
+       "TileFmhaShapeINS_8seq",
+       "ck_tile::kentry<ck_tile::gfx950_t, 2, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVSSageAttn<"),
+      "AMD Composable Kernel's tile FMHA (ck_tile::FmhaFwdKernel, FmhaBatchPrefillWithPagedKVCacheKernel) as "
+      "flash-attention on ROCm and aiter run it, and aiter's fmha_fwd/bwd kernels. Before FlashInfer: CK's batch "
+      "prefill kernel is named like FlashInfer's (BatchPrefillWith...); before SageAttention: CK's "
+      "SageAttention pipeline (BlockFmhaPipelineQRKSVSSageAttn) is CK's kernel."),
     R(r"pytorch_flash::|flash_fwd|flash_bwd|FlashAttnFwd|FlashAttnBwd|flash::", "attention", "attention_gemm",
       "FlashAttention", "Dao-AILab", "FlashAttention 2/3",
       ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, "
@@ -195,11 +302,25 @@ RULES: tuple[KernelRule, ...] = (
        "float const*, float*, float*, float*, float*, float*, unsigned int, unsigned int, unsigned int, unsigned int"),
       "cuDNN's fused attention (SDPA cudnn backend) and the fusion-engine kernels it launches with it "
       "(lean_reduction_kernel computes the softmax statistics inside the attention op)."),
-    R(r"ck_tile::Fmha|fmha_fwd|fmha_bwd|aiter::mha|mha_fwd|mha_bwd|^attn_fwd|^_attn_fwd|attn_bwd",
-      "attention", "attention_gemm", "FlashAttention", "AMD", "CK/aiter/Triton FMHA (ROCm)",
+    R(r"qk_int8_sv_f8_accum_f\d+_attn|qk_int_sv_f(8|16)_attn|sageattn|sage_?attention", "attention",
+      "attention_gemm", "SageAttention", "THU-ML", "SageAttention",
+      ("void qk_int_sv_f8_attn_kernel<128u, 64u, 32u, 64u, 128u, (DataType)1>",
+       "qk_int8_sv_f8_accum_f32_attn_inst_buf"),
+      "SageAttention (INT8 QK^T, FP8 PV): its CUDA kernels (qk_int_sv_f8_attn_kernel, qk_int_sv_f16_attn_kernel) "
+      "and the ops that launch them (qk_int8_sv_f8_accum_f32_attn*). Attention, not quantization: the int8/fp8 "
+      "words are its operand types."),
+    R(r"^(void )?(QuantInt8Kernel|MeanScaleKernel|TransposePadPermuteKernel)<", "quantization", "quant_dequant",
+      "SageAttention", "THU-ML", "SageAttention quantization",
+      ("void QuantInt8Kernel<128u, 32u, 1u, false, false, __nv_bfloat16>",
+       "void MeanScaleKernel<64u, false, __nv_bfloat16>"),
+      "SageAttention's prologue: Q/K quantized to INT8 per block (QuantInt8Kernel, after smoothing K by its mean, "
+      "MeanScaleKernel) and V transposed and scaled to FP8. Its cost belongs to the attention's choice of "
+      "SageAttention, filed under quantization."),
+    R(r"^attn_fwd|^_attn_fwd|attn_bwd", "attention", "attention_gemm", "FlashAttention", "AMD",
+      "Triton flash attention (attn_fwd)",
       ("attn_fwd",),
-      "ROCm attention: Composable Kernel and aiter FMHA, and the Triton flash-attention kernel (attn_fwd) "
-      "that PyTorch SDPA and vLLM run on MI300X."),
+      "The Triton flash-attention kernel (attn_fwd) that PyTorch SDPA and vLLM run on MI300X (also the name of "
+      "Triton's tutorial kernel and SageAttention's Triton path, which a name cannot tell apart)."),
     R(r"paged_attention|paged_?attn|pa_fwd|decode_attention|prefill_attention|unified_attention",
       "attention", "attention_gemm", "", "", "paged attention",
       ("void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16, __hip_bfloat16, (vllm::Fp8KVCacheDataType)0, "
@@ -387,7 +508,7 @@ RULES: tuple[KernelRule, ...] = (
       "permutation in moe."),
     R(r"elementwise|vectorized_|unrolled_|functor|copy|fill|catarray|nchwtonhwc|nhwctonchw|transpose|"
       r"multi_tensor_apply|act_and_mul|silu|gelu|relu|swiglu|dropout|clamp|where|scalePackedTensor|"
-      r"ClassNLLCriterion_updateGradInput|arange|future_token_ids",
+      r"ClassNLLCriterion_updateGradInput|arange|future_token_ids|upsample",
       "elementwise", "other", "", "", "pointwise",
       ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
        "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
@@ -401,7 +522,7 @@ RULES: tuple[KernelRule, ...] = (
       "Pointwise math, activations, copies, fills and layout changes (ATen elementwise kernels, "
       "CatArrayBatchedCopy, cuDNN layout transforms, foreach optimizer kernels, serving stacks' small "
       "index bookkeeping kernels such as vLLM's page-index copy, the NLL loss's backward, which writes one "
-      "value per row)."),
+      "value per row, nearest/linear upsampling, one output from one or a few inputs)."),
     R(r"par_ranged[12]d_kernel|^vector_(add|mul|sub|scale)|^init_array", "elementwise", "other", "", "", "parallel-for loop",
       ("void clover::par_ranged2d_kernel<build_field(global_variables &)::[lambda(int, int) (instance 1)]>"
        "(clover::Range2d, T1)",
@@ -435,6 +556,7 @@ NAMESPACES: tuple[tuple[str, str, str], ...] = (
     ("SGLang", "SGLang", r"sgl_hip|sglang|sgl_kernel"),
     ("aiter", "AMD", r"aiter"),
     ("TensorRT-LLM", "NVIDIA", r"tensorrt_llm|trtllm"),
+    ("TensorRT", "NVIDIA", r"nvinfer1::"),  # TensorRT plugins: the rule says what they do
     ("FlashInfer", "FlashInfer", r"flashinfer"),
     ("cuDNN", "NVIDIA", r"cudnn"),
     ("CUB/rocPRIM", "NVIDIA/AMD", r"\bcub::|rocprim::|at_cuda_detail::"),
@@ -453,7 +575,7 @@ PRECISION_TOKENS: tuple[tuple[str, str], ...] = (
     ("mxfp8", r"mxfp8|MXFP8|MxE4m3|MxE5m2|BlockScaleQuantizationType\)2\b"),
     ("fp8", r"(?<!Mx)E4m3|(?<!Mx)E5m2|e4m3|e5m2|[Ff]loat8|fp8|FP8|Fp8(?!KVCacheDataType)|__nv_fp8|"
             r"Fp8KVCacheDataType\)[12]|^nvjet_(sm\d+_)?q|^Cijk_A\w+?_B\w+?_F8"),
-    ("int8", r"int8_t|\bint8\b|Int8|s8s8|a8w8|i8i8|^Cijk_A\w+?_B\w+?_(4xi8|I8)"),
+    ("int8", r"int8_t|\bint8\b|(?<!cu)Int8|s8s8|a8w8|i8i8|^Cijk_A\w+?_B\w+?_(4xi8|I8)"),
     ("fp16", r"c10::Half|half_t|\bhalf\b|__half|_half\b|^nvjet_(sm\d+_)?h|^Cijk_A\w+?_B\w+?_H(HS|B)_|fp16|FP16|"
              r"(?<!B)Float16|_f16f16"),
     ("bf16", r"BFloat16|[Bb]float16|__nv_bfloat16|__hip_bfloat16|bf16|BF16|DF16b|^nvjet_(sm\d+_)?t|"

@@ -7,7 +7,11 @@ training step), so advice is only given to programs it fits.
 
 Signals (names only; no timing):
 
-* **PyTorch**: CPU ops named ``aten::*`` / ``autograd::*`` or a ``ProfilerStep#N`` range.
+* **PyTorch**: CPU ops named ``aten::*`` / ``autograd::*`` or a ``ProfilerStep#N`` range; without
+  CPU ops (a GPU-only trace: torch.profiler with CUDA activities only, an nsys run without NVTX),
+  kernels of PyTorch's own library (ATen: ``at::native::*``, ``void at::native::...``,
+  ``at_cuda_detail::``, ``c10::`` types in ATen kernels) or Inductor kernels, which only a PyTorch
+  program launches.
 * **torch.compile**: Inductor kernels (``triton_poi_*``, ``triton_red_*``, ``triton_per_*``,
   ``triton_tem_*``) or ``CompiledFxGraph`` / ``Torch-Compiled Region`` ranges.
 * **graph replays**: :mod:`.graphs` (kernels launched by ``cudaGraphLaunch`` / ``hipGraphLaunch``).
@@ -17,7 +21,9 @@ Signals (names only; no timing):
   never name the engine.
 * **training**: backward ops (``*Backward*``, ``autograd::engine::evaluate_function``) or an
   optimizer step (``Optimizer.step``); **inference** when model ops (GEMM, convolution, attention,
-  embedding, norm) ran and none of those did; else ``unknown`` (a toy program says neither).
+  embedding, norm) ran and none of those did, or a serving engine ran; without CPU ops the kernels
+  tell it where they can (gradient kernels: training; Inductor's ``_no_training`` kernels:
+  inference); else ``unknown`` (a toy program says neither).
 * **platform**: HIP API names (``hip*``) or AMD kernel libraries mean ROCm; CUDA API names mean CUDA.
 
 Limits: a trace without CPU ops (nsys without NVTX, a kernel-only export) says nothing about the
@@ -35,6 +41,8 @@ from ..trace import Trace
 from .graphs import GraphReplays, graph_replays
 
 _PYTORCH_OP = re.compile(r"^(aten|autograd|c10d|profiler)::|^ProfilerStep#\d+$")
+# ATen's kernels: launched only by PyTorch (libtorch), whatever program calls it.
+_ATEN_KERNEL = re.compile(r"^(void )?at::native::|\bat::native::|^(void )?at_cuda_detail::|\bcunn_")
 _INDUCTOR_KERNEL = re.compile(r"^triton_(poi|red|per|tem)_")
 _COMPILED_RANGE = re.compile(r"CompiledFxGraph|Torch-Compiled Region")
 _BACKWARD = re.compile(r"Backward|^autograd::engine::evaluate_function|_backward(_data)?$")
@@ -96,9 +104,13 @@ def detect_producer(trace: Trace) -> Producer:
     evidence = []
 
     torch_name = _first(cpu_names, _PYTORCH_OP)
+    aten_kernel = None if torch_name else (_first(kernels, _ATEN_KERNEL) or _first(kernels, _INDUCTOR_KERNEL))
     if torch_name:
         framework = "pytorch"
         evidence.append(f"PyTorch ops ({torch_name})")
+    elif aten_kernel:
+        framework = "pytorch"
+        evidence.append(f"PyTorch's kernels without PyTorch ops on the CPU side ({aten_kernel[:60]})")
     elif apis or cpu_names:
         framework = "none"
         evidence.append("no PyTorch ops among the CPU-side names: a program without PyTorch")

@@ -108,7 +108,7 @@ def load_file(path: str | os.PathLike, *, require_gpu: bool = True, progress: Pr
         if kind == "nsys-rep":
 
             path = export_nsys_rep(path)
-        return "traces", load_nsys_sqlite(path)
+        return "traces", load_nsys_sqlite(path, require_gpu=require_gpu)
     if kind == "nsys-csv":
         return "traces", load_nsys_csv(path)
 

@@ -16,6 +16,9 @@ A Kineto trace is one JSON object whose ``traceEvents`` array holds complete eve
 ``user_annotation``                  ``ranges``, CPU side (``record_function``, ProfilerStep#N)
 ``gpu_user_annotation``              ``ranges``, GPU side
 ``[memory]`` instants                ``memory`` (allocated / reserved samples)
+``cuda_profiler_range``              ``kernels``: a CUPTI range-profiler run (one range per
+                                     kernel, counters in args); with no ``kernel`` event the
+                                     trace has no timeline (``has_timeline`` False)
 ===================================  =======================================
 
 Collectives: a kernel that carries "Collective name" (and the sizes, dtype, process group and
@@ -170,6 +173,7 @@ class _Doc(msgspec.Struct):
     with_modules: int | bool | None = None
 
 
+_RANGE_PROFILER_CAT = "cuda_profiler_range"
 # Event routing: cat -> table kind.
 _K_KERNEL, _K_MEMCPY, _K_MEMSET, _K_RUNTIME, _K_DRIVER, _K_OP, _K_RANGE_CPU, _K_RANGE_GPU = range(8)
 _K_NO_CAT = -2
@@ -177,6 +181,9 @@ _KIND_CAT = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver"
              "gpu_user_annotation")
 _CAT_KIND = {
     "kernel": _K_KERNEL, "Kernel": _K_KERNEL,
+    # CUPTI range profiler (torch.profiler with experimental_config profiler_metrics): one range per
+    # kernel, replayed alone for its counters; the kernels of that run, read as kernels
+    _RANGE_PROFILER_CAT: _K_KERNEL,
     "gpu_memcpy": _K_MEMCPY, "Memcpy": _K_MEMCPY,
     "gpu_memset": _K_MEMSET, "Memset": _K_MEMSET,
     "cuda_runtime": _K_RUNTIME, "Runtime": _K_RUNTIME,
@@ -385,6 +392,7 @@ class _Builder:
         self.comm_ops: list[dict] = []  # collective args found on CPU ops, by External id
         self.warnings: Counter = Counter()  # what was dropped or repaired, and how often
         self.collectives = True  # whether the chunk being added may hold collective args
+        self.profiler_ranges = 0  # cuda_profiler_range events read as kernels
 
     def add(self, events: list[_Event], collectives: bool = True) -> None:
         self.event_count += len(events)
@@ -392,6 +400,7 @@ class _Builder:
         n = len(events)
         cats = _col(events, attrgetter("cat"))
         kinds = np.fromiter(map(_CAT_KIND.get, cats, repeat(-1, n)), dtype=np.int8, count=n)
+        self.profiler_ranges += cats.count(_RANGE_PROFILER_CAT)
         phs = _col(events, attrgetter("ph"))
         is_x = np.fromiter(map("X".__eq__, phs), dtype=bool, count=n)
         routed = kinds >= 0
@@ -782,6 +791,11 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
         if getattr(doc, k) is not None
     }
     extra["event_count"] = builder.event_count
+    # A CUPTI range-profiler trace: its kernels ran one at a time, replayed for their counters, so
+    # their times are profiling passes, not a timeline (read as a summary: has_timeline False).
+    range_profiler = builder.profiler_ranges > 0 and builder.kernel_count <= builder.profiler_ranges
+    if builder.profiler_ranges:
+        extra["cuda_profiler_ranges"] = builder.profiler_ranges
     meta = TraceMeta(
         source_path=str(path),
         source_format="kineto",
@@ -792,6 +806,7 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
         process_id=main_pid,
         process_name=builder.process_names.get(main_pid) if main_pid is not None else None,
         distributed=dist,
+        has_timeline=not range_profiler,
         extra=extra,
         warnings=tuple(f"{count:,} {what}" for what, count in builder.warnings.items()),
     )

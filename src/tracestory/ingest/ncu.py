@@ -36,7 +36,11 @@ Each reader checks what it read against what the format itself says (see :mod:`.
 :mod:`.ncu_rep`): a file that holds no usable kernel is refused in one line
 (:class:`TraceFormatError`); kernels that cannot be trusted (a last row cut short, a kernel
 with fewer metric rows than the others, an action without name or metrics) are dropped and
-the drop is stated in ``KernelMetrics.warnings``, short strings with counts. Any exception the
+the drop is stated in ``KernelMetrics.warnings``, short strings with counts. A kernel that ncu
+profiled but measured nothing for (collection failed or was filtered out: only its name and launch
+shape are there) is kept, with ``has_metrics`` False; ``KernelMetrics.without_metrics`` lists them
+and a warning says which kernels the results speak for, so a report does not take the kernels
+with metrics (an RNG init, say) for the workload. Any exception the
 CSV module, gzip or the ``ncu-report`` binding raises on bad bytes becomes one
 :class:`TraceFormatError` naming the file.
 
@@ -185,6 +189,13 @@ _TENSOR_OP = re.compile(r"^sm__ops_path_tensor_op_[a-z]+_src_([a-z0-9]+?)(?:_dst
 _INT_TENSOR = ("int1", "int4", "int8")
 
 
+# Fields that ncu measures (not the launch shape it records): a kernel with none of them has no metrics.
+MEASURED_FIELDS = ("duration_ns", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
+                   "dram_bytes_read", "dram_bytes_written", "dram_bytes_per_s", "achieved_occupancy_pct",
+                   "tensor_pipe_pct", "fp32_pipe_pct", "fp64_pipe_pct", "l1_hit_rate_pct", "l2_hit_rate_pct",
+                   "warp_cycles_per_issue", "warp_stall_pct", "flops")
+
+
 @dataclass(frozen=True)
 class KernelRecord:
     """One profiled kernel. Base units; ``None`` where the input lacks the metric."""
@@ -239,6 +250,13 @@ class KernelRecord:
     rules: tuple[tuple[str, str, str, float | None], ...] = ()
 
     @property
+    def has_metrics(self) -> bool:
+        """Whether ncu measured anything for this kernel (a time, a throughput, an occupancy, a
+        pipe or cache rate, FLOPs): a kernel whose collection failed or was skipped keeps only its
+        name and launch shape."""
+        return any(getattr(self, f) is not None for f in MEASURED_FIELDS)
+
+    @property
     def dram_bytes(self) -> float | None:
         if self.dram_bytes_read is None or self.dram_bytes_written is None:
             return None
@@ -272,6 +290,16 @@ class KernelMetrics:
 
     def __len__(self) -> int:
         return len(self.kernels)
+
+    @property
+    def without_metrics(self) -> tuple[KernelRecord, ...]:
+        """Kernels ncu profiled but measured nothing for (see :attr:`KernelRecord.has_metrics`):
+        what these results say is about the others only."""
+        return tuple(k for k in self.kernels if not k.has_metrics)
+
+    @property
+    def with_metrics(self) -> tuple[KernelRecord, ...]:
+        return tuple(k for k in self.kernels if k.has_metrics)
 
     def __iter__(self) -> Iterator[KernelRecord]:
         return iter(self.kernels)
@@ -470,8 +498,24 @@ def _load(path: Path) -> KernelMetrics:
         if parse_value(ident.get("id")) is None or isinstance(parse_value(ident.get("id")), str):
             raise TraceFormatError(path, "an integer kernel ID", f"{str(ident.get('id'))[:40]!r}")
         records.append(build_record(ident, metrics, rules, units))
+    empty = [r for r in records if not r.has_metrics]
+    if empty:
+        names = sorted({_short(r.name) for r in empty})
+        measured = sorted({_short(r.name) for r in records if r.has_metrics})
+        warnings.append(
+            f"{len(empty)} of {len(records)} profiled kernels have no metrics ({', '.join(names[:3])}"
+            f"{', ...' if len(names) > 3 else ''}): ncu measured nothing for them, so these results speak only "
+            f"for the other {len(records) - len(empty)}"
+            + (f" ({', '.join(measured[:3])}{', ...' if len(measured) > 3 else ''})" if measured else ""))
     return KernelMetrics(source_path=str(path), source_format=fmt, kernels=tuple(records), units=units,
                          warnings=tuple(warnings))
+
+
+def _short(name: str) -> str:
+    """A kernel's name without return type, namespaces, template and argument lists, at most 60
+    characters (for warnings): ``void at::native::reduce_kernel<512, 1, ...>(...)`` -> ``reduce_kernel``."""
+    base = name.removeprefix("void ").split("<")[0].split("(")[0]
+    return (base.rsplit("::", 1)[-1] or name)[:60]
 
 
 _JSON_SKIP = ("raw", "rules")
@@ -492,6 +536,7 @@ def kernel_metrics_to_json(km: KernelMetrics) -> list[dict]:
         row["dram_bytes"] = k.dram_bytes
         row["achieved_flops_per_s"] = k.achieved_flops_per_s
         row["arithmetic_intensity"] = k.arithmetic_intensity
+        row["has_metrics"] = k.has_metrics
         row["rules"] = [{"rule": r[0], "type": r[1], "description": r[2], "estimated_speedup_pct": r[3]}
                         for r in k.rules]
         row["raw"] = dict(k.raw)

@@ -91,6 +91,12 @@ def _kind_of(header: list[str]) -> str | None:
     return None
 
 
+# nsys stats' default (column) format: a header whose names are separated by runs of spaces, under
+# a " ** Title (report):" banner and over a line of dashes. Not a CSV; the user re-runs with --format csv.
+_COLUMN_FORMAT = re.compile(r"^\s*(Time \(%\)|Start \(ns\))\s{2,}(Total Time|Duration|Instances)"
+                            r"|^\s*-{4,}(\s{2}-{4,}){2,}\s*$")
+
+
 def _sections(text: str, path: Path, warnings: list[str]) -> list[tuple[str, list[str], list[list[str]]]]:
     out = []
     current = None
@@ -119,6 +125,11 @@ def _sections(text: str, path: Path, warnings: list[str]) -> list[tuple[str, lis
     if bad_rows:
         warnings.append(f"{bad_rows} row(s) whose cell count does not match their header ended a report early")
     if not out:
+        table = next((ln for ln in text.splitlines() if _COLUMN_FORMAT.search(ln)), None)
+        if table is not None:
+            raise TraceFormatError(path, "an nsys stats CSV (re-run with `nsys stats --format csv`)",
+                                   "nsys stats' default column format (aligned columns, "
+                                   f"{' '.join(table.split())[:60]!r})")
         first = next((ln for ln in text.splitlines() if ln.strip()), "")
         raise TraceFormatError(path, "an nsys stats CSV (cuda_gpu_trace, cuda_gpu_kern_sum, nvtx_sum, "
                                      "or legacy gputrace/gpukernsum)",

@@ -330,11 +330,14 @@ def _memory(db: Db) -> dict | None:
 
 
 # --------------------------------------------------------------------------- entry point
-def load_nsys_sqlite(path: str | os.PathLike, *, kernel_columns: str = "all") -> list[Trace]:
+def load_nsys_sqlite(path: str | os.PathLike, *, kernel_columns: str = "all", require_gpu: bool = True) -> list[Trace]:
     """Read an ``nsys export --type sqlite`` file: one Trace per process with GPU activity.
 
     ``kernel_columns="core"`` skips the launch shape (grid, block, registers, shared memory,
     short names: left missing) for a faster load when only times and names are needed.
+    ``require_gpu``: raise :class:`TraceFormatError` when no process has a kernel, memcpy or
+    memset row (a run traced without ``-t cuda``, or one that launched nothing), as the Kineto
+    reader does; ``False`` reads the CPU side (CUDA API calls, NVTX) alone.
     """
     if kernel_columns not in ("all", "core"):
         raise UsageError(f"kernel_columns must be 'all' or 'core', got {kernel_columns!r}")
@@ -351,7 +354,7 @@ def load_nsys_sqlite(path: str | os.PathLike, *, kernel_columns: str = "all") ->
     try:
         db = Db(path, fast=_PAGE_READER)
         try:
-            traces = _load(db, warnings, core=kernel_columns == "core")
+            traces = _load(db, warnings, core=kernel_columns == "core", require_gpu=require_gpu)
         finally:
             db.close()
     except TracestoryError:
@@ -380,7 +383,7 @@ def _check_length(path: Path) -> None:
                                      f"({pages * page_size} bytes)", f"{size} bytes (cut short)")
 
 
-def _load(db: Db, warnings: list[str], core: bool = False) -> list[Trace]:
+def _load(db: Db, warnings: list[str], core: bool = False, require_gpu: bool = True) -> list[Trace]:
     known = {KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX}
     if not known & db.tables:
         listed = ", ".join(sorted(db.tables)[:6]) or "no tables"
@@ -401,7 +404,14 @@ def _load(db: Db, warnings: list[str], core: bool = False) -> list[Trace]:
     def keys(*kinds):
         return set().union(*(keys_of.get(kind, set()) for kind in kinds)) - {-1}
 
-    procs = sorted(keys("kernels", "memops")) or sorted(keys("api", "ranges"))
+    procs = sorted(keys("kernels", "memops"))
+    if not procs and require_gpu and (keys("api") or keys("ranges")):
+        n_api = sum(len(t["_key"]) for k, t in tables.items() if k == "api" and t is not None)
+        n_rng = sum(len(t["_key"]) for k, t in tables.items() if k == "ranges" and t is not None)
+        raise TraceFormatError(
+            db.path, "GPU activity (CUPTI_ACTIVITY_KIND_KERNEL, _MEMCPY or _MEMSET rows)",
+            f"{n_api:,} CUDA API calls, {n_rng:,} NVTX ranges and none on the GPU (was it traced with -t cuda?)")
+    procs = procs or sorted(keys("api", "ranges"))
     if not procs:
         raise TraceFormatError(db.path, "GPU activity, CUDA API calls or NVTX ranges", "none in any process")
     meta_kv = metadata(db)

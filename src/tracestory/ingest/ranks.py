@@ -165,7 +165,7 @@ def load_source(source: RankSource, *, require_gpu: bool = True) -> list[Trace]:
         path = source.path
         if source.kind == "nsys-rep":
             path = export_nsys_rep(path)
-        traces = load_nsys_sqlite(path)
+        traces = load_nsys_sqlite(path, require_gpu=require_gpu)
     out = []
     for t in traces:
         if t.meta.rank is None:
