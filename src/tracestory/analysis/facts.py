@@ -145,8 +145,8 @@ def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMet
     cats = tuple(analysis.classification.taxonomy.categories)
     attention_ran = "attention" in cats and bool(
         (analysis.classification.kernel_category == cats.index("attention")).any())
-    workload = classify_workload(trace, producer, attention_ran)
     kf = kernel_facts(analysis, producer)
+    workload = classify_workload(trace, producer, attention_ran, kf.unfused_attention)
     has_timeline = analysis.timeline is not None
     path, scope = step_critical_path(trace, analysis.classification, analysis.phases) if has_timeline else (None, "")
     joins = tuple(h.join if first else join_ncu(trace, h.metrics) for h in hardware if h.join is not None or not first)

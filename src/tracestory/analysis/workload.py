@@ -14,7 +14,7 @@ Signals (names are matched case-insensitively; each signal keeps the first name 
   ``group_norm``, ``layer_norm``, ``pooling``, ``upsample``, ``embedding``, ``embedding_bag``
   (``aten::embedding_bag``, FBGEMM table-batched embedding kernels), ``stft`` (``aten::stft``);
 * attention: ``attention`` (fused attention ops or kernels of the attention category),
-  ``unfused_attention`` (``aten::bmm``/``matmul`` with ``aten::softmax`` and no fused attention),
+  ``unfused_attention`` (a softmax between batched GEMMs: :mod:`tracestory.analysis.kernels`),
   ``causal`` (an attention op recorded with a causal mask, or a serving engine);
 * decoder-LLM building blocks, split by whether they already run fused: ``rms_norm_fused``
   (an RMSNorm kernel or op such as ``fused_add_rms_norm``) / ``rms_norm_unfused`` (``aten::pow``,
@@ -187,7 +187,8 @@ def _first_dims(cell) -> list | None:
     return None
 
 
-def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np.ndarray) -> dict[str, str]:
+def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np.ndarray,
+             unfused: tuple[str, ...]) -> dict[str, str]:
     ops = _unique_names(trace, trace.ops["name"])
     ranges = _unique_names(trace, trace.ranges["name"])
     kernels = _unique_names(trace, trace.kernels["name"])
@@ -209,9 +210,8 @@ def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np
         hit = first(kernels, _ATTENTION_KERNEL)
         if hit:
             found["attention"] = hit[:80]
-    if "attention" not in found and ({"aten::bmm", "aten::matmul"} & opset) and \
-            ({"aten::softmax", "aten::_softmax"} & opset):
-        found["unfused_attention"] = "aten::bmm/matmul with aten::softmax"
+    if unfused:
+        found["unfused_attention"] = unfused[0][:80]
     if "rms_norm_fused" not in found and {"aten::pow", "aten::mean", "aten::rsqrt"} <= opset:
         found["rms_norm_unfused"] = "aten::pow + aten::mean + aten::rsqrt"
     if "gated_act_fused" not in found and "aten::silu" in opset and "aten::mul" in opset:
@@ -252,11 +252,13 @@ def _llm_kind(s: dict[str, str], producer: Producer) -> str:
     return "llm_prefill"        # a forward over whole sequences, no one-token steps
 
 
-def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool = False) -> Workload:
+def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool = False,
+                      unfused_attention: tuple[str, ...] = ()) -> Workload:
     """The :class:`Workload` of one trace. ``attention_kernels``: kernels of the attention category
-    ran (from the classification)."""
+    ran (from the classification); ``unfused_attention``: the evidence of attention run as bmm +
+    softmax ops (:func:`tracestory.analysis.kernels.unfused_attention`)."""
     rows = _gemm_rows(trace)
-    s = _signals(trace, producer, attention_kernels, rows)
+    s = _signals(trace, producer, attention_kernels, rows, unfused_attention)
     has = s.__contains__
     blocks = {b: s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)
               for b in _DECODER_BLOCKS if s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)}

@@ -53,7 +53,10 @@ def _codebase(runs) -> list[str]:
                          for f, n, t, k in fams], "lrrrl")
         out.append("")
         facts = run.kernel_facts
-        out.append(f"- Execution mode: {facts.execution_mode}")
+        kind = run.facts.kind
+        mode = (f"stream capture ({'; '.join(kind.evidence)}): the launches were recorded into a graph, not run"
+                if kind.kind == "stream_capture" else facts.execution_mode)
+        out.append(f"- Execution mode: {mode}")
         _, op = _precisions(a)
         named = ", ".join(f"{p} ({fmt_pct(sh)} of kernel time)" for p, sh in facts.precisions)
         out.append(f"- Precisions in GEMM/attention op inputs: {', '.join(op) if op else 'n/a (no op input types recorded)'}; "
@@ -61,7 +64,9 @@ def _codebase(runs) -> list[str]:
         if facts.attention:
             out.append("- Attention implementation: " + "; ".join(
                 f"{impl} x{n} ({fmt_ns(t)})" for impl, n, t in facts.attention))
-        else:
+        if facts.unfused_attention:
+            out.append("- Attention: unfused (bmm + softmax ops): " + "; ".join(facts.unfused_attention[:2]))
+        elif not facts.attention:
             out.append("- Attention implementation: none found (no attention-category kernels)")
         out.append("")
     return out
