@@ -48,11 +48,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import CPU_SIDE, Trace
+from ..trace import Trace
 from . import intervals
 from .links import gpu_ops_column, launch_index
 from .nesting import nest_intervals, thread_codes
-from .phases import Phases, phases as compute_phases
+from .phases import Phases, cpu_intervals, phases as compute_phases
 
 STALL_MIN_NS = 1_000_000
 MIN_COVER = 0.5  # the cause must cover at least this share of the host's part of the gap
@@ -70,16 +70,6 @@ class GapCause:
     within: str | None = None    # innermost CPU op/range enclosing the launch call (>= half the gap)
     within_dur_ns: int | None = None
     step: str | None = None      # the phase whose CPU range holds the gap's start
-
-
-def _cpu_intervals(trace: Trace):
-    """Every CPU interval: ops, then CPU-side ranges (start, end, name code, pid, tid)."""
-    o, r = trace.ops, trace.ranges
-    cpu = np.flatnonzero(r["side"] == CPU_SIDE) if len(r) else np.zeros(0, dtype=np.int64)
-    cols = []
-    for c in ("start_ns", "end_ns", "name", "pid", "tid"):
-        cols.append(np.concatenate([np.asarray(o[c], dtype=np.int64), np.asarray(r[c][cpu], dtype=np.int64)]))
-    return cols
 
 
 def _next_ops(trace: Trace, b: np.ndarray):
@@ -180,7 +170,7 @@ def gap_causes(trace: Trace, *, min_ns: int = STALL_MIN_NS, limit: int = 50,
     w0, w1 = a, np.minimum(b, le)
     host = known & (le > a)
 
-    c_start, c_end, c_name, c_pid, c_tid = _cpu_intervals(trace)
+    c_start, c_end, c_name, c_pid, c_tid = cpu_intervals(trace)
     cause = np.full(n, -1, dtype=np.int64)
     overlap_of = np.zeros(n, dtype=np.int64)
     within = np.full(n, -1, dtype=np.int64)

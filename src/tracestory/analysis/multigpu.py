@@ -15,7 +15,8 @@ are the unions of compute, communication and all ops; overlap = ``|C| + |M| - |A
 communication = ``|M| - overlap``; idle = window - ``|A|`` with window = first GPU op start to
 last GPU op end. Per step the same inside the step's GPU span (first start to last end of the GPU
 ops launched in the step); steps are ``ProfilerStep#N`` ranges, or a repeated top-level range
-(one family of >= 2), matched across ranks by step number, else by order.
+(one family of >= 2 that, from 3 members, passes :mod:`.phases`' loop tests: ``layer_0``..
+``layer_31`` are not steps), matched across ranks by step number, else by order.
 
 Clock alignment (offsets added to each rank's times to reach the reference = lowest rank):
 
@@ -157,7 +158,9 @@ def _steps(trace: Trace, cu, mu, au) -> RankSteps:
     chosen = [p for p in ph.phases if p.gpu_start_ns is not None]
     if ph.source != "ProfilerStep":
         fams = {p.family for p in chosen}
-        if len(fams) != 1 or len(chosen) < 2:
+        loops = {f.family for f in ph.families}
+        # one family, and a loop of steps (phases.py's tests a-c), not the layers of one pass
+        if len(fams) != 1 or len(chosen) < 2 or (len(chosen) >= 3 and not fams <= loops):
             chosen = []
     lo = np.array([p.gpu_start_ns for p in chosen], dtype=np.int64)
     hi = np.array([p.gpu_end_ns for p in chosen], dtype=np.int64)
