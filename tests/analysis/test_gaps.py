@@ -9,8 +9,8 @@ import gzip
 import json
 
 import pytest
-
 from conftest import H200_LLAMA, TEST_DATA
+
 from tracestory.analysis import findings
 from tracestory.analysis.gaps import GapCause, gap_causes
 from tracestory.ingest import load_inputs

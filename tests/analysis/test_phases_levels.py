@@ -12,8 +12,8 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import TEST_DATA
+
 from tracestory.analysis.phases import phases
 from tracestory.ingest import load_inputs
 from tracestory.trace import CPU_SIDE, StringPool, TraceMeta, build_trace, make_table
@@ -158,9 +158,13 @@ def test_resnet_training_without_step_markers():
     assert ph.source == "training"
 
     ev = [e for e in _json_events(RESNET) if e.get("ph") == "X"]
-    us = lambda x: int(x) * 1000  # noqa: E731 - Kineto 2021 writes integer epoch microseconds
-    # the loader reads them as float64 (about 256 ns apart at 1.6e18 ns): compare within 1 us
-    near = lambda a, b: abs(a - b) < 1000  # noqa: E731
+
+    def us(x):  # Kineto 2021 writes integer epoch microseconds
+        return int(x) * 1000
+
+    def near(a, b):  # the loader reads them as float64 (256 ns apart at 1.6e18 ns): within 1 us
+        return abs(a - b) < 1000
+
     opt = sorted((us(e["ts"]), us(e["ts"] + e["dur"])) for e in ev if e["name"] == "Optimizer.step#SGD.step")
     bwd = sorted(us(e["ts"]) for e in ev if e.get("cat") == "Operator"
                  and (e["name"].endswith("Backward") or e["name"] == "torch::autograd::AccumulateGrad"))

@@ -90,7 +90,8 @@ def test_one_rank_says_nothing_about_waiting():
 def _linked_nccl(path):
     """NCCL kernels linked to a record_param_comms op (the matched collectives), in start order,
     as (start, end) in ns: from the raw events."""
-    ev = json.load(gzip.open(path, "rt"))["traceEvents"]
+    with gzip.open(path, "rt") as f:
+        ev = json.load(f)["traceEvents"]
     launch_ext = {e["args"]["correlation"]: e["args"].get("External id") for e in ev
                   if e.get("cat") in ("cuda_runtime", "cuda_driver")}
     ops = {e["args"]["External id"] for e in ev if e.get("name") == "record_param_comms"}

@@ -51,8 +51,10 @@ import numpy as np
 from ..trace import Trace
 from . import intervals
 from .links import gpu_ops_column, launch_index
+from .loops import cpu_intervals
 from .nesting import nest_intervals, thread_codes
-from .phases import Phases, cpu_intervals, phases as compute_phases
+from .phases import Phases
+from .phases import phases as compute_phases
 
 STALL_MIN_NS = 1_000_000
 MIN_COVER = 0.5  # the cause must cover at least this share of the host's part of the gap

@@ -62,7 +62,8 @@ c. they are not nested in one enclosing repeated range that is itself the step: 
    ``decoder.layers.N``, ``transformer.h.N``, ``blocks.N``: the family ends in ``layer(s)``,
    ``block(s)`` or is ``h``) is a loop over the layers inside one pass, not over the work.
 
-A family that fails is listed in ``Phases.not_steps`` with the test it failed.
+A family that fails is listed in ``Phases.not_steps`` with the test it failed. The tests and the training
+structure are written in :mod:`.loops`.
 
 Sub-phases: CPU ranges nested inside the phases (the outermost ones inside each phase, such as
 ``decode_graph`` and ``decode_eager`` inside ``ProfilerStep#N``), grouped by name, with the
@@ -79,18 +80,13 @@ import numpy as np
 from ..trace import CPU_SIDE, Trace
 from . import intervals
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
+from .loops import family_verdicts, not_a_loop, split_step, training_phases
 
 OUTLIER_RATIO = 1.5
 MIN_FAMILY = 3
 HOLDS_THE_WORK = 0.9  # an inner level replaces the outermost one when it holds this share of its GPU ops
 MIN_COVERAGE = 0.5  # an annotated level must hold this share of the kernel time to be the phases
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
-_STEP = re.compile(r"^(.*?)[\s_#:.\-]*(\d+)$")
-_LAYER_INDEX = re.compile(r"(?:layers?|blocks?|(?:^|[._/\s-])h)$", re.IGNORECASE)
-_OPTIMIZER = re.compile(r"^(?:Optimizer\.step#|## optimi[sz]er? ##$)")
-_BACKWARD = re.compile(r"^(?:## backward ##$|autograd::engine::evaluate_function: |torch::autograd::AccumulateGrad$)"
-                       r"|Backward\d*$")
-_FORWARD = "## forward ##"
 
 
 @dataclass(frozen=True)
@@ -155,14 +151,6 @@ class Phases:
     not_steps: tuple[tuple[str, str], ...] = ()  # (family, why it is not a loop of steps)
 
 
-def split_step(name: str) -> tuple[str, int | None]:
-    """``"decode_3"`` -> ``("decode", 3)``; a name without a trailing number is its own family."""
-    m = _STEP.match(name)
-    if m is None or not m.group(1):
-        return name, None
-    return m.group(1), int(m.group(2))
-
-
 def _nesting_depth(starts: np.ndarray, ends: np.ndarray, tids: np.ndarray) -> np.ndarray:
     """Depth of each range among ranges of its thread (0 = not inside another).
 
@@ -201,30 +189,6 @@ def _assign(launch: np.ndarray, ok: np.ndarray, p_start: np.ndarray, p_end: np.n
     return out
 
 
-def _family_verdicts(trace: Trace, names: list[str], starts: np.ndarray, ends: np.ndarray,
-                     member_of_kernel: np.ndarray) -> dict[str, str | None]:
-    """For each numbered family with >= 2 members among ``names`` (ranges in time order), why it
-    is not a loop of steps (None when it is one); ``member_of_kernel``: range index per kernel, -1."""
-    split = [split_step(n) for n in names]
-    by_fam: dict[str, list[int]] = {}
-    for i, (f, _) in enumerate(split):
-        by_fam.setdefault(f, []).append(i)
-    k = trace.kernels
-    order = np.argsort(k["start_ns"], kind="stable")
-    m = member_of_kernel[order]
-    rows, mm = order[m >= 0], m[m >= 0]
-    srt = np.argsort(mm, kind="stable")
-    rows, mm = rows[srt], mm[srt]
-    bounds = np.searchsorted(mm, np.arange(len(names) + 1))
-    out: dict[str, str | None] = {}
-    for f, idx in by_fam.items():
-        if len(idx) < 2 or all(split[i][1] is None for i in idx):
-            continue
-        seqs = [tuple(k["name"][rows[bounds[i]:bounds[i + 1]]].tolist()) for i in idx]
-        out[f] = _not_a_loop(f, seqs, starts[idx], ends[idx], [split[i][1] for i in idx])
-    return out
-
-
 def _pick_ranges(trace: Trace, rows: np.ndarray, launch: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, str]:
     """From candidate range rows, the outermost repeated level of the best thread, and why."""
     r = trace.ranges
@@ -259,7 +223,7 @@ def _pick_ranges(trace: Trace, rows: np.ndarray, launch: np.ndarray, ok: np.ndar
             inner, inner_held, at = level_rows(repeated.min())
             if inner_held >= HOLDS_THE_WORK * held:
                 names = [trace.name(int(c)) for c in r["name"][inner]]
-                verdicts = _family_verdicts(trace, names, r["start_ns"][inner], r["end_ns"][inner], at[:n_k])
+                verdicts = family_verdicts(trace, names, r["start_ns"][inner], r["end_ns"][inner], at[:n_k])
                 layers = bool(verdicts) and all(v is not None for v in verdicts.values())
                 outer = trace.name(int(r["name"][chosen[0]])) if chosen.size == 1 else "the outermost ranges"
                 if layers:
@@ -366,77 +330,6 @@ def _subphases(trace: Trace, chosen: np.ndarray | None, p_start: np.ndarray, p_e
     return tuple(sorted(subs, key=lambda x: (-x.kernel_time_ns, x.name)))
 
 
-def _not_a_loop(family: str, kernel_seqs: list[tuple], starts: np.ndarray, ends: np.ndarray,
-                steps: list[int | None]) -> str | None:
-    """Why a numbered family is not a loop of steps over the work (tests a-c of the module
-    docstring), or None when it is one. Members in time order."""
-    if _LAYER_INDEX.search(family):
-        return "its name indexes a model's layers: a loop over the layers of one pass, not over the work"
-    nums = [x for x in steps if x is not None]
-    if len(set(nums)) < len(nums):
-        return "its numbers restart: it is nested in a repeated range that is the step"
-    order = np.argsort(starts, kind="stable")
-    if (starts[order][1:] < ends[order][:-1]).any():
-        return "its members overlap in time: they do not run one after the other"
-    seq_nums = [steps[i] for i in order if steps[i] is not None]
-    if any(b <= a for a, b in zip(seq_nums, seq_nums[1:])):
-        return "its numbers do not grow with time"
-    if any(kernel_seqs):
-        _, counts = np.unique(np.array([hash(q) for q in kernel_seqs]), return_counts=True)
-        if int(counts.max()) * 2 < len(kernel_seqs):
-            return "its members launch different kernels: different work, not iterations"
-    return None
-
-
-def cpu_intervals(trace: Trace) -> tuple[np.ndarray, ...]:
-    """Every CPU interval, ops then CPU-side ranges: (start, end, name code, pid, tid), int64."""
-    o, r = trace.ops, trace.ranges
-    cpu = np.flatnonzero(r["side"] == CPU_SIDE) if len(r) else np.zeros(0, dtype=np.int64)
-    return tuple(np.concatenate([np.asarray(o[c], dtype=np.int64), np.asarray(r[c][cpu], dtype=np.int64)])
-                 for c in ("start_ns", "end_ns", "name", "pid", "tid"))
-
-
-def _training(trace: Trace, launch: np.ndarray, ok: np.ndarray):
-    """Forward / backward / optimizer phases of a training loop (source 3 of the module
-    docstring): (names, starts, ends) in time order, or None without optimizer steps and
-    backward work."""
-    st, en, nm, _, _ = cpu_intervals(trace)
-    if st.size == 0:
-        return None
-    names = {int(c): trace.name(int(c)) for c in np.unique(nm) if c >= 0}
-    pick = lambda test: np.isin(nm, [c for c, n in names.items() if test(n)])  # noqa: E731
-    is_opt, is_bwd, is_fwd = pick(_OPTIMIZER.match), pick(_BACKWARD.search), pick(lambda n: n == _FORWARD)
-    if not is_opt.any() or not is_bwd.any():
-        return None
-    o0, o1 = intervals.union(st[is_opt], en[is_opt])
-    bo = np.argsort(st[is_bwd], kind="stable")
-    b0, b1 = st[is_bwd][bo], en[is_bwd][bo]
-    fo = np.argsort(st[is_fwd], kind="stable")
-    f0, f1 = st[is_fwd][fo], en[is_fwd][fo]
-    first = int(launch[ok].min()) if ok.any() else int(st.min())
-    out: list[tuple[str, int, int]] = []
-    prev = min(first, int(b0[0]), int(f0[0]) if f0.size else first)
-    bounds = list(zip(o0.tolist(), o1.tolist()))
-    if b0[-1] >= o1[-1]:  # backward work after the last optimizer step: an iteration without one
-        bounds.append((int(max(b1.max(), b0[-1] + 1)), None))
-    for i, (lo_opt, hi_opt) in enumerate(bounds):
-        j0, j1 = np.searchsorted(b0, [prev, lo_opt])
-        if j1 > j0:
-            bs, be = int(b0[j0]), int(min(b1[j0:j1].max(), lo_opt))
-            k0, k1 = np.searchsorted(f0, [prev, bs])
-            fs, fe = (int(f0[k0]), int(min(f1[k0], bs))) if k1 > k0 else (prev, bs)
-            if fe > fs:
-                out.append((f"forward#{i}", fs, fe))
-            out.append((f"backward#{i}", bs, be))
-        if hi_opt is not None:
-            out.append((f"optimizer#{i}", int(lo_opt), int(hi_opt)))
-            prev = int(hi_opt)
-    if not out:
-        return None
-    return ([n for n, _, _ in out], np.array([s for _, s, _ in out], dtype=np.int64),
-            np.array([e for _, _, e in out], dtype=np.int64))
-
-
 def _whole_span(trace: Trace) -> tuple[int, int] | None:
     lo, hi = [], []
     for t in (trace.kernels, trace.memops, trace.api, trace.ops, trace.ranges):
@@ -507,7 +400,7 @@ def phases(trace: Trace) -> Phases:
     elif source in ("nvtx", "user_annotation"):
         reason = f"{reason} ({cov:.0%} of the kernel time)" if cov is not None else reason
     if source == "none":
-        tr = _training(trace, launch, ok)
+        tr = training_phases(trace, launch, ok)
         t_assign = _assign(launch, ok, tr[1], tr[2]) if tr is not None else None
         t_cov = coverage(t_assign[:n_k]) if t_assign is not None else None
         if tr is not None and t_cov:
@@ -573,7 +466,7 @@ def phases(trace: Trace) -> Phases:
             continue
         numbered = np.array([i for i in members if out[i].step is not None], dtype=np.int64)
         if source != "ProfilerStep":
-            why = _not_a_loop(fam, [tuple(k_names[out[i].kernel_rows].tolist()) for i in members],
+            why = not_a_loop(fam, [tuple(k_names[out[i].kernel_rows].tolist()) for i in members],
                               p_start[members], p_end[members], [out[i].step for i in members])
             if why is not None:
                 not_steps.append((fam, why))
