@@ -48,23 +48,26 @@ def _trace(gpu, cpu_ops=(), ranges=()):
     return build_trace(TraceMeta(source_path="hand.json", source_format="kineto"), pool, **tables)
 
 
-def _dataloader_step():
+def _dataloader_step(as_ops: bool):
     # ProfilerStep#1 [0, 10000) on thread 1; inside it the DataLoader [100, 5100), then aten::to
     # [5200, 5400) holding the copy's launch call [5250, 5300). GPU: k0 [50, 90), the copy
-    # [5350, 5500), k1 [5600, 6000) launched at [5450, 5460).
+    # [5350, 5500), k1 [5600, 6000) launched at [5450, 5460). ``as_ops``: the step marker and the
+    # DataLoader are CPU ops (Kineto before 2022, category "Operator"), else user_annotation ranges.
     gpu = [("k0", 50, 90, 10, 20, 1, False), ("Memcpy HtoD", 5350, 5500, 5250, 5300, 1, True),
            ("k1", 5600, 6000, 5450, 5460, 1, False)]
     ops = [("aten::to", 5200, 5400, 1), ("aten::copy_", 5210, 5390, 1)]
-    ranges = [("ProfilerStep#1", 0, 10000, 1), (DATALOADER, 100, 5100, 1)]
-    return _trace(gpu, ops, ranges)
+    marks = [("ProfilerStep#1", 0, 10000, 1), (DATALOADER, 100, 5100, 1)]
+    return _trace(gpu, ops + marks, ()) if as_ops else _trace(gpu, ops, marks)
 
 
-def test_dataloader_named_not_the_step():
+@pytest.mark.parametrize("as_ops", [False, True])
+def test_dataloader_named_not_the_step(as_ops):
     # Gap [90, 5350) = 5260 ns. Host window [90, min(5350, launch end 5300)) = 5210 ns.
     # ProfilerStep#1 encloses the whole step: a container. The DataLoader covers [100, 5100):
     # 5000 >= 5210 / 2. Within: the innermost interval enclosing the launch [5250, 5300) and
-    # lasting >= 5260 // 2: aten::copy_ (180) and aten::to (200) are too short: ProfilerStep#1.
-    (g,) = gap_causes(_dataloader_step(), min_ns=1000)
+    # lasting >= 5260 // 2: aten::copy_ (180) and aten::to (200) are too short: ProfilerStep#1
+    # (the op the earlier model named as the cause when the marker was an op).
+    (g,) = gap_causes(_dataloader_step(as_ops), min_ns=1000)
     assert g == GapCause(start_ns=90, dur_ns=5260, launch_wait_ns=5210, after="Memcpy HtoD", op_name=DATALOADER,
                          op_dur_ns=5000, op_overlap_ns=5000, within="ProfilerStep#1", within_dur_ns=10000,
                          step="ProfilerStep#1")
