@@ -529,8 +529,15 @@ def test_nsys_headline_names_the_top_kernel(key, report):
     md, doc = report(path)
     trace = doc["traces"][0]
     summary = executive_summary(md)
-    assert f"The top kernel is {facts['top_kernel']}: {facts['top_share']:.1%} of GPU op time" \
-        in summary
+    top = f"The top kernel is {facts['top_kernel']}: {facts['top_share']:.1%} of GPU op time"
+    if key == "gtx1060":
+        # Its longest idle gap (21.1 ms) is the host inside the NVTX range main->test_copies->init_data
+        # (NVTX_EVENTS: that push/pop range covers 14.7 ms of the gap on the launching thread): the
+        # specific cause leads the summary; the top kernel is still told below it.
+        assert "The GPU waits on the CPU inside main->test_copies->init_data: 1 gap(s)" in summary
+        assert top in md
+    else:
+        assert top in summary
     p = trace["producer"]
     # no PyTorch in a CUDA C / MPI program: no torch advice of any kind
     assert p["framework"] == "none" and p["platform"] == "CUDA"

@@ -20,8 +20,10 @@ latter are not matched (``seq`` -1): how many such kernels a rank has varies bet
 
 Per matched collective (:func:`collective_stats`), with the ranks' clocks aligned (offsets
 from :mod:`.multigpu`): duration per rank; arrival = kernel start; skew = last arrival - first
-arrival; the last-arriving rank; each rank's wait = last arrival - its arrival (time its kernel
-spun waiting for the last peer); transfer time = the last-arriving rank's duration (the only one
+arrival; the last-arriving rank; each rank's wait = last arrival - its arrival, and its spin =
+``min(wait, its duration)``: the part of its kernel that ran before the last peer arrived, NCCL
+busy-waiting on the GPU, not moving data (with one rank known, 0: the wait cannot be told from
+one rank); transfer time = the last-arriving rank's duration (the only one
 without waiting in it; with one rank known, its whole duration, so a lower bound on bandwidth).
 
 Bandwidth (NCCL tests, doc/PERFORMANCE.md): ``algbw = S / t`` with ``t`` the transfer time and
@@ -322,6 +324,7 @@ class CollectiveStat:
     busbw_bytes_per_s: float | None
     step: int | None                   # step index on the reference (first) rank, None if none
     consistent: bool                   # kind and size agree on every rank
+    spin_ns: tuple[int, ...] = ()      # per rank: the part of its kernel spent waiting, min(wait, duration)
 
     @property
     def total_wait_ns(self) -> int:
@@ -371,6 +374,7 @@ def collective_stats(per_rank: Sequence[RankCollectives], m: Matching,
             transfer_ns=transfer, algbw_bytes_per_s=algbw,
             busbw_bytes_per_s=algbw * factor if algbw is not None and factor is not None else None,
             step=step if step >= 0 else None, consistent=len(kinds) == 1 and len(sizes) == 1,
+            spin_ns=tuple(np.clip(wait, 0, np.maximum(d, 0)).tolist()),
         ))
     return tuple(out)
 

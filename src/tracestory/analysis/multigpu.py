@@ -15,7 +15,8 @@ are the unions of compute, communication and all ops; overlap = ``|C| + |M| - |A
 communication = ``|M| - overlap``; idle = window - ``|A|`` with window = first GPU op start to
 last GPU op end. Per step the same inside the step's GPU span (first start to last end of the GPU
 ops launched in the step); steps are ``ProfilerStep#N`` ranges, or a repeated top-level range
-(one family of >= 2), matched across ranks by step number, else by order.
+(one family of >= 2 that, from 3 members, passes :mod:`.phases`' loop tests: ``layer_0``..
+``layer_31`` are not steps), matched across ranks by step number, else by order.
 
 Clock alignment (offsets added to each rank's times to reach the reference = lowest rank):
 
@@ -37,6 +38,16 @@ that caused the most wait; its evidence is how often it arrived last, how late (
 the median arrival of the others), the wait caused, and per step its compute and its idle time
 against the others' (more compute: more GPU work; same compute but more idle: its host submits
 the work late, which also shows as its steps starting late on the GPU). Load imbalance per step is max / mean of the ranks' compute time.
+
+Waiting inside collectives: an NCCL kernel that starts before the last rank of its collective
+arrives spins on the GPU until then; that part of its duration (``spin = min(last arrival -
+its arrival, its duration)`` per matched collective, :mod:`.collectives`) is GPU op time that
+is not work. Per rank, ``spin_ns`` is the union of its spin intervals and ``spin_exposed_ns``
+the part with no compute kernel beside it (``RankSummary.compute_in_comm``, the exact compute
+union inside the communication union); ``busy_ns - spin_exposed_ns`` is the GPU time doing
+work, ``comm_ns - spin_ns`` the communication that was transfer. ``MultiGpu.rank_wait_ns`` maps
+rank -> ``spin_ns``; it is None with one rank: one trace cannot tell waiting from transfer.
+Its error is about the clock-alignment residual per collective.
 
 Limits: a rank whose trace covers other collectives than its peers' (different profiler
 windows) and has no "Seq" arg is mis-matched (order of occurrence); the timeline's display
@@ -120,6 +131,9 @@ class RankSummary:
     steps: RankSteps
     compute_display: tuple[np.ndarray, np.ndarray]   # capped union of compute (starts, ends)
     comm_display: tuple[np.ndarray, np.ndarray]
+    # exact compute union inside the communication union (disjoint, sorted): what ran beside
+    # the collectives, so that waiting inside them can be split into exposed and hidden
+    compute_in_comm: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     @property
     def window_ns(self) -> int:
@@ -143,6 +157,18 @@ def _covered(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np
     return (upto(hi) - upto(lo)).astype(np.int64)
 
 
+def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Intersection of two unions (each disjoint and sorted), as disjoint sorted intervals."""
+    t = np.concatenate([a[0], b[0], a[1], b[1]]).astype(np.int64)
+    n = a[0].size + b[0].size
+    d = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    order = np.lexsort((d, t))  # at equal times ends first: touching intervals share nothing
+    t, c = t[order], np.cumsum(d[order])
+    i = np.flatnonzero(c[:-1] == 2)
+    keep = t[i + 1] > t[i]
+    return t[i][keep], t[i + 1][keep]
+
+
 def _cap(s: np.ndarray, e: np.ndarray, max_n: int = DISPLAY_MAX) -> tuple[np.ndarray, np.ndarray]:
     """At most ``max_n`` disjoint intervals: the shortest gaps are filled."""
     if s.size <= max_n:
@@ -157,7 +183,9 @@ def _steps(trace: Trace, cu, mu, au) -> RankSteps:
     chosen = [p for p in ph.phases if p.gpu_start_ns is not None]
     if ph.source != "ProfilerStep":
         fams = {p.family for p in chosen}
-        if len(fams) != 1 or len(chosen) < 2:
+        loops = {f.family for f in ph.families}
+        # one family, and a loop of steps (phases.py's tests a-c), not the layers of one pass
+        if len(fams) != 1 or len(chosen) < 2 or (len(chosen) >= 3 and not fams <= loops):
             chosen = []
     lo = np.array([p.gpu_start_ns for p in chosen], dtype=np.int64)
     hi = np.array([p.gpu_end_ns for p in chosen], dtype=np.int64)
@@ -204,6 +232,7 @@ def rank_summary(trace: Trace) -> RankSummary:
         window_start_ns=w0, window_end_ns=w1, compute_ns=c_len, comm_ns=m_len, overlap_ns=overlap,
         exposed_comm_ns=m_len - overlap, idle_ns=((w1 - w0) - a_len) if has else 0,
         collectives=rc, steps=steps, compute_display=_cap(*cu), comm_display=_cap(*mu),
+        compute_in_comm=_intersect(cu, mu),
     )
 
 
@@ -326,6 +355,12 @@ class RankBalance:
     last_count: int          # collectives it was last to arrive at
     wait_caused_ns: int      # wait of the others at those collectives (sum)
     late_mean_ns: float | None  # mean of (its arrival - median arrival of the others) where it was last
+    # Time its NCCL kernels spun waiting for the last peer (union of the spin intervals of the
+    # matched collectives), and the part of it with no compute beside it: GPU op time that was
+    # not work. None with one rank (the wait cannot be told from one trace).
+    spin_ns: int | None = None
+    spin_exposed_ns: int | None = None
+    busy_ns: int = 0         # union of all its GPU ops (window - idle)
 
 
 @dataclass(frozen=True)
@@ -376,6 +411,7 @@ class MultiGpu:
     imbalance_max: float | None        # max over steps (whole run when no steps) of max/mean compute
     comm_share: float | None           # communication union / GPU span, mean over ranks (steps when known)
     exposed_share: float | None        # exposed / communication, same basis
+    rank_wait_ns: dict[int, int] | None = None  # per rank: RankBalance.spin_ns; None with one rank
 
     def summary(self, rank: int) -> RankSummary:
         return self.summaries[self.ranks.index(rank)]
@@ -443,9 +479,15 @@ def combine(summaries: Sequence[RankSummary], *, clock: str = "auto") -> MultiGp
     stats = collective_stats(per, m, al.offsets_ns)
     multi = [c for c in stats if len(c.ranks) > 1]
     balances = []
+    spins = _spin_intervals(multi, ranks, al.offsets_ns)
     for j, s in enumerate(summaries):
         r = ranks[j]
         wait = sum(c.wait_ns[c.ranks.index(r)] for c in multi if r in c.ranks)
+        spin = exposed = None
+        if len(ranks) > 1:
+            su = intervals.union(*spins[j])
+            spin = int((su[1] - su[0]).sum())
+            exposed = spin - intervals.intersection_length(su, s.compute_in_comm)
         mine = [c for c in multi if c.last_rank == r]
         late = [c.start_ns[c.ranks.index(r)] - float(np.median([x for k, x in zip(c.ranks, c.start_ns) if k != r]))
                 for c in mine]
@@ -453,7 +495,8 @@ def combine(summaries: Sequence[RankSummary], *, clock: str = "auto") -> MultiGp
             rank=r, label=s.label, device=s.device, window_ns=s.window_ns, compute_ns=s.compute_ns,
             comm_ns=s.comm_ns, overlap_ns=s.overlap_ns, exposed_comm_ns=s.exposed_comm_ns, idle_ns=s.idle_ns,
             wait_ns=int(wait), last_count=len(mine), wait_caused_ns=int(sum(c.total_wait_ns for c in mine)),
-            late_mean_ns=float(np.mean(late)) if late else None))
+            late_mean_ns=float(np.mean(late)) if late else None, spin_ns=spin, spin_exposed_ns=exposed,
+            busy_ns=s.window_ns - s.idle_ns))
     steps = _steps_balance(summaries, ranks, stats, al.offsets_ns)
     straggler = None
     if multi:
@@ -492,4 +535,19 @@ def combine(summaries: Sequence[RankSummary], *, clock: str = "auto") -> MultiGp
         ranks=tuple(ranks), summaries=summaries, alignment=al, per_rank=tuple(balances), collectives=stats,
         groups=group_collectives(stats), steps=steps, straggler=straggler,
         imbalance_max=max(imb) if imb else None, comm_share=comm / span if span > 0 else None,
-        exposed_share=exposed / comm if comm > 0 else None)
+        exposed_share=exposed / comm if comm > 0 else None,
+        rank_wait_ns={b.rank: b.spin_ns for b in balances} if len(ranks) > 1 else None)
+
+
+def _spin_intervals(multi: Sequence[CollectiveStat], ranks: Sequence[int],
+                    offsets: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per rank, on its own clock: ``[arrival, arrival + spin)`` of each matched collective."""
+    parts: list[tuple[list[int], list[int]]] = [([], []) for _ in ranks]
+    pos = {r: j for j, r in enumerate(ranks)}
+    for c in multi:
+        for r, s, sp in zip(c.ranks, c.start_ns, c.spin_ns):
+            if sp > 0:
+                j = pos[r]
+                parts[j][0].append(s - offsets[j])
+                parts[j][1].append(s - offsets[j] + sp)
+    return [(np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)) for a, b in parts]

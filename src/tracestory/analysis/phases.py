@@ -6,12 +6,27 @@ Phase source, first that exists wins:
    in traces written before 2022 where the marker is an ``Operator`` event, CPU ops so named.
 2. ``"user_annotation"`` (Kineto) or ``"nvtx"`` (Nsight Systems): the outermost CPU-side ranges.
    Within each thread the outermost nesting level is taken, unless the first deeper level with
-   more than one range holds at least 90% of its GPU ops (then the deeper, repeated level: a
-   single wrapping range such as ``main`` says nothing about steps, while a single range that
-   holds the real step, such as vLLM's ``execute_context_*``, is kept).
+   more than one range holds at least 90% of its GPU ops and is not a stack of layers (see
+   Steps below): then the deeper, repeated level (a single wrapping range such as ``main``
+   says nothing about steps, while a single range that holds the real step, such as vLLM's
+   ``execute_context_*``, or one ``forward`` around ``layer_0``..``layer_31``, is kept).
    When several threads carry such ranges, the thread whose ranges enclose the most GPU-op
    launches wins. GPU-side ranges (``gpu_user_annotation``) are never used.
-3. ``"none"``: one phase ``"whole trace"`` holding every GPU op.
+   **Coverage**: the level must hold at least ``MIN_COVERAGE`` (half) of the kernel time. A
+   level that holds less (``Optimizer.step#SGD.step`` and ``Optimizer.zero_grad`` ranges,
+   8% of a training step's kernels) is not the step structure; it gives way to 3.
+3. ``"training"``: forward / backward / optimizer per iteration, when the trace shows a
+   training loop: optimizer steps (``Optimizer.step#*`` or ``## optimizer ##``, ranges or ops)
+   and backward work (``## backward ##`` ranges, or autograd ops: ``autograd::engine::
+   evaluate_function: *``, ``*Backward*``, ``torch::autograd::AccumulateGrad``). Iterations
+   end at each optimizer step; in each, ``backward#i`` spans the backward work before the step,
+   ``forward#i`` runs from the previous step's end (the first GPU launch for the first one) to
+   the backward's start (or is the ``## forward ##`` range when there is one), and
+   ``optimizer#i`` is the optimizer step. Used when it holds more kernel time than 2.
+4. ``"none"``: one phase ``"whole trace"`` holding every GPU op.
+
+``Phases.reason`` says which level was chosen and why (with its coverage), ``coverage`` is
+the share of kernel time inside the phases (None for ``"none"``).
 
 GPU projection: a GPU op (kernel or memop) belongs to the phase whose CPU range contains the
 START of its launch call (``links.launch_index`` -> ``api.start_ns``), same process (pid of
@@ -30,9 +45,25 @@ Families: a phase's name with a trailing step number stripped (``decode_3`` -> `
 least squares: ``slope = cov(step, t) / var(step)``, ``r2 = 1 - SS_res / SS_tot`` (``None``
 when every time is equal or every step is equal). Outliers: in a family of >= 3 phases, a phase
 whose time is >= 1.5x the family median, typically the first iteration paying for JIT
-compilation, autotuning, allocator growth or cold caches. Outside ProfilerStep, a numbered
-family counts as steps (trend, outliers) only when at least half of its members launch the same
-kernels in the same order: a loop, not a set of differently numbered tests.
+compilation, autotuning, allocator growth or cold caches.
+
+**Steps** (trend, outliers; ``families``): ``ProfilerStep`` always. Any other numbered family
+counts as steps only when its members are a loop over the whole work, which is checked as:
+
+a. each launches the same kernels: at least half of the members launch the same kernel
+   names in the same order (``computeNBody11`` / ``computeNBody15`` running different work
+   are tests, not iterations);
+b. they tile the work one after the other: members do not overlap in CPU time and the numbers
+   grow with time, each number once (``layer_0``..``layer_31`` restarting in every engine
+   call number the layers of a pass, the call is the step);
+c. they are not nested in one enclosing repeated range that is itself the step: the phases
+   are the outermost repeated level of their thread, so a repeated enclosing range would have
+   been taken instead; a family whose name is a model's layer index (``layer_N``,
+   ``decoder.layers.N``, ``transformer.h.N``, ``blocks.N``: the family ends in ``layer(s)``,
+   ``block(s)`` or is ``h``) is a loop over the layers inside one pass, not over the work.
+
+A family that fails is listed in ``Phases.not_steps`` with the test it failed. The tests and the training
+structure are written in :mod:`.loops`.
 
 Sub-phases: CPU ranges nested inside the phases (the outermost ones inside each phase, such as
 ``decode_graph`` and ``decode_eager`` inside ``ProfilerStep#N``), grouped by name, with the
@@ -49,12 +80,13 @@ import numpy as np
 from ..trace import CPU_SIDE, Trace
 from . import intervals
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
+from .loops import family_verdicts, not_a_loop, split_step, training_phases
 
 OUTLIER_RATIO = 1.5
 MIN_FAMILY = 3
 HOLDS_THE_WORK = 0.9  # an inner level replaces the outermost one when it holds this share of its GPU ops
+MIN_COVERAGE = 0.5  # an annotated level must hold this share of the kernel time to be the phases
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
-_STEP = re.compile(r"^(.*?)[\s_#:.\-]*(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -114,14 +146,9 @@ class Phases:
     outliers: tuple[Outlier, ...]
     unassigned_kernel_count: int  # GPU ops (kernels + memops) launched outside every phase
     subphases: tuple[SubPhase, ...] = ()  # largest kernel time first
-
-
-def split_step(name: str) -> tuple[str, int | None]:
-    """``"decode_3"`` -> ``("decode", 3)``; a name without a trailing number is its own family."""
-    m = _STEP.match(name)
-    if m is None or not m.group(1):
-        return name, None
-    return m.group(1), int(m.group(2))
+    reason: str = ""  # which level was chosen and why
+    coverage: float | None = None  # share of kernel time inside the phases; None for "none"
+    not_steps: tuple[tuple[str, str], ...] = ()  # (family, why it is not a loop of steps)
 
 
 def _nesting_depth(starts: np.ndarray, ends: np.ndarray, tids: np.ndarray) -> np.ndarray:
@@ -162,17 +189,18 @@ def _assign(launch: np.ndarray, ok: np.ndarray, p_start: np.ndarray, p_end: np.n
     return out
 
 
-def _pick_ranges(trace: Trace, rows: np.ndarray, launch: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """From candidate range rows, the outermost repeated level of the best thread."""
+def _pick_ranges(trace: Trace, rows: np.ndarray, launch: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, str]:
+    """From candidate range rows, the outermost repeated level of the best thread, and why."""
     r = trace.ranges
     if rows.size == 0:
-        return rows
+        return rows, ""
     starts, ends = r["start_ns"][rows], r["end_ns"][rows]
     thread = r["pid"][rows].astype(np.int64) * (1 << 32) + r["tid"][rows].astype(np.int64)
     depth = r["depth"][rows].astype(np.int64)
     if (depth < 0).any():  # loader left it unknown: compute nesting among the candidates
         depth = _nesting_depth(starts, ends, thread)
-    best, best_key = rows[:0], None
+    n_k = len(trace.kernels)
+    best, best_key, best_why = rows[:0], None, ""
     for th in np.unique(thread):
         on = thread == th
         d = depth[on]
@@ -181,22 +209,34 @@ def _pick_ranges(trace: Trace, rows: np.ndarray, launch: np.ndarray, ok: np.ndar
         def level_rows(level):
             c = rows[on][d == level]
             c = c[np.argsort(r["start_ns"][c], kind="stable")]
-            return c, int((_assign(launch, ok, r["start_ns"][c], r["end_ns"][c]) >= 0).sum())
+            at = _assign(launch, ok, r["start_ns"][c], r["end_ns"][c])
+            return c, int((at >= 0).sum()), at
 
         # The outermost level, unless a deeper level that repeats holds (nearly) the same work:
         # a lone wrapping range such as ``main`` says nothing about steps, but a lone range that
         # holds the step (vLLM's ``execute_context_*``) must not be traded for inner ranges that
-        # hold a sliver of it.
-        chosen, held = level_rows(d.min())
+        # hold a sliver of it, nor a lone pass for the stack of its layers.
+        chosen, held, _ = level_rows(d.min())
+        why = "the outermost ranges of their thread"
         repeated = levels[counts > 1]
         if repeated.size and repeated.min() != d.min():
-            inner, inner_held = level_rows(repeated.min())
+            inner, inner_held, at = level_rows(repeated.min())
             if inner_held >= HOLDS_THE_WORK * held:
-                chosen, held = inner, inner_held
+                names = [trace.name(int(c)) for c in r["name"][inner]]
+                verdicts = family_verdicts(trace, names, r["start_ns"][inner], r["end_ns"][inner], at[:n_k])
+                layers = bool(verdicts) and all(v is not None for v in verdicts.values())
+                outer = trace.name(int(r["name"][chosen[0]])) if chosen.size == 1 else "the outermost ranges"
+                if layers:
+                    fam, v = next(iter(verdicts.items()))
+                    why = (f"{outer} kept: the repeated ranges inside it ({fam}*) are not steps, {v}")
+                else:
+                    chosen, held = inner, inner_held
+                    why = (f"the repeated ranges under {outer}, holding at least "
+                           f"{HOLDS_THE_WORK:.0%} of its GPU ops")
         key = (held, chosen.size, -int(th))
         if best_key is None or key > best_key:
-            best, best_key = chosen, key
-    return best
+            best, best_key, best_why = chosen, key, why
+    return best, best_why
 
 
 def _profiler_step_ops(trace: Trace) -> np.ndarray:
@@ -290,18 +330,6 @@ def _subphases(trace: Trace, chosen: np.ndarray | None, p_start: np.ndarray, p_e
     return tuple(sorted(subs, key=lambda x: (-x.kernel_time_ns, x.name)))
 
 
-def _repeats_a_loop(trace: Trace, members: list[Phase]) -> bool:
-    """True when at least half of a family's members launch the same kernels in the same order
-    (names ending in digits such as ``computeNBody11`` and ``computeNBody15`` are not steps of
-    one loop unless they run the same work)."""
-    names = trace.kernels["name"]
-    seqs = [tuple(names[p.kernel_rows].tolist()) for p in members]
-    if not any(seqs):
-        return True  # CPU-only ranges: nothing to compare, keep the names' word
-    _, counts = np.unique(np.array([hash(q) for q in seqs]), return_counts=True)
-    return int(counts.max()) * 2 >= len(seqs)
-
-
 def _whole_span(trace: Trace) -> tuple[int, int] | None:
     lo, hi = [], []
     for t in (trace.kernels, trace.memops, trace.api, trace.ops, trace.ranges):
@@ -326,38 +354,74 @@ def phases(trace: Trace) -> Phases:
     codes = np.unique(r["name"][cpu_rows])
     step_codes = np.array([c for c in codes if _PROFILER_STEP.match(trace.name(int(c)))], dtype=np.int64)
     step_rows = cpu_rows[np.isin(r["name"][cpu_rows], step_codes)]
+    k_dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
+
+    def coverage(assign_k: np.ndarray) -> float | None:
+        total = int(k_dur.sum())
+        return float(k_dur[assign_k >= 0].sum()) / total if total > 0 else None
+
+    def project(table, rows: np.ndarray):
+        """Names, starts, ends of the chosen rows of ``table``, and each GPU op's phase."""
+        p_s = table["start_ns"][rows].astype(np.int64)
+        p_e = table["end_ns"][rows].astype(np.int64)
+        names = [trace.name(int(c)) for c in table["name"][rows]]
+        at = _assign(launch, ok, p_s, p_e)
+        # Same process as the launch call when both sides know their pid.
+        ph_pid = table["pid"][rows].astype(np.int64)
+        a = np.flatnonzero(at >= 0)
+        other = (launch_pid[a] >= 0) & (ph_pid[at[a]] >= 0) & (launch_pid[a] != ph_pid[at[a]])
+        at[a[other]] = -1
+        return names, p_s, p_e, at
 
     op_steps = _profiler_step_ops(trace) if not step_rows.size else None
+    chosen, table, reason, cov = None, r, "", None
     if step_rows.size:
         source = "ProfilerStep"
         chosen = step_rows[np.argsort(r["start_ns"][step_rows], kind="stable")]
+        reason = f"torch.profiler's step markers ({chosen.size} ProfilerStep#N range{'s' if chosen.size > 1 else ''})"
     elif op_steps is not None and op_steps.size:
-        source, chosen = "ProfilerStep", op_steps
+        source, chosen, table = "ProfilerStep", op_steps, trace.ops
+        reason = (f"torch.profiler's step markers ({chosen.size} ProfilerStep#N op{'s' if chosen.size > 1 else ''}, "
+                  "a trace written before 2022)")
     elif cpu_rows.size:
         source = "nvtx" if trace.meta.source_format.startswith("nsys") else "user_annotation"
-        chosen = _pick_ranges(trace, cpu_rows, launch, ok)
+        chosen, reason = _pick_ranges(trace, cpu_rows, launch, ok)
     else:
-        source, chosen = "none", cpu_rows[:0]
+        source = "none"
+    if source != "none":
+        p_names, p_start, p_end, assign = project(table, chosen)
+        cov = coverage(assign[:n_k])
+    low = ""
+    if source in ("nvtx", "user_annotation") and cov is not None and cov < MIN_COVERAGE:
+        low = (f"the annotated ranges ({', '.join(list(dict.fromkeys(p_names))[:3])}"
+               f"{', ...' if len(set(p_names)) > 3 else ''}) hold {cov:.0%} of the kernel time, "
+               f"under {MIN_COVERAGE:.0%}: not the step structure")
+        source = "none"
+    elif source in ("nvtx", "user_annotation"):
+        reason = f"{reason} ({cov:.0%} of the kernel time)" if cov is not None else reason
+    if source == "none":
+        tr = training_phases(trace, launch, ok)
+        t_assign = _assign(launch, ok, tr[1], tr[2]) if tr is not None else None
+        t_cov = coverage(t_assign[:n_k]) if t_assign is not None else None
+        if tr is not None and t_cov:
+            source, chosen, table = "training", None, None
+            p_names, p_start, p_end = tr
+            assign, cov = t_assign, t_cov
+            reason = (f"forward / backward / optimizer of {sum(n.startswith('optimizer#') for n in p_names)} "
+                      f"training iteration(s), from optimizer steps and autograd ops ({t_cov:.0%} of the kernel "
+                      f"time)" + (f"; {low}" if low else ""))
+        else:
+            reason = f"one phase: {low}, and no training loop to cut it by" if low else ""
 
-    table = r
     if source == "none":
         span = _whole_span(trace)
         if span is None:
-            return Phases("none", (), (), (), 0)
+            return Phases("none", (), (), (), 0, reason="empty trace: no events")
         p_start, p_end = np.array([span[0]]), np.array([span[1]])
         p_names = ["whole trace"]
         assign = np.zeros(op_start.size, dtype=np.int64)  # every GPU op, launch known or not
-    else:
-        table = trace.ops if op_steps is not None and op_steps.size else r
-        p_start = table["start_ns"][chosen].astype(np.int64)
-        p_end = table["end_ns"][chosen].astype(np.int64)
-        p_names = [trace.name(int(c)) for c in table["name"][chosen]]
-        assign = _assign(launch, ok, p_start, p_end)
-        # Same process as the launch call when both sides know their pid.
-        ph_pid = table["pid"][chosen].astype(np.int64)
-        a = np.flatnonzero(assign >= 0)
-        other = (launch_pid[a] >= 0) & (ph_pid[assign[a]] >= 0) & (launch_pid[a] != ph_pid[assign[a]])
-        assign[a[other]] = -1
+        reason = reason or "one phase: no CPU ranges or step markers"
+        cov = None
 
     n_p = p_start.size
     inside = assign >= 0
@@ -394,14 +458,19 @@ def phases(trace: Trace) -> Phases:
     times = np.array([p.gpu_span_ns if p.gpu_span_ns is not None else p.wall_ns for p in out],
                      dtype=np.int64)
     fams = np.array([p.family for p in out], dtype=object)
-    trends, outliers = [], []
+    trends, outliers, not_steps = [], [], []
+    k_names = k["name"]
     for fam in dict.fromkeys(fams.tolist()):  # first-appearance order
         members = np.flatnonzero(fams == fam)
         if members.size < MIN_FAMILY:
             continue
         numbered = np.array([i for i in members if out[i].step is not None], dtype=np.int64)
-        if source != "ProfilerStep" and not _repeats_a_loop(trace, [out[i] for i in members]):
-            continue
+        if source != "ProfilerStep":
+            why = not_a_loop(fam, [tuple(k_names[out[i].kernel_rows].tolist()) for i in members],
+                              p_start[members], p_end[members], [out[i].step for i in members])
+            if why is not None:
+                not_steps.append((fam, why))
+                continue
         if numbered.size >= MIN_FAMILY:
             steps = np.array([out[i].step for i in numbered], dtype=np.int64)
             trends.append(_trend(fam, steps, times[numbered]))
@@ -415,4 +484,5 @@ def phases(trace: Trace) -> Phases:
 
     subs = _subphases(trace, chosen if table is r else None, p_start, p_end, li) if source != "none" else ()
     return Phases(source=source, phases=tuple(out), families=tuple(trends),
-                  outliers=tuple(outliers), unassigned_kernel_count=int((~inside).sum()), subphases=subs)
+                  outliers=tuple(outliers), unassigned_kernel_count=int((~inside).sum()), subphases=subs,
+                  reason=reason, coverage=cov, not_steps=tuple(not_steps))

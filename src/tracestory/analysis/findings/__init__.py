@@ -45,11 +45,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...trace import MEMOP_KINDS
+from ...trace import MEMOP_KINDS, Trace
+from ..links import gpu_ops_column
 from ...units import fmt_ns, fmt_pct, kernel_base
 from .. import advice, intervals
 from ..facts import RunFacts
-from ..gaps import GapCause, gap_causes, gpu_ops
+from ..gaps import GapCause, gap_causes
 from .base import SEVERITIES, Evidence, Finding, capital
 from .hardware import ncu_only_findings, rule_bound, rule_occupancy
 from .memory import rule_memory
@@ -81,6 +82,11 @@ def category_mask(analysis, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndar
     codes = [i for i, c in enumerate(cats) if c in names]
     cl = analysis.classification
     return np.isin(cl.kernel_category, codes), np.isin(cl.memop_category, codes)
+
+
+def gpu_ops(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of every GPU op (kernels then memops)."""
+    return gpu_ops_column(trace, "start_ns"), gpu_ops_column(trace, "end_ns")
 
 
 # ------------------------------------------------------------------ rules

@@ -2,6 +2,13 @@
 arrives last at the collectives, and why: more compute, or a late host), load imbalance,
 communication share and exposure, clock alignment, and the bandwidth of the largest collective.
 
+Waiting inside collectives (``MultiGpu.rank_wait_ns``, ``RankBalance.spin_ns``): the part of
+each NCCL kernel that ran before the last GPU arrived is not GPU work. ``multigpu_rank_wait``
+says per GPU how much of its GPU op time that is and its busy share without it, so that a
+per-GPU verdict ("GPU-bound", "communication is X% of GPU op time, reduce its volume") is told on
+the work, and ``multigpu_communication`` splits communication into waiting and transfer. With
+one rank the wait cannot be told: nothing is said about it.
+
 Severities: the straggler is ``high`` when the wait it causes is at least 10% of another GPU's
 window, ``medium`` from 2%; imbalance is ``medium`` from max/mean 1.1 (reported from 1.05);
 communication is ``medium`` when its exposed cost reaches 10% of the step (or window).
@@ -70,6 +77,53 @@ def _straggler_cause(result: MultiGpu, s) -> tuple[str, str]:
             f"clocks and throttling (nvidia-smi -q -d CLOCK,PERFORMANCE).")
 
 
+def wait_share(result: MultiGpu) -> float | None:
+    """Share of all ranks' communication time spent waiting for a late GPU; None with one rank."""
+    if result.rank_wait_ns is None:
+        return None
+    comm = sum(b.comm_ns for b in result.per_rank)
+    return sum(result.rank_wait_ns.values()) / comm if comm > 0 else None
+
+
+def _rank_wait_finding(result: MultiGpu) -> Finding | None:
+    """Per GPU: GPU op time that was NCCL kernels waiting for a late peer (multi-rank only)."""
+    if result.rank_wait_ns is None:
+        return None
+    rows = [b for b in result.per_rank if b.spin_ns and b.busy_ns > 0]
+    if not rows:
+        return None
+    top = max(rows, key=lambda b: (b.spin_exposed_ns / b.busy_ns, -b.rank))
+    share = top.spin_exposed_ns / top.busy_ns
+    if share < 0.02:
+        return None
+    ev = []
+    for b in sorted(rows, key=lambda b: -b.spin_ns):
+        ev += [Evidence(f"{_gpu(b.rank)}: waiting inside collectives", b.spin_ns, "ns"),
+               Evidence(f"{_gpu(b.rank)}: of it with no compute beside it, share of its GPU busy time",
+                        b.spin_exposed_ns / b.busy_ns, "fraction"),
+               Evidence(f"{_gpu(b.rank)}: waiting share of its communication time",
+                        b.spin_ns / b.comm_ns if b.comm_ns else None, "fraction")]
+    window = top.window_ns
+    busy_net = top.busy_ns - top.spin_exposed_ns
+    # whom it waited for: named when every collective it waited in had the same last GPU
+    waited_for = {c.last_rank for c in result.collectives
+                  if top.rank in c.ranks and c.spin_ns and c.spin_ns[c.ranks.index(top.rank)] > 0}
+    late = f" for {_gpu(next(iter(waited_for)))}" if len(waited_for) == 1 and None not in waited_for else ""
+    return Finding(
+        "multigpu_rank_wait", "medium" if share >= 0.1 else "low",
+        f"{_gpu(top.rank)}'s NCCL kernels wait {fmt_ns(top.spin_ns)}{late} before any data moves: "
+        f"{fmt_pct(share)} of its GPU busy time is waiting, not work",
+        tuple(ev),
+        f"An NCCL kernel that starts before the last GPU joins its collective spins until it does; the timeline "
+        f"counts that as GPU busy time and as communication. Without the wait {_gpu(top.rank)} is busy "
+        f"{fmt_pct(busy_net / window) if window else 'n/a'} of its GPU window (not "
+        f"{fmt_pct(top.busy_ns / window) if window else 'n/a'}), and {fmt_ns(max(top.comm_ns - top.spin_ns, 0))} "
+        f"of its {fmt_ns(top.comm_ns)} communication is transfer.",
+        "Judge this GPU on its work: the wait makes it look busy (GPU-bound) and communication-heavy, and less "
+        "gradient or activation volume does not shorten a wait. Make the late GPU arrive sooner (balance the "
+        "work per GPU, remove its host delays), then look at transfer.")
+
+
 def headline(result: MultiGpu) -> str | None:
     """One sentence: the straggler, where the others wait, communication share and exposure."""
     parts = []
@@ -82,8 +136,10 @@ def headline(result: MultiGpu) -> str | None:
                      f"{_main_kind(result, s.rank)} ({fmt_ns(s.wait_caused_ns)} in total)")
     if result.comm_share is not None:
         basis = "step time" if result.steps else "GPU time"
+        waiting = wait_share(result)
         parts.append(f"communication is {fmt_pct(result.comm_share, 0)} of {basis}"
-                     + (f", {fmt_pct(result.exposed_share, 0)} of it exposed" if result.exposed_share is not None else ""))
+                     + (f", {fmt_pct(result.exposed_share, 0)} of it exposed" if result.exposed_share is not None else "")
+                     + (f", {fmt_pct(waiting, 0)} of it waiting for a late GPU" if waiting else ""))
     return ("; ".join(parts) + ".") if parts else None
 
 
@@ -153,17 +209,32 @@ def multigpu_findings(result: MultiGpu, coverage=None, workloads=()) -> list[Fin
     if result.comm_share is not None and result.comm_share > 0:
         exposed = result.exposed_share
         cost = result.comm_share * (exposed if exposed is not None else 1.0)
-        ev = (Evidence("communication share of " + ("step time" if result.steps else "GPU window"),
+        waiting = wait_share(result)
+        ev = [Evidence("communication share of " + ("step time" if result.steps else "GPU window"),
                        result.comm_share, "fraction"),
-              Evidence("exposed share of communication (not overlapped by compute)", exposed, "fraction"),
-              Evidence("waiting inside collectives (all GPUs)", sum(b.wait_ns for b in result.per_rank), "ns"))
+              Evidence("exposed share of communication (not overlapped by compute)", exposed, "fraction")]
+        implication = "Exposed communication adds to the step."
+        rec = ("Overlap collectives with compute (async collectives, bucketing, sequence or tensor-parallel "
+               "overlap).")
+        if result.rank_wait_ns is not None:
+            rec = rec[:-1] + ", and remove the straggler first: its wait is paid by every other GPU."
+            ev += [Evidence("waiting for a late GPU inside collectives (all GPUs)", sum(result.rank_wait_ns.values()), "ns"),
+                   Evidence("waiting share of communication time (all GPUs)", waiting, "fraction")]
+            if waiting is not None:
+                implication += (f" {fmt_pct(waiting)} of the communication time is NCCL kernels waiting for the last "
+                                f"GPU to arrive, not transfer.")
+            if waiting is not None and waiting >= 0.5:
+                rec = ("Most of it is waiting, not transfer: balance the work per GPU and remove the late GPU's delays "
+                       "first; overlap, bucketing or less gradient volume shorten only the transfer part.")
         out.append(Finding(
             "multigpu_communication", "medium" if cost >= 0.1 else "low" if cost >= 0.02 else "info",
             f"Communication is {fmt_pct(result.comm_share)} of {'step time' if result.steps else 'the GPU window'}"
-            + (f", {fmt_pct(exposed)} of it exposed" if exposed is not None else ""),
-            ev, "Exposed communication adds to the step; part of it is waiting for the slowest GPU, not transfer.",
-            "Overlap collectives with compute (async collectives, bucketing, sequence or tensor-parallel "
-            "overlap), and remove the straggler first: its wait is paid by every other GPU."))
+            + (f", {fmt_pct(exposed)} of it exposed" if exposed is not None else "")
+            + (f"; {fmt_pct(waiting)} of it is waiting for a late GPU" if waiting else ""),
+            tuple(ev), implication, rec))
+    rw = _rank_wait_finding(result)
+    if rw is not None:
+        out.append(rw)
     al = result.alignment
     if len(result.ranks) > 1:
         bad = al.residual_median_ns is not None and al.residual_median_ns > 50_000
