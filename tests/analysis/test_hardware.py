@@ -30,7 +30,7 @@ def test_rules_fire_on_hand_built_numbers():
     assert "limited by shared memory" in text and "well below theoretical" in text
     assert waves(k) == pytest.approx(132 / (132 * 2))  # 0.5 wave -> tail effect
     assert "fill 50% of one wave" in text
-    assert "memory-bound on HBM" in text and "little reuse in L2" in text
+    assert "memory-bound on DRAM" in text and "little reuse in L2" in text
     assert h.dominant_stall == "long_scoreboard" and "global" in h.stalls[0]
     assert any("barrier 25%" in s and "synchronization" in s for s in h.stalls)
     # 2.5 waves -> last wave half full is not flagged, 2.25 is

@@ -55,7 +55,8 @@ def test_gpu_only_pytorch_trace_is_pytorch(tmp_path):
     """torch.profiler with CUDA activities only keeps kernels and runtime calls, no CPU ops. Derived
     from the real BERT trace (tests/data/public): its cpu_op, user_annotation, gpu_user_annotation
     (a CPU annotation's GPU shadow) and python_function events dropped in a copy. Its kernels are ATen's (``void at::native::...``), so PyTorch ran it;
-    the mode cannot be told from kernels."""
+    without CPU ops the kernels tell the mode: GEMM and attention kernels and not one gradient kernel
+    (the BERT run is inference)."""
     import gzip
     import json
 
@@ -67,5 +68,7 @@ def test_gpu_only_pytorch_trace_is_pytorch(tmp_path):
     p = tmp_path / "gpu_only.json"
     p.write_text(json.dumps(doc))
     prod = detect_producer(load_inputs([p]).traces[0])
-    assert (prod.framework, prod.mode) == ("pytorch", "unknown")
+    kernels = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    assert not [k for k in kernels if "backward" in k.lower() or "bwd" in k.lower()]
+    assert (prod.framework, prod.mode) == ("pytorch", "inference")
     assert any(e.startswith("PyTorch's kernels without PyTorch ops") for e in prod.evidence)

@@ -108,7 +108,7 @@ def violations(results, text: str) -> list[str]:
             if f.platform == "CUDA" and re.search(r"rocprof|omniperf", rec, re.I):
                 out.append(f"{where}: rocprof advice on an NVIDIA GPU")
     mg = results.multigpu
-    waits = {b.rank: b.wait_ns for b in mg.per_rank} if mg is not None else {}
+    waits = (mg.rank_wait_ns or {}) if mg is not None else {}
     for run in results.runs:
         wait = waits.get(run.trace.meta.rank)
         for fd in run.findings:

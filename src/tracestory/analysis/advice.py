@@ -63,7 +63,8 @@ def fusion(f: RunFacts) -> str:
         blocks.append("a fused rotary embedding (cos/sin/neg/cat ops)")
     if w.kind == "vision" and w.has("batch_norm") and f.producer.mode == "inference":
         blocks.append("batch norm folded into the convolutions (inference)")
-    compile_ = f.producer.is_pytorch and not use.compiled
+    # torch.compile needs the Python side: PyTorch known from ATen kernels alone may be libtorch from C++
+    compile_ = f.producer.is_pytorch and not use.compiled and len(f.trace.ops) > 0
     if compile_ and blocks:
         return "fuse the small ops: torch.compile (Inductor) fuses elementwise chains, or use " + "; ".join(blocks)
     if compile_:

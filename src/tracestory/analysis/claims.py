@@ -9,8 +9,8 @@ the facts it rested on in ``basis`` (workload, platform, trace kind), so a reade
 check the claim against them.
 
 Order: by severity, then by rule order, except that a finding that names the *cause* of another
-(:attr:`Rule.explains`: the CPU op under the idle gaps explains the idle GPU) goes right before it,
-at the higher of the two severities: the summary's headline is then the most specific cause.
+(:attr:`Rule.explains`: the CPU op under the idle gaps explains the idle GPU) and is at least as
+severe goes right before it: the summary's headline is then the most specific cause.
 """
 
 from __future__ import annotations
@@ -94,8 +94,7 @@ def _ordered(found: list[tuple[Rule, Finding]]) -> tuple[Finding, ...]:
         explained = [present[e] for e in rule.explains if e in present]
         if explained and fd.severity in ("high", "medium"):
             target = min(explained, key=lambda x: sev[x.severity])
-            if sev[target.severity] <= sev[fd.severity]:
-                fd = dataclasses.replace(fd, severity=target.severity)
+            if sev[fd.severity] <= sev[target.severity]:   # a cause as weighty as what it explains goes first
                 key = (sev[target.severity], by_rule.get(target.rule, len(RULES)), -1, i)
         keyed.append((key, fd))
     return tuple(fd for _, fd in sorted(keyed, key=lambda kv: kv[0]))
@@ -121,7 +120,7 @@ def withheld(f: RunFacts) -> tuple[str, ...]:
                    + "): advice that depends on the kind of model is withheld")
     if f.kind.kind not in ("timeline",):
         out.append(f"the trace is a {f.kind.kind.replace('_', ' ')} (" + "; ".join(f.kind.evidence)
-                   + "): no timeline verdict (idle time, launch-bound, critical path, steps) is given")
+                   + "): no timeline verdict (idle time, launch cost, critical path, steps) is given")
     return tuple(out)
 
 

@@ -33,6 +33,7 @@ from .roofline import Roofline, estimate_roofline
 from .trace_kind import TraceKind, trace_kind
 from .workload import Workload, classify_workload
 
+LONG_GAP_SHARE = 0.5  # idle time in gaps >= 1 ms above this share is host work or waits, not launch cost
 LOW_PRECISIONS = ("nvfp4", "mxfp4", "mxfp8", "fp8", "int8", "int4")
 
 
@@ -94,6 +95,14 @@ class RunFacts:
     # with several ranks: this rank's time inside collectives spent waiting for the last rank to
     # arrive (kernels running, no data moving); None with one rank, where the wait cannot be told
     comm_wait_ns: int | None = None
+    # the ranks of the job among the inputs: (given, declared world size or None)
+    ranks: tuple[int, int | None] = (1, None)
+
+    @property
+    def some_ranks_missing(self) -> bool:
+        """The job ran on more ranks than the inputs hold: waits on the missing ones cannot be told."""
+        given, declared = self.ranks
+        return declared is not None and given < declared
 
     @property
     def trace(self) -> Trace:
@@ -102,6 +111,22 @@ class RunFacts:
     @property
     def platform(self) -> str:
         return self.producer.platform
+
+    @property
+    def long_gap_share(self) -> float | None:
+        """Share of the idle time that sits in gaps of 1 ms or more (the longest 50): host work or
+        waits, which per-launch overhead cannot make. None without idle time."""
+        tl = self.analysis.timeline
+        if tl is None or not tl.idle_ns:
+            return None
+        return sum(g.dur_ns for g in self.gaps) / tl.idle_ns
+
+    @property
+    def launch_bound(self) -> bool:
+        """The timeline's launch-bound verdict, unless most idle time is in long gaps (host work, waits)."""
+        tl = self.analysis.timeline
+        return bool(tl is not None and self.kind.kind == "timeline" and tl.launch_bound
+                    and (self.long_gap_share or 0.0) < LONG_GAP_SHARE)
 
     def __repr__(self) -> str:
         return (f"RunFacts({self.trace.label!r}, kind={self.kind.kind}, workload={self.workload.kind}, "
@@ -136,7 +161,8 @@ def _device(trace: Trace) -> str | None:
 
 
 def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMetricsResults, ...] = (),
-              first: bool = True, comm_wait_ns: int | None = None) -> RunFacts:
+              first: bool = True, comm_wait_ns: int | None = None,
+              ranks: tuple[int, int | None] = (1, None)) -> RunFacts:
     """The :class:`RunFacts` of one analysed trace. ``hardware``: the Nsight Compute inputs
     (joined to the first trace already; ``first=False`` joins them to this one); ``comm_wait_ns``:
     this rank's wait inside collectives, from the multi-GPU result."""
@@ -153,10 +179,11 @@ def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMet
     return RunFacts(
         analysis=analysis, device=_device(trace), peaks=peaks, kind=trace_kind(trace), producer=producer,
         workload=workload, in_use=_in_use(analysis, producer, workload, kf),
-        memory=memory_timeline(trace, analysis.phases), gaps=tuple(gap_causes(trace)) if has_timeline else (),
+        memory=memory_timeline(trace, analysis.phases), gaps=tuple(gap_causes(trace, steps=analysis.phases)) if has_timeline else (),
         estimate=estimate_roofline(trace, peaks) if not hardware else None, hardware=tuple(hardware), joins=joins,
         exposure=exposure(trace, analysis.classification), critical_path=path, critical_scope=scope,
-        kernel_facts=kf, families=tuple(family_table(trace)), comm_wait_ns=comm_wait_ns)
+        kernel_facts=kf, families=tuple(family_table(trace)), comm_wait_ns=comm_wait_ns,
+        ranks=ranks)
 
 
 __all__ = ["InUse", "KernelMetricsResults", "RunFacts", "run_facts"]

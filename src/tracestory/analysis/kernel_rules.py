@@ -41,8 +41,8 @@ Inductor kernels (``triton_<kind>_fused_<op>_..._<n>``) are decided by all their
 first rule that holds: a template naming flex_attention is attention, one naming mm/bmm/addmm/
 conv is gemm; a forward pointwise kernel that materialises a broadcast (``expand`` + ``clone``, or
 ``repeat``: GQA's repeat_kv) and carries a rotation is a copy (elementwise), because the copy of
-n_rep heads outweighs the rotation of one; a rotation (``cos``/``sin``, or ``cat`` + ``neg`` =
-rotate_half) is RoPE, even with a bmm (the angle product) or a QK-norm fused in; a reduction naming
+n_rep heads outweighs the rotation of one; a rotation (``cos``/``sin`` with the angle product
+``mul``/``bmm`` or a ``cat`` of the halves, or ``cat`` + ``neg`` = rotate_half) is RoPE, even with a bmm (the angle product) or a QK-norm fused in; a reduction naming
 mm/bmm is a decode GEMV; ``rsqrt``/``var_mean``/a norm op is a norm; ``softmax``, or a reduction
 fusing ``max``/``amax`` with ``exp`` and ``sum``, is softmax (not ``amax`` alone: FP8 scales take one
 too); embedding; other reductions; other pointwise kernels
@@ -95,8 +95,10 @@ def _has(words: str) -> str:
     return rf"(?=\w*_(?:{words})(?:_|$))"
 
 
-# A rotation: cos/sin tables, or rotate_half (cat with neg).
-_ROTARY = "(?:" + _has("cos|sin") + "|" + _has("cat") + _has("neg") + ")"
+# A rotation: cos/sin tables built from an angle product or duplicated halves (cos or sin with mul, bmm
+# or cat), or rotate_half (cat with neg). cos and sin of a tensor alone are math, not a rotation.
+_ROTARY = ("(?:" + _has("cos|sin") + _has("mul|bmm|cat|mm|outer|einsum") + "|" + _has("cat") + _has("neg")
+           + ")")
 # A materialised broadcast: expand then clone (a contiguous copy of the view), or a repeat.
 _HEAD_REPEAT = "(?:" + _has("expand") + _has("clone") + "|" + _has("repeat|repeat_interleave") + ")"
 
@@ -273,13 +275,12 @@ RULES: tuple[KernelRule, ...] = (
       "FlashAttention 2 (pytorch_flash:: inside PyTorch SDPA, flash_fwd_* in flash-attn and vLLM) and 3 "
       "(flash::FlashAttnFwdSm90). Before GEMMs: their template arguments say cutlass."),
     R(r"flashinfer::\w*(Prefill|Decode|Attention|MLA|Cascade|Merge)|BatchPrefillWith|BatchDecodeWith|"
-      r"SinglePrefillWith|SingleDecodeWith|create_flashinfer_kv_indices",
+      r"SinglePrefillWith|SingleDecodeWith",
       "attention", "attention_gemm", "FlashInfer", "FlashInfer", "FlashInfer",
-      ("create_flashinfer_kv_indices_triton",
-       "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::"),
-      "FlashInfer attention and the page-index kernels that feed it (SGLang's "
-      "create_flashinfer_kv_indices_triton builds its KV page table). Not every kernel that names "
-      "flashinfer: TRT-LLM's FP4/MXFP8 quantizers take a flashinfer::QuantizationSFLayout argument."),
+      ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::",),
+      "FlashInfer attention. Not every kernel that names flashinfer: SGLang's create_flashinfer_kv_indices_triton "
+      "only builds the KV page table (index bookkeeping, below), and TRT-LLM's FP4/MXFP8 quantizers take a "
+      "flashinfer::QuantizationSFLayout argument."),
     R(r"^fmhaSm\d+|fmha_v2_|fmhaKernel|xqa", "attention", "attention_gemm", "trtllm-gen", "NVIDIA",
       "trtllm-gen FMHA / XQA",
       ("fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext",
@@ -302,17 +303,17 @@ RULES: tuple[KernelRule, ...] = (
        "float const*, float*, float*, float*, float*, float*, unsigned int, unsigned int, unsigned int, unsigned int"),
       "cuDNN's fused attention (SDPA cudnn backend) and the fusion-engine kernels it launches with it "
       "(lean_reduction_kernel computes the softmax statistics inside the attention op)."),
-    R(r"qk_int8_sv_f8_accum_f\d+_attn|qk_int_sv_f(8|16)_attn|sageattn|sage_?attention", "attention",
+    R(r"qk_int8_sv_f8_accum_f\d+_attn|qk_int_sv_f(8|16)_attn|sageattn|sage_?attention|^sage_fwd", "attention",
       "attention_gemm", "SageAttention", "THU-ML", "SageAttention",
       ("void qk_int_sv_f8_attn_kernel<128u, 64u, 32u, 64u, 128u, (DataType)1>",
-       "qk_int8_sv_f8_accum_f32_attn_inst_buf"),
-      "SageAttention (INT8 QK^T, FP8 PV): its CUDA kernels (qk_int_sv_f8_attn_kernel, qk_int_sv_f16_attn_kernel) "
-      "and the ops that launch them (qk_int8_sv_f8_accum_f32_attn*). Attention, not quantization: the int8/fp8 "
+       "qk_int8_sv_f8_accum_f32_attn_inst_buf", "sage_fwd"),
+      "SageAttention (INT8 QK^T, FP8 PV): its CUDA kernels (qk_int_sv_f8_attn_kernel, qk_int_sv_f16_attn_kernel), "
+      "its Triton kernel (sage_fwd, as xDiT runs it on AMD GPUs) and the ops that launch them (qk_int8_sv_f8_accum_f32_attn*). Attention, not quantization: the int8/fp8 "
       "words are its operand types."),
-    R(r"^(void )?(QuantInt8Kernel|MeanScaleKernel|TransposePadPermuteKernel)<", "quantization", "quant_dequant",
-      "SageAttention", "THU-ML", "SageAttention quantization",
+    R(r"^(void )?(QuantInt8Kernel|MeanScaleKernel|TransposePadPermuteKernel)<|^sage_quant", "quantization",
+      "quant_dequant", "SageAttention", "THU-ML", "SageAttention quantization",
       ("void QuantInt8Kernel<128u, 32u, 1u, false, false, __nv_bfloat16>",
-       "void MeanScaleKernel<64u, false, __nv_bfloat16>"),
+       "void MeanScaleKernel<64u, false, __nv_bfloat16>", "sage_quant_kernel"),
       "SageAttention's prologue: Q/K quantized to INT8 per block (QuantInt8Kernel, after smoothing K by its mean, "
       "MeanScaleKernel) and V transposed and scaled to FP8. Its cost belongs to the attention's choice of "
       "SageAttention, filed under quantization."),
@@ -508,7 +509,7 @@ RULES: tuple[KernelRule, ...] = (
       "permutation in moe."),
     R(r"elementwise|vectorized_|unrolled_|functor|copy|fill|catarray|nchwtonhwc|nhwctonchw|transpose|"
       r"multi_tensor_apply|act_and_mul|silu|gelu|relu|swiglu|dropout|clamp|where|scalePackedTensor|"
-      r"ClassNLLCriterion_updateGradInput|arange|future_token_ids|upsample",
+      r"ClassNLLCriterion_updateGradInput|arange|future_token_ids|upsample|create_flashinfer_kv_indices",
       "elementwise", "other", "", "", "pointwise",
       ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
        "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
@@ -516,12 +517,12 @@ RULES: tuple[KernelRule, ...] = (
        "OpaqueType<2u>, unsigned int, 4, 64, 64>(at::native::(anonymous namespace)::OpaqueType<2u>*, at::native::",
        "_ZN7sgl_hip10activation18act_and_mul_kernelI14__hip_bfloat16TnPFT_RKS3_EXadL_Z4siluIS2_ES3_S5_EEEEvPS3_PS4_i",
        "void (anonymous namespace)::clamp_position_kernel<long>(long*, long const*, unsigned long)",
-       "_copy_page_indices_kernel",
+       "_copy_page_indices_kernel", "create_flashinfer_kv_indices_triton",
        "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>"
        "(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)"),
       "Pointwise math, activations, copies, fills and layout changes (ATen elementwise kernels, "
       "CatArrayBatchedCopy, cuDNN layout transforms, foreach optimizer kernels, serving stacks' small "
-      "index bookkeeping kernels such as vLLM's page-index copy, the NLL loss's backward, which writes one "
+      "index bookkeeping kernels such as vLLM's page-index copy and SGLang's FlashInfer page-table build, the NLL loss's backward, which writes one "
       "value per row, nearest/linear upsampling, one output from one or a few inputs)."),
     R(r"par_ranged[12]d_kernel|^vector_(add|mul|sub|scale)|^init_array", "elementwise", "other", "", "", "parallel-for loop",
       ("void clover::par_ranged2d_kernel<build_field(global_variables &)::[lambda(int, int) (instance 1)]>"

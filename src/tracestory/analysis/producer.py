@@ -22,8 +22,9 @@ Signals (names only; no timing):
 * **training**: backward ops (``*Backward*``, ``autograd::engine::evaluate_function``) or an
   optimizer step (``Optimizer.step``); **inference** when model ops (GEMM, convolution, attention,
   embedding, norm) ran and none of those did, or a serving engine ran; without CPU ops the kernels
-  tell it where they can (gradient kernels: training; Inductor's ``_no_training`` kernels:
-  inference); else ``unknown`` (a toy program says neither).
+  tell it where they can (gradient kernels: training; attention, convolution or norm kernels
+  (a model's layers, not GEMMs alone) and no gradient kernel: inference); else ``unknown`` (a
+  toy program or a GEMM test says neither).
 * **platform**: HIP API names (``hip*``) or AMD kernel libraries mean ROCm; CUDA API names mean CUDA.
 
 Limits: a trace without CPU ops (nsys without NVTX, a kernel-only export) says nothing about the
@@ -50,6 +51,7 @@ _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)")
 # Kernels that only a backward pass runs (gradients of conv, norm, attention), or only inference.
 _BACKWARD_KERNEL = re.compile(r"backward|_bwd|bwd_|dgrad|wgrad|igemm_wrw|GammaBetaBackward|grad_input", re.I)
 _INFERENCE_KERNEL = re.compile(r"_no_training|legit_no_training", re.I)
+_MODEL_KERNEL = re.compile(r"flash|fmha|attention|attn|fprop|winograd|layer_?norm|rms_?norm|batch_?norm|softmax", re.I)
 # Ops of a model's forward pass: without one, no backward does not make a run "inference".
 _MODEL_OP = re.compile(r"^aten::(linear|addmm|mm|bmm|matmul|conv\w*|_convolution|cudnn_convolution|\w*attention\w*|"
                        r"embedding\w*|layer_norm|batch_norm|group_norm|rms_norm|_scaled_mm)$|^vllm::|^sgl_kernel::")
@@ -146,9 +148,10 @@ def detect_producer(trace: Trace) -> Producer:
         # no CPU op tells (a GPU-only trace, a graph replay): the kernels' own names do
         mode = "training"
         evidence.append(f"training (backward kernel {_first(kernels, _BACKWARD_KERNEL)[:60]})")
-    elif not model_op and _first(kernels, _INFERENCE_KERNEL):
+    elif not model_op and (_first(kernels, _INFERENCE_KERNEL) or _first(kernels, _MODEL_KERNEL)):
         mode = "inference"
-        evidence.append(f"inference (kernel {_first(kernels, _INFERENCE_KERNEL)[:60]})")
+        hit = _first(kernels, _INFERENCE_KERNEL) or _first(kernels, _MODEL_KERNEL)
+        evidence.append(f"inference (model kernels such as {hit[:60]} and no gradient kernel)")
     elif framework == "pytorch" and engine:
         mode = "inference"
     elif framework == "pytorch" and model_op:

@@ -297,12 +297,13 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
 
     coverage = rank_coverage(traces) if traces else None
     mg = combine([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
-    waits = {b.rank: b.wait_ns for b in mg.per_rank} if mg is not None else {}
+    waits = (mg.rank_wait_ns or {}) if mg is not None else {}
     runs = []
     for i, trace in enumerate(traces):
         device = _device(trace)
         facts = run_facts(analyze(trace, options.taxonomy, k=options.k), peaks.get(device) if device else None,
-                          hardware, first=i == 0, comm_wait_ns=waits.get(trace.meta.rank))
+                          hardware, first=i == 0, comm_wait_ns=waits.get(trace.meta.rank),
+                          ranks=(coverage.given, coverage.declared) if coverage else (1, None))
         runs.append(RunResults(facts=facts, findings=derive_findings(facts)))
 
     batching = None

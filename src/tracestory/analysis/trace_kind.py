@@ -4,7 +4,8 @@ A report's sentences assume a timeline: kernels that ran, at the times they ran.
 kinds of input look like traces and are not that, and each makes some sentences false:
 
 * ``empty``: no kernel, memcpy or memset at all (a CPU-only profile, a capture window that
-  missed the GPU work). Signal: the GPU tables are empty.
+  missed the GPU work), or no kernel and fewer than :data:`FEW_MEMOPS` memory ops (setup copies
+  or sets only). Signal: the GPU tables are (nearly) empty.
 * ``summary_only``: per-name totals without per-event times (``nsys stats`` summary CSVs such
   as ``cuda_gpu_kern_sum``). Signal: the reader set ``meta.has_timeline`` False and no
   range-profiler events were read.
@@ -40,6 +41,7 @@ import numpy as np
 from ..trace import Trace
 from .launch_apis import base_name, is_kernel_launch
 
+FEW_MEMOPS = 10  # without a kernel, this few copies/sets are setup, not a GPU workload
 KINDS = ("timeline", "stream_capture", "range_profiler", "summary_only", "empty")
 
 _BEGIN = re.compile(r"^(cuda|cu|hip)StreamBeginCapture")
@@ -99,6 +101,9 @@ def trace_kind(trace: Trace) -> TraceKind:
     if n_k + n_m == 0:
         return TraceKind("empty", (f"no kernel, memcpy or memset; {_plural(len(trace.ops), 'CPU op')}, "
                                    f"{_plural(len(trace.api), 'API call')}",))
+    if n_k == 0 and n_m < FEW_MEMOPS and not trace.meta.extra.get("cuda_profiler_ranges"):
+        return TraceKind("empty", (f"no kernel ran; {_plural(n_m, 'memory op')} and "
+                                   f"{_plural(len(trace.api), 'API call')} (the capture missed the GPU work)",))
     if ranges:
         return TraceKind("range_profiler", (
             f"{_plural(ranges, 'kernel')} from cuda_profiler_range events (CUPTI range profiler): each "

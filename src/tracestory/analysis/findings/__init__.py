@@ -49,7 +49,7 @@ from ...trace import MEMOP_KINDS, Trace
 from ..links import gpu_ops_column
 from ...units import fmt_ns, fmt_pct, kernel_base
 from .. import advice, intervals
-from ..facts import RunFacts
+from ..facts import LONG_GAP_SHARE, RunFacts
 from ..gaps import GapCause, gap_causes
 from .base import SEVERITIES, Evidence, Finding, capital
 from .hardware import ncu_only_findings, rule_bound, rule_occupancy
@@ -203,6 +203,16 @@ def rule_dominant_category(f: RunFacts) -> list[Finding]:
             "Shrinking the collectives here would not help: the late rank sets the pace.",
             "Fix the late rank first (Multi-GPU findings: its extra work or late host), then overlap what remains "
             "of the collectives with compute.")]
+    if top.name in COMM_CATEGORIES and f.some_ranks_missing:
+        given, declared = f.ranks
+        return [Finding(
+            "dominant_category", "medium" if sev == "high" else sev,
+            f"{top.name} kernels hold {_p(p)} of GPU op time, waiting for other ranks included",
+            tuple(ev), f"A collective kernel runs from this rank's arrival until the last rank's, so part of this time "
+            f"may be waiting, not transfer; with {given} of the job's {declared} ranks in the inputs, the wait on the "
+            "others cannot be told apart.",
+            f"Pass every rank's trace (all {declared}) to split waiting from transfer before shrinking the "
+            "collectives; a late rank, not this one's collectives, may set the pace.")]
     rec = _category_advice(f, top.name)
     return [Finding("dominant_category", sev, f"{top.name} dominates GPU op time ({_p(p)})",
                     tuple(ev), implication, capital(rec) + ".")]
@@ -322,17 +332,14 @@ def rule_gpu_idle(f: RunFacts) -> list[Finding]:
     return [Finding("gpu_idle", sev, title, tuple(ev), imp, rec)]
 
 
-LONG_GAP_SHARE = 0.5  # idle time in gaps >= 1 ms above this share is host work or waits, not launch cost
-
-
 def _long_gaps_finding(f: RunFacts, ev: list) -> list[Finding]:
     """The idle verdict when most idle time sits in a few gaps of 1 ms or more: per-launch overhead
     cannot make gaps that long, so the launch-bound story and CUDA-graph advice do not apply."""
     tl = f.analysis.timeline
-    long_ns = sum(g.dur_ns for g in f.gaps)
-    if tl is None or tl.idle_fraction < 0.2 or not tl.idle_ns or long_ns < LONG_GAP_SHARE * tl.idle_ns:
+    share = f.long_gap_share
+    if tl is None or tl.idle_fraction < 0.2 or share is None or share < LONG_GAP_SHARE:
         return []
-    share = long_ns / tl.idle_ns
+    long_ns = sum(g.dur_ns for g in f.gaps)
     ev = ev + [Evidence("idle gaps of 1 ms or more (longest 50)", len(f.gaps), "count"),
                Evidence("idle time in them", long_ns, "ns"),
                Evidence("their share of idle time", share, "fraction")]
@@ -340,20 +347,22 @@ def _long_gaps_finding(f: RunFacts, ev: list) -> list[Finding]:
     for g in f.gaps:
         if g.op_name:
             named[g.op_name] = named.get(g.op_name, 0) + g.dur_ns
-    where = ""
+    where, rec = "", ("Find what the host does in the largest gaps (Appendix: largest gaps): feed data off the "
+                      "critical path (loader workers, prefetch, pinned memory), keep one-off setup out of the measured "
+                      "steps (warm up first), or remove the synchronisation.")
     if named:
         op, ns = max(named.items(), key=lambda kv: kv[1])
-        where = f" The host was inside {op} for {_t(ns)} of it (Surprises and the cpu_stall finding)."
+        where = f" The host was inside {op} for {_t(ns)} of it."
+        if ns >= LONG_GAP_SHARE * long_ns:
+            rec = (f"Shorten what the host does inside {op} between GPU ops (the finding on {op} says how); the GPU "
+                   "has nothing to run meanwhile.")
     return [Finding(
         "gpu_idle", "high" if tl.idle_fraction >= 0.5 else "medium",
         f"GPU idle {_p(tl.idle_fraction)} of its window, {_p(share)} of that in {len(f.gaps)} gap(s) of 1 ms or more",
         tuple(ev),
         "Gaps this long are host work or waits (data loading, one-off setup such as library autotuning or module "
         "loading, synchronisation), not per-launch overhead: faster launches or graph capture would not remove "
-        "them." + where,
-        "Find what the host does in the largest gaps (Appendix: largest gaps): feed data off the critical path "
-        "(loader workers, prefetch, pinned memory), keep one-off setup out of the measured steps (warm up first), "
-        "or remove the synchronisation.")]
+        "them." + where, rec)]
 
 
 def _between_replays_advice(bound: str | None) -> str:
@@ -571,14 +580,8 @@ def rule_eager_fusion(f: RunFacts) -> list[Finding]:
                      Evidence("their share of kernel time", float(dur[km].sum() / max(dur.sum(), 1)), "fraction"),
                      Evidence("Triton kernel launches", 0, "count")),
                     "Each small op is a separate launch and a round-trip through memory"
-                    + ("; in this launch-bound run each one also adds host time." if _launch_bound(f) else "."),
+                    + ("; in this launch-bound run each one also adds host time." if f.launch_bound else "."),
                     capital(advice.fusion(f)) + ".")]
-
-
-def _launch_bound(f: RunFacts) -> bool:
-    """The timeline's launch-bound verdict, unless long gaps (host work, waits) hold the idle time."""
-    tl = f.analysis.timeline
-    return bool(tl is not None and tl.launch_bound and not _long_gaps_finding(f, []))
 
 
 def ncu_findings(hardware) -> tuple[Finding, ...]:
