@@ -18,7 +18,7 @@ from ..errors import TracestoryError, UsageError
 from ..ingest import load_inputs
 from ..outputs import OutputPlan, is_stdout
 from .common import (add_analysis_options, add_taxonomy, load_and_analyze, options_from, progress_factory,
-                     refuse_overwrite, taxonomy_from)
+                     refuse_overwrite, side_inputs, taxonomy_from)
 from ..analysis.tables import TABLES
 from ..render import jsonout, terminal
 from ..render.tables_out import FORMATS, table_renderable, table_text
@@ -41,7 +41,7 @@ def cmd_analyze(args) -> int:
     against the inputs before anything is read."""
     from rich.console import Console
 
-    plan = OutputPlan(inputs=args.inputs)
+    plan = OutputPlan(inputs=[*args.inputs, *side_inputs(args)])
     fmt, name, out = args.format, args.table, args.output
     if fmt == "csv" and name is None:
         raise UsageError(f"--format csv writes one table: add --table {'|'.join(TABLES)}")
@@ -49,7 +49,8 @@ def cmd_analyze(args) -> int:
         raise UsageError(f"--json - and the --format {fmt} output both want stdout: give one of them a file (-o FILE)")
     if args.json is not None:
         plan.check(args.json, "JSON")
-    plan.check(out, f"--format {fmt} output")
+    if not (fmt == "table" and is_stdout(out) and args.json is not None and is_stdout(args.json)):
+        plan.check(out, f"--format {fmt} output")   # (terminal tables with --json -: to stderr)
     results = analyze_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), options_from(args))
     if not results.runs and not results.hardware:
         raise UsageError(f"{results.inputs.paths[0]}: analyze prints trace and kernel-metric tables; a scheduler "
@@ -99,20 +100,26 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_report(args) -> int:
-    html = None if args.html in (None, HTML_BESIDE) else args.html
-    results = load_and_analyze(args, args.json, args.output, html, goal=args.goal, questions=tuple(args.question or ()),
+    """The Markdown report (``-o``), and when asked its JSON (``--json``), HTML page (``--html``)
+    and PNG plots: checked against every input and each other first, written all or nothing
+    (:func:`~tracestory.outputs.all_or_nothing`); the paths written are printed afterwards, on
+    stderr when an output is ``-``."""
+    if args.html and outputs.is_stdout(args.output):
+        raise UsageError("--html renders the written Markdown report: give -o a file, not -")
+    html = None if not args.html else Path(args.output).with_suffix(".html") if args.html == HTML_BESIDE else args.html
+    results = load_and_analyze(args, ("-o", args.output), ("--json", args.json), ("--html", html),
+                               goal=args.goal, questions=tuple(args.question or ()),
                                command="tracestory " + " ".join(sys.argv[1:]))
     written: list = []
-    out = write_report(results, args.output, plots=args.plots, json_path=args.json, written=written)
+    with outputs.all_or_nothing():
+        out = write_report(results, args.output, plots=args.plots, json_path=args.json, written=written)
+        if html is not None:
+            write_html(outputs.staged(out), html)
+            if not outputs.is_stdout(html):
+                written.append(Path(html))
+    status = outputs.status_stream(args.output, args.json, html)
     for path in written:   # every file written, the report first
-        print(path)
-    if args.html:
-        if outputs.is_stdout(args.output):
-            raise UsageError("--html renders the written Markdown report: give -o a file, not -")
-        html = out.with_suffix(".html") if args.html == HTML_BESIDE else args.html
-        written = write_html(out, html)
-        if not outputs.is_stdout(html):
-            print(written)
+        print(path, file=status)
     return 0
 
 
@@ -126,11 +133,17 @@ def cmd_demo(args) -> int:
 
 
     trace = Path(str(resources.files("tracestory") / "data" / "demo" / DEMO_TRACE))
-    results = analyze_inputs(load_inputs([trace]), AnalysisOptions(goal=DEMO_GOAL, command="tracestory demo"))
     out_dir = Path(args.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = write_report(results, out_dir / "report.md", json_path=out_dir / "analysis.json")
-    write_html(out, out_dir / "report.html")
+    names = ("report.md", "analysis.json", "report.html")
+    plan = OutputPlan([trace])
+    plan.check_folder(out_dir)
+    for n in names:
+        plan.check(out_dir / n, n)
+    outputs.ensure_folder(out_dir)   # a file or /proc/...: one line
+    results = analyze_inputs(load_inputs([trace]), AnalysisOptions(goal=DEMO_GOAL, command="tracestory demo"))
+    with outputs.all_or_nothing():
+        out = write_report(results, out_dir / names[0], json_path=out_dir / names[1])
+        write_html(outputs.staged(out), out_dir / names[2])
     print(out)
     return 0
 
@@ -139,7 +152,7 @@ def cmd_categories(args) -> int:
     source = args.input or args.input_flag
     if not source:
         raise UsageError("categories: give the input trace (tracestory categories INPUT [-o OUT])")
-    plan = refuse_overwrite([source], args.output)
+    plan = refuse_overwrite([source, *side_inputs(args)], ("-o", args.output))
     inputs = load_inputs([source], progress_factory=progress_factory())
     if not inputs.traces:
         raise UsageError(f"{source}: no GPU trace in this input")
@@ -150,7 +163,7 @@ def cmd_categories(args) -> int:
     to_stdout = outputs.is_stdout(args.output)
     print(category_table_text(result), file=sys.stderr if to_stdout else sys.stdout)
     if args.output:
-        plan.write_text(args.output, json.dumps(result, indent=1) + "\n")
+        plan.write_text(args.output, json.dumps(result, indent=1) + "\n", "-o")
         if not to_stdout:
             print(f"wrote {args.output}")
     return 0
@@ -215,13 +228,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()   # a full or closed stdout (> /dev/full, | head) fails here, not at exit
+        return code
     except TracestoryError as e:
         print(f"tracestory: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tracestory: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        if not _stdout_failed(e):
+            raise
+        print(f"tracestory: error: <stdout>: expected a writable standard output, found "
+              f"{(e.strerror or str(e)).lower()}", file=sys.stderr)
+        return 2
+
+
+def _stdout_failed(e: OSError) -> bool:
+    """Whether ``e`` came from writing stdout (a full device, a closed pipe); stdout is then
+    pointed at /dev/null so that the interpreter's own flush at exit does not fail again."""
+    import errno
+    import os
+
+    if not isinstance(e, BrokenPipeError) and e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT):
+        return False
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # no real file descriptor (a test's capture)
+        pass
+    return True
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ nesting deeper than the interpreter's recursion limit, more decompressed text th
 dropped or repaired and counted in ``TraceMeta.warnings``: events of a known category whose
 ``ph`` is not "X", complete events without ``cat``, a ``ts`` or ``dur`` that is not a number,
 ``ts`` beyond +-2**62 ns, a negative ``dur`` or one over 2**62 ns (int64 ns would overflow),
-names that are numbers (kept as their text), args of the wrong type (that arg ignored).
+names that are numbers (kept as their text), args of the wrong type (that arg ignored). An
+integer id beyond int64 or a grid/block size beyond int32 refuses the file (one line).
 
 Limits
 ------
@@ -726,6 +727,9 @@ def load_kineto(path: str | os.PathLike, *, require_gpu: bool = True, progress: 
     gc.disable()
     try:
         return _load(path, require_gpu, progress)
+    except OverflowError as e:   # an id beyond int64 (2**64 correlation ids), a grid beyond int32
+        raise TraceFormatError(path, "integer ids within 64 bits and grid/block sizes within 32 bits",
+                               f"a value out of range ({e})") from None
     finally:
         if gc_was_enabled:
             gc.enable()
