@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -224,9 +225,29 @@ def _command_modules():
     return (check, compare, export, ranks, capture, bench, eval, serve, loadgen)
 
 
+class _StderrLines(logging.Handler):
+    """The readers' damage lines (``FILE: warning: ...``, logger ``tracestory.ingest``) on the
+    stderr of the moment: every command states them on the terminal, not only in its JSON and
+    the report's Limitations."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(record.getMessage(), file=sys.stderr)
+        except (OSError, ValueError):
+            pass
+
+
+def _state_damage_on_stderr() -> None:
+    logger = logging.getLogger("tracestory.ingest")
+    if not any(isinstance(h, _StderrLines) for h in logger.handlers):
+        handler = _StderrLines(logging.WARNING)
+        logger.addHandler(handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _state_damage_on_stderr()
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()   # a full or closed stdout (> /dev/full, | head) fails here, not at exit

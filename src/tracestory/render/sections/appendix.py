@@ -73,7 +73,8 @@ def _appendix(runs, inputs, command) -> list[str]:
                 (f"kernels < {fmt_ns(tl.short_kernel_ns)}", fmt_pct(tl.short_kernel_share)),
                 ("launch latency p50 / p90 / p99",
                  f"{fmt_ns(ll.p50_ns)} / {fmt_ns(ll.p90_ns)} / {fmt_ns(ll.p99_ns)} ({ll.count} ops)"),
-                ("launch-bound verdict", "yes" if tl.launch_bound else "no")], "lr")
+                ("launch-bound verdict", f"not judged ({tl.verdict_withheld})" if tl.verdict_withheld
+                 else "yes" if tl.launch_bound else "no")], "lr")
             out += ["", "**Idle gap histogram**", ""]
             out += md_table(("gap length", "count", "total"),
                             [(lab, n, fmt_ns(t)) for lab, n, t in tl.gap_histogram], "lrr")
