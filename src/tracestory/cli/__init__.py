@@ -14,8 +14,10 @@ help from :data:`COMMANDS` (a test keeps it equal to the modules' own).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import os
 import sys
 
 from ..errors import TracestoryError
@@ -113,13 +115,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stdout_failed(e: OSError) -> bool:
-    """Whether ``e`` came from writing stdout (a full device, a closed pipe); stdout is then
+    """Whether ``e`` came from writing stdout (a full device, a closed pipe: a write error with no
+    file name; every named output goes through :mod:`tracestory.outputs`); stdout is then
     pointed at /dev/null so that the interpreter's own flush at exit does not fail again."""
-    import errno
-    import os
-
-    if not isinstance(e, BrokenPipeError) and e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT):
-        return False
+    if e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT) or e.filename is not None:
+        return False     # a named file's error, or another kind: not stdout (files go through outputs)
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -425,7 +425,8 @@ def _runner(w: Workload):
     def run(args) -> int:
         """With ``--json -`` the JSON is stdout's only content: every printed line goes to stderr."""
         refuse_overwrite([], ("--json", args.json), ("--profile-out", getattr(args, "profile_out", None)))
-        with outputs.prints_to_stderr(bool(args.json) and outputs.is_stdout(args.json)):
+        data = (args.json, getattr(args, "profile_out", None) if getattr(args, "profile", None) == "torch" else None)
+        with outputs.prints_to_stderr(any(o and outputs.is_stdout(o) for o in data)):
             return _run(args)
 
     def _run(args) -> int:

@@ -279,7 +279,8 @@ def _run(cfg: LoadConfig, prompts, stream, label: str, show_progress: bool, cons
 def main(args) -> int:
     """With ``--json -`` or ``--output -`` stdout carries that data only: the result block and
     the status lines go to stderr."""
-    with outputs.prints_to_stderr(any(o and outputs.is_stdout(o) for o in (args.json, args.output))):
+    to_stdout = (args.json, args.output, args.result_filename if args.save_result and not args.result_dir else None)
+    with outputs.prints_to_stderr(any(o and outputs.is_stdout(o) for o in to_stdout)):
         return _main(args)
 
 
@@ -314,12 +315,12 @@ def _main(args) -> int:
         result_path = _prepare(Path(args.result_dir or ".") / name, inputs)
     if args.output:
         stream_path = _prepare(Path(args.output), inputs)
-    elif args.save_detailed and result_path is not None:
+    elif args.save_detailed and result_path is not None and not outputs.is_stdout(result_path):
         stream_path = _prepare(result_path.with_name(result_path.name.removesuffix(".json") + ".requests.jsonl"),
                                inputs)
     summary_path = _prepare(Path(args.json), inputs) if args.json else None
     # files named after the result (or the summary): never after "-"
-    base = result_path or (summary_path if summary_path is not None and not outputs.is_stdout(summary_path) else None)
+    base = next((p for p in (result_path, summary_path) if p is not None and not outputs.is_stdout(p)), None)
     if wcfg is not None and base is not None:
         warm_path = _prepare(warmup_result_path(base), inputs)
     plan = outputs.OutputPlan(inputs)   # two flags naming one file, or two -, refused
