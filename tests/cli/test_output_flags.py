@@ -84,6 +84,15 @@ def test_rules_and_peaks_files_are_inputs(argv, capsys, tmp_path, trace):
     assert not (tmp_path / "r.md").exists()
 
 
+def test_a_file_a_glob_matches_is_an_input(capsys, tmp_path):
+    for p in (TP2 / "torch").glob("*.json.gz"):
+        shutil.copy(p, tmp_path / p.name)
+    member = tmp_path / "rank1.trace.json.gz"
+    before = member.read_bytes()
+    code, _, err = _run(capsys, "ranks", str(tmp_path / "*.json.gz"), "--workers", "1", "--json", member)
+    assert _refused(code, err, member, "input") and member.read_bytes() == before
+
+
 @pytest.mark.parametrize("argv", [
     ("report", "{trace}", "-o", "{d}/r.md", "--json", "{d}/r.md"),
     ("report", "{trace}", "-o", "{d}/r.md", "--html", "{d}/r.md"),
@@ -186,9 +195,12 @@ def test_report_set_is_all_or_nothing(capsys, tmp_path, trace):
     code, _, err = _run(capsys, "report", trace, "-o", out / "r.md", "--json", blocker / "a.json")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert (out / "r.md").read_text() == "old report\n" and sorted(p.name for p in out.iterdir()) == ["r.md"]
-    code, _, err = _run(capsys, "report", trace, "-o", out / "r.md", "--json", out / "a.json", "--html")
-    assert code == 0 and sorted(p.name for p in out.iterdir()) == ["a.json", "r.html", "r.md"]
-    assert err == "" or "warning" in err
+    code, _, err = _run(capsys, "report", trace, "-o", out / "r.md", "--json", out / "a.json", "--html", "--plots")
+    names = sorted(p.name for p in out.iterdir())
+    pngs = [n for n in names if n.endswith(".png")]
+    assert code == 0 and [n for n in names if not n.endswith(".png")] == ["a.json", "r.html", "r.md"] and pngs
+    # the page was rendered while the set was staged: every plot is embedded from there
+    assert (out / "r.html").read_text().count("data:image/png;base64,") == len(pngs)
 
 
 # ------------------------------------------------------------------ tracebacks, now one line

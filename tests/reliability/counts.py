@@ -35,8 +35,9 @@ CLASSES = (
      "done, stated: one `FILE: warning:` line on stderr", ("test_reader_damage_is_on_the_analyze_terminal",)),
     ("inputs: integers out of range (2^64 correlation id, 2^40 grid, 2^64 block)", "refused, one line, exit 2",
      ("test_out_of_range_integers_are_one_line",)),
-    ("outputs: `--rules`/`--peaks` file named as an output (report, analyze, categories, compare, export)",
-     "refused before reading; the file held", ("test_rules_and_peaks_files_are_inputs",)),
+    ("outputs: `--rules`/`--peaks` file or a file a `ranks` glob matches, named as an output (report, analyze, "
+     "categories, compare, export, ranks)", "refused before reading; the file held",
+     ("test_rules_and_peaks_files_are_inputs", "test_a_file_a_glob_matches_is_an_input")),
     ("outputs: two flags naming one file (`-o r.md --json r.md`, `--html`, `./r.md`; report, analyze, compare, "
      "ranks)", "refused; nothing written", ("test_two_flags_naming_one_file_are_refused",)),
     ("outputs: two flags on stdout (report, compare, ranks)", "refused; stdout empty",

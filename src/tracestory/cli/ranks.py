@@ -11,6 +11,7 @@ report, with every rank analysed in one process.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 from typing import Any
 
@@ -36,7 +37,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    refuse_overwrite(args.inputs, ("-o", args.output), ("--json", args.json))
+    # a glob stands for the files it matches: each is an input an output may not overwrite
+    matched = [m for i in args.inputs if any(c in i for c in "*?[") for m in glob.glob(i, recursive=True)]
+    refuse_overwrite([*args.inputs, *matched], ("-o", args.output), ("--json", args.json))
     with outputs.prints_to_stderr(any(o and outputs.is_stdout(o) for o in (args.output, args.json))):
         return _run(args)
 
