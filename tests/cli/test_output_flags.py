@@ -210,6 +210,11 @@ def test_missing_peaks_and_rules_files(capsys, trace, tmp_path):
         assert _refused(code, err, "/missing.toml", flag)
         code, _, err = _run(capsys, "report", trace, "-o", tmp_path / "r.md", flag, tmp_path)
         assert _refused(code, err, tmp_path, "a folder")
+    big = tmp_path / "big.toml"
+    with open(big, "wb") as f:
+        f.truncate(17 << 20)   # a settings file is a few KB: 17 MiB is refused before it is decoded
+    code, _, err = _run(capsys, "analyze", trace, "--peaks", big)
+    assert _refused(code, err, big, "at most 16 MiB")
 
 
 def test_demo_output_dir_that_cannot_be_a_folder(capsys, tmp_path):

@@ -43,9 +43,13 @@ def taxonomy_from(args) -> Taxonomy:
     return load_rules(args.rules, base) if getattr(args, "rules", None) else base
 
 
+SIDE_FILE_BYTES = 16 << 20
+
+
 def side_inputs(args) -> list[str]:
     """The files a command reads besides its inputs (``--rules``, ``--peaks``), each checked to
-    be a readable regular file first: a missing one is one line, not a traceback later."""
+    be a readable regular file of at most 16 MiB first: a missing one is one line, not a
+    traceback later."""
     files = []
     for flag in ("rules", "peaks"):
         path = getattr(args, flag, None)
@@ -60,6 +64,9 @@ def side_inputs(args) -> list[str]:
                              f"{'a folder' if stat.S_ISDIR(st.st_mode) else 'a special file'}")
         if not os.access(path, os.R_OK):
             raise UsageError(f"{path}: expected a readable --{flag} file, found permission denied")
+        if st.st_size > SIDE_FILE_BYTES:   # a few KB of TOML/JSON: never decode a huge file by mistake
+            raise UsageError(f"{path}: expected a --{flag} file of at most {SIDE_FILE_BYTES >> 20} MiB, "
+                             f"found {st.st_size:,} bytes")
         files.append(path)
     return files
 
