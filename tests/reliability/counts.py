@@ -48,7 +48,7 @@ CLASSES = (
       "test_compare_outputs_to_stdout", "test_ranks_outputs_to_stdout", "test_load_json_and_output_to_stdout")),
     ("outputs: a report set whose second file fails", "held: no file of the set written, the old report kept",
      ("test_report_set_is_all_or_nothing",)),
-    ("subcommands: `--peaks`/`--rules` missing or a folder, `demo --output-dir FILE` and `/proc/...`, "
+    ("subcommands: `--peaks`/`--rules` missing, a folder or over 16 MiB, `demo --output-dir FILE` and `/proc/...`, "
      "`analyze > /dev/full`", "refused, one line, exit 2", ("test_missing_peaks_and_rules_files",
                                                           "test_demo_output_dir_that_cannot_be_a_folder",
                                                           "test_full_stdout_is_one_line")),
