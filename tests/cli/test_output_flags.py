@@ -7,12 +7,14 @@
 * a command with several outputs writes all of them or none;
 * the last tracebacks of the re-audit are one line and exit 2.
 
-The flags that take ``-`` (each exercised below unless said otherwise): ``analyze -o``,
+The flags that take ``-`` (each exercised below unless said otherwise; ``serve --event-log -`` is
+refused: the server prints its status lines on stdout): ``analyze -o``,
 ``analyze --json``, ``report -o``, ``report --json``, ``report --html``, ``categories -o``,
 ``check --json``, ``compare -o``, ``compare --json``, ``ranks -o``, ``ranks --json``,
-``export perfetto -o``, ``load --json``, ``load --output``; ``bench --json`` and ``eval ppl
---json`` (through the same :func:`tracestory.outputs.prints_to_stderr`; not run here: they need
-torch workloads or a checkpoint).
+``export perfetto -o``, ``load --json``, ``load --output``; ``load --save-result
+--result-filename -``, ``bench --json``, ``bench --profile torch --profile-out -`` and ``eval ppl
+--json`` (through the same :func:`tracestory.outputs.prints_to_stderr`; not run here: the first
+was tried by hand, the others need torch workloads or a checkpoint).
 """
 
 from __future__ import annotations
@@ -182,6 +184,12 @@ def test_load_json_and_output_to_stdout(tmp_path):
     records = [json.loads(line) for line in p.stdout.splitlines()]
     assert p.returncode == 1 and len(records) == 2 and all(r["error"] for r in records)
     assert list(tmp_path.iterdir()) == []   # no file named '-', no telemetry beside it
+
+
+def test_serve_event_log_dash_is_refused(capsys, cwd):
+    """The server's stdout carries its status lines: its event log cannot share it."""
+    code, out, err = _run(capsys, "serve", "--event-log", "-")
+    assert _refused(code, err, "--event-log", "'-'") and out == "" and list(cwd.iterdir()) == []
 
 
 # ------------------------------------------------------------------ all or nothing

@@ -42,6 +42,8 @@ CLASSES = (
      "ranks)", "refused; nothing written", ("test_two_flags_naming_one_file_are_refused",)),
     ("outputs: two flags on stdout (report, compare, ranks)", "refused; stdout empty",
      ("test_two_flags_on_stdout_are_refused",)),
+    ("outputs: `serve --event-log -` (stdout holds the server's status lines)", "refused, one line, exit 2",
+     ("test_serve_event_log_dash_is_refused",)),
     ("outputs: `-` as stdout (export perfetto -o, report --json/--html, check --json, compare -o/--json, ranks "
      "-o/--json, load --json/--output)", "stdout holds only the data; status on stderr; no file `-`",
      ("test_export_perfetto_to_stdout", "test_report_json_and_html_to_stdout", "test_check_json_to_stdout",
