@@ -103,6 +103,9 @@ def test_scheduler_log_meta_line_found_and_long_first_line_refused(tmp_path):
     assert is_scheduler_log(p)
     (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(meta + b"\n"))
     assert is_scheduler_log(tmp_path / "a.jsonl.gz")
+    # a writer that appends one gzip member per write: the meta line's newline is in the second
+    (tmp_path / "m.jsonl.gz").write_bytes(gzip.compress(meta) + gzip.compress(b"\n{\"type\": \"arrival\"}\n"))
+    assert is_scheduler_log(tmp_path / "m.jsonl.gz")
     # A meta object padded past 64 KiB is not sniffed as a log (the format's meta line is short) ...
     padded = b'{"type": "meta", "version": 1, "pad": "' + b"x" * SNIFF_BYTES + b'"}\n'
     q = tmp_path / "b.jsonl"

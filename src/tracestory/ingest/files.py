@@ -208,8 +208,20 @@ def _head(f, size: int) -> bytes:
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     out = d.decompress(head, size)
     taken = len(head)
-    while len(out) < size and not d.eof and taken < SNIFF_BYTES and (block := f.read(min(1 << 14, SNIFF_BYTES - taken))):
-        taken += len(block)
+    while len(out) < size:
+        block = b""
+        if not (d.eof and d.unused_data) and taken < SNIFF_BYTES:
+            block = f.read(min(1 << 14, SNIFF_BYTES - taken))
+            taken += len(block)
+        if d.eof:                       # a multi-member gzip: the next member goes on
+            rest = d.unused_data + block
+            if rest[:2] != b"\x1f\x8b":
+                break
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out += d.decompress(rest, size - len(out))
+            continue
+        if not block and not d.unconsumed_tail:
+            break
         out += d.decompress(d.unconsumed_tail + block, size - len(out))
     return out
 
