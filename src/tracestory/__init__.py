@@ -17,32 +17,58 @@ Tables for a notebook: ``trace.kernels_frame()`` (pandas, one row per kernel, re
 ``load_inputs(paths)`` reads everything a report can take (traces, Nsight Compute metrics,
 capture folders, a scheduler event log and a load summary). Capturing a workload is
 ``tracestory.capture.pipeline.capture`` (and ``tracestory capture`` on the command line).
-Nothing heavy is imported here: torch, ncu_report and matplotlib load only when a function
-needs them.
+Nothing is imported here until used: the API's names load on first access (``import tracestory``
+costs the version and the error types); torch, ncu_report and matplotlib load only when a
+function needs them.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .analysis.results import AnalysisOptions, Results, analyze_inputs
-from .capture.region import region
 from .errors import UsageError
-from .ingest import Inputs, load_inputs
-from .trace import Trace
-from .render.build import write_report
+from .version import __version__  # noqa: F401  (one place for the version)
+
+if TYPE_CHECKING:
+    from .analysis.results import AnalysisOptions, Results
+    from .capture.region import region
+    from .ingest import Inputs, load_inputs
+    from .trace import Trace
 
 __all__ = ["AnalysisOptions", "Inputs", "Results", "Trace", "analyze", "load", "load_all", "load_inputs",
            "region", "report"]
-from .version import __version__  # noqa: E402,F401  (one place for the version)
+
+# The API's names are imported when first used, not with the package: ``tracestory --version``
+# and every command start without the analysis stack (see tracestory.cli).
+_LAZY = {"AnalysisOptions": "analysis.results", "Results": "analysis.results", "analyze_inputs": "analysis.results",
+         "region": "capture.region", "Inputs": "ingest", "load_inputs": "ingest", "Trace": "trace",
+         "write_report": "render.build"}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+def _api(name: str):
+    return globals()[name] if name in globals() else __getattr__(name)
 
 
 def load_all(path) -> list[Trace]:
     """Every trace in ``path`` (a file, a folder of rank traces, a capture folder): one Trace per
     rank or process."""
-    return list(load_inputs([path]).traces)
+    return list(_api("load_inputs")([path]).traces)
 
 
 def load(path) -> Trace:
@@ -57,12 +83,13 @@ def load(path) -> Trace:
 
 def _inputs_of(items) -> Inputs:
     """Paths and already-loaded traces -> one Inputs."""
-    if isinstance(items, (str, os.PathLike, Trace)):
+    trace_cls = _api("Trace")
+    if isinstance(items, (str, os.PathLike, trace_cls)):
         items = [items]
     items = list(items)
-    paths = [p for p in items if not isinstance(p, Trace)]
-    traces = [t for t in items if isinstance(t, Trace)]
-    inputs = load_inputs(paths) if paths else Inputs()
+    paths = [p for p in items if not isinstance(p, trace_cls)]
+    traces = [t for t in items if isinstance(t, trace_cls)]
+    inputs = _api("load_inputs")(paths) if paths else _api("Inputs")()
     if traces:
         inputs = replace(inputs, traces=(*inputs.traces, *traces),
                          paths=(*inputs.paths, *(t.meta.source_path for t in traces)))
@@ -73,12 +100,12 @@ def analyze(trace_or_path, **options) -> Results:
     """All results of a trace, a path, or a list of them. ``options`` are those of
     :class:`~tracestory.analysis.results.AnalysisOptions` (``taxonomy``, ``k``, ``peaks_path``,
     ``goal``, ``questions``, ``command``)."""
-    return analyze_inputs(_inputs_of(trace_or_path), AnalysisOptions(**options))
+    return _api("analyze_inputs")(_inputs_of(trace_or_path), _api("AnalysisOptions")(**options))
 
 
 def report(paths_or_results, output, *, plots: bool = False, json_path=None, **options) -> Path:
     """Write the Markdown story report to ``output``; returns its path. ``paths_or_results``: a
     :class:`Results`, or what :func:`analyze` takes (then ``options`` go to it)."""
 
-    results = paths_or_results if isinstance(paths_or_results, Results) else analyze(paths_or_results, **options)
-    return write_report(results, Path(output), plots=plots, json_path=json_path)
+    results = paths_or_results if isinstance(paths_or_results, _api("Results")) else analyze(paths_or_results, **options)
+    return _api("write_report")(results, Path(output), plots=plots, json_path=json_path)

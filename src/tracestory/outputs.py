@@ -15,7 +15,17 @@ Model:
 * **Special files are written in place.** An existing output that is not a regular file
   (``/dev/null``, ``/dev/full``, a FIFO) is opened and written directly: renaming over a device
   node would replace it. Errors still become one line.
-* ``-`` means standard output.
+* ``-`` means standard output, in every writer, also for outputs written by name
+  (:func:`atomic_path`: matplotlib, gzip): the finished temporary file is copied to stdout.
+  Two outputs of one command may not both be ``-``. A command that writes data to stdout
+  prints its status lines on stderr (:func:`status_stream`).
+* **Several outputs are all or nothing** inside :func:`all_or_nothing`: each file is written
+  into a staging folder (``.tmp-<random>/``) beside its final place, and data for stdout is
+  held back; only when the command's block ends without an exception are the staged files
+  renamed into place, one after another, and the held data written. An exception removes the
+  staging folders: no output of the set appears and the previous files stay as they were.
+  :func:`staged` names where a staged output is until then (a reader of a file just written,
+  such as the HTML page of the Markdown report, reads it there).
 * **Write errors are one line.** Any ``OSError`` (missing or read-only folder, a folder given
   as a file, ``ENOSPC``, ``/dev/full``, ``/proc``) becomes :class:`OutputError` naming the path,
   what was expected and what was found; the CLI prints it and exits with code 2.
@@ -24,7 +34,9 @@ A folder given as an input protects every file under it (a second ``report FOLDE
 FOLDER/report.md`` is refused too, since the first report became a file of the folder); a
 command that knows which files it reads from a folder should pass those files instead.
 
-Limits: inputs are snapshotted when they are added (files created later inside an input
+Limits: the final renames of a set are one after another, not one atomic step (a crash or a
+failing rename between two of them leaves the earlier ones renamed); folders created for the
+outputs stay. Inputs are snapshotted when they are added (files created later inside an input
 folder are compared by path only); the rename is atomic on one filesystem, which the
 temporary name in the same folder guarantees; a crash (SIGKILL) can leave a ``.tmp-*`` file
 behind, never a partial file under the output's own name (:func:`is_temporary` names them).
@@ -33,7 +45,9 @@ behind, never a partial file under the output's own name (:func:`is_temporary` n
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -141,8 +155,15 @@ class OutputPlan:
 
     def check(self, path: str | os.PathLike, what: str = "output") -> Path | None:
         """Refuse ``path`` in one line if writing it would overwrite an input, if it is a
-        folder, or if another output of this command claimed it. ``-`` gives None."""
+        folder, or if another output of this command claimed it (``what`` names the output:
+        two outputs with different ``what`` may not name one file, and only one may be ``-``).
+        ``-`` gives None."""
         if is_stdout(path):
+            other = self._claimed.get(STDOUT)
+            if other is not None and other != what:
+                raise OutputError(STDOUT, f"standard output for one output only ({what})",
+                                  f"the {other} there too (give one of them a file)")
+            self._claimed[STDOUT] = what
             return None
         p = Path(path)
         hit = self._input_named_by(str(p))
@@ -191,6 +212,119 @@ class OutputPlan:
             yield fh
 
 
+class _Staging:
+    """The outputs of one :func:`all_or_nothing` block: staged files and held stdout data."""
+
+    def __init__(self):
+        self.folders: dict[str, Path] = {}     # resolved output folder -> its staging folder
+        self.files: dict[str, Path] = {}       # resolved final path -> staged path (in order)
+        self.stdout: list[bytes] = []
+
+    def path_for(self, p: Path) -> Path:
+        final = os.path.realpath(p)
+        parent = os.path.dirname(final)
+        stage = self.folders.get(parent)
+        if stage is None:
+            try:
+                stage = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=parent))
+            except OSError as e:
+                raise OutputError(p, "a writable output folder", _found(e)) from None
+            self.folders[parent] = stage
+        staged_path = stage / os.path.basename(final)
+        self.files[final] = staged_path
+        return staged_path
+
+    def commit(self) -> None:
+        for final, staged_path in self.files.items():
+            if not staged_path.exists():
+                continue          # a write that failed inside a caught error
+            try:
+                _keep_mode(Path(final), staged_path)
+                os.replace(staged_path, final)
+            except OSError as e:
+                raise OutputError(final, "a writable output file", _found(e)) from None
+        data = b"".join(self.stdout)
+        if data:
+            _write_stdout(data)
+
+    def remove(self) -> None:
+        for stage in self.folders.values():
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+_staging: _Staging | None = None
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """Every output written inside the block appears only when the block ends without an
+    exception (see the module docstring); nested blocks belong to the outermost one."""
+    global _staging
+    if _staging is not None:
+        yield
+        return
+    _staging = stage = _Staging()
+    try:
+        yield
+        _staging = None
+        stage.commit()
+    finally:
+        _staging = None
+        stage.remove()
+
+
+def staged(path: str | os.PathLike) -> Path:
+    """Where the content of output ``path`` is now: its staged file inside an
+    :func:`all_or_nothing` block, else ``path`` itself."""
+    if _staging is not None:
+        hit = _staging.files.get(os.path.realpath(path))
+        if hit is not None:
+            return hit
+    return Path(path)
+
+
+_data_stdout: IO | None = None
+
+
+@contextlib.contextmanager
+def prints_to_stderr(active: bool = True) -> Iterator[None]:
+    """Inside the block (when ``active``), ``print`` goes to stderr while the outputs named
+    ``-`` still go to the real stdout: a command whose data goes to stdout keeps its status
+    text (tables, progress, "wrote FILE") off it."""
+    global _data_stdout
+    if not active or _data_stdout is not None:
+        yield
+        return
+    _data_stdout = sys.stdout
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _data_stdout = None
+
+
+def _stdout() -> IO:
+    return _data_stdout if _data_stdout is not None else sys.stdout
+
+
+def open_stream(path: str | os.PathLike) -> IO:
+    """A text file written as the data comes (a live record stream, not atomic: its lines
+    are what was known when it stopped); ``-`` gives stdout, which the caller must not close.
+    An OSError becomes one line."""
+    if is_stdout(path):
+        return _stdout()
+    try:
+        return open(path, "w", encoding="utf-8")  # noqa: SIM115  (the caller closes it)
+    except OSError as e:
+        raise OutputError(path, "a writable output file", _found(e)) from None
+
+
+def status_stream(*outs) -> IO:
+    """Where a command prints its status lines ("wrote FILE"): stderr when any of ``outs`` is
+    ``-`` (stdout then carries data only), else stdout."""
+    return sys.stderr if any(o is not None and is_stdout(o) for o in outs) else sys.stdout
+
+
 def ensure_folder(folder: str | os.PathLike) -> Path:
     """Create ``folder`` and its parents; an OSError becomes one line."""
     p = Path(folder)
@@ -217,7 +351,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path in the folder of ``path`` to write (by name: matplotlib, gzip,
     torch); renamed onto ``path`` when the block ends without an exception, removed
     otherwise. An OSError inside the block or from the rename becomes :class:`OutputError`.
-    For a special file (``/dev/null``) the block gets ``path`` itself."""
+    For a special file (``/dev/null``) the block gets ``path`` itself; for ``-`` a temporary
+    file whose bytes go to stdout when the block ends."""
+    if is_stdout(path):
+        with _stdout_path() as tmp:
+            yield tmp
+        return
     p = Path(path)
     if p.is_dir():
         raise OutputError(p, "a file path", "a folder")
@@ -228,6 +367,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             raise OutputError(p, "a writable output file", _found(e)) from None
         return
     ensure_folder(p.parent if str(p.parent) else Path("."))
+    if _staging is not None:
+        tmp = _staging.path_for(p)
+        try:
+            yield tmp
+        except OSError as e:
+            _remove(tmp)
+            raise OutputError(p, "a writable output file", _found(e)) from None
+        except BaseException:
+            _remove(tmp)
+            raise
+        return
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix="-" + p.name, dir=p.parent)
         os.close(fd)
@@ -245,6 +395,32 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         _remove(tmp)
         raise
+
+
+@contextlib.contextmanager
+def _stdout_path() -> Iterator[Path]:
+    """A temporary file for an output named ``-``; its bytes are written to stdout at the end."""
+    fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        _write_stdout(tmp.read_bytes())
+    finally:
+        _remove(tmp)
+
+
+def _write_stdout(data: bytes) -> None:
+    if _staging is not None:
+        _staging.stdout.append(data)
+        return
+    out = _stdout()
+    try:
+        out.flush()
+        out.buffer.write(data)
+        out.buffer.flush()
+    except OSError as e:
+        raise OutputError("<stdout>", "a writable standard output", _found(e)) from None
 
 
 def _keep_mode(p: Path, tmp: Path) -> None:
@@ -268,8 +444,14 @@ def _remove(tmp: Path) -> None:
 def open_output(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """An open file that becomes ``path`` atomically when the block ends (``-``: stdout)."""
     binary = "b" in mode
+    if is_stdout(path) and _staging is not None:
+        buf = io.BytesIO() if binary else io.StringIO()
+        yield buf
+        value = buf.getvalue()
+        _staging.stdout.append(value if binary else value.encode(encoding or "utf-8"))
+        return
     if is_stdout(path):
-        fh = sys.stdout.buffer if binary else sys.stdout
+        fh = _stdout().buffer if binary else _stdout()
         try:
             yield fh
             fh.flush()
@@ -297,5 +479,6 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path | None:
     return None if is_stdout(path) else Path(path)
 
 
-__all__ = ["STDOUT", "OutputError", "OutputOverwritesInput", "OutputPlan", "atomic_path", "ensure_folder",
-           "is_stdout", "is_temporary", "open_output", "write_bytes", "write_text"]
+__all__ = ["STDOUT", "OutputError", "OutputOverwritesInput", "OutputPlan", "all_or_nothing", "atomic_path",
+           "ensure_folder", "is_stdout", "is_temporary", "open_output", "open_stream", "prints_to_stderr", "staged", "status_stream", "write_bytes",
+           "write_text"]

@@ -241,3 +241,71 @@ def test_a_folder_that_will_be_replaced_may_not_hold_an_input(inputs):
     with pytest.raises(OutputOverwritesInput):
         OutputPlan(inputs=[ranks]).check_folder(ranks)
     assert plan.check_folder(tmp / "elsewhere") == tmp / "elsewhere"
+
+
+# ---------------------------------------------------------------- '-' and sets of outputs
+
+def test_two_outputs_on_stdout_are_refused_one_is_fine():
+    plan = OutputPlan()
+    assert plan.check("-", "--json") is None and plan.check("-", "--json") is None   # the same output again
+    with pytest.raises(OutputError) as e:
+        plan.check("-", "-o")
+    assert one_line(e.value) == ("-: expected standard output for one output only (-o), found the --json there "
+                                 "too (give one of them a file)")
+
+
+def test_a_named_writer_on_dash_goes_to_stdout(capsysbinary, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with atomic_path("-") as tmp:
+        tmp.write_bytes(b"\x00binary\xff")   # as gzip or matplotlib would, by name
+    assert capsysbinary.readouterr().out == b"\x00binary\xff" and list(tmp_path.iterdir()) == []
+
+
+def test_all_or_nothing_writes_the_whole_set_at_the_end(tmp_path, capsys):
+    a, b = tmp_path / "a.md", tmp_path / "sub" / "b.json"
+    a.write_text("old a\n")
+    with outputs.all_or_nothing():
+        write_text(a, "new a\n")
+        write_text("-", "data\n")
+        with atomic_path(b) as tmp:
+            tmp.write_text("b\n")
+        assert a.read_text() == "old a\n" and not b.exists()       # nothing in place yet
+        assert outputs.staged(a).read_text() == "new a\n"            # readable where it is staged
+        assert capsys.readouterr().out == ""                        # stdout held back too
+    assert (a.read_text(), b.read_text(), capsys.readouterr().out) == ("new a\n", "b\n", "data\n")
+    assert leftovers(tmp_path) == [] and leftovers(b.parent) == [] and outputs.staged(a) == a
+
+
+def test_all_or_nothing_leaves_nothing_when_one_output_fails(tmp_path, capsys):
+    a = tmp_path / "a.md"
+    a.write_text("old a\n")
+    (tmp_path / "blocker").write_text("x")
+    with pytest.raises(OutputError):
+        with outputs.all_or_nothing():
+            write_text(a, "new a\n")
+            write_text("-", "data\n")
+            write_text(tmp_path / "blocker" / "b.json", "b\n")     # its folder is a file
+    assert a.read_text() == "old a\n" and capsys.readouterr().out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.md", "blocker"]
+
+
+def test_prints_to_stderr_keeps_dash_outputs_on_stdout(capsys):
+    with outputs.prints_to_stderr():
+        print("status")
+        write_text("-", "data\n")
+    out, err = capsys.readouterr()
+    assert (out, err) == ("data\n", "status\n")
+
+
+def test_open_stream_dash_is_stdout_and_a_file_is_written_as_it_goes(tmp_path, capsys):
+    fh = outputs.open_stream("-")
+    fh.write("line\n")
+    fh.flush()
+    assert capsys.readouterr().out == "line\n"
+    f = outputs.open_stream(tmp_path / "r.jsonl")
+    f.write("x\n")
+    f.flush()
+    assert (tmp_path / "r.jsonl").read_text() == "x\n"
+    f.close()
+    with pytest.raises(OutputError):
+        outputs.open_stream(tmp_path / "r.jsonl" / "sub")

@@ -38,6 +38,11 @@ kernel that short is of the order of the launch overhead itself (a few microseco
 ``cudaLaunchKernel``), so a stream of them cannot keep the GPU fed (the reason CUDA Graphs
 exist; NVIDIA CUDA Programming Guide, "CUDA Graphs").
 
+No verdict is built on kernels without a duration: ``zero_duration_kernels`` counts kernels whose
+end equals their start (a reader keeps a Kineto kernel without ``dur`` at 0 ns and says so);
+when they are at least half of the kernels, their idle "gaps" and "short kernels" are artefacts
+of the missing times, and ``launch_bound`` is False with ``verdict_withheld`` saying why.
+
 Limits: one Trace is one process; GPU ops of other processes sharing the GPU are not seen, so
 "idle" means idle for this process. Sub-ranges of a kernel (e.g. a persistent kernel waiting
 inside) count as busy.
@@ -120,6 +125,8 @@ class Timeline:
     largest_gaps: tuple[Gap, ...]  # top 5 by duration, longest first
     streams: tuple[StreamStat, ...]  # ordered by (device, stream)
     launch_bound: bool  # see the module docstring
+    zero_duration_kernels: int = 0  # kernels with end == start (no duration known, or a 0-ns record)
+    verdict_withheld: str | None = None  # why launch_bound was not judged (None: judged)
 
 
 def distribution(values: np.ndarray) -> Distribution:
@@ -237,6 +244,11 @@ def timeline(trace: Trace) -> Timeline | None:
     else:
         launch_bound = (idle_fraction >= IDLE_FRACTION_BOUND and short_share is not None
                         and short_share >= SHORT_KERNEL_SHARE_BOUND)
+    zero = int(np.count_nonzero(kdur == 0))
+    withheld = None
+    if n_k and zero / n_k >= SHORT_KERNEL_SHARE_BOUND:
+        launch_bound = False
+        withheld = f"{zero:,} of {n_k:,} kernels have no duration"
 
     return Timeline(
         start_ns=t0,
@@ -257,4 +269,6 @@ def timeline(trace: Trace) -> Timeline | None:
         largest_gaps=largest,
         streams=_stream_stats(devices, streams, starts, ends),
         launch_bound=bool(launch_bound),
+        zero_duration_kernels=zero,
+        verdict_withheld=withheld,
     )

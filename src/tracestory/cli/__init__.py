@@ -2,226 +2,131 @@
 
 Library errors (:class:`~tracestory.errors.TracestoryError`) become one line on stderr and
 exit code 2.
+
+Start-up: each command lives in a module of this package (``story`` holds analyze, report,
+demo and categories) and only the module of the command being run is imported
+(:data:`COMMANDS`; ``importlib`` by name, the one place where internal modules are imported
+lazily): ``tracestory --version`` imports no analysis, and ``analyze`` no serve, bench,
+capture or load generator code. The other commands appear in ``--help`` with their one-line
+help from :data:`COMMANDS` (a test keeps it equal to the modules' own).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import json
+import errno
+import importlib
+import logging
+import os
 import sys
-from pathlib import Path
 
-from .. import outputs
+from ..errors import TracestoryError
 from ..version import __version__
-from ..errors import TracestoryError, UsageError
-from ..ingest import load_inputs
-from ..outputs import OutputPlan, is_stdout
-from .common import (add_analysis_options, add_taxonomy, load_and_analyze, options_from, progress_factory,
-                     refuse_overwrite, taxonomy_from)
-from ..analysis.tables import TABLES
-from ..render import jsonout, terminal
-from ..render.tables_out import FORMATS, table_renderable, table_text
-from ..render.build import write_report
-from ..render.html import write_html
-from ..analysis.results import AnalysisOptions, analyze_inputs
-from ..analysis.breakdown import breakdown
-from ..analysis.categories import classify
-from ..render.category_table import category_table, category_table_text
-from . import bench, capture, check, compare, eval, export, loadgen, ranks, serve
+
+# (command, module of this package whose register(subparsers) adds it, one-line help), help order
+COMMANDS = (
+    ("analyze", "story", "tables of the breakdown, timeline and phases; one named table as CSV/JSON/Markdown "
+                         "(--table, --format); all results as JSON (--json)"),
+    ("report", "story", "write the Markdown story report"),
+    ("demo", "story", "report on the bundled H200 Llama trace; prints the report path"),
+    ("categories", "story", "kernel-category table: GPU time per category and the Amdahl ceiling of the expert "
+                            "GEMMs (and --output JSON)"),
+    ("check", "check", "evaluate the report checklist against a Markdown report"),
+    ("compare", "compare", "two runs side by side: time, categories, kernels, speedup"),
+    ("export", "export", "export the analyzed timeline to other tools (perfetto)"),
+    ("ranks", "ranks", "multi-GPU analysis of many rank traces (process pool or dask)"),
+    ("capture", "capture", "capture traces of a workload into artifacts/<name>/"),
+    ("bench", "bench", "built-in GPU workloads with roofline numbers"),
+    ("eval", "eval", "model quality: perplexity per precision"),
+    ("serve", "serve", "OpenAI-compatible continuous-batching server over the Llama testbench"),
+    ("load", "loadgen", "load generator for OpenAI-compatible servers (vllm bench serve's flags)"),
+)
 
 
-HTML_BESIDE = "beside"   # --html with no value: the .md's name with .html
-
-
-# --------------------------------------------------------------------------- commands
-def cmd_analyze(args) -> int:
-    """Terminal tables (default), one named table (``--table``) as table/CSV/JSON/Markdown, or
-    the whole JSON document; ``-o`` and ``--json`` take ``-`` for stdout. Outputs are checked
-    against the inputs before anything is read."""
-    from rich.console import Console
-
-    plan = OutputPlan(inputs=args.inputs)
-    fmt, name, out = args.format, args.table, args.output
-    if fmt == "csv" and name is None:
-        raise UsageError(f"--format csv writes one table: add --table {'|'.join(TABLES)}")
-    if args.json is not None and is_stdout(args.json) and is_stdout(out) and fmt != "table":
-        raise UsageError(f"--json - and the --format {fmt} output both want stdout: give one of them a file (-o FILE)")
-    if args.json is not None:
-        plan.check(args.json, "JSON")
-    plan.check(out, f"--format {fmt} output")
-    results = analyze_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), options_from(args))
-    if not results.runs and not results.hardware:
-        raise UsageError(f"{results.inputs.paths[0]}: analyze prints trace and kernel-metric tables; a scheduler "
-                         "event log alone is told by `tracestory report`")
-    if (name is not None or fmt == "markdown") and not results.runs:
-        what = f"--table {name}" if name else "--format markdown"
-        raise UsageError(f"{results.inputs.paths[0]}: {what} needs a trace (Kineto or Nsight Systems); "
-                         "these inputs hold only kernel metrics")
-    json_on_stdout = args.json is not None and is_stdout(args.json)
-    data_on_stdout = json_on_stdout or (is_stdout(out) and fmt != "table")
-    status = sys.stderr if data_on_stdout else sys.stdout   # "wrote FILE" lines never mix with data
-
-    if fmt == "table":
-        # rich tables: to stdout, to stderr when stdout carries the JSON, or to a file
-        buf = io.StringIO() if not is_stdout(out) else None
-        console = Console(file=buf, width=120, color_system=None) if buf is not None else \
-            Console(stderr=json_on_stdout, width=None if sys.stdout.isatty() else 120)
-        if name is None:
-            for a in results.analyses:
-                for renderable in terminal.analysis_renderables(a):
-                    console.print(renderable)
-            if results.hardware:
-                console.print(terminal.hardware_table(jsonout.kernel_rows(results.hardware)))
-        else:
-            for i, run in enumerate(results.runs):
-                console.print(table_renderable(results.table(name, i), f"{name} — {run.trace.label}", console.width))
-        if buf is not None:
-            plan.write_text(out, buf.getvalue(), f"--format {fmt} output")
-    elif fmt == "json" and name is None:
-        plan.write_text(out, json.dumps(jsonout.document(results), indent=1) + "\n", f"--format {fmt} output")
-    elif name is None:   # markdown: every table of every trace
-        parts = []
-        for i, run in enumerate(results.runs):
-            for t in TABLES:
-                parts += [f"## {t} — {run.trace.label}", "", table_text(results.table(t, i), "markdown")]
-        plan.write_text(out, "\n".join(parts), f"--format {fmt} output")
-    else:
-        tab = results.table(name, None if len(results.runs) > 1 else 0)
-        plan.write_text(out, table_text(tab, fmt), f"--format {fmt} output")
-    if not is_stdout(out):
-        print(f"wrote {out}", file=status)
-    if args.json is not None:
-        plan.write_text(args.json, json.dumps(jsonout.document(results), indent=1) + "\n", "JSON")
-        if not json_on_stdout:
-            print(f"wrote {args.json}", file=status)
-    return 0
-
-
-def cmd_report(args) -> int:
-    html = None if args.html in (None, HTML_BESIDE) else args.html
-    results = load_and_analyze(args, args.json, args.output, html, goal=args.goal, questions=tuple(args.question or ()),
-                               command="tracestory " + " ".join(sys.argv[1:]))
-    written: list = []
-    out = write_report(results, args.output, plots=args.plots, json_path=args.json, written=written)
-    for path in written:   # every file written, the report first
-        print(path)
-    if args.html:
-        if outputs.is_stdout(args.output):
-            raise UsageError("--html renders the written Markdown report: give -o a file, not -")
-        html = out.with_suffix(".html") if args.html == HTML_BESIDE else args.html
-        written = write_html(out, html)
-        if not outputs.is_stdout(html):
-            print(written)
-    return 0
-
-
-DEMO_TRACE = "llama2layer_eager_decode.trace.json.gz"
-DEMO_GOAL = "Understand where GPU time goes in Llama prefill and decode on the H200, and what to optimize first."
-
-
-def cmd_demo(args) -> int:
-    """Report on the bundled H200 Llama trace into ``DIR/report.md`` (+ analysis.json and report.html)."""
-    from importlib import resources
-
-
-    trace = Path(str(resources.files("tracestory") / "data" / "demo" / DEMO_TRACE))
-    results = analyze_inputs(load_inputs([trace]), AnalysisOptions(goal=DEMO_GOAL, command="tracestory demo"))
-    out_dir = Path(args.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = write_report(results, out_dir / "report.md", json_path=out_dir / "analysis.json")
-    write_html(out, out_dir / "report.html")
-    print(out)
-    return 0
-
-
-def cmd_categories(args) -> int:
-    source = args.input or args.input_flag
-    if not source:
-        raise UsageError("categories: give the input trace (tracestory categories INPUT [-o OUT])")
-    plan = refuse_overwrite([source], args.output)
-    inputs = load_inputs([source], progress_factory=progress_factory())
-    if not inputs.traces:
-        raise UsageError(f"{source}: no GPU trace in this input")
-    tax = taxonomy_from(args)
-    # every name of every category in each breakdown, so the sample names are ranked exactly
-    bds = [breakdown(t, classify(t, tax), top=len(t.kernels) + len(t.memops)) for t in inputs.traces]
-    result = category_table(bds, inputs.traces, tax)
-    to_stdout = outputs.is_stdout(args.output)
-    print(category_table_text(result), file=sys.stderr if to_stdout else sys.stdout)
-    if args.output:
-        plan.write_text(args.output, json.dumps(result, indent=1) + "\n")
-        if not to_stdout:
-            print(f"wrote {args.output}")
-    return 0
-
-
-# --------------------------------------------------------------------------- parser
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser (``only=None``), or one whose command ``only`` has its full arguments and
+    every other command only its name and help (``only=""``: none, for ``--help``/``--version``)."""
     parser = argparse.ArgumentParser(prog="tracestory", description="GPU traces in, the story of the execution out.")
     parser.add_argument("--version", action="version", version=f"tracestory {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("analyze", help="tables of the breakdown, timeline and phases; one named table as "
-                                       "CSV/JSON/Markdown (--table, --format); all results as JSON (--json)")
-    add_analysis_options(p)
-    p.add_argument("--table", choices=TABLES, metavar="NAME",
-                   help=f"print one named table: {', '.join(TABLES)} (base units, unit in the column name; "
-                        "several traces: a trace column first)")
-    p.add_argument("--format", choices=FORMATS, default="table",
-                   help="table (terminal, default), csv (needs --table), json (without --table: all results), "
-                        "markdown (without --table: every table)")
-    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where the --format output goes (default: - for stdout)")
-    p.add_argument("--json", metavar="OUT", help="also write all results as JSON (schema: docs/JSON.md); - for stdout, "
-                                                 "the terminal tables then go to stderr")
-    p.set_defaults(func=cmd_analyze)
-
-    p = sub.add_parser("report", help="write the Markdown story report")
-    add_analysis_options(p)
-    p.add_argument("-o", "--output", default="report.md", help="report path (default: report.md)")
-    p.add_argument("--goal", help="what the user wants to learn (Goal Interpretation)")
-    p.add_argument("--question", action="append", help="a question the report must answer (repeatable)")
-    p.add_argument("--plots", action="store_true", help="also write PNG plots next to the report (matplotlib)")
-    p.add_argument("--json", metavar="OUT", help="also write all results as JSON")
-    p.add_argument("--html", nargs="?", const=HTML_BESIDE, metavar="OUT",
-                   help="also write the report as one self-contained HTML page (no value: next to the .md; "
-                        "- for standard output)")
-    p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser("demo", help="report on the bundled H200 Llama trace; prints the report path")
-    p.add_argument("--output-dir", default="tracestory-demo", help="folder to write (default: tracestory-demo)")
-    p.set_defaults(func=cmd_demo)
-
-    p = sub.add_parser("categories", help="kernel-category table: GPU time per category and the Amdahl ceiling of "
-                                          "the expert GEMMs (and --output JSON)")
-    p.add_argument("input", nargs="?", metavar="INPUT", help=".nsys-rep, .sqlite, nsys CSV or Kineto trace")
-    p.add_argument("--input", dest="input_flag", metavar="INPUT", help=argparse.SUPPRESS)  # older spelling
-    p.add_argument("-o", "--output", help="JSON output path (- for standard output; the table then goes to stderr)")
-    add_taxonomy(p)
-    p.set_defaults(func=cmd_categories)
-
-    for module in _command_modules():
-        module.register(sub)
+    registered: set[str] = set()
+    for name, module, help_ in COMMANDS:
+        if only is None or only in {n for n, m, _ in COMMANDS if m == module}:
+            if module not in registered:
+                registered.add(module)
+                importlib.import_module(f"{__name__}.{module}").register(sub)
+        else:
+            sub.add_parser(name, help=help_)
     return parser
 
 
-def _command_modules():
-    """Subcommands that live in their own modules of this package, in help order."""
+def _command_of(argv: list[str]) -> str | None:
+    """The command named in ``argv`` ("" when there is none before an option such as --help,
+    None when the word is not a command: the whole parser then says what is wrong)."""
+    for word in argv:
+        if word.startswith("-"):
+            if word in ("-h", "--help", "--version"):
+                return ""
+            continue
+        return word if word in {n for n, _, _ in COMMANDS} else None
+    return None
 
-    return (check, compare, export, ranks, capture, bench, eval, serve, loadgen)
+
+class _StderrLines(logging.Handler):
+    """The readers' damage lines (``FILE: warning: ...``, logger ``tracestory.ingest``) on the
+    stderr of the moment: every command states them on the terminal, not only in its JSON and
+    the report's Limitations."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(record.getMessage(), file=sys.stderr)
+        except (OSError, ValueError):
+            pass
+
+
+def _state_damage_on_stderr() -> None:
+    logger = logging.getLogger("tracestory.ingest")
+    if not any(isinstance(h, _StderrLines) for h in logger.handlers):
+        handler = _StderrLines(logging.WARNING)
+        logger.addHandler(handler)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
+    _state_damage_on_stderr()
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()   # a full or closed stdout (> /dev/full, | head) fails here, not at exit
+        return code
     except TracestoryError as e:
         print(f"tracestory: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tracestory: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        if not _stdout_failed(e):
+            raise
+        print(f"tracestory: error: <stdout>: expected a writable standard output, found "
+              f"{(e.strerror or str(e)).lower()}", file=sys.stderr)
+        return 2
+
+
+def _stdout_failed(e: OSError) -> bool:
+    """Whether ``e`` came from writing stdout (a full device, a closed pipe: a write error with no
+    file name; every named output goes through :mod:`tracestory.outputs`); stdout is then
+    pointed at /dev/null so that the interpreter's own flush at exit does not fail again."""
+    if e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EDQUOT) or e.filename is not None:
+        return False     # a named file's error, or another kind: not stdout (files go through outputs)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):   # no real file descriptor (a test's capture)
+        pass
+    return True
 
 
 if __name__ == "__main__":

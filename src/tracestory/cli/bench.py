@@ -38,6 +38,7 @@ from ..capture import region as _region
 from ..capture.environment import external_profiler
 from ..capture.torch import RangeController
 from ..errors import ToolNotFound
+from .common import refuse_overwrite
 from ..models import llama_config
 from ..models.llama_config import PRESETS as LLAMA_PRESETS
 from ..models.llama_config import LlamaConfig
@@ -422,6 +423,13 @@ def register(subparsers) -> None:
 
 def _runner(w: Workload):
     def run(args) -> int:
+        """With ``--json -`` the JSON is stdout's only content: every printed line goes to stderr."""
+        refuse_overwrite([], ("--json", args.json), ("--profile-out", getattr(args, "profile_out", None)))
+        data = (args.json, getattr(args, "profile_out", None) if getattr(args, "profile", None) == "torch" else None)
+        with outputs.prints_to_stderr(any(o and outputs.is_stdout(o) for o in data)):
+            return _run(args)
+
+    def _run(args) -> int:
         common.require_package("torch", f"tracestory bench {w.name}", "torch")
         if w.check is not None:
             w.check(args)

@@ -8,6 +8,8 @@ the input is not a readable Markdown report.
 from __future__ import annotations
 
 import json
+import sys
+
 from .. import outputs
 from .common import refuse_overwrite
 from ..render.checklist import check_file, render_text
@@ -15,13 +17,16 @@ from ..render.jsonable import jsonable
 
 
 def cmd_check(args) -> int:
+    """With ``--json -`` the JSON is stdout's only content; the checklist text goes to stderr."""
+    plan = refuse_overwrite(args.reports, ("--json", args.json))
     results = [check_file(p) for p in args.reports]
+    text = sys.stderr if args.json and outputs.is_stdout(args.json) else sys.stdout
     for i, c in enumerate(results):
         if i:
-            print()
-        print("\n".join(render_text(c)))
+            print(file=text)
+        print("\n".join(render_text(c)), file=text)
     if args.json:
-        refuse_overwrite(args.reports, args.json).write_text(args.json, json.dumps([jsonable(c) for c in results], indent=1) + "\n")
+        plan.write_text(args.json, json.dumps([jsonable(c) for c in results], indent=1) + "\n", "--json")
         if not outputs.is_stdout(args.json):
             print(f"wrote {args.json}")
     return 1 if any(c.failed for c in results) else 0

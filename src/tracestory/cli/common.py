@@ -4,11 +4,14 @@ guard against writing over an input, the load progress bar, and load -> analyze.
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import time
 from pathlib import Path
 
 from ..analysis.categories import Taxonomy, load_rules, taxonomy
 from ..analysis.results import AnalysisOptions, Results, analyze_inputs
+from ..errors import UsageError
 from ..outputs import OutputPlan
 from ..ingest import Inputs, load_inputs
 
@@ -40,14 +43,45 @@ def taxonomy_from(args) -> Taxonomy:
     return load_rules(args.rules, base) if getattr(args, "rules", None) else base
 
 
+SIDE_FILE_BYTES = 16 << 20
+
+
+def side_inputs(args) -> list[str]:
+    """The files a command reads besides its inputs (``--rules``, ``--peaks``), each checked to
+    be a readable regular file of at most 16 MiB first: a missing one is one line, not a
+    traceback later."""
+    files = []
+    for flag in ("rules", "peaks"):
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise UsageError(f"{path}: expected a readable --{flag} file, found {(e.strerror or str(e)).lower()}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{path}: expected a --{flag} file, found "
+                             f"{'a folder' if stat.S_ISDIR(st.st_mode) else 'a special file'}")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{path}: expected a readable --{flag} file, found permission denied")
+        if st.st_size > SIDE_FILE_BYTES:   # a few KB of TOML/JSON: never decode a huge file by mistake
+            raise UsageError(f"{path}: expected a --{flag} file of at most {SIDE_FILE_BYTES >> 20} MiB, "
+                             f"found {st.st_size:,} bytes")
+        files.append(path)
+    return files
+
+
 def refuse_overwrite(inputs, *outputs) -> OutputPlan:
     """Every output checked against every input before anything is read (files, members of
-    input folders, hardlinks and symlinks: :class:`~tracestory.outputs.OutputPlan`); returns the
-    plan, whose writers are atomic and take ``-`` for standard output."""
+    input folders, hardlinks and symlinks: :class:`~tracestory.outputs.OutputPlan`) and against
+    every other output (two flags naming one file, or two ``-``); returns the plan, whose
+    writers are atomic and take ``-`` for standard output. An output is a path or a
+    ``(flag, path)`` pair; the flag names it in the refusal."""
     plan = OutputPlan(inputs)
-    for out in outputs:
-        if out:
-            plan.check(out)
+    for i, out in enumerate(outputs):
+        flag, path = out if isinstance(out, tuple) else (f"output {i + 1}", out)
+        if path:
+            plan.check(path, flag)
     return plan
 
 
@@ -99,8 +133,9 @@ def progress_factory(console=None) -> _Progress:
 
 
 def read_inputs(args, *outputs) -> Inputs:
-    """``args.inputs`` read, after refusing outputs that name an input."""
-    refuse_overwrite(args.inputs, *outputs)
+    """``args.inputs`` read, after refusing outputs that name an input (``--rules`` and
+    ``--peaks`` files included) or each other."""
+    refuse_overwrite([*args.inputs, *side_inputs(args)], *outputs)
     progress = progress_factory()
     try:
         return load_inputs(args.inputs, progress_factory=progress)

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from .common import add_taxonomy, refuse_overwrite, taxonomy_from
+from .common import add_taxonomy, refuse_overwrite, side_inputs, taxonomy_from
 from .. import outputs
 from ..analysis import analyze
 from ..errors import UsageError
@@ -82,7 +82,8 @@ def cmd_compare(args) -> int:
     from rich.console import Console
 
 
-    refuse_overwrite((args.a, args.b), args.output, args.json)
+    refuse_overwrite((args.a, args.b, *side_inputs(args)), ("-o", args.output), ("--json", args.json))
+    data_on_stdout = any(o and outputs.is_stdout(o) for o in (args.output, args.json))
     tax = taxonomy_from(args)
     label_a = args.label_a or _label(args.a)
     label_b = args.label_b or _label(args.b)
@@ -90,15 +91,18 @@ def cmd_compare(args) -> int:
         label_a, label_b = f"A {label_a}", f"B {label_b}"
     c = compare(_load_one(args.a, tax), _load_one(args.b, tax),
                 label_a=label_a, label_b=label_b, top=args.top)
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    # the tables go to stderr when stdout carries the Markdown or the JSON
+    console = Console(stderr=data_on_stdout, width=None if sys.stdout.isatty() else 120)
     for r in _renderables(c, c.findings):
         console.print(r)
-    if args.output:
-        outputs.write_text(args.output, render_comparison(c))
-        console.print(f"wrote {args.output}")
-    if args.json:
-        outputs.write_text(args.json, json.dumps(comparison_json(c), indent=1) + "\n")
-        console.print(f"wrote {args.json}")
+    with outputs.all_or_nothing():
+        if args.output:
+            outputs.write_text(args.output, render_comparison(c))
+        if args.json:
+            outputs.write_text(args.json, json.dumps(comparison_json(c), indent=1) + "\n")
+    for o in (args.output, args.json):
+        if o and not outputs.is_stdout(o):
+            console.print(f"wrote {o}")
     return 0
 
 

@@ -14,7 +14,9 @@ import argparse
 
 from ..bench import ppl
 from ..bench.common import print_table, require_package, write_json
+from .. import outputs
 from ..errors import UsageError
+from .common import refuse_overwrite
 
 
 def _precisions(text: str) -> list[str]:
@@ -43,6 +45,13 @@ def add_ppl_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_ppl(args) -> int:
+    """With ``--json -`` the JSON is stdout's only content: every printed line goes to stderr."""
+    refuse_overwrite([*args.model, *([args.text_file] if args.text_file else [])], ("--json", args.json))
+    with outputs.prints_to_stderr(bool(args.json) and outputs.is_stdout(args.json)):
+        return _ppl(args)
+
+
+def _ppl(args) -> int:
     require_package("torch", "tracestory eval ppl", "bench")
     for path in args.model:              # a bad --model ends here, before any text is read
         ppl.check_checkpoint(path)

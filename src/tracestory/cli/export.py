@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import outputs
 from .common import add_inputs, add_taxonomy, read_inputs, taxonomy_from
 from ..analysis import analyze
 from ..errors import UsageError
@@ -17,14 +18,16 @@ from ..export.perfetto import export_perfetto
 
 
 def _perfetto(args) -> int:
+    """``-o -`` writes the (uncompressed) JSON to stdout and the summary line to stderr."""
     out = Path(args.output)
-    inputs = read_inputs(args, out)
+    inputs = read_inputs(args, ("-o", out))
     if not inputs.traces:
         raise UsageError("no trace with a GPU timeline in the inputs (Nsight Compute data alone has none)")
     tax = taxonomy_from(args)
     result = export_perfetto([analyze(t, tax) for t in inputs.traces], out)
     print(f"wrote {result.path}: {result.process_count} process(es), {result.track_count} tracks, "
-          f"{result.slice_count} slices, {result.flow_count} launch flows, {result.counter_count} counter samples")
+          f"{result.slice_count} slices, {result.flow_count} launch flows, {result.counter_count} counter samples",
+          file=outputs.status_stream(args.output))
     return 0
 
 
@@ -37,6 +40,7 @@ def register(subparsers) -> None:
                                    "their cause, CPU threads and launch flows; one process per rank.")
     add_inputs(p, help="Kineto .json(.gz), nsys .sqlite/.nsys-rep, or a folder (one process per trace)")
     p.add_argument("-o", "--output", default="trace.perfetto.json.gz",
-                   help="output path; gzip-compressed when it ends in .gz (default: trace.perfetto.json.gz)")
+                   help="output path; gzip-compressed when it ends in .gz; - for standard output (default: "
+                        "trace.perfetto.json.gz)")
     add_taxonomy(p)
     p.set_defaults(func=_perfetto)

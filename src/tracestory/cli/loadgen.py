@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import telemetry
+from .. import outputs, telemetry
 from ..errors import UsageError
 from ..loadgen import (
                         LoadConfig,
@@ -196,6 +196,8 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def _prepare(path: Path, inputs: list[Path]) -> Path:
     """Refuse an output that is an input or a folder; create its folder; check it is writable."""
+    if outputs.is_stdout(path):
+        return path
     for i in inputs:
         if _same_file(path, i):
             raise UsageError(f"{path}: is the input {i}; refusing to overwrite it with output")
@@ -211,14 +213,8 @@ def _prepare(path: Path, inputs: list[Path]) -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file next to ``path``, then rename it into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"{path}: cannot write ({e.strerror or e})") from None
+    """Write ``text`` through the output boundary (atomic; ``-`` is stdout)."""
+    outputs.write_text(path, text)
 
 
 class RecordStream:
@@ -228,10 +224,8 @@ class RecordStream:
         self.path = path
         self.count = 0
         self.error: str | None = None
-        try:
-            self._fh = open(path, "w", encoding="utf-8")  # noqa: SIM115  (closed by close())
-        except OSError as e:
-            raise UsageError(f"{path}: cannot write ({e.strerror or e})") from None
+        self._fh = outputs.open_stream(path)
+        self._own = not outputs.is_stdout(path)
 
     def __call__(self, record) -> None:
         if self.error is not None:
@@ -245,7 +239,7 @@ class RecordStream:
 
     def close(self) -> None:
         try:
-            self._fh.close()
+            self._fh.close() if self._own else self._fh.flush()
         except OSError as e:
             self.error = self.error or e.strerror or str(e)
 
@@ -283,6 +277,14 @@ def _run(cfg: LoadConfig, prompts, stream, label: str, show_progress: bool, cons
 
 
 def main(args) -> int:
+    """With ``--json -`` or ``--output -`` stdout carries that data only: the result block and
+    the status lines go to stderr."""
+    to_stdout = (args.json, args.output, args.result_filename if args.save_result and not args.result_dir else None)
+    with outputs.prints_to_stderr(any(o and outputs.is_stdout(o) for o in to_stdout)):
+        return _main(args)
+
+
+def _main(args) -> int:
     from rich.console import Console
 
     # an explicit vLLM-style length flag wins over the runbook's length variables
@@ -313,15 +315,19 @@ def main(args) -> int:
         result_path = _prepare(Path(args.result_dir or ".") / name, inputs)
     if args.output:
         stream_path = _prepare(Path(args.output), inputs)
-    elif args.save_detailed and result_path is not None:
+    elif args.save_detailed and result_path is not None and not outputs.is_stdout(result_path):
         stream_path = _prepare(result_path.with_name(result_path.name.removesuffix(".json") + ".requests.jsonl"),
                                inputs)
     summary_path = _prepare(Path(args.json), inputs) if args.json else None
-    if wcfg is not None and (result_path or summary_path) is not None:
-        warm_path = _prepare(warmup_result_path(result_path or summary_path), inputs)
-    outs = [p for p in (result_path, stream_path, summary_path, warm_path) if p is not None]
-    if len({p.resolve() for p in outs}) < len(outs):
-        raise UsageError(f"{outs[0]}: the same file is named by two output flags")
+    # files named after the result (or the summary): never after "-"
+    base = next((p for p in (result_path, summary_path) if p is not None and not outputs.is_stdout(p)), None)
+    if wcfg is not None and base is not None:
+        warm_path = _prepare(warmup_result_path(base), inputs)
+    plan = outputs.OutputPlan(inputs)   # two flags naming one file, or two -, refused
+    for flag, p in (("--save-result", result_path), ("--output", stream_path), ("--json", summary_path),
+                    ("the warm-up result", warm_path)):
+        if p is not None:
+            plan.check(p, flag)
 
     choice = load_tokenizer(cfg.tokenizer)
     prompts = prompt_source(cfg, choice)
@@ -356,8 +362,8 @@ def main(args) -> int:
     warm = warmup_note(warm_res, warm_path) if warm_res is not None else None
 
     stream = RecordStream(stream_path) if stream_path is not None else None
-    with telemetry.maybe_sampler(_telemetry_path(result_path or summary_path), label="load",
-                                 enabled=not args.skip_power_monitor and bool(result_path or summary_path)):
+    with telemetry.maybe_sampler(_telemetry_path(base), label="load",
+                                 enabled=not args.skip_power_monitor and base is not None):
         result = _run(cfg, prompts, stream, "load", not args.no_progress, console)
     res = benchmark_result(result, metrics, percentiles, detailed=args.save_detailed)
     for line in result_lines(res, cfg, metrics, percentiles):
@@ -366,18 +372,21 @@ def main(args) -> int:
         if stream.error is not None:
             raise UsageError(f"{stream.path}: cannot write ({stream.error}); {stream.count} of "
                              f"{len(result.records)} records written")
-        print(f"wrote {stream.path} ({stream.count} requests)")
-    if result_path is not None:
-        doc = {**result_header(cfg, date=date, label=args.label, metadata=metadata), "run_kind": "measured",
-               "settings": settings, "warmup": warm, **res}
-        write_atomic(result_path, json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {result_path}")
-    if summary_path is not None:
-        config = {k: _jsonable(getattr(cfg, k)) for k in cfg.__dataclass_fields__}
-        config.update(settings=settings, warmup=warm)
-        write_atomic(summary_path, json.dumps({"config": config, "summary": summarize(result).to_json()},
-                                              indent=1) + "\n")
-        print(f"wrote {summary_path}")
+        if not outputs.is_stdout(stream.path):
+            print(f"wrote {stream.path} ({stream.count} requests)")
+    with outputs.all_or_nothing():     # the result and the summary: both or neither
+        if result_path is not None:
+            doc = {**result_header(cfg, date=date, label=args.label, metadata=metadata), "run_kind": "measured",
+                   "settings": settings, "warmup": warm, **res}
+            write_atomic(result_path, json.dumps(doc, indent=1) + "\n")
+        if summary_path is not None:
+            config = {k: _jsonable(getattr(cfg, k)) for k in cfg.__dataclass_fields__}
+            config.update(settings=settings, warmup=warm)
+            write_atomic(summary_path, json.dumps({"config": config, "summary": summarize(result).to_json()},
+                                                  indent=1) + "\n")
+    for p in (result_path, summary_path):
+        if p is not None and not outputs.is_stdout(p):
+            print(f"wrote {p}")
     sys.stdout.flush()
     if result.interrupted:
         return 130

@@ -11,6 +11,7 @@ report, with every rank analysed in one process.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 from typing import Any
 
@@ -36,7 +37,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    refuse_overwrite(args.inputs, args.output, args.json)
+    # a glob stands for the files it matches: each is an input an output may not overwrite
+    matched = [m for i in args.inputs if any(c in i for c in "*?[") for m in glob.glob(i, recursive=True)]
+    refuse_overwrite([*args.inputs, *matched], ("-o", args.output), ("--json", args.json))
+    with outputs.prints_to_stderr(any(o and outputs.is_stdout(o) for o in (args.output, args.json))):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     sources = rank_sources(args.inputs)
     if len(sources) < 2:
         raise UsageError(f"{' '.join(args.inputs)}: expected the traces of at least 2 ranks, found {len(sources)}")
@@ -45,11 +53,13 @@ def run(args: argparse.Namespace) -> int:
     findings = multigpu_findings(result)
     h = headline(result)
     print(f"{len(result.ranks)} ranks: " + (h if h else "no collective matched across ranks."))
-    if args.output:
-        outputs.write_text(args.output, f"# Multi-GPU analysis: {len(result.ranks)} ranks\n\n"
-                                     + render_multigpu_section(result, findings) + "\n")
-        print(f"wrote {args.output}")
-    if args.json:
-        outputs.write_text(args.json, json.dumps(multigpu_json(result, findings), indent=1) + "\n")
-        print(f"wrote {args.json}")
+    with outputs.all_or_nothing():
+        if args.output:
+            outputs.write_text(args.output, f"# Multi-GPU analysis: {len(result.ranks)} ranks\n\n"
+                                         + render_multigpu_section(result, findings) + "\n")
+        if args.json:
+            outputs.write_text(args.json, json.dumps(multigpu_json(result, findings), indent=1) + "\n")
+    for o in (args.output, args.json):
+        if o and not outputs.is_stdout(o):
+            print(f"wrote {o}")
     return 0

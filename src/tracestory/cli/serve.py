@@ -148,6 +148,8 @@ def _check_args(args: argparse.Namespace) -> None:
             raise bad(f"--{name.replace('_', '-')}", "a finite number > 0", v)
     if args.tensor_parallel > 1:          # launched by torchrun with as many processes
         tensor_parallel.rank_from_env(args.tensor_parallel)
+    if args.event_log == "-":            # stdout carries the server's status lines ("listening on ...")
+        raise bad("--event-log", "a file path (stdout carries the server's status lines)", "'-'")
     if args.max_inflight_mb < args.max_request_mb:
         raise bad("--max-inflight-mb", f"at least --max-request-mb ({args.max_request_mb:g})", args.max_inflight_mb)
 

@@ -21,7 +21,7 @@ from typing import Callable
 from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
 from .capture_folder import MANIFEST, load_artifact_folder
-from .files import read_head
+from .files import check_sparse, read_head, refuse_special
 from .load_summary import LoadSummary, is_summary_file, read_summary
 from .scheduler_log import SchedulerLog, is_scheduler_log, read_scheduler_log
 from .telemetry import TelemetryLog, is_telemetry_file, read_telemetry
@@ -73,7 +73,8 @@ def sniff(path: Path) -> str:
         return "ncu-rep"
     if name.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
-    head = read_head(path)  # special files refused, a gzip layer inflated (damage: one line)
+    check_sparse(path, refuse_special(path))  # before a byte is read: special files, sparse giants
+    head = read_head(path)  # at most 4 KiB; a gzip layer inflated (damage: one line)
     if head.startswith(b"SQLite format 3\x00"):
         return "nsys-sqlite"
     if name.endswith(".csv") or b'"Kernel Name"' in head or b"Time (%)" in head:

@@ -27,6 +27,7 @@ from typing import Any
 import json
 
 from ..errors import TraceFormatError, UsageError
+from .files import check_size, refuse_special
 
 MANIFEST = "manifest.json"                  # the capture's record: environment, commands, files
 MANIFEST_SCHEMA = "tracestory.manifest/1"
@@ -41,6 +42,7 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
     p = Path(folder) / MANIFEST
     if not p.is_file():
         return None
+    check_size(p, refuse_special(p))
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -16,6 +16,14 @@ needs several times its text). A file whose size is far beyond the bytes the fil
 for it (a sparse file: more than 64x, above 1 GiB) is refused too: no profiler writes one, and
 reading it would spend minutes on zeros.
 
+Sniffing
+--------
+A format sniff or header read (:func:`sniff_head`, :func:`read_head`) reads at most
+:data:`SNIFF_BYTES` (64 KiB) of the file, or of its gzip content, whatever the file's layout: a
+Kineto trace written on one line is never read whole to find its "first line". What a format
+needs to be recognised (a scheduler log's ``meta`` line, a telemetry header) must sit in those
+bytes; a longer first line is not that format.
+
 Damage stated
 -------------
 A reader that loads a damaged file around what it could not use (rows with impossible times,
@@ -83,6 +91,12 @@ def check_size(path: str | os.PathLike, st: os.stat_result, limit: int | None = 
     if st.st_size > limit:
         raise TraceFormatError(path, f"a file of at most {fmt_bytes(limit)} (TRACESTORY_MAX_INPUT_BYTES)",
                                f"{fmt_bytes(st.st_size)}")
+    check_sparse(path, st)
+
+
+def check_sparse(path: str | os.PathLike, st: os.stat_result) -> None:
+    """Refuse a sparse file (see the module docstring); the size limit is not applied: a
+    streaming reader (Kineto) does not hold the whole document."""
     stored = getattr(st, "st_blocks", None)
     if stored is not None and st.st_size > _SPARSE_MIN and stored * 512 * _SPARSE_RATIO < st.st_size:
         raise TraceFormatError(path, "a file whose bytes are stored on disk",
@@ -182,25 +196,74 @@ def _gzip_size_hint(path: Path) -> int:
     return isize if n <= isize <= 1000 * n else n * 8
 
 
+SNIFF_BYTES = 1 << 16
+
+
+def _head(f, size: int) -> bytes:
+    """At most ``size`` bytes of an open file's content, inflated when it is gzip; at most
+    :data:`SNIFF_BYTES` bytes are read from the file either way."""
+    head = f.read(min(size, SNIFF_BYTES))
+    if head[:2] != b"\x1f\x8b":
+        return head
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = d.decompress(head, size)
+    taken = len(head)
+    while len(out) < size:
+        block = b""
+        if not (d.eof and d.unused_data) and taken < SNIFF_BYTES:
+            block = f.read(min(1 << 14, SNIFF_BYTES - taken))
+            taken += len(block)
+        if d.eof:                       # a multi-member gzip: the next member goes on
+            rest = d.unused_data + block
+            if rest[:2] != b"\x1f\x8b":
+                break
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out += d.decompress(rest, size - len(out))
+            continue
+        if not block and not d.unconsumed_tail:
+            break
+        out += d.decompress(d.unconsumed_tail + block, size - len(out))
+    return out
+
+
 def read_head(path: str | os.PathLike, size: int = 4096) -> bytes:
-    """The first ``size`` bytes of the file, decompressed when it is gzip, for sniffing: special
-    files refused before opening, a damaged gzip stream refused in one line."""
+    """The first ``size`` bytes (at most :data:`SNIFF_BYTES`) of the file, decompressed when it
+    is gzip, for sniffing: special files refused before opening, a damaged gzip stream refused
+    in one line."""
     refuse_special(path)
     try:
         with open(path, "rb") as f:
-            head = f.read(size)
-            if head[:2] != b"\x1f\x8b":
-                return head
-            f.seek(0)
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out = b""
-            while len(out) < size and not d.eof and (block := f.read(1 << 16)):
-                out += d.decompress(block, size - len(out))
-            return out
+            return _head(f, min(size, SNIFF_BYTES))
     except zlib.error as e:
         raise TraceFormatError(path, "a gzip-compressed file", f"corrupt gzip data ({e})") from None
     except OSError as e:
         raise TraceFormatError(path, "a readable file", str(e)) from None
+
+
+def sniff_head(path: str | os.PathLike, size: int = SNIFF_BYTES) -> bytes | None:
+    """Like :func:`read_head` (``size`` bytes at most, gzip inflated) for a sniff that answers
+    yes or no: None for anything that is not a readable regular file or is damaged gzip, so
+    that the reader of the file's real format states what it is."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as f:
+            return _head(f, size)
+    except (OSError, zlib.error):
+        return None
+
+
+def first_line(head: bytes | None) -> bytes | None:
+    """The first non-blank line of a sniffed head, or None when there is none or it does not
+    end within the head (a head shorter than :data:`SNIFF_BYTES` is the whole file, so its last
+    line counts as ended)."""
+    if not head:
+        return None
+    start = len(head) - len(head.lstrip())
+    end = head.find(b"\n", start)
+    if end < 0:
+        return head[start:] if len(head) < SNIFF_BYTES and start < len(head) else None
+    return head[start:end]
 
 
 # ------------------------------------------------------------------------- damage stated

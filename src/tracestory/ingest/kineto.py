@@ -51,6 +51,10 @@ dropped or repaired and counted in ``TraceMeta.warnings``: events of a known cat
 ``ph`` is not "X", complete events without ``cat``, a ``ts`` or ``dur`` that is not a number,
 ``ts`` beyond +-2**62 ns, a negative ``dur`` or one over 2**62 ns (int64 ns would overflow),
 names that are numbers (kept as their text), args of the wrong type (that arg ignored).
+Events without ``dur`` are kept at 0 ns and counted ("'kernel' events without 'dur'"): their
+time is unknown, not zero; a trace whose kernels all lack ``dur`` is refused (no GPU time to
+tell). An
+integer id beyond int64 or a grid/block size beyond int32 refuses the file (one line).
 
 Limits
 ------
@@ -89,6 +93,7 @@ from ..trace import (
     build_trace,
     make_table,
 )
+from .files import state
 from .kineto_attention import causal_column
 from .kineto_text import NESTING_EXPECTED, Document, stream_document
 
@@ -145,7 +150,7 @@ class _Event(msgspec.Struct, gc=False):
     pid: int | str = -1
     tid: int | str = -1
     ts: float = math.nan
-    dur: float = 0.0
+    dur: float = math.nan   # missing: told apart from a measured 0 (see _common)
     args: _Args | None = None  # None, not a default instance: flows carry no args (10% of decoding)
 
 
@@ -391,6 +396,7 @@ class _Builder:
         self.kernel_count = 0  # kernels added so far: the row offset of the next chunk's kernels
         self.comm_ops: list[dict] = []  # collective args found on CPU ops, by External id
         self.warnings: Counter = Counter()  # what was dropped or repaired, and how often
+        self.no_dur: Counter = Counter()    # events without 'dur' per kind (kept at 0 ns)
         self.collectives = True  # whether the chunk being added may hold collective args
         self.profiler_ranges = 0  # cuda_profiler_range events read as kernels
 
@@ -434,6 +440,10 @@ class _Builder:
         dropped and counted."""
         ts = _float_col(evs, attrgetter("ts"))
         dur = _float_col(evs, attrgetter("dur"))
+        no_dur = np.isnan(dur)
+        if no_dur.any():   # kept at 0 ns, and said: their time is unknown, not zero
+            self.no_dur[kind] += int(np.count_nonzero(no_dur & (np.abs(ts) < _MAX_US)))
+            dur[no_dur] = 0.0
         ok = (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)  # NaN compares False
         if not ok.all():
             bad_ts = ~(np.abs(ts) < _MAX_US)
@@ -744,10 +754,15 @@ def load_kineto(path: str | os.PathLike, *, require_gpu: bool = True, progress: 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _load(path, require_gpu, progress)
+        trace = _load(path, require_gpu, progress)
+    except OverflowError as e:   # an id beyond int64 (2**64 correlation ids), a grid beyond int32
+        raise TraceFormatError(path, "integer ids within 64 bits and grid/block sizes within 32 bits",
+                               f"a value out of range ({e})") from None
     finally:
         if gc_was_enabled:
             gc.enable()
+    state(path, trace.meta.warnings)   # on the terminal too, not only in the JSON and Limitations
+    return trace
 
 
 def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
@@ -768,6 +783,13 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
             path, "GPU activity (kernel, gpu_memcpy or gpu_memset events)",
             f"{builder.event_count} events and none on the GPU (was ProfilerActivity.CUDA enabled?)",
         )
+    n_kernels = len(tables["kernels"]) if tables["kernels"] is not None else 0
+    if n_kernels and builder.no_dur[_K_KERNEL] >= n_kernels:
+        raise TraceFormatError(path, "kernel events with a 'dur' (their GPU time)",
+                               f"{n_kernels:,} kernels, none with a 'dur'")
+    for kind, count in sorted(builder.no_dur.items()):
+        builder.warnings[f"'{_KIND_CAT[kind]}' events without 'dur' (kept as 0 ns: their time is unknown, "
+                         "not zero)"] += count
     r = tables["ranges"]
     if r is not None:
         lane = r["side"].astype(np.int64) * (1 << 40) + np.where(r["side"] == GPU_SIDE, r["device"].astype(np.int64) * (1 << 20) + r["tid"], r["tid"])

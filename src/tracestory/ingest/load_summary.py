@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..stats import summarize
+from .files import SNIFF_BYTES, check_size, refuse_special, sniff_head
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,16 @@ def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
 
 def is_summary_file(path: str | Path) -> bool:
     """Sniff rule: a ``.json`` file under 1 MiB holding ``{"config": {...}, "summary": {"mode": ...,
-    "ttft": {...}}}`` (what ``tracestory load --json`` writes)."""
+    "ttft": {...}}}`` (what ``tracestory load --json`` writes, about 2 KB). Only a file whose first
+    64 KiB open a JSON object naming ``"config"`` or ``"summary"`` is parsed."""
     p = Path(path)
     try:
         if not p.name.lower().endswith(".json") or p.stat().st_size > 1 << 20:
             return False
-        doc = json.loads(p.read_bytes())
+        head = sniff_head(p)
+        if not head or not head.lstrip().startswith(b"{") or (b'"summary"' not in head and b'"config"' not in head):
+            return False  # cheap refusal: a trace is never parsed here
+        doc = json.loads(head if len(head) < SNIFF_BYTES else p.read_bytes())
     except (OSError, ValueError, RecursionError):
         return False
     s = doc.get("summary") if isinstance(doc, dict) else None
@@ -96,6 +101,7 @@ def is_summary_file(path: str | Path) -> bool:
 def read_summary(path: str | Path) -> LoadSummary:
     """The :class:`LoadSummary` of a ``tracestory load --json`` file; a missing key or a wrong
     type raises :class:`~tracestory.errors.TraceFormatError` naming it."""
+    check_size(path, refuse_special(path))
     try:
         doc = json.loads(Path(path).read_bytes())
     except (OSError, ValueError, RecursionError) as e:

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import gzip
 import os
 import re
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +34,7 @@ from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
 from . import sniff
 from .capture_folder import load_artifact_folder
+from .files import sniff_head
 from .kineto import load_kineto
 from .nsys_sqlite import load_nsys_sqlite
 from .nsys_rep import export_nsys_rep
@@ -46,7 +45,6 @@ _SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.js
              ".sqlite", ".nsys-rep", ".qdrep")
 _RANK_FILES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
 _DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*"?(\d+)')
-_PEEK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -74,15 +72,10 @@ def rank_from_name(path: str | os.PathLike) -> int | None:
 
 
 def _peek_rank(path: Path) -> int | None:
-    """``distributedInfo.rank`` when it sits in the first MiB of the (gzip'ed) JSON document."""
-    try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        with (gzip.open if gz else open)(path, "rb") as f:
-            head = f.read(_PEEK_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return None
-    m = _DIST_RANK.search(head)
+    """``distributedInfo.rank`` when it sits in the first 64 KiB of the (gzip'ed) JSON document
+    (PyTorch writes it before the events: at byte 4,493 of the largest fixture, an 8-GPU trace)."""
+    head = sniff_head(path)
+    m = _DIST_RANK.search(head) if head else None
     return int(m.group(1)) if m else None
 
 

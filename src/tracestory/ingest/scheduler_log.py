@@ -21,6 +21,8 @@ from typing import Any
 import msgspec
 
 from ..errors import TraceFormatError
+from ..units import fmt_bytes
+from .files import check_size, first_line, max_input_bytes, refuse_special, sniff_head
 
 
 @dataclass(frozen=True)
@@ -122,21 +124,16 @@ class SchedulerLog:
 
 def is_scheduler_log(path: str | Path) -> bool:
     """Sniff rule: the first non-blank line (of the file, or of its gzip content) is a JSON
-    object with ``"type": "meta"`` and an integer ``version``."""
+    object with ``"type": "meta"`` and an integer ``version``. At most the first 64 KiB are read
+    (:func:`~tracestory.ingest.files.sniff_head`): a longer first line is not a meta line."""
+    line = first_line(sniff_head(path))
+    if line is None or not line.startswith(b"{") or b'"meta"' not in line:
+        return False  # cheap refusal: other formats are never parsed here
     try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-        opener = gzip.open if head == b"\x1f\x8b" else open
-        with opener(path, "rb") as f:
-            for raw in f:
-                if raw.strip():
-                    obj = msgspec.json.decode(raw)
-                    return isinstance(obj, dict) and obj.get("type") == "meta" and _is_int(obj.get("version"))
-                if f.tell() > 1 << 16:
-                    return False
-    except (OSError, EOFError, zlib.error, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        obj = msgspec.json.decode(line)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return False  # not a readable scheduler log: the trace readers say what it is
-    return False
+    return isinstance(obj, dict) and obj.get("type") == "meta" and _is_int(obj.get("version"))
 
 
 def _is_int(v: Any) -> bool:
@@ -212,11 +209,18 @@ def read_scheduler_log(path: str | Path) -> SchedulerLog:
     path = Path(path)
     meta: SchedulerMeta | None = None
     arrivals, iters, firsts, fins = [], [], [], []
+    check_size(path, refuse_special(path))
+    limit = max_input_bytes()
+    read = 0
     try:
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
         with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
-            for lineno, raw in enumerate(f, 1):
+            for lineno, raw in enumerate(iter(lambda: f.readline(limit + 1 - read), b""), 1):
+                read += len(raw)
+                if read > limit:
+                    raise TraceFormatError(path, f"a scheduler event log of at most {fmt_bytes(limit)} "
+                                                 "(TRACESTORY_MAX_INPUT_BYTES)", "more")
                 if not raw.strip():
                     continue
                 where = f"{path}:{lineno}"
@@ -250,6 +254,8 @@ def read_scheduler_log(path: str | Path) -> SchedulerLog:
         raise TraceFormatError(path, "a readable scheduler event log", str(e)) from None
     except EOFError:
         raise TraceFormatError(path, "a complete gzip file", "a truncated gzip stream") from None
+    except zlib.error as e:
+        raise TraceFormatError(path, "a gzip-compressed scheduler event log", f"corrupt gzip data ({e})") from None
     if meta is None:
         raise TraceFormatError(path, "a scheduler event log (a meta line first)", "an empty file")
     # Lines are written when known, not in time order (see the format): sort by time.

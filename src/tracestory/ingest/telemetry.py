@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..telemetry import FILE_NAME, SCHEMA
+from .files import check_size, first_line, refuse_special, sniff_head
 
 READINGS = ("sm_mhz", "mem_mhz", "power_w", "energy_mj", "temp_c", "util_gpu", "util_mem")
 
@@ -61,11 +62,10 @@ class TelemetryLog:
 
 def is_telemetry_file(path: str | Path) -> bool:
     """Sniff rule: the first line is a JSON object with ``"type": "header"`` and this schema."""
+    first = first_line(sniff_head(path))
+    if first is None or not first.startswith(b"{") or b'"header"' not in first:
+        return False   # cheap refusal: other formats are never parsed here
     try:
-        with open(path, "rb") as f:
-            first = f.readline(1 << 16)
-        if not first.lstrip().startswith(b"{") or b'"header"' not in first:
-            return False   # cheap refusal: other formats are never parsed here
         obj = json.loads(first)
     except (OSError, ValueError, RecursionError):
         return False
@@ -79,6 +79,7 @@ def _int(v: Any) -> int | None:
 def read_telemetry(path: str | Path) -> TelemetryLog:
     """Parse one telemetry file (see the module docstring)."""
     path = Path(path)
+    check_size(path, refuse_special(path))
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as e:

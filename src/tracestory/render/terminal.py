@@ -30,7 +30,8 @@ def _summary(a) -> Table:
                 f"p50 {fmt_ns(ll.p50_ns)}  p90 {fmt_ns(ll.p90_ns)}  p99 {fmt_ns(ll.p99_ns)}  (n={ll.count:,})")
     tab.add_row("kernel rate", f"{t.kernels_per_ms:.1f} kernels/ms; {fmt_pct(t.short_kernel_share)} shorter than "
                 f"{fmt_ns(t.short_kernel_ns)}")
-    tab.add_row("verdict", Text("launch-bound", style="bold red") if t.launch_bound else Text("not launch-bound"))
+    tab.add_row("verdict", Text(f"not judged ({t.verdict_withheld})", style="bold red") if t.verdict_withheld else
+                Text("launch-bound", style="bold red") if t.launch_bound else Text("not launch-bound"))
     return tab
 
 

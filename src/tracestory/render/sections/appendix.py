@@ -73,7 +73,9 @@ def _appendix(runs, inputs, command) -> list[str]:
                 (f"kernels < {fmt_ns(tl.short_kernel_ns)}", fmt_pct(tl.short_kernel_share)),
                 ("launch latency p50 / p90 / p99",
                  f"{fmt_ns(ll.p50_ns)} / {fmt_ns(ll.p90_ns)} / {fmt_ns(ll.p99_ns)} ({ll.count} ops)"),
-                ("idle time mostly waiting for launches", "yes" if run.facts.launch_bound else
+                ("idle time mostly waiting for launches",
+                 f"not judged ({tl.verdict_withheld})" if tl.verdict_withheld
+                 else "yes" if run.facts.launch_bound else
                  f"no: {fmt_pct(run.facts.long_gap_share)} of it is in gaps of 1 ms or more"
                  if tl.launch_bound and run.facts.long_gap_share else "no")], "lr")
             out += ["", "**Idle gap histogram**", ""]

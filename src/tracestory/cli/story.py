@@ -1,0 +1,210 @@
+"""The commands that read traces and tell them: ``analyze`` (tables, one named table, the JSON),
+``report`` (the Markdown story, with its JSON, HTML page and plots), ``demo`` (the report of the
+bundled H200 trace) and ``categories`` (the kernel-category table). Each parses, reads the inputs
+(``load_inputs``), computes the results once (``analyze_inputs``) and renders; every output is
+checked against every input first and written through :mod:`tracestory.outputs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+
+from .. import outputs
+from ..errors import UsageError
+from ..ingest import load_inputs
+from ..outputs import OutputPlan, is_stdout
+from .common import (add_analysis_options, add_taxonomy, load_and_analyze, options_from, progress_factory,
+                     refuse_overwrite, side_inputs, taxonomy_from)
+from ..analysis.tables import TABLES
+from ..render import jsonout, terminal
+from ..render.tables_out import FORMATS, table_renderable, table_text
+from ..render.build import write_report
+from ..render.html import write_html
+from ..analysis.results import AnalysisOptions, analyze_inputs
+from ..analysis.breakdown import breakdown
+from ..analysis.categories import classify
+from ..render.category_table import category_table, category_table_text
+
+
+HTML_BESIDE = "beside"   # --html with no value: the .md's name with .html
+
+
+def cmd_analyze(args) -> int:
+    """Terminal tables (default), one named table (``--table``) as table/CSV/JSON/Markdown, or
+    the whole JSON document; ``-o`` and ``--json`` take ``-`` for stdout. Outputs are checked
+    against the inputs before anything is read."""
+    from rich.console import Console
+
+    plan = OutputPlan(inputs=[*args.inputs, *side_inputs(args)])
+    fmt, name, out = args.format, args.table, args.output
+    if fmt == "csv" and name is None:
+        raise UsageError(f"--format csv writes one table: add --table {'|'.join(TABLES)}")
+    if args.json is not None and is_stdout(args.json) and is_stdout(out) and fmt != "table":
+        raise UsageError(f"--json - and the --format {fmt} output both want stdout: give one of them a file (-o FILE)")
+    if args.json is not None:
+        plan.check(args.json, "JSON")
+    if not (fmt == "table" and is_stdout(out) and args.json is not None and is_stdout(args.json)):
+        plan.check(out, f"--format {fmt} output")   # (terminal tables with --json -: to stderr)
+    results = analyze_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), options_from(args))
+    if not results.runs and not results.hardware:
+        raise UsageError(f"{results.inputs.paths[0]}: analyze prints trace and kernel-metric tables; a scheduler "
+                         "event log alone is told by `tracestory report`")
+    if (name is not None or fmt == "markdown") and not results.runs:
+        what = f"--table {name}" if name else "--format markdown"
+        raise UsageError(f"{results.inputs.paths[0]}: {what} needs a trace (Kineto or Nsight Systems); "
+                         "these inputs hold only kernel metrics")
+    json_on_stdout = args.json is not None and is_stdout(args.json)
+    data_on_stdout = json_on_stdout or (is_stdout(out) and fmt != "table")
+    status = sys.stderr if data_on_stdout else sys.stdout   # "wrote FILE" lines never mix with data
+
+    if fmt == "table":
+        # rich tables: to stdout, to stderr when stdout carries the JSON, or to a file
+        buf = io.StringIO() if not is_stdout(out) else None
+        console = Console(file=buf, width=120, color_system=None) if buf is not None else \
+            Console(stderr=json_on_stdout, width=None if sys.stdout.isatty() else 120)
+        if name is None:
+            for a in results.analyses:
+                for renderable in terminal.analysis_renderables(a):
+                    console.print(renderable)
+            if results.hardware:
+                console.print(terminal.hardware_table(jsonout.kernel_rows(results.hardware)))
+        else:
+            for i, run in enumerate(results.runs):
+                console.print(table_renderable(results.table(name, i), f"{name} — {run.trace.label}", console.width))
+        if buf is not None:
+            plan.write_text(out, buf.getvalue(), f"--format {fmt} output")
+    elif fmt == "json" and name is None:
+        plan.write_text(out, json.dumps(jsonout.document(results), indent=1) + "\n", f"--format {fmt} output")
+    elif name is None:   # markdown: every table of every trace
+        parts = []
+        for i, run in enumerate(results.runs):
+            for t in TABLES:
+                parts += [f"## {t} — {run.trace.label}", "", table_text(results.table(t, i), "markdown")]
+        plan.write_text(out, "\n".join(parts), f"--format {fmt} output")
+    else:
+        tab = results.table(name, None if len(results.runs) > 1 else 0)
+        plan.write_text(out, table_text(tab, fmt), f"--format {fmt} output")
+    if not is_stdout(out):
+        print(f"wrote {out}", file=status)
+    if args.json is not None:
+        plan.write_text(args.json, json.dumps(jsonout.document(results), indent=1) + "\n", "JSON")
+        if not json_on_stdout:
+            print(f"wrote {args.json}", file=status)
+    return 0
+
+
+def cmd_report(args) -> int:
+    """The Markdown report (``-o``), and when asked its JSON (``--json``), HTML page (``--html``)
+    and PNG plots: checked against every input and each other first, written all or nothing
+    (:func:`~tracestory.outputs.all_or_nothing`); the paths written are printed afterwards, on
+    stderr when an output is ``-``."""
+    if args.html and outputs.is_stdout(args.output):
+        raise UsageError("--html renders the written Markdown report: give -o a file, not -")
+    html = None if not args.html else Path(args.output).with_suffix(".html") if args.html == HTML_BESIDE else args.html
+    results = load_and_analyze(args, ("-o", args.output), ("--json", args.json), ("--html", html),
+                               goal=args.goal, questions=tuple(args.question or ()),
+                               command="tracestory " + " ".join(sys.argv[1:]))
+    written: list = []
+    with outputs.all_or_nothing():
+        out = write_report(results, args.output, plots=args.plots, json_path=args.json, written=written)
+        if html is not None:
+            write_html(outputs.staged(out), html)
+            if not outputs.is_stdout(html):
+                written.append(Path(html))
+    status = outputs.status_stream(args.output, args.json, html)
+    for path in written:   # every file written, the report first
+        print(path, file=status)
+    return 0
+
+
+DEMO_TRACE = "llama2layer_eager_decode.trace.json.gz"
+DEMO_GOAL = "Understand where GPU time goes in Llama prefill and decode on the H200, and what to optimize first."
+
+
+def cmd_demo(args) -> int:
+    """Report on the bundled H200 Llama trace into ``DIR/report.md`` (+ analysis.json and report.html)."""
+    from importlib import resources
+
+
+    trace = Path(str(resources.files("tracestory") / "data" / "demo" / DEMO_TRACE))
+    out_dir = Path(args.output_dir)
+    names = ("report.md", "analysis.json", "report.html")
+    plan = OutputPlan([trace])
+    plan.check_folder(out_dir)
+    for n in names:
+        plan.check(out_dir / n, n)
+    outputs.ensure_folder(out_dir)   # a file or /proc/...: one line
+    results = analyze_inputs(load_inputs([trace]), AnalysisOptions(goal=DEMO_GOAL, command="tracestory demo"))
+    with outputs.all_or_nothing():
+        out = write_report(results, out_dir / names[0], json_path=out_dir / names[1])
+        write_html(outputs.staged(out), out_dir / names[2])
+    print(out)
+    return 0
+
+
+def cmd_categories(args) -> int:
+    source = args.input or args.input_flag
+    if not source:
+        raise UsageError("categories: give the input trace (tracestory categories INPUT [-o OUT])")
+    plan = refuse_overwrite([source, *side_inputs(args)], ("-o", args.output))
+    inputs = load_inputs([source], progress_factory=progress_factory())
+    if not inputs.traces:
+        raise UsageError(f"{source}: no GPU trace in this input")
+    tax = taxonomy_from(args)
+    # every name of every category in each breakdown, so the sample names are ranked exactly
+    bds = [breakdown(t, classify(t, tax), top=len(t.kernels) + len(t.memops)) for t in inputs.traces]
+    result = category_table(bds, inputs.traces, tax)
+    to_stdout = outputs.is_stdout(args.output)
+    print(category_table_text(result), file=sys.stderr if to_stdout else sys.stdout)
+    if args.output:
+        plan.write_text(args.output, json.dumps(result, indent=1) + "\n", "-o")
+        if not to_stdout:
+            print(f"wrote {args.output}")
+    return 0
+
+
+
+# --------------------------------------------------------------------------- parsers
+def register(sub) -> None:
+    """Add ``analyze``, ``report``, ``demo`` and ``categories`` to the top-level subparsers."""
+    p = sub.add_parser("analyze", help="tables of the breakdown, timeline and phases; one named table as "
+                                       "CSV/JSON/Markdown (--table, --format); all results as JSON (--json)")
+    add_analysis_options(p)
+    p.add_argument("--table", choices=TABLES, metavar="NAME",
+                   help=f"print one named table: {', '.join(TABLES)} (base units, unit in the column name; "
+                        "several traces: a trace column first)")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (terminal, default), csv (needs --table), json (without --table: all results), "
+                        "markdown (without --table: every table)")
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help="where the --format output goes (default: - for stdout)")
+    p.add_argument("--json", metavar="OUT", help="also write all results as JSON (schema: docs/JSON.md); - for stdout, "
+                                                 "the terminal tables then go to stderr")
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("report", help="write the Markdown story report")
+    add_analysis_options(p)
+    p.add_argument("-o", "--output", default="report.md", help="report path (default: report.md)")
+    p.add_argument("--goal", help="what the user wants to learn (Goal Interpretation)")
+    p.add_argument("--question", action="append", help="a question the report must answer (repeatable)")
+    p.add_argument("--plots", action="store_true", help="also write PNG plots next to the report (matplotlib)")
+    p.add_argument("--json", metavar="OUT", help="also write all results as JSON")
+    p.add_argument("--html", nargs="?", const=HTML_BESIDE, metavar="OUT",
+                   help="also write the report as one self-contained HTML page (no value: next to the .md; "
+                        "- for standard output)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("demo", help="report on the bundled H200 Llama trace; prints the report path")
+    p.add_argument("--output-dir", default="tracestory-demo", help="folder to write (default: tracestory-demo)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("categories", help="kernel-category table: GPU time per category and the Amdahl ceiling of "
+                                          "the expert GEMMs (and --output JSON)")
+    p.add_argument("input", nargs="?", metavar="INPUT", help=".nsys-rep, .sqlite, nsys CSV or Kineto trace")
+    p.add_argument("--input", dest="input_flag", metavar="INPUT", help=argparse.SUPPRESS)  # older spelling
+    p.add_argument("-o", "--output", help="JSON output path (- for standard output; the table then goes to stderr)")
+    add_taxonomy(p)
+    p.set_defaults(func=cmd_categories)
