@@ -233,8 +233,8 @@ def _peer_wait(f: RunFacts, category: str, time_ns: int) -> float | None:
 def rule_gpu_idle(f: RunFacts) -> list[Finding]:
     a, producer, critical_path = f.analysis, f.producer, f.critical_path
     tl = a.timeline
-    if tl is None or tl.window_ns <= 0:
-        return []
+    if tl is None or tl.window_ns <= 0 or tl.verdict_withheld:
+        return []   # no idle verdict on kernel times the trace does not hold (the Limitations say why)
     wait_share = tl.idle_launch_wait_ns / tl.idle_ns if tl.idle_ns > 0 else None
     replayed = producer.replays_graphs
     ev = [Evidence("GPU window", tl.window_ns, "ns"),
