@@ -256,6 +256,13 @@ class TraceMeta:
     # ("848 kernel events without ph 'X' ignored"). Empty for an undamaged file.
     warnings: tuple[str, ...] = ()
 
+    @property
+    def stated_warnings(self) -> tuple[str, ...]:
+        """The damage the reader stated: ``warnings``, else the ``warnings`` a reader kept in ``extra``."""
+        if self.warnings:
+            return tuple(self.warnings)
+        return tuple((self.extra or {}).get("warnings", ()))
+
 
 @dataclass(frozen=True)
 class Trace:

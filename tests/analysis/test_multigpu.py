@@ -27,7 +27,8 @@ import numpy as np
 import pytest
 from conftest import A100_NCCL, NSYS_2024, REPO, TEST_DATA
 
-from tracestory.analysis.multigpu import combine, rank_summary
+from tracestory.analysis.multigpu import rank_summary
+from tracestory.analysis.results import multigpu_of
 from tracestory.errors import UsageError
 from tracestory.ingest.ranks import load_ranks, rank_from_name, rank_sources
 from tracestory.analysis.findings.multigpu import headline, multigpu_findings
@@ -148,7 +149,7 @@ def four(base_doc, tmp_path_factory):
     traces = load_ranks([folder])
     summaries = [rank_summary(t) for t in traces]
     return dict(folder=folder, paths=paths, delayed=delayed, traces=traces, summaries=summaries,
-                result=combine(summaries))
+                result=multigpu_of(summaries))
 
 
 # ------------------------------------------------------------------ one real rank
@@ -171,7 +172,7 @@ def test_rank_summary_matches_raw_unions(base_doc):
 
 
 def test_single_rank_combine_has_no_straggler():
-    r = combine([rank_summary(load_ranks([A100_NCCL])[0])])
+    r = multigpu_of([rank_summary(load_ranks([A100_NCCL])[0])])
     assert r.ranks == (0,) and r.straggler is None
     assert all(c.skew_ns is None for c in r.collectives)
     assert r.alignment.matched_collectives == 0
@@ -234,7 +235,7 @@ def test_per_rank_totals_match_raw_unions(four):
 
 def test_summaries_pickle_and_combine_identically(four):
     again = [pickle.loads(pickle.dumps(s)) for s in four["summaries"][::-1]]  # any input order
-    assert multigpu_json(combine(again)) == multigpu_json(four["result"])
+    assert multigpu_json(multigpu_of(again)) == multigpu_json(four["result"])
     assert all(len(pickle.dumps(s)) < 1 << 20 for s in four["summaries"])
 
 
@@ -280,7 +281,7 @@ def test_report_section(four, tmp_path):
 def test_base_time_alignment(base_doc, tmp_path):
     # recent Kineto: ts relative to baseTimeNanoseconds; a shift compensated in the base time
     paths, _ = _build(base_doc, tmp_path, [0, 2500], base_shift=True)
-    r = combine([rank_summary(t) for t in load_ranks(paths)])
+    r = multigpu_of([rank_summary(t) for t in load_ranks(paths)])
     assert r.alignment.method == "base_time" and r.alignment.offsets_ns == (0, -2_500_000)
     assert r.alignment.residual_max_ns == 0 and r.straggler is None
 
@@ -292,7 +293,7 @@ def test_raw_timestamps_alignment(base_doc, tmp_path):
     doc["baseTimeNanoseconds"] += 7_000_000_000
     with gzip.open(paths[1], "wt") as f:
         json.dump(doc, f)
-    r = combine([rank_summary(t) for t in load_ranks(paths)])
+    r = multigpu_of([rank_summary(t) for t in load_ranks(paths)])
     assert r.alignment.method == "raw_timestamps" and r.alignment.offsets_ns == (0, 0)
 
 
@@ -365,7 +366,7 @@ def test_real_capture_names_the_slow_rank(folder, slow):
         assert int(s.collectives.bytes[linked].sum()) == sum(o["args"]["In msg nelems"] * BF16 for o in ops)
         want = _expected_totals(json.load(gzip.open(t.meta.source_path, "rt")))
         assert (s.compute_ns, s.comm_ns, s.idle_ns) == (want["compute"], want["comm"], want["idle"])
-    r = combine(summaries)
+    r = multigpu_of(summaries)
     assert r.ranks == tuple(range(len(traces)))
     assert r.alignment.method == "base_time" and r.alignment.residual_max_ns < 50_000
     assert r.straggler.rank == slow and r.straggler.last_count == r.straggler.compared == 16
@@ -380,7 +381,7 @@ def test_real_capture_names_the_slow_rank(folder, slow):
 
 
 def test_real_even_control_has_no_compute_imbalance():
-    r = combine([rank_summary(t) for t in load_ranks([MULTI / "tp2_even"])])
+    r = multigpu_of([rank_summary(t) for t in load_ranks([MULTI / "tp2_even"])])
     f = {x.rule: x for x in multigpu_findings(r)}
     assert r.imbalance_max < 1.05 and "multigpu_imbalance" not in f
     # whoever arrives last here is not late for lack of GPU work
@@ -412,7 +413,7 @@ def test_nsys_processes_share_a_clock_and_match_by_order():
                         (300 * us, 400 * us, ar)])
     p1 = _nsys_proc(1, [(0, 100 * us, "gemm"), (100 * us, 200 * us, ar), (200 * us, 340 * us, "gemm"),
                         (340 * us, 400 * us, ar)])
-    r = combine([rank_summary(p1), rank_summary(p0)])
+    r = multigpu_of([rank_summary(p1), rank_summary(p0)])
     assert r.alignment.method == "shared_clock" and r.alignment.offsets_ns == (0, 0)
     assert r.alignment.residual_max_ns == 0 and r.alignment.matched_collectives == 2
     first, second = r.collectives
@@ -429,7 +430,7 @@ def test_no_straggler_within_the_noise():
     ar = AR_F32
     p0 = _nsys_proc(0, [(0, 1000, "gemm"), (1000, 2000, ar)])
     p1 = _nsys_proc(1, [(0, 1400, "gemm"), (1400, 2000, ar)])
-    r = combine([rank_summary(p0), rank_summary(p1)])
+    r = multigpu_of([rank_summary(p0), rank_summary(p1)])
     assert r.collectives[0].last_rank == 1 and r.collectives[0].wait_ns == (400, 0)
     assert r.straggler is None
 
@@ -439,7 +440,7 @@ def test_timeline_draws_at_most_16_lanes_and_keeps_the_slowest():
     late = 20_000  # GPU 18 computes 20 us longer and joins the all-reduce that much later
     procs = [_nsys_proc(r, [(0, 100_000 + (late if r == 18 else 0), "gemm"),
                             (150_000 + (late if r == 18 else 0), 300_000, AR_F32)], world=n) for r in range(n)]
-    r = combine([rank_summary(p) for p in procs])
+    r = multigpu_of([rank_summary(p) for p in procs])
     assert r.straggler.rank == 18 and r.straggler.wait_caused_ns == (n - 1) * late
     chart = render_timeline(r)
     lanes_drawn = [line.split("│")[0].strip() for line in chart if line.startswith("GPU ")]
@@ -457,7 +458,7 @@ def test_trace_bus_bandwidth_agrees_with_a_direct_measurement(capture, sweep):
 
     from tracestory.ingest.ranks import load_ranks
 
-    r = combine([rank_summary(t) for t in load_ranks([TEST_DATA / "multigpu" / capture])])
+    r = multigpu_of([rank_summary(t) for t in load_ranks([TEST_DATA / "multigpu" / capture])])
     g = next(g for g in r.groups if g.kind == "allreduce" and g.bytes == 16 << 20)
     rows = json.loads((REPO / "benchmarks" / "results" / "h200" / sweep).read_text())["rows"]
     direct = next(x["busbw_bytes_per_s"] for x in rows if x["bytes"] == 16 << 20)

@@ -10,9 +10,9 @@ import sqlite3
 import pytest
 from conftest import H200_LLAMA, NSYS_2022, NSYS_2024, TEST_DATA
 
-from tracestory.analysis.breakdown import breakdown
+from tracestory.analysis.category_totals import category_totals
 from tracestory.cli import main
-from tracestory.analysis.categories import Rule, Taxonomy, classify, taxonomy
+from tracestory.analysis.categories import Rule, Taxonomy, taxonomy
 from tracestory.render.category_table import category_table, category_table_text
 from tracestory.trace import Table
 from tracestory.ingest.kineto import load_kineto
@@ -22,8 +22,7 @@ from tracestory.ingest.nsys_sqlite import load_nsys_sqlite
 def table(traces, tax="moe", **kw):
     traces = traces if isinstance(traces, list) else [traces]
     tax = taxonomy(tax) if isinstance(tax, str) else tax
-    bds = [breakdown(t, classify(t, tax), top=len(t.kernels) + len(t.memops)) for t in traces]
-    return category_table(bds, traces, tax, **kw)
+    return category_table(category_totals(traces, tax, **kw))
 
 
 MOE = ("expert_gemm", "attention_gemm", "gate_gemm", "routing_permute", "quant_dequant", "norm", "allreduce", "other")

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import A100_NCCL, H200_LLAMA, NSYS_2022
 from tracestory.analysis import analyze
+from tracestory.analysis.facts import facts_for
 from tracestory.cli import main as cli_main
 from tracestory.errors import UsageError
 from tracestory.export.perfetto import PerfettoExport, export_perfetto
@@ -33,8 +34,8 @@ def _ns(us: float) -> int:
 
 
 def _export(path, tmp_path, name="out.json.gz"):
-    analyses = [analyze(t) for t in load_inputs([path]).traces]
-    result = export_perfetto(analyses, tmp_path / name)
+    runs = [facts_for(analyze(t)) for t in load_inputs([path]).traces]
+    result = export_perfetto(runs, tmp_path / name)
     opener = gzip.open if name.endswith(".gz") else open
     with opener(tmp_path / name, "rt") as f:
         doc = json.load(f)
@@ -225,7 +226,7 @@ def test_memory_counters_match_the_samples(h200):
 
 def test_several_ranks_one_process_each(tmp_path):
     analyses = [analyze(t) for t in load_inputs([A100_NCCL, H200_LLAMA]).traces]
-    result = export_perfetto(analyses, tmp_path / "two.json.gz")
+    result = export_perfetto([facts_for(a) for a in analyses], tmp_path / "two.json.gz")
     assert isinstance(result, PerfettoExport) and result.process_count == 2
     with gzip.open(tmp_path / "two.json.gz") as f:
         doc = json.load(f)
@@ -260,7 +261,7 @@ def test_plain_json_unless_gz(tmp_path, a100):
     result, _ = a100
     assert result.path.read_bytes()[:1] == b"{"
     analyses = [analyze(t) for t in load_inputs([H200_LLAMA]).traces]
-    export_perfetto(analyses[0], tmp_path / "one.json.gz")  # a single Analysis is accepted too
+    export_perfetto(facts_for(analyses[0]), tmp_path / "one.json.gz")  # one trace's facts are accepted too
     assert (tmp_path / "one.json.gz").read_bytes()[:2] == b"\x1f\x8b"
 
 

@@ -54,6 +54,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
+from ..ingest import load_inputs
+from . import Analysis, analyze
+from .categories import Taxonomy
 from .families import SMALL_OP_FAMILIES, kernel_family
 from ..units import fmt_ns
 from .launch_apis import is_graph_launch, is_launch_name
@@ -455,6 +458,21 @@ def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15) -> C
         kernels=tuple(kernels[:top]), families=_families(kernels), phases=_phases(a, b),
         fused=_fusions(kernels), changes=changes)
     return dataclasses.replace(c, findings=comparison_findings(c))
+
+
+def _one_trace(path: str, taxonomy: Taxonomy | None) -> Analysis:
+    inputs = load_inputs([path])
+    if len(inputs.traces) != 1:
+        raise UsageError(f"{path}: compare takes one trace per side, found {len(inputs.traces)} "
+                         f"(pass one rank's trace file)")
+    return analyze(inputs.traces[0], taxonomy)
+
+
+def compare_paths(path_a: str, path_b: str, taxonomy: Taxonomy | None = None, *, label_a: str = "A",
+                  label_b: str = "B", top: int = 15) -> Comparison:
+    """:func:`compare` of two inputs, each one trace file or a capture folder holding one trace."""
+    return compare(_one_trace(path_a, taxonomy), _one_trace(path_b, taxonomy), label_a=label_a,
+                   label_b=label_b, top=top)
 
 
 # ------------------------------------------------------------------ findings

@@ -24,8 +24,10 @@ from .critical_path import CriticalPath, step_critical_path
 from .exposure import Exposure, exposure
 from .families import family_table, kernel_precision
 from .gaps import GapCause, gap_causes
+from .gpu_ops import GpuOps, IdleGaps, gpu_ops, idle_gaps
 from .hardware import KernelHardware
 from .kernels import KernelFacts, kernel_facts
+from .limitations import PhaseCoverage, coverage_of_phases
 from .memory import MemoryTimeline, memory_timeline
 from .ncu_join import NcuJoin, join_ncu
 from .producer import Producer, detect_producer
@@ -92,6 +94,9 @@ class RunFacts:
     critical_scope: str                  # "the whole trace" or "the median step (NAME)"
     kernel_facts: KernelFacts
     families: tuple[tuple[str, int, int, str], ...]
+    gpu_ops: GpuOps                      # kernels then memops with category and launch, built once
+    idle: IdleGaps                       # every idle gap between busy periods, with its launch wait
+    phase_coverage: PhaseCoverage | None  # kernel time inside the phases; None without phases
     # with several ranks: this rank's time inside collectives spent waiting for the last rank to
     # arrive (kernels running, no data moving); None with one rank, where the wait cannot be told
     comm_wait_ns: int | None = None
@@ -175,6 +180,7 @@ def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMet
     workload = classify_workload(trace, producer, attention_ran, kf.unfused_attention)
     has_timeline = analysis.timeline is not None
     path, scope = step_critical_path(trace, analysis.classification, analysis.phases) if has_timeline else (None, "")
+    ops = gpu_ops(trace, analysis.classification)
     joins = tuple(h.join if first else join_ncu(trace, h.metrics) for h in hardware if h.join is not None or not first)
     return RunFacts(
         analysis=analysis, device=_device(trace), peaks=peaks, kind=trace_kind(trace), producer=producer,
@@ -182,7 +188,8 @@ def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMet
         memory=memory_timeline(trace, analysis.phases), gaps=tuple(gap_causes(trace, steps=analysis.phases)) if has_timeline else (),
         estimate=estimate_roofline(trace, peaks) if not hardware else None, hardware=tuple(hardware), joins=joins,
         exposure=exposure(trace, analysis.classification), critical_path=path, critical_scope=scope,
-        kernel_facts=kf, families=tuple(family_table(trace)), comm_wait_ns=comm_wait_ns,
+        kernel_facts=kf, families=tuple(family_table(trace)), gpu_ops=ops, idle=idle_gaps(ops),
+        phase_coverage=coverage_of_phases(trace, analysis.phases), comm_wait_ns=comm_wait_ns,
         ranks=ranks)
 
 

@@ -70,6 +70,21 @@ def rank_coverage(traces: Sequence[Trace]) -> RankCoverage:
     return RankCoverage(len(ranks) or len(traces), max(sizes) if sizes else None)
 
 
+@dataclass(frozen=True)
+class PhaseCoverage:
+    """How much of the kernel time the phases hold (kernels only: phases record kernel rows)."""
+
+    share: float                 # of kernel time inside phases
+    kernels_outside: int
+    kernel_time_outside_ns: int
+
+
+def coverage_of_phases(trace: Trace, phases) -> PhaseCoverage | None:
+    """:func:`phase_coverage` as a :class:`PhaseCoverage`; None without kernel time or phases."""
+    share, n_out, ns_out = phase_coverage(trace, phases)
+    return None if share is None else PhaseCoverage(share, n_out, ns_out)
+
+
 def phase_coverage(trace: Trace, phases) -> tuple[float | None, int, int]:
     """(share of kernel time inside phases, kernels outside, their time in ns); phases record
     the kernel rows they hold, so coverage is judged on kernels (memops are not counted)."""

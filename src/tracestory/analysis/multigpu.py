@@ -412,6 +412,9 @@ class MultiGpu:
     comm_share: float | None           # communication union / GPU span, mean over ranks (steps when known)
     exposed_share: float | None        # exposed / communication, same basis
     rank_wait_ns: dict[int, int] | None = None  # per rank: RankBalance.spin_ns; None with one rank
+    # one sentence (straggler, where the others wait, communication share): set by
+    # ``analysis.results.multigpu_of``, None when nothing was matched or not yet told
+    headline: str | None = None
 
     def summary(self, rank: int) -> RankSummary:
         return self.summaries[self.ranks.index(rank)]

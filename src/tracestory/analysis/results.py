@@ -24,15 +24,18 @@ for it (:attr:`RunResults.report_operators`) only on traces of at most
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-
 
 import numpy as np
 
 from ..errors import UsageError
 from ..ingest import Inputs
 from ..ingest.kineto_modules import load_module_ranges
+from ..ingest.ranks import rank_sources
+from ..parallel import map_ranks
 from ..specs import Peaks, peaks_warning, resolve_peaks
 from ..trace import Trace
 from . import Analysis, analyze
@@ -43,13 +46,13 @@ from .critical_path import CriticalPath
 from .exposure import Exposure
 from .facts import KernelMetricsResults, RunFacts, run_facts
 from .findings import Finding, ncu_findings
-from .findings.multigpu import multigpu_findings
+from .findings.multigpu import headline, multigpu_findings
 from .gaps import GapCause
 from .hardware import hardware_analysis, waves
 from .kernels import KernelFacts
 from .limitations import Limitation, RankCoverage, limitations, rank_coverage, telemetry_limitations
 from .memory import MemoryTimeline
-from .multigpu import MultiGpu, combine, rank_summary
+from .multigpu import MultiGpu, RankSummary, combine, rank_summary
 from .ncu_join import join_ncu
 from .operators import Operators
 from .operators import operators as compute_operators
@@ -274,6 +277,35 @@ def is_multigpu(traces) -> bool:
     return len(ranks) >= 2 or any(len(t.collectives) for t in traces)
 
 
+def multigpu_of(summaries: Sequence[RankSummary]) -> MultiGpu:
+    """The multi-GPU result of the ranks' summaries (:func:`~.multigpu.combine`) with its
+    one-sentence headline (``MultiGpu.headline``) told once."""
+    mg = combine(summaries)
+    return dataclasses.replace(mg, headline=headline(mg))
+
+
+@dataclass(frozen=True)
+class RankResults:
+    """``tracestory ranks``: the multi-GPU result of many rank traces and its findings."""
+
+    multigpu: MultiGpu
+    findings: tuple[Finding, ...]
+
+    def __repr__(self) -> str:
+        return f"RankResults(ranks={len(self.multigpu.ranks)}, findings={len(self.findings)})"
+
+
+def analyze_ranks(paths: Sequence[str], workers: int | None = None, dask_address: str | None = None) -> RankResults:
+    """Each rank trace of ``paths`` (files, folders, globs, a ``--torchrun`` capture) summarised in
+    a worker (:func:`~tracestory.parallel.map_ranks`: a process pool, or a dask cluster at
+    ``dask_address``), then combined: the multi-GPU result and its findings. At least 2 ranks."""
+    sources = rank_sources(paths)
+    if len(sources) < 2:
+        raise UsageError(f"{' '.join(paths)}: expected the traces of at least 2 ranks, found {len(sources)}")
+    mg = multigpu_of(map_ranks(sources, rank_summary, workers=workers, dask_address=dask_address))
+    return RankResults(multigpu=mg, findings=tuple(multigpu_findings(mg)))
+
+
 def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Results:
     """All results of ``inputs`` (see the module docstring for what is computed, once)."""
     options = options or AnalysisOptions()
@@ -296,7 +328,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
     hardware = tuple(hardware)
 
     coverage = rank_coverage(traces) if traces else None
-    mg = combine([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
+    mg = multigpu_of([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
     waits = (mg.rank_wait_ns or {}) if mg is not None else {}
     runs = []
     for i, trace in enumerate(traces):

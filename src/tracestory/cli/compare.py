@@ -14,13 +14,9 @@ from pathlib import Path
 
 from .common import add_taxonomy, refuse_overwrite, side_inputs, taxonomy_from
 from .. import outputs
-from ..analysis import analyze
-from ..errors import UsageError
-from ..ingest import load_inputs
-from ..render.ascii import fmt_ns, fmt_pct
-from ..render.story import short_name
-from ..analysis.compare import compare
+from ..analysis.compare import compare_paths
 from ..render.compare import comparison_json, render_comparison
+from ..render.terminal import comparison_renderables
 
 
 def _label(path: str) -> str:
@@ -28,54 +24,6 @@ def _label(path: str) -> str:
     for suffix in (".gz", ".json", ".trace", ".pt", ".sqlite", ".nsys-rep", ".csv", ".ncu-rep"):
         name = name.removesuffix(suffix)
     return name or path
-
-
-def _load_one(path: str, taxonomy):
-    inputs = load_inputs([path])
-    if len(inputs.traces) != 1:
-        raise UsageError(f"{path}: compare takes one trace per side, found {len(inputs.traces)} "
-                         f"(pass one rank's trace file)")
-    return analyze(inputs.traces[0], taxonomy)
-
-
-def _renderables(c, findings):
-    from rich.table import Table
-    from rich.text import Text
-
-
-    a, b = c.a, c.b
-    sign = lambda ns: ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
-    na = lambda v: "n/a" if v is None else f"{v:,}"
-    out = [Text(f"A = {a.label}: {a.source} ({'compiled' if a.compiled else 'eager'}: {a.compile_evidence})"),
-           Text(f"B = {b.label}: {b.source} ({'compiled' if b.compiled else 'eager'}: {b.compile_evidence})")]
-    t = Table(title="B vs A (speedup = A time / B time; > 1: B is faster)", title_justify="left")
-    for col in ("metric", "A", "B", "speedup"):
-        t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
-    for s in c.speedups:
-        t.add_row(s.metric, fmt_ns(s.a_ns), fmt_ns(s.b_ns), "n/a" if s.speedup is None else f"{s.speedup:.2f}x")
-    t.add_row("kernels", f"{a.kernel_count:,}", f"{b.kernel_count:,}", "")
-    t.add_row("launches", na(a.launch_count), na(b.launch_count), "")
-    t.add_row("GPU idle share", fmt_pct(a.idle_fraction), fmt_pct(b.idle_fraction), "")
-    out.append(t)
-    t = Table(title="GPU op time by category", title_justify="left")
-    for col in ("category", "A", "A %", "B", "B %", "B - A"):
-        t.add_column(col, justify="left" if col == "category" else "right", no_wrap=True)
-    for d in c.categories:
-        t.add_row(d.name, fmt_ns(d.a_time_ns), fmt_pct(d.a_share), fmt_ns(d.b_time_ns), fmt_pct(d.b_share),
-                  sign(d.delta_ns))
-    out.append(t)
-    t = Table(title="Top kernels", title_justify="left")
-    for col in ("kernel", "in", "A", "A runs", "B", "B runs"):
-        t.add_column(col, justify="left" if col in ("kernel", "in") else "right", no_wrap=True)
-    where = {"a": "only A", "b": "only B", None: "both"}
-    for k in c.kernels:
-        t.add_row(short_name(k.name, 50), where[k.only_in], fmt_ns(k.a_time_ns), f"{k.a_count:,}",
-                  fmt_ns(k.b_time_ns), f"{k.b_count:,}")
-    out.append(t)
-    for f in findings:
-        out.append(Text.assemble((f"[{f.severity.upper()}] ", "bold"), f.title, "\n  ", f.implication,
-                                 "\n  ", f.recommendation))
-    return out
 
 
 def cmd_compare(args) -> int:
@@ -89,11 +37,10 @@ def cmd_compare(args) -> int:
     label_b = args.label_b or _label(args.b)
     if label_a == label_b:
         label_a, label_b = f"A {label_a}", f"B {label_b}"
-    c = compare(_load_one(args.a, tax), _load_one(args.b, tax),
-                label_a=label_a, label_b=label_b, top=args.top)
+    c = compare_paths(args.a, args.b, tax, label_a=label_a, label_b=label_b, top=args.top)
     # the tables go to stderr when stdout carries the Markdown or the JSON
     console = Console(stderr=data_on_stdout, width=None if sys.stdout.isatty() else 120)
-    for r in _renderables(c, c.findings):
+    for r in comparison_renderables(c):
         console.print(r)
     with outputs.all_or_nothing():
         if args.output:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import outputs
-from .common import add_inputs, add_taxonomy, read_inputs, taxonomy_from
-from ..analysis import analyze
+from .common import add_inputs, add_taxonomy, options_from, read_inputs
+from ..analysis.results import analyze_inputs
 from ..errors import UsageError
 from ..export.perfetto import export_perfetto
 
@@ -23,8 +23,7 @@ def _perfetto(args) -> int:
     inputs = read_inputs(args, ("-o", out))
     if not inputs.traces:
         raise UsageError("no trace with a GPU timeline in the inputs (Nsight Compute data alone has none)")
-    tax = taxonomy_from(args)
-    result = export_perfetto([analyze(t, tax) for t in inputs.traces], out)
+    result = export_perfetto(analyze_inputs(inputs, options_from(args)), out)
     print(f"wrote {result.path}: {result.process_count} process(es), {result.track_count} tracks, "
           f"{result.slice_count} slices, {result.flow_count} launch flows, {result.counter_count} counter samples",
           file=outputs.status_stream(args.output))

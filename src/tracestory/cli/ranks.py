@@ -17,12 +17,8 @@ from typing import Any
 
 from .common import add_inputs, refuse_overwrite
 from .. import outputs
-from ..analysis.multigpu import combine, rank_summary
-from ..analysis.findings.multigpu import multigpu_findings
-from ..errors import UsageError
-from ..ingest.ranks import rank_sources
-from ..parallel import map_ranks
-from ..render.multigpu import headline, multigpu_json, render_multigpu_section
+from ..analysis.results import analyze_ranks
+from ..render.multigpu import multigpu_json, render_multigpu_section
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -45,13 +41,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    sources = rank_sources(args.inputs)
-    if len(sources) < 2:
-        raise UsageError(f"{' '.join(args.inputs)}: expected the traces of at least 2 ranks, found {len(sources)}")
-    summaries = map_ranks(sources, rank_summary, workers=args.workers, dask_address=args.dask)
-    result = combine(summaries)
-    findings = multigpu_findings(result)
-    h = headline(result)
+    ranks = analyze_ranks(args.inputs, workers=args.workers, dask_address=args.dask)
+    result, findings = ranks.multigpu, ranks.findings
+    h = result.headline
     print(f"{len(result.ranks)} ranks: " + (h if h else "no collective matched across ranks."))
     with outputs.all_or_nothing():
         if args.output:

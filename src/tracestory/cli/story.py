@@ -25,8 +25,7 @@ from ..render.tables_out import FORMATS, table_renderable, table_text
 from ..render.build import write_report
 from ..render.html import write_html
 from ..analysis.results import AnalysisOptions, analyze_inputs
-from ..analysis.breakdown import breakdown
-from ..analysis.categories import classify
+from ..analysis.category_totals import category_totals
 from ..render.category_table import category_table, category_table_text
 
 
@@ -154,10 +153,7 @@ def cmd_categories(args) -> int:
     inputs = load_inputs([source], progress_factory=progress_factory())
     if not inputs.traces:
         raise UsageError(f"{source}: no GPU trace in this input")
-    tax = taxonomy_from(args)
-    # every name of every category in each breakdown, so the sample names are ranked exactly
-    bds = [breakdown(t, classify(t, tax), top=len(t.kernels) + len(t.memops)) for t in inputs.traces]
-    result = category_table(bds, inputs.traces, tax)
+    result = category_table(category_totals(inputs.traces, taxonomy_from(args)))
     to_stdout = outputs.is_stdout(args.output)
     print(category_table_text(result), file=sys.stderr if to_stdout else sys.stdout)
     if args.output:

@@ -9,8 +9,8 @@ tracks (Chrome "threads" with synthetic ids, named and ordered by metadata event
   step, kernel and memop counts, GPU busy/span, and the outlier ratio when the phase is one.
 * ``Phases (GPU span)``: the same phases over their GPU span (first op start to last op end).
 * ``GPU idle gaps``: every gap between merged busy periods of all GPU ops (the timeline's
-  model), named by cause: ``idle: CPU in <op>`` for the gaps :func:`findings.gap_causes`
-  explains (the longest ones), else ``idle: launch wait`` when at least half of the gap passed
+  model, ``RunFacts.idle``), named by cause: ``idle: CPU in <op>`` for the gaps
+  ``RunFacts.gaps`` explains (the longest ones), else ``idle: launch wait`` when at least half of the gap passed
   before the next op's launch call returned (``timeline``'s launch-wait split), ``idle:
   waiting`` when the op was already submitted (sync, dependency, queueing), or ``idle:
   unknown`` when its launch is not in the trace. Args carry the split in ns.
@@ -21,7 +21,7 @@ tracks (Chrome "threads" with synthetic ids, named and ordered by metadata event
 * ``CPU thread <tid>``: CPU ops, runtime/driver calls and CPU-side ranges of one thread.
 * Counters ``memory (GPU <d>)`` / ``memory (host)`` from the ``[memory]`` samples.
 
-Flows: one arrow per GPU op with a known launch call (``links.launch_index``), from the launch
+Flows: one arrow per GPU op with a known launch call (``GpuOps.launch_row``), from the launch
 call's start on its CPU thread (``ph: s``) to the op's start (``ph: f``, ``bp: e``); flow ids are
 unique across the file.
 
@@ -53,14 +53,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis import intervals
-from ..analysis.links import api_column, gpu_ops_column, gpu_ops_launch_index, launch_index
-from ..errors import UsageError
 from .. import outputs
+from ..analysis.facts import RunFacts
+from ..analysis.results import Results
+from ..errors import UsageError
 from ..trace import API_DRIVER, CPU_SIDE, MEMOP_KINDS
-from ..analysis.findings import gap_causes
-from ..analysis.timeline import gap_attribution
-from ..analysis import Analysis
 
 _SLICE = '{"ph":"X","pid":%d,"tid":%d,"ts":%s,"dur":%s,"name":%s,"cat":%s,"args":%s}'
 _FLOW_S = '{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%s,"name":"launch","cat":"launch"}'
@@ -252,25 +249,22 @@ def _phase_tracks(p: _Process, a) -> None:
                     [_j(rows[i]) for i in on_gpu])
 
 
-def _gap_track(p: _Process, a) -> None:
-    t = a.trace
-    starts = gpu_ops_column(t, "start_ns").astype(np.int64)
-    ends = gpu_ops_column(t, "end_ns").astype(np.int64)
-    g0, g1 = intervals.gaps(starts, ends)
-    if g0.size == 0:
+def _gap_track(p: _Process, f: RunFacts) -> None:
+    t, gaps = f.trace, f.idle
+    if not len(gaps):
         return
+    g0, g1 = gaps.start_ns, gaps.end_ns
     dur = g1 - g0
-    names = gpu_ops_column(t, "name")
-    lend = api_column(t, gpu_ops_launch_index(t), "end_ns")
-    before, after, wait = gap_attribution(g0, g1, starts, ends, lend)
-    L = lend[after]
+    names = f.gpu_ops.name
+    before, after, wait = gaps.before, gaps.after, gaps.launch_wait_ns
+    L = f.gpu_ops.launch_end_ns[after]
     label = np.where(L < 0, "idle: unknown", np.where(2 * wait >= dur, "idle: launch wait", "idle: waiting"))
     cause = np.where(L < 0, "next GPU op's launch call not in the trace",
                      np.where(2 * wait >= dur, "launch wait: next GPU op not yet submitted by the host",
                               "submitted but waiting: synchronisation, dependency or queueing"))
     label, cause = label.astype(object), cause.astype(object)
     host_op = np.full(g0.size, None, dtype=object)
-    for g in gap_causes(t):
+    for g in f.gaps:
         if g.op_name:
             i = int(np.searchsorted(g0, g.start_ns))
             label[i] = f"idle: CPU in {g.op_name}"
@@ -282,12 +276,12 @@ def _gap_track(p: _Process, a) -> None:
     p.slices_on("GPU idle gaps", g0, g1, _lits(label.tolist()), "idle", args)
 
 
-def _gpu_tracks(p: _Process, a) -> np.ndarray:
+def _gpu_tracks(p: _Process, f: RunFacts) -> np.ndarray:
     """Stream tracks; returns the tid of every GPU op (kernels then memops)."""
-    t, cl = a.trace, a.classification
+    t, ops = f.trace, f.gpu_ops
     k, m = t.kernels, t.memops
-    lit = np.array([_j(c) for c in cl.taxonomy.categories], dtype=object)  # once per category
-    cat_lit = lit[np.concatenate([cl.kernel_category, cl.memop_category]).astype(np.int64)]
+    lit = np.array([_j(c) for c in ops.categories], dtype=object)  # once per category
+    cat_lit = lit[ops.category.astype(np.int64)]
     nk, nm = len(k), len(m)
     kind = np.asarray([_j(x) for x in MEMOP_KINDS + ("unknown",)], dtype=object)
     k_args = _objects(
@@ -302,10 +296,9 @@ def _gpu_tracks(p: _Process, a) -> np.ndarray:
         kind=kind[np.where(m["kind"] >= 0, m["kind"], -1)], bytes=_num(m["bytes"]),
     ) if nm else []
     args = np.asarray(k_args + m_args, dtype=object)
-    s = gpu_ops_column(t, "start_ns").astype(np.int64)
-    e = gpu_ops_column(t, "end_ns").astype(np.int64)
-    dev, st = gpu_ops_column(t, "device"), gpu_ops_column(t, "stream")
-    names = _names(t.strings, gpu_ops_column(t, "name"))
+    s, e = ops.start_ns, ops.end_ns
+    dev, st = ops.device, ops.stream
+    names = _names(t.strings, ops.name)
     tids = np.empty(nk + nm, dtype=np.int64)
     for (d, sid), rows in _groups(dev, st):
         rows = rows[np.argsort(s[rows], kind="stable")]
@@ -368,29 +361,33 @@ def _counters(p: _Process, a) -> None:
             p.counters += int(rows.size)
 
 
-def _flows(p: _Process, a, op_tid: np.ndarray, api_tid: np.ndarray, first_id: int) -> int:
-    t = a.trace
-    li = np.concatenate([launch_index(t, t.kernels), launch_index(t, t.memops)])
+def _flows(p: _Process, f: RunFacts, op_tid: np.ndarray, api_tid: np.ndarray, first_id: int) -> int:
+    t = f.trace
+    li = f.gpu_ops.launch_row
     ok = np.flatnonzero(li >= 0)
     ids = (first_id + np.arange(ok.size)).tolist()
     pids = [p.pid] * ok.size
     p.events.extend(map(_FLOW_S.__mod__, zip(ids, pids, api_tid[li[ok]].tolist(),
                                               _us(t.api["start_ns"][li[ok]]))))
     p.events.extend(map(_FLOW_F.__mod__, zip(ids, pids, op_tid[ok].tolist(),
-                                              _us(gpu_ops_column(t, "start_ns")[ok]))))
+                                              _us(f.gpu_ops.start_ns[ok]))))
     return int(ok.size)
 
 
 # ----------------------------------------------------------------------------- entry point
 
 
-def export_perfetto(analyses, path) -> PerfettoExport:
-    """Write the analyzed timeline of one analysis, or of several (one process per rank), as a
+def export_perfetto(runs: Results | RunFacts | Sequence[RunFacts], path: str | Path) -> PerfettoExport:
+    """Write the analyzed timeline of every run of ``runs`` (the :class:`Results` of
+    ``analyze_inputs``, or the facts of one trace or of several; one process per rank) as a
     Chrome-trace JSON at ``path`` (gzip when it ends in ``.gz``). See the module docstring."""
-
-    if isinstance(analyses, Analysis):
-        analyses = [analyses]
-    analyses = list(analyses)
+    if isinstance(runs, Results):
+        facts = [r.facts for r in runs.runs]
+    elif isinstance(runs, RunFacts):
+        facts = [runs]
+    else:
+        facts = list(runs)
+    analyses = [f.analysis for f in facts]
     if not analyses:
         raise UsageError("export perfetto: no trace to export")
     flat = [a.trace.meta.source_path for a in analyses if not a.trace.meta.has_timeline]
@@ -399,15 +396,15 @@ def export_perfetto(analyses, path) -> PerfettoExport:
                          "with a timeline (Kineto JSON or Nsight Systems SQLite)")
     path = Path(path)
     chunks, n_tracks, n_slices, n_flows, n_counters = [], 0, 0, 0, 0
-    for i, a in enumerate(analyses):
+    for i, (a, f) in enumerate(zip(analyses, facts)):
         p = _Process(pid=i + 1, label=a.trace.label)
         _phase_tracks(p, a)
-        _gap_track(p, a)
-        op_tid = _gpu_tracks(p, a)
+        _gap_track(p, f)
+        op_tid = _gpu_tracks(p, f)
         _gpu_range_tracks(p, a)
         api_tid = _cpu_tracks(p, a)
         _counters(p, a)
-        n_flows += _flows(p, a, op_tid, api_tid, first_id=n_flows + 1)
+        n_flows += _flows(p, f, op_tid, api_tid, first_id=n_flows + 1)
         chunks.append(p.metadata(i))
         chunks.append(p.events)
         n_tracks += len(p.tracks)

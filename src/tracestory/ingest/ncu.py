@@ -291,6 +291,10 @@ class KernelMetrics:
     def __len__(self) -> int:
         return len(self.kernels)
 
+    def json_rows(self) -> list[dict]:
+        """The ``kernels[]`` rows of the JSON document (:func:`kernel_metrics_to_json`)."""
+        return kernel_metrics_to_json(self)
+
     @property
     def without_metrics(self) -> tuple[KernelRecord, ...]:
         """Kernels ncu profiled but measured nothing for (see :attr:`KernelRecord.has_metrics`):

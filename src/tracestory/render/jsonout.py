@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.limitations import phase_coverage
-from ..ingest.files import warnings_of
-from ..ingest.ncu import kernel_metrics_to_json
 from .batch_story import batch_json
 from .jsonable import jsonable
 from .multigpu import multigpu_json
@@ -45,7 +42,7 @@ def source_json(trace) -> dict:
         "process_id": m.process_id,
         "process_name": m.process_name,
         "has_timeline": m.has_timeline,
-        "warnings": list(warnings_of(trace)),   # what a reader dropped or repaired, and why
+        "warnings": list(m.stated_warnings),   # what a reader dropped or repaired, and why
         "devices": [{**jsonable(d), "compute_capability": d.compute_capability} for d in m.devices],
         "distributed": jsonable(dict(m.distributed)) if m.distributed else None,
         "cuda_runtime": cuda_version(ex.get("cuda_runtime_version")),
@@ -155,8 +152,8 @@ def analysis_json(run) -> dict:
         "kernel_facts": kernel_facts_json(run.kernel_facts),
         "exposure": jsonable(run.exposure) if run.exposure is not None else None,
         "critical_path": critical_path_json(run.critical_path, run.critical_path_scope),
-        "phase_coverage": phase_coverage_json(a),
-        "warnings": list(warnings_of(a.trace)),
+        "phase_coverage": phase_coverage_json(run.facts),
+        "warnings": list(a.trace.meta.stated_warnings),
         "operators": operators_json(run),
     }
     return out
@@ -217,10 +214,10 @@ def critical_path_json(cp, scope: str) -> dict | None:
             "gpu_ops_on_path": cp.gpu_ops_on_path, "cpu_calls_on_path": cp.cpu_calls_on_path}
 
 
-def phase_coverage_json(a) -> dict | None:
-    share, n_out, ns_out = phase_coverage(a.trace, a.phases)
-    return None if share is None else {"share_of_kernel_time": share, "kernels_outside": n_out,
-                                       "kernel_time_outside_ns": ns_out}
+def phase_coverage_json(f) -> dict | None:
+    c = f.phase_coverage
+    return None if c is None else {"share_of_kernel_time": c.share, "kernels_outside": c.kernels_outside,
+                                   "kernel_time_outside_ns": c.kernel_time_outside_ns}
 
 
 def kernel_rows(hardware) -> list[dict]:
@@ -232,7 +229,7 @@ def kernel_rows(hardware) -> list[dict]:
     rows = []
     for h in hardware:
         by_id = {p.kernel_id: p for p in h.roofline.points}
-        for row, k, w in zip(kernel_metrics_to_json(h.metrics), h.metrics.kernels, h.waves, strict=True):
+        for row, k, w in zip(h.metrics.json_rows(), h.metrics.kernels, h.waves, strict=True):
             point = jsonable(by_id[k.id]) if k.id in by_id else None
             row["source_path"] = h.path
             row["roofline"] = point

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.multigpu import MultiGpu
-from ..analysis.findings.multigpu import _gbps, _gpu, _kind, headline
+from ..analysis.findings.multigpu import _KIND_TITLE
 from .ascii import (
     IDLE,
     WIDTH,
@@ -33,6 +33,19 @@ from .ascii import (
 from .jsonable import jsonable
 from .md import md_table
 from .mpl import pyplot, save
+
+
+def _kind(kind: str | None) -> str:
+    return _KIND_TITLE.get(kind or "", kind or "unknown")
+
+
+def _gbps(bps: float | None) -> str:
+    return "n/a" if bps is None else f"{bps / 1e9:.1f} GB/s"
+
+
+def _gpu(rank: int) -> str:
+    return f"GPU {rank}"
+
 
 COMPUTE, WAIT, COMM = "▓", "▒", "░"
 BARRIER = "↑"
@@ -147,7 +160,7 @@ def render_multigpu_section(result: MultiGpu, findings=()) -> str:
     (:func:`~tracestory.analysis.findings.multigpu.multigpu_findings`) at its end. The full report
     lists them in Observations and Insights instead (and passes none here)."""
     out = ["```text", *render_timeline(result), "```", ""]
-    h = headline(result)
+    h = result.headline
     if h:
         out += [f"**{h[:1].upper() + h[1:]}**", ""]
     al = result.alignment
@@ -217,7 +230,7 @@ def multigpu_json(result: MultiGpu, findings=()) -> dict:
         "imbalance_max": jsonable(result.imbalance_max),
         "comm_share": jsonable(result.comm_share),
         "exposed_share": jsonable(result.exposed_share),
-        "headline": headline(result),
+        "headline": result.headline,
         "collective_groups": jsonable(result.groups),
         "collectives": jsonable(result.collectives),
         "findings": jsonable(list(findings)),

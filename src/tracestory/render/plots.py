@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis.links import gpu_ops_column
+from ..analysis.facts import RunFacts
 from ..units import fmt_ns
 from .md import short_name
 from .mpl import pyplot as _pyplot
@@ -49,17 +49,18 @@ def plot_breakdown(a, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_timeline(a, path: Path) -> Path:
+def plot_timeline(f: RunFacts, path: Path) -> Path:
     """Lanes per (device, stream); each op a bar coloured by category; phases shaded."""
     plt = _pyplot()
     from matplotlib.patches import Patch
 
+    a = f.analysis
     tr, cls = a.trace, a.classification
     t0 = a.timeline.start_ns
     cats = cls.taxonomy.categories
     colors = _colors(cats)
     ops = [(tr.kernels, cls.kernel_category), (tr.memops, cls.memop_category)]
-    pairs = np.stack([gpu_ops_column(tr, "device"), gpu_ops_column(tr, "stream")], axis=1)
+    pairs = np.stack([f.gpu_ops.device, f.gpu_ops.stream], axis=1)
     lanes = [tuple(map(int, p)) for p in np.unique(pairs, axis=0)]
     fig, ax = plt.subplots(figsize=(11, 1.0 + 0.5 * len(lanes)))
     for y, (dev, stream) in enumerate(lanes):
@@ -248,7 +249,7 @@ def write_plots(runs, out_dir: Path, *, stem: str = "report") -> list[Path]:
         suffix = f"_{i}" if len(runs) > 1 else ""
         out.append(plot_breakdown(a, out_dir / f"{stem}_breakdown{suffix}.png"))
         if a.timeline is not None:
-            out.append(plot_timeline(a, out_dir / f"{stem}_timeline{suffix}.png"))
+            out.append(plot_timeline(run.facts, out_dir / f"{stem}_timeline{suffix}.png"))
         for p in (plot_phases(a, out_dir / f"{stem}_phases{suffix}.png"),
                   plot_memory(run, out_dir / f"{stem}_memory{suffix}.png")):
             if p is not None:

@@ -28,7 +28,7 @@ import json
 
 import numpy as np
 
-from ..analysis.links import api_column, gpu_ops_column, gpu_ops_launch_index
+from ..analysis.facts import RunFacts
 from .ascii import clip_text, fmt_ms, fmt_ns
 from .md import short_name  # noqa: F401  (re-exported)
 
@@ -92,20 +92,19 @@ def fold(keys: np.ndarray, lo: int, hi: int, depth: int = 0) -> list[tuple]:
 
 
 class _Ops:
-    """The GPU ops (kernels + memops) of the trace, in start order, with names, categories and
-    launch starts; built once per trace."""
+    """The GPU ops (kernels + memops) of the trace (``RunFacts.gpu_ops``) in start order, with
+    names, categories and launch starts."""
 
-    def __init__(self, analysis):
-        tr, cl = analysis.trace, analysis.classification
-        self.cats = tuple(cl.taxonomy.categories)
-        start = gpu_ops_column(tr, "start_ns")
-        order = np.argsort(start, kind="stable")
-        self.start = start[order]
-        self.end = gpu_ops_column(tr, "end_ns")[order]
-        self.name = gpu_ops_column(tr, "name")[order]
-        self.cat = np.concatenate([cl.kernel_category, cl.memop_category])[order]
-        self.launch = api_column(tr, gpu_ops_launch_index(tr), "start_ns")[order]
-        self.trace = tr
+    def __init__(self, facts: RunFacts):
+        g = facts.gpu_ops
+        order = g.order
+        self.cats = g.categories
+        self.start = g.start_ns[order]
+        self.end = g.end_ns[order]
+        self.name = g.name[order]
+        self.cat = g.category[order]
+        self.launch = g.launch_start_ns[order]
+        self.trace = facts.trace
 
     def of_phase(self, ph, whole: bool) -> np.ndarray:
         if whole:
@@ -265,11 +264,12 @@ def _step_time(ph) -> int:
     return ph.gpu_span_ns if ph.gpu_span_ns is not None else ph.wall_ns
 
 
-def execution_story(analysis, gaps=()) -> list[str]:
-    """The story's lines (no code fence), each <= 100 columns. ``gaps``: the trace's idle-gap
-    causes (``RunResults.gap_causes``), told where they fall."""
+def execution_story(facts: RunFacts) -> list[str]:
+    """The story's lines (no code fence), each <= 100 columns; the trace's idle-gap causes
+    (``RunFacts.gaps``) are told where they fall."""
+    analysis, gaps = facts.analysis, facts.gaps
     tr, phs = analysis.trace, analysis.phases
-    ops = _Ops(analysis)
+    ops = _Ops(facts)
     whole = phs.source == "none"
     phases = list(phs.phases)
     if not phases:

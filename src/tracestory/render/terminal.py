@@ -5,7 +5,9 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.compare import Comparison
 from .ascii import fmt_ns, fmt_pct
+from .md import short_name
 
 
 def _summary(a) -> Table:
@@ -105,3 +107,40 @@ def hardware_table(rows: list[dict]) -> Table:
                 cells.append(str(v))
         tab.add_row(*cells)
     return tab
+
+
+def comparison_renderables(c: Comparison) -> list:
+    """A comparison (``analysis.compare``) as tables: speedups, categories, top kernels, findings."""
+    a, b = c.a, c.b
+    sign = lambda ns: ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
+    na = lambda v: "n/a" if v is None else f"{v:,}"
+    out = [Text(f"A = {a.label}: {a.source} ({'compiled' if a.compiled else 'eager'}: {a.compile_evidence})"),
+           Text(f"B = {b.label}: {b.source} ({'compiled' if b.compiled else 'eager'}: {b.compile_evidence})")]
+    t = Table(title="B vs A (speedup = A time / B time; > 1: B is faster)", title_justify="left")
+    for col in ("metric", "A", "B", "speedup"):
+        t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
+    for s in c.speedups:
+        t.add_row(s.metric, fmt_ns(s.a_ns), fmt_ns(s.b_ns), "n/a" if s.speedup is None else f"{s.speedup:.2f}x")
+    t.add_row("kernels", f"{a.kernel_count:,}", f"{b.kernel_count:,}", "")
+    t.add_row("launches", na(a.launch_count), na(b.launch_count), "")
+    t.add_row("GPU idle share", fmt_pct(a.idle_fraction), fmt_pct(b.idle_fraction), "")
+    out.append(t)
+    t = Table(title="GPU op time by category", title_justify="left")
+    for col in ("category", "A", "A %", "B", "B %", "B - A"):
+        t.add_column(col, justify="left" if col == "category" else "right", no_wrap=True)
+    for d in c.categories:
+        t.add_row(d.name, fmt_ns(d.a_time_ns), fmt_pct(d.a_share), fmt_ns(d.b_time_ns), fmt_pct(d.b_share),
+                  sign(d.delta_ns))
+    out.append(t)
+    t = Table(title="Top kernels", title_justify="left")
+    for col in ("kernel", "in", "A", "A runs", "B", "B runs"):
+        t.add_column(col, justify="left" if col in ("kernel", "in") else "right", no_wrap=True)
+    where = {"a": "only A", "b": "only B", None: "both"}
+    for k in c.kernels:
+        t.add_row(short_name(k.name, 50), where[k.only_in], fmt_ns(k.a_time_ns), f"{k.a_count:,}",
+                  fmt_ns(k.b_time_ns), f"{k.b_count:,}")
+    out.append(t)
+    for f in c.findings:
+        out.append(Text.assemble((f"[{f.severity.upper()}] ", "bold"), f.title, "\n  ", f.implication,
+                                 "\n  ", f.recommendation))
+    return out

@@ -4,7 +4,6 @@ the key findings and the first recommendation."""
 from __future__ import annotations
 
 from ...units import fmt_ns, fmt_pct
-from ...analysis.findings.multigpu import headline
 from ..md import label
 from . import Context
 
@@ -111,7 +110,7 @@ def _multigpu_summary(multigpu, fs) -> list[str]:
         return [f"**{n} ranks, no GPU activity** in any of their traces (a CPU run): the multi-GPU "
                 "analysis aligns GPU collective kernels, so it has nothing to compare; CPU collectives "
                 "(gloo) are CPU ops, per rank in the Observations.", ""]
-    h = headline(multigpu)
+    h = multigpu.headline
     rec = next((f.recommendation for f in fs if f.severity in ("high", "medium")), None)
     line = f"**{n} GPUs**: " + (h[:1].upper() + h[1:] if h else "no collective was matched across ranks.")
     return [line + (f" Recommendation: {rec}" if rec else ""), ""]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analysis.links import gpu_ops_column
+from ...analysis.facts import RunFacts
 from ...units import fmt_ms, fmt_ns
 from ..ascii import Bar, Lane, bar_chart, lanes_timeline, log_histogram
 from ..md import fence, label, short_name
@@ -14,10 +14,11 @@ from ..multigpu import render_multigpu_section
 from . import Context
 
 
-def _visualizations(analyses) -> list[str]:
+def _visualizations(runs) -> list[str]:
     out = []
-    for a in analyses:
-        if len(analyses) > 1:
+    for run in runs:
+        a = run.analysis
+        if len(runs) > 1:
             out += [f"### {label(a)}", ""]
         b = a.breakdown
         bars = [Bar(c.name, c.time_ns, f"{fmt_ms(c.time_ns):>10} ms {c.percent:5.1f}%")
@@ -31,12 +32,12 @@ def _visualizations(analyses) -> list[str]:
             continue
         out += ["GPU timeline, one lane per stream (each column: the category with the most "
                 "time in it; `·` idle), phases above:", ""]
-        out += fence(_timeline_chart(a, tl.start_ns, tl.end_ns))
+        out += fence(_timeline_chart(run.facts, tl.start_ns, tl.end_ns))
         out.append("")
         zoom = next((p for p in a.phases.phases if p.gpu_span_ns), None)
         if tl.busy_ns < 0.2 * tl.window_ns and zoom is not None and a.phases.source != "none":
             out += [f"Zoom on the first phase, `{zoom.name}` (GPU span {fmt_ns(zoom.gpu_span_ns)}):", ""]
-            out += fence(_timeline_chart(a, zoom.gpu_start_ns, zoom.gpu_end_ns))
+            out += fence(_timeline_chart(run.facts, zoom.gpu_start_ns, zoom.gpu_end_ns))
             out.append("")
         dur = np.concatenate([a.trace.kernels.dur_ns, a.trace.memops.dur_ns])
         hist = log_histogram(dur, title="GPU op durations (count of ops per log bin):")
@@ -81,14 +82,10 @@ def _visual_extras(results, inputs, has_roofline: bool, shown=None) -> list[str]
     return out
 
 
-def _timeline_chart(a, t0: int, t1: int) -> list[str]:
-    tr, cl = a.trace, a.classification
-    cats = tuple(cl.taxonomy.categories)
-    dev = gpu_ops_column(tr, "device")
-    stream = gpu_ops_column(tr, "stream")
-    s = gpu_ops_column(tr, "start_ns")
-    e = gpu_ops_column(tr, "end_ns")
-    c = np.concatenate([cl.kernel_category, cl.memop_category])
+def _timeline_chart(f: RunFacts, t0: int, t1: int) -> list[str]:
+    a, g = f.analysis, f.gpu_ops
+    tr, cats = a.trace, g.categories
+    dev, stream, s, e, c = g.device, g.stream, g.start_ns, g.end_ns, g.category
     lanes = []
     pairs = [tuple(map(int, p)) for p in np.unique(np.stack([dev, stream], axis=1), axis=0)] if len(dev) else []
     for d, x in pairs[:8]:
@@ -101,7 +98,7 @@ def _timeline_chart(a, t0: int, t1: int) -> list[str]:
         markers.append(("phases(GPU)", segs, [p.name for p in phs]))
     inside = np.flatnonzero((s < t1) & (e > t0))
     hot = int(inside[np.argmax((e - s)[inside])]) if inside.size else int(np.argmax(e - s))
-    hotspot = (int(s[hot]), f"longest op: {short_name(tr.name(int(gpu_ops_column(tr, 'name')[hot])), 40)}"
+    hotspot = (int(s[hot]), f"longest op: {short_name(tr.name(int(g.name[hot])), 40)}"
                             f" {fmt_ns(int(e[hot] - s[hot]))}")
     lines = lanes_timeline(lanes, cats, t0, t1, hotspot=hotspot, markers=markers)
     if len(pairs) > 8:
@@ -132,7 +129,7 @@ def render(c: Context) -> list[str]:
     if c.no_trace:
         out = _without_trace(c)
     else:
-        out = (_visualizations([r.analysis for r in c.shown])
+        out = (_visualizations(c.shown)
                + _visual_extras(c.results, list(c.inputs), _has_roofline(c.results), c.shown))
     if c.plots:
         out += ["Plots (PNG):", "", "\n".join(f"![{p.stem}]({p.name})" for p in c.plots), ""]
