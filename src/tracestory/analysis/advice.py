@@ -74,7 +74,8 @@ def fusion(f: RunFacts) -> str:
     if use.compiled:
         return ("the run is compiled already: look at the small kernels it still launches (graph breaks, ops "
                 "Inductor does not fuse) in the top kernels table")
-    return "fuse the small kernels into fewer, larger ones (one pass over memory per fused chain) and launch fewer of them"
+    return ("fuse the small kernels into fewer, larger ones (one pass over memory per fused chain) "
+            "and launch fewer of them")
 
 
 def memory_bound(f: RunFacts) -> str:
@@ -136,7 +137,7 @@ def communication(f: RunFacts) -> str:
         what = "embedding rows per rank" if f.workload.kind == "recommender" else "tokens per expert"
         return (f"balance what each rank sends in the all-to-all ({what}) and overlap the exchange with compute "
                 "(pipeline the next micro-batch's exchange)")
-    if f.producer.mode == "training" and ("allreduce" in names or "reduce_scatter" in names or "reducescatter" in names):
+    if f.producer.mode == "training" and any(n in names for n in ("allreduce", "reduce_scatter", "reducescatter")):
         return ("overlap gradient collectives with the backward pass (DDP/FSDP bucketing, larger buckets) or "
                 "reduce their volume (lower-precision gradients)")
     if f.producer.mode == "inference":

@@ -25,7 +25,7 @@ EXPERT = "expert_gemm"
 class CategoryTotal:
     name: str
     time_ns: int
-    count: int                       # kernels and memops of the category
+    count: int  # kernels and memops of the category
     sample_kernels: tuple[str, ...]  # longest-running names first (ties by name)
 
 
@@ -34,21 +34,27 @@ class CategoryTotals:
     """Every category of the taxonomy (taxonomy order), summed over ``trace_count`` traces."""
 
     taxonomy: str
-    inputs: tuple[str, ...]          # the traces' source paths, sorted, once each
+    inputs: tuple[str, ...]  # the traces' source paths, sorted, once each
     trace_count: int
-    has_timeline: bool               # every trace has per-op times
+    has_timeline: bool  # every trace has per-op times
     kernel_count: int
     memop_count: int
     total_time_ns: int
     categories: tuple[CategoryTotal, ...]
     amdahl_category: str
-    amdahl_share: float | None       # share of the GPU op time; None when n/a (see ``amdahl_na``)
+    amdahl_share: float | None  # share of the GPU op time; None when n/a (see ``amdahl_na``)
     amdahl_max_speedup: float | None  # 1 / (1 - p); None when p == 1 or n/a
-    amdahl_na: str | None            # why the ceiling is n/a, else None
+    amdahl_na: str | None  # why the ceiling is n/a, else None
 
 
-def totals_of(breakdowns: Sequence[Breakdown], traces: Sequence[Trace], taxonomy: Taxonomy, *,
-              samples: int = 5, amdahl_category: str = EXPERT) -> CategoryTotals:
+def totals_of(
+    breakdowns: Sequence[Breakdown],
+    traces: Sequence[Trace],
+    taxonomy: Taxonomy,
+    *,
+    samples: int = 5,
+    amdahl_category: str = EXPERT,
+) -> CategoryTotals:
     """:class:`CategoryTotals` of ``breakdowns[i]`` (of ``traces[i]`` with ``taxonomy``)."""
     time_ns = dict.fromkeys(taxonomy.categories, 0)
     count = dict.fromkeys(taxonomy.categories, 0)
@@ -69,18 +75,30 @@ def totals_of(breakdowns: Sequence[Breakdown], traces: Sequence[Trace], taxonomy
         share = time_ns[amdahl_category] / total
         ceiling, _ = amdahl(share, 2.0)
     else:
-        na = ("no GPU time in the input" if not total
-              else f"taxonomy {taxonomy.name!r} has no {amdahl_category!r} category")
+        na = (
+            "no GPU time in the input"
+            if not total
+            else f"taxonomy {taxonomy.name!r} has no {amdahl_category!r} category"
+        )
     return CategoryTotals(
-        taxonomy=taxonomy.name, inputs=tuple(sorted({t.meta.source_path for t in traces})),
-        trace_count=len(traces), has_timeline=all(t.meta.has_timeline for t in traces),
-        kernel_count=sum(b.kernel_count for b in breakdowns), memop_count=sum(b.memop_count for b in breakdowns),
-        total_time_ns=total, categories=tuple(cats), amdahl_category=amdahl_category, amdahl_share=share,
-        amdahl_max_speedup=ceiling, amdahl_na=na)
+        taxonomy=taxonomy.name,
+        inputs=tuple(sorted({t.meta.source_path for t in traces})),
+        trace_count=len(traces),
+        has_timeline=all(t.meta.has_timeline for t in traces),
+        kernel_count=sum(b.kernel_count for b in breakdowns),
+        memop_count=sum(b.memop_count for b in breakdowns),
+        total_time_ns=total,
+        categories=tuple(cats),
+        amdahl_category=amdahl_category,
+        amdahl_share=share,
+        amdahl_max_speedup=ceiling,
+        amdahl_na=na,
+    )
 
 
-def category_totals(traces: Sequence[Trace], taxonomy: Taxonomy, *, samples: int = 5,
-                    amdahl_category: str = EXPERT) -> CategoryTotals:
+def category_totals(
+    traces: Sequence[Trace], taxonomy: Taxonomy, *, samples: int = 5, amdahl_category: str = EXPERT
+) -> CategoryTotals:
     """Classify and break down every trace, then :func:`totals_of` (see the module docstring)."""
     bds = [breakdown(t, classify(t, taxonomy), top=len(t.kernels) + len(t.memops)) for t in traces]
     return totals_of(bds, traces, taxonomy, samples=samples, amdahl_category=amdahl_category)

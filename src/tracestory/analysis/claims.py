@@ -16,8 +16,8 @@ severe goes right before it: the summary's headline is then the most specific ca
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .facts import RunFacts
 from .findings import (SEVERITIES, Finding, rule_bound, rule_communication, rule_cpu_stall, rule_critical_path,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ingest.ncu import KernelMetrics
 from ..specs import Peaks, peaks_for
 from ..trace import Trace
 from . import Analysis
@@ -44,14 +45,14 @@ class KernelMetricsResults:
     """One Nsight Compute input: its kernels joined to the first trace and on the roofline."""
 
     path: str
-    metrics: object                     # ingest.ncu.KernelMetrics
+    metrics: KernelMetrics
     device: str | None
     peaks: Peaks | None
-    peaks_warning: str | None           # why the roofline percentages are n/a, else None
-    join: NcuJoin | None                # None without a trace
+    peaks_warning: str | None  # why the roofline percentages are n/a, else None
+    join: NcuJoin | None  # None without a trace
     roofline: Roofline
     kernels: tuple[KernelHardware, ...]  # the top kernels, interpreted
-    waves: tuple[float | None, ...]     # per kernel of ``metrics``: grid blocks / (SMs x blocks per SM)
+    waves: tuple[float | None, ...]  # per kernel of ``metrics``: grid blocks / (SMs x blocks per SM)
 
     def __repr__(self) -> str:
         return f"KernelMetricsResults({self.path!r}, kernels={len(self.metrics.kernels)}, device={self.device!r})"
@@ -62,13 +63,13 @@ class InUse:
     """What the program already does, so no advice tells it to adopt it. Each entry is the name
     that shows it (``None``: not seen)."""
 
-    graphs: str | None           # kernels replayed from CUDA/HIP graph launches
-    compiled: str | None         # torch.compile (Inductor) kernels or regions
-    fused_norm: str | None       # an RMSNorm/LayerNorm kernel (not decomposed elementwise ops)
+    graphs: str | None  # kernels replayed from CUDA/HIP graph launches
+    compiled: str | None  # torch.compile (Inductor) kernels or regions
+    fused_norm: str | None  # an RMSNorm/LayerNorm kernel (not decomposed elementwise ops)
     fused_activation: str | None  # a gated activation kernel (silu_and_mul, act_and_mul)
-    fused_rope: str | None       # a rotary-embedding kernel
-    paged_kv: str | None         # paged KV cache (paged attention, cache writes)
-    split_kv: str | None         # split-KV / flash-decoding attention
+    fused_rope: str | None  # a rotary-embedding kernel
+    paged_kv: str | None  # paged KV cache (paged attention, cache writes)
+    split_kv: str | None  # split-KV / flash-decoding attention
     low_precision_gemm: tuple[str, ...]  # precisions below 16 bits that GEMM kernels name
     fused_attention: str | None  # a fused attention kernel (FlashAttention, cuDNN SDPA, ...)
 
@@ -86,16 +87,16 @@ class RunFacts:
     in_use: InUse
     memory: MemoryTimeline | None
     gaps: tuple[GapCause, ...]
-    estimate: Roofline | None            # the shape estimate; None when ncu metrics were given
+    estimate: Roofline | None  # the shape estimate; None when ncu metrics were given
     hardware: tuple[KernelMetricsResults, ...]
-    joins: tuple[NcuJoin, ...]           # each ncu input joined to this trace, in input order
+    joins: tuple[NcuJoin, ...]  # each ncu input joined to this trace, in input order
     exposure: Exposure
     critical_path: CriticalPath | None
-    critical_scope: str                  # "the whole trace" or "the median step (NAME)"
+    critical_scope: str  # "the whole trace" or "the median step (NAME)"
     kernel_facts: KernelFacts
     families: tuple[tuple[str, int, int, str], ...]
-    gpu_ops: GpuOps                      # kernels then memops with category and launch, built once
-    idle: IdleGaps                       # every idle gap between busy periods, with its launch wait
+    gpu_ops: GpuOps  # kernels then memops with category and launch, built once
+    idle: IdleGaps  # every idle gap between busy periods, with its launch wait
     phase_coverage: PhaseCoverage | None  # kernel time inside the phases; None without phases
     # with several ranks: this rank's time inside collectives spent waiting for the last rank to
     # arrive (kernels running, no data moving); None with one rank, where the wait cannot be told
@@ -130,12 +131,18 @@ class RunFacts:
     def launch_bound(self) -> bool:
         """The timeline's launch-bound verdict, unless most idle time is in long gaps (host work, waits)."""
         tl = self.analysis.timeline
-        return bool(tl is not None and self.kind.kind == "timeline" and tl.launch_bound
-                    and (self.long_gap_share or 0.0) < LONG_GAP_SHARE)
+        return bool(
+            tl is not None
+            and self.kind.kind == "timeline"
+            and tl.launch_bound
+            and (self.long_gap_share or 0.0) < LONG_GAP_SHARE
+        )
 
     def __repr__(self) -> str:
-        return (f"RunFacts({self.trace.label!r}, kind={self.kind.kind}, workload={self.workload.kind}, "
-                f"platform={self.platform})")
+        return (
+            f"RunFacts({self.trace.label!r}, kind={self.kind.kind}, workload={self.workload.kind}, "
+            f"platform={self.platform})"
+        )
 
 
 def _in_use(a: Analysis, producer: Producer, workload: Workload, kf: KernelFacts) -> InUse:
@@ -157,7 +164,8 @@ def _in_use(a: Analysis, producer: Producer, workload: Workload, kf: KernelFacts
         paged_kv=w.shown_by("paged_kv") or (f"{producer.engine} (paged KV cache)" if producer.engine else None),
         split_kv=w.shown_by("split_kv"),
         low_precision_gemm=low,
-        fused_attention=fused_attn)
+        fused_attention=fused_attn,
+    )
 
 
 def _device(trace: Trace) -> str | None:
@@ -165,9 +173,14 @@ def _device(trace: Trace) -> str | None:
     return devs[0].name if devs and devs[0].name else None
 
 
-def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMetricsResults, ...] = (),
-              first: bool = True, comm_wait_ns: int | None = None,
-              ranks: tuple[int, int | None] = (1, None)) -> RunFacts:
+def run_facts(
+    analysis: Analysis,
+    peaks: Peaks | None,
+    hardware: tuple[KernelMetricsResults, ...] = (),
+    first: bool = True,
+    comm_wait_ns: int | None = None,
+    ranks: tuple[int, int | None] = (1, None),
+) -> RunFacts:
     """The :class:`RunFacts` of one analysed trace. ``hardware``: the Nsight Compute inputs
     (joined to the first trace already; ``first=False`` joins them to this one); ``comm_wait_ns``:
     this rank's wait inside collectives, from the multi-GPU result."""
@@ -175,22 +188,42 @@ def run_facts(analysis: Analysis, peaks: Peaks | None, hardware: tuple[KernelMet
     producer = detect_producer(trace)
     cats = tuple(analysis.classification.taxonomy.categories)
     attention_ran = "attention" in cats and bool(
-        (analysis.classification.kernel_category == cats.index("attention")).any())
+        (analysis.classification.kernel_category == cats.index("attention")).any()
+    )
     kf = kernel_facts(analysis, producer)
     workload = classify_workload(trace, producer, attention_ran, kf.unfused_attention)
     has_timeline = analysis.timeline is not None
     path, scope = step_critical_path(trace, analysis.classification, analysis.phases) if has_timeline else (None, "")
     ops = gpu_ops(trace, analysis.classification)
-    joins = tuple(h.join if first else join_ncu(trace, h.metrics) for h in hardware if h.join is not None or not first)
+    joins = (
+        tuple(h.join for h in hardware if h.join is not None)
+        if first
+        else tuple(join_ncu(trace, h.metrics) for h in hardware)
+    )
     return RunFacts(
-        analysis=analysis, device=_device(trace), peaks=peaks, kind=trace_kind(trace), producer=producer,
-        workload=workload, in_use=_in_use(analysis, producer, workload, kf),
-        memory=memory_timeline(trace, analysis.phases), gaps=tuple(gap_causes(trace, steps=analysis.phases)) if has_timeline else (),
-        estimate=estimate_roofline(trace, peaks) if not hardware else None, hardware=tuple(hardware), joins=joins,
-        exposure=exposure(trace, analysis.classification), critical_path=path, critical_scope=scope,
-        kernel_facts=kf, families=tuple(family_table(trace)), gpu_ops=ops, idle=idle_gaps(ops),
-        phase_coverage=coverage_of_phases(trace, analysis.phases), comm_wait_ns=comm_wait_ns,
-        ranks=ranks)
+        analysis=analysis,
+        device=_device(trace),
+        peaks=peaks,
+        kind=trace_kind(trace),
+        producer=producer,
+        workload=workload,
+        in_use=_in_use(analysis, producer, workload, kf),
+        memory=memory_timeline(trace, analysis.phases),
+        gaps=tuple(gap_causes(trace, steps=analysis.phases)) if has_timeline else (),
+        estimate=estimate_roofline(trace, peaks) if not hardware else None,
+        hardware=tuple(hardware),
+        joins=joins,
+        exposure=exposure(trace, analysis.classification),
+        critical_path=path,
+        critical_scope=scope,
+        kernel_facts=kf,
+        families=tuple(family_table(trace)),
+        gpu_ops=ops,
+        idle=idle_gaps(ops),
+        phase_coverage=coverage_of_phases(trace, analysis.phases),
+        comm_wait_ns=comm_wait_ns,
+        ranks=ranks,
+    )
 
 
 __all__ = ["InUse", "KernelMetricsResults", "RunFacts", "run_facts"]

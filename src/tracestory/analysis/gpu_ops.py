@@ -33,17 +33,17 @@ class GpuOps:
     """The GPU ops of one trace, kernels then memops (see the module docstring)."""
 
     kernel_count: int
-    name: np.ndarray             # name code (``trace.name(code)``)
+    name: np.ndarray  # name code (``trace.name(code)``)
     device: np.ndarray
     stream: np.ndarray
-    start_ns: np.ndarray         # int64
-    end_ns: np.ndarray           # int64
-    category: np.ndarray         # index into ``categories``
+    start_ns: np.ndarray  # int64
+    end_ns: np.ndarray  # int64
+    category: np.ndarray  # index into ``categories``
     categories: tuple[str, ...]  # the taxonomy's categories, in index order
-    launch_row: np.ndarray       # row of ``trace.api`` that launched the op, -1 when unknown
+    launch_row: np.ndarray  # row of ``trace.api`` that launched the op, -1 when unknown
     launch_start_ns: np.ndarray  # that call's start, -1 when unknown
-    launch_end_ns: np.ndarray    # that call's end, -1 when unknown
-    order: np.ndarray            # rows by start time (stable)
+    launch_end_ns: np.ndarray  # that call's end, -1 when unknown
+    order: np.ndarray  # rows by start time (stable)
 
     def __len__(self) -> int:
         return int(self.start_ns.size)
@@ -56,10 +56,10 @@ class GpuOps:
 class IdleGaps:
     """Every idle gap between merged busy periods of the GPU ops, in time order."""
 
-    start_ns: np.ndarray        # int64
-    end_ns: np.ndarray          # int64
-    before: np.ndarray          # GpuOps row ending at the gap's start
-    after: np.ndarray           # GpuOps row starting at the gap's end (launch returned first)
+    start_ns: np.ndarray  # int64
+    end_ns: np.ndarray  # int64
+    before: np.ndarray  # GpuOps row ending at the gap's start
+    after: np.ndarray  # GpuOps row starting at the gap's end (launch returned first)
     launch_wait_ns: np.ndarray  # part of the gap before the next op's launch call returned
 
     def __len__(self) -> int:
@@ -74,13 +74,19 @@ def gpu_ops(trace: Trace, classification: Classification) -> GpuOps:
     start = gpu_ops_column(trace, "start_ns").astype(np.int64)
     launch = gpu_ops_launch_index(trace)
     return GpuOps(
-        kernel_count=len(trace.kernels), name=gpu_ops_column(trace, "name"),
-        device=gpu_ops_column(trace, "device"), stream=gpu_ops_column(trace, "stream"),
-        start_ns=start, end_ns=gpu_ops_column(trace, "end_ns").astype(np.int64),
+        kernel_count=len(trace.kernels),
+        name=gpu_ops_column(trace, "name"),
+        device=gpu_ops_column(trace, "device"),
+        stream=gpu_ops_column(trace, "stream"),
+        start_ns=start,
+        end_ns=gpu_ops_column(trace, "end_ns").astype(np.int64),
         category=np.concatenate([classification.kernel_category, classification.memop_category]),
-        categories=tuple(classification.taxonomy.categories), launch_row=launch,
-        launch_start_ns=api_column(trace, launch, "start_ns"), launch_end_ns=api_column(trace, launch, "end_ns"),
-        order=np.argsort(start, kind="stable"))
+        categories=tuple(classification.taxonomy.categories),
+        launch_row=launch,
+        launch_start_ns=api_column(trace, launch, "start_ns"),
+        launch_end_ns=api_column(trace, launch, "end_ns"),
+        order=np.argsort(start, kind="stable"),
+    )
 
 
 def idle_gaps(ops: GpuOps) -> IdleGaps:

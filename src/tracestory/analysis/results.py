@@ -28,6 +28,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,7 @@ from .telemetry import TelemetryResult, analyze_telemetry
 from .workload import Workload
 
 TOP_HARDWARE_KERNELS = 5
-REPORT_MAX_OPS = 500_000   # the report tells GPU time per operator only up to this many CPU ops and ranges
+REPORT_MAX_OPS = 500_000  # the report tells GPU time per operator only up to this many CPU ops and ranges
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,10 @@ class RunResults:
         return self.operators() if self.op_count <= self.op_limit else None
 
     def __repr__(self) -> str:
-        return (f"RunResults({self.trace.label!r}, kernels={self.analysis.breakdown.kernel_count}, "
-                f"findings={len(self.findings)}, device={self.device!r})")
+        return (
+            f"RunResults({self.trace.label!r}, kernels={self.analysis.breakdown.kernel_count}, "
+            f"findings={len(self.findings)}, device={self.device!r})"
+        )
 
 
 @dataclass(frozen=True)
@@ -194,16 +197,16 @@ class Results:
     options: AnalysisOptions
     runs: tuple[RunResults, ...]
     hardware: tuple[KernelMetricsResults, ...]
-    ncu_findings: tuple[Finding, ...]   # findings of the kernel metrics when no trace was given
-    peaks: dict                          # device name -> Peaks | None, as resolved
+    ncu_findings: tuple[Finding, ...]  # findings of the kernel metrics when no trace was given
+    peaks: dict  # device name -> Peaks | None, as resolved
     multigpu: MultiGpu | None
     multigpu_findings: tuple[Finding, ...]
     batching: BatchingResult | None
-    limitations: tuple[Limitation, ...] = ()   # what these inputs could not support, and why
-    answers: tuple[Answer, ...] = ()           # the goal and questions, each mapped to findings
-    ranks: RankCoverage | None = None          # ranks given and declared (multi-rank inputs)
-    selection: "RankSelection | None" = None   # many traces: the ones the per-trace sections tell
-    telemetry: TelemetryResult | None = None   # GPU clocks, power, energy over the traced window
+    limitations: tuple[Limitation, ...] = ()  # what these inputs could not support, and why
+    answers: tuple[Answer, ...] = ()  # the goal and questions, each mapped to findings
+    ranks: RankCoverage | None = None  # ranks given and declared (multi-rank inputs)
+    selection: RankSelection | None = None  # many traces: the ones the per-trace sections tell
+    telemetry: TelemetryResult | None = None  # GPU clocks, power, energy over the traced window
 
     @property
     def analyses(self) -> list[Analysis]:
@@ -237,8 +240,10 @@ class Results:
         parts = [self.table(name, i) for i in range(len(self.runs))]
         if not parts:
             return Table(name, {})
-        labels = np.concatenate([np.full(len(p), r.trace.label, dtype=object) for p, r in zip(parts, self.runs)])
-        columns = {"trace": labels}
+        labels = np.concatenate(
+            [np.full(len(p), r.trace.label, dtype=object) for p, r in zip(parts, self.runs, strict=False)]
+        )
+        columns: dict[str, Any] = {"trace": labels}
         for c in parts[0].columns:
             vals = [p[c] for p in parts]
             if all(isinstance(v, np.ndarray) for v in vals):
@@ -249,9 +254,11 @@ class Results:
 
     def __repr__(self) -> str:
         labels = [r.trace.label for r in self.runs[:3]] + (["..."] if len(self.runs) > 3 else [])
-        return (f"Results(runs={labels!r}, ncu_inputs={len(self.hardware)}, "
-                f"findings={sum(len(r.findings) for r in self.runs) + len(self.ncu_findings)}, "
-                f"multigpu={self.multigpu is not None}, batching={self.batching is not None})")
+        return (
+            f"Results(runs={labels!r}, ncu_inputs={len(self.hardware)}, "
+            f"findings={sum(len(r.findings) for r in self.runs) + len(self.ncu_findings)}, "
+            f"multigpu={self.multigpu is not None}, batching={self.batching is not None})"
+        )
 
 
 def _module_ranges_of(trace: Trace):
@@ -315,17 +322,26 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
     names += [km.device_name or (_device(first) if first else None) for _, km in inputs.kernel_metrics]
     peaks = resolve_peaks(names, options.peaks_path, manifest=inputs.manifest)
 
-    hardware = []
+    hw: list[KernelMetricsResults] = []
     for path, km in inputs.kernel_metrics:
         device = km.device_name or (_device(first) if first else None)
         pk = peaks.get(device) if device else None
         join = join_ncu(first, km) if first is not None else None
         rf = roofline(km, pk)
-        hardware.append(KernelMetricsResults(
-            path=path, metrics=km, device=device, peaks=pk, peaks_warning=peaks_warning(device) if pk is None else None,
-            join=join, roofline=rf, kernels=hardware_analysis(km, join, rf, pk, top=TOP_HARDWARE_KERNELS),
-            waves=tuple(waves(k) for k in km.kernels)))
-    hardware = tuple(hardware)
+        hw.append(
+            KernelMetricsResults(
+                path=path,
+                metrics=km,
+                device=device,
+                peaks=pk,
+                peaks_warning=peaks_warning(device) if pk is None else None,
+                join=join,
+                roofline=rf,
+                kernels=hardware_analysis(km, join, rf, pk, top=TOP_HARDWARE_KERNELS),
+                waves=tuple(waves(k) for k in km.kernels),
+            )
+        )
+    hardware = tuple(hw)
 
     coverage = rank_coverage(traces) if traces else None
     mg = multigpu_of([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
@@ -333,34 +349,54 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
     runs = []
     for i, trace in enumerate(traces):
         device = _device(trace)
-        facts = run_facts(analyze(trace, options.taxonomy, k=options.k), peaks.get(device) if device else None,
-                          hardware, first=i == 0, comm_wait_ns=waits.get(trace.meta.rank),
-                          ranks=(coverage.given, coverage.declared) if coverage else (1, None))
+        facts = run_facts(
+            analyze(trace, options.taxonomy, k=options.k),
+            peaks.get(device) if device else None,
+            hardware,
+            first=i == 0,
+            comm_wait_ns=waits.get(trace.meta.rank) if trace.meta.rank is not None else None,
+            ranks=(coverage.given, coverage.declared) if coverage else (1, None),
+        )
         runs.append(RunResults(facts=facts, findings=derive_findings(facts)))
 
     batching = None
     if inputs.scheduler_log is not None:
         batching = analyze_batching(inputs.scheduler_log, trace=first, client=inputs.load_summary)
     return Results(
-        inputs=inputs, options=options, runs=tuple(runs), hardware=hardware,
+        inputs=inputs,
+        options=options,
+        runs=tuple(runs),
+        hardware=hardware,
         ncu_findings=ncu_findings(hardware) if hardware and not runs else (),
-        peaks=peaks, multigpu=mg,
+        peaks=peaks,
+        multigpu=mg,
         multigpu_findings=tuple(multigpu_findings(mg, coverage, [r.facts.workload.kind for r in runs]))
-        if mg is not None else (),
+        if mg is not None
+        else (),
         batching=batching,
-        limitations=limitations(traces, [r.analysis for r in runs], has_kernel_metrics=bool(hardware),
-                                 dropped_estimates=sum(len(r.roofline_estimate.dropped) for r in runs
-                                                       if r.roofline_estimate is not None),
-                                 kernel_metrics_warnings=[(h.path, w) for h in hardware
-                                                          for w in getattr(h.metrics, "warnings", ()) or ()],
-                                 not_estimated=[x for r in runs if r.roofline_estimate is not None
-                                                for x in r.roofline_estimate.not_estimated],
-                                 platforms=[r.facts.platform for r in runs])
-        + _withheld(runs) + telemetry_limitations(inputs),
-        answers=answer_all(options.goal, options.questions, [f for r in runs for f in r.findings],
-                           _sections_with_data(runs, hardware, mg, batching)),
-        ranks=coverage, selection=select_runs(runs),
-        telemetry=analyze_telemetry(inputs.telemetry, traces, inputs.scheduler_log) if inputs.telemetry else None)
+        limitations=limitations(
+            traces,
+            [r.analysis for r in runs],
+            has_kernel_metrics=bool(hardware),
+            dropped_estimates=sum(len(r.roofline_estimate.dropped) for r in runs if r.roofline_estimate is not None),
+            kernel_metrics_warnings=[(h.path, w) for h in hardware for w in getattr(h.metrics, "warnings", ()) or ()],
+            not_estimated=[
+                x for r in runs if r.roofline_estimate is not None for x in r.roofline_estimate.not_estimated
+            ],
+            platforms=[r.facts.platform for r in runs],
+        )
+        + _withheld(runs)
+        + telemetry_limitations(inputs),
+        answers=answer_all(
+            options.goal,
+            options.questions,
+            [f for r in runs for f in r.findings],
+            _sections_with_data(runs, hardware, mg, batching),
+        ),
+        ranks=coverage,
+        selection=select_runs(runs),
+        telemetry=analyze_telemetry(inputs.telemetry, traces, inputs.scheduler_log) if inputs.telemetry else None,
+    )
 
 
 def _withheld(runs: list[RunResults]) -> tuple[Limitation, ...]:
@@ -369,12 +405,14 @@ def _withheld(runs: list[RunResults]) -> tuple[Limitation, ...]:
     for r in runs:
         for reason in withheld(r.facts):
             seen.setdefault(reason, []).append(r.trace.label)
-    return tuple(Limitation("advice", reason if len(labels) == len(runs) else f"{', '.join(labels[:3])}: {reason}")
-                 for reason, labels in seen.items())
+    return tuple(
+        Limitation("advice", reason if len(labels) == len(runs) else f"{', '.join(labels[:3])}: {reason}")
+        for reason, labels in seen.items()
+    )
 
 
-MANY_RANKS = 4          # above this many traces, the per-trace story is told once
-OUTLIER_SPREAD = 0.10   # a rank whose GPU op time or busy share differs from the median by more
+MANY_RANKS = 4  # above this many traces, the per-trace story is told once
+OUTLIER_SPREAD = 0.10  # a rank whose GPU op time or busy share differs from the median by more
 
 
 @dataclass(frozen=True)
@@ -383,10 +421,10 @@ class RankSelection:
     traces that differ from it by more than 10% in GPU op time or GPU busy share are named with
     what sets them apart. Per-trace numbers stay in the Appendix table and the JSON."""
 
-    median: int                                   # index into Results.runs
-    outliers: tuple[tuple[int, str], ...]         # (index, what sets it apart), at most 3
-    total_ns: tuple[float, float, float]          # GPU op time: min, median, max over traces
-    busy: tuple[float, float, float] | None       # GPU busy share: min, median, max
+    median: int  # index into Results.runs
+    outliers: tuple[tuple[int, str], ...]  # (index, what sets it apart), at most 3
+    total_ns: tuple[float, float, float]  # GPU op time: min, median, max over traces
+    busy: tuple[float, float, float] | None  # GPU busy share: min, median, max
 
     @property
     def shown(self) -> tuple[int, ...]:
@@ -398,8 +436,12 @@ def select_runs(runs) -> RankSelection | None:
     if len(runs) <= MANY_RANKS:
         return None
     total = [float(r.analysis.breakdown.total_time_ns) for r in runs]
-    busy = [r.analysis.timeline.busy_ns / r.analysis.timeline.window_ns
-            if r.analysis.timeline is not None and r.analysis.timeline.window_ns else None for r in runs]
+    busy = [
+        r.analysis.timeline.busy_ns / r.analysis.timeline.window_ns
+        if r.analysis.timeline is not None and r.analysis.timeline.window_ns
+        else None
+        for r in runs
+    ]
     order = sorted(range(len(runs)), key=lambda i: (total[i], i))
     median = order[len(order) // 2]
     med_t = total[median]
@@ -412,13 +454,18 @@ def select_runs(runs) -> RankSelection | None:
         why = []
         if med_t > 0 and abs(total[i] / med_t - 1) > OUTLIER_SPREAD:
             why.append(f"GPU op time {total[i] / med_t:.2f}x the median trace's")
-        if med_b and busy[i] is not None and abs(busy[i] - med_b) > OUTLIER_SPREAD:
-            why.append(f"GPU busy {busy[i] * 100:.1f}% against {med_b * 100:.1f}%")
+        bi = busy[i]
+        if med_b and bi is not None and abs(bi - med_b) > OUTLIER_SPREAD:
+            why.append(f"GPU busy {bi * 100:.1f}% against {med_b * 100:.1f}%")
         if why:
             scored.append((abs(total[i] / med_t - 1) if med_t else 0.0, i, "; ".join(why)))
     scored.sort(reverse=True)
-    return RankSelection(median, tuple((i, w) for _, i, w in scored[:3]), (min(total), med_t, max(total)),
-                         (min(known), med_b, max(known)) if known else None)
+    return RankSelection(
+        median,
+        tuple((i, w) for _, i, w in scored[:3]),
+        (min(total), med_t, max(total)),
+        (min(known), sorted(known)[len(known) // 2], max(known)) if known else None,
+    )
 
 
 def _sections_with_data(runs, hardware, multigpu, batching) -> tuple[str, ...]:

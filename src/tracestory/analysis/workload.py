@@ -38,8 +38,9 @@ Kind (first that holds):
   backward pass or an optimizer; a serving engine with both prefill and decode work, or with neither
   told apart, is ``llm_serving``; decode and prefill in one trace ``llm_generate``; else decode by
   shapes and ranges, or ``llm_prefill`` (a forward over whole sequences);
-* ``recommender`` (checked first, except in a serving engine): embedding bags; ``diffusion``: group norm with convolutions and attention or
-  upsampling (a UNet or VAE); ``speech``: ``aten::stft``, or 1-D convolutions with attention;
+* ``recommender`` (checked first, except in a serving engine): embedding bags; ``diffusion``: group
+  norm with convolutions and attention or upsampling (a UNet or VAE); ``speech``: ``aten::stft``,
+  or 1-D convolutions with attention;
 * ``vision``: 2-D convolutions with batch norm or pooling (a CNN), or convolutions with attention
   and layer norm (a ViT's patch embedding);
 * ``transformer``: attention with layer norm and no decoder-LLM signal (encoder inference such as
@@ -58,8 +59,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
@@ -233,8 +234,9 @@ def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np
                                       f"{DECODE_ROWS} rows")
         if (rows >= PREFILL_ROWS).any() and (found.get("causal") or found.get("prefill_ranges")):
             found["prefill_shapes"] = f"GEMM ops of up to {int(rows.max())} rows"
-    if first(kernels, _GEMM_KERNEL):
-        found["gemm_kernels"] = first(kernels, _GEMM_KERNEL)[:80]
+    gemm = first(kernels, _GEMM_KERNEL)
+    if gemm:
+        found["gemm_kernels"] = gemm[:80]
     return found
 
 

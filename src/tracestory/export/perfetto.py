@@ -136,12 +136,13 @@ def _objects(**fields) -> list[str]:
     keys = list(fields)
     fmt = "{" + ",".join(f'"{k}":%s' for k in keys) + "}"
     cols = [[v] * n if isinstance(v, str) else np.asarray(v, dtype=object).tolist() for v in fields.values()]
-    return list(map(fmt.__mod__, zip(*cols)))
+    return list(map(fmt.__mod__, zip(*cols, strict=False)))
 
 
 def _dims(x, y, z) -> np.ndarray:
-    text = np.char.add(np.char.add(np.char.add(np.char.add(np.char.add(
-        "[", x.astype(str)), ","), y.astype(str)), ","), z.astype(str))
+    text = np.char.add(
+        np.char.add(np.char.add(np.char.add(np.char.add("[", x.astype(str)), ","), y.astype(str)), ","), z.astype(str)
+    )
     return np.where(x >= 0, np.char.add(text, "]"), "null")
 
 
@@ -214,20 +215,35 @@ class _Process:
             tids[lane == level] = self.track(name if level == 0 else f"{name} (overlap {level})")
         # ``cats``: one category name for all rows, or per-row JSON literals.
         cats = [_j(cats)] * s.size if isinstance(cats, str) else np.asarray(cats, dtype=object).tolist()
-        self.events.extend(map(_SLICE.__mod__, zip(
-            [self.pid] * s.size, tids.tolist(), _us(s), _us(e - s),
-            np.asarray(names, dtype=object).tolist(), cats, args)))
+        self.events.extend(
+            map(
+                _SLICE.__mod__,
+                zip(
+                    [self.pid] * s.size,
+                    tids.tolist(),
+                    _us(s),
+                    _us(e - s),
+                    np.asarray(names, dtype=object).tolist(),
+                    cats,
+                    args,
+                    strict=False,
+                ),
+            )
+        )
         self.slices += int(s.size)
         return tids
 
     def metadata(self, rank_sort: int) -> list[str]:
-        out = [_j({"ph": "M", "pid": self.pid, "name": "process_name", "args": {"name": self.label}}),
-               _j({"ph": "M", "pid": self.pid, "name": "process_sort_index", "args": {"sort_index": rank_sort}})]
+        out = [
+            _j({"ph": "M", "pid": self.pid, "name": "process_name", "args": {"name": self.label}}),
+            _j({"ph": "M", "pid": self.pid, "name": "process_sort_index", "args": {"sort_index": rank_sort}}),
+        ]
         for i, name in enumerate(self.tracks):
             tid = _TID_BASE + i
             out.append(_j({"ph": "M", "pid": self.pid, "tid": tid, "name": "thread_name", "args": {"name": name}}))
-            out.append(_j({"ph": "M", "pid": self.pid, "tid": tid, "name": "thread_sort_index",
-                           "args": {"sort_index": i}}))
+            out.append(
+                _j({"ph": "M", "pid": self.pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": i}})
+            )
         return out
 
 
@@ -236,17 +252,39 @@ def _phase_tracks(p: _Process, a) -> None:
     if not ph.phases:
         return
     ratio = {o.phase_index: o.ratio for o in ph.outliers}
-    rows = [{"family": x.family, "step": x.step, "kernel_count": x.kernel_count, "memop_count": x.memop_count,
-             "wall_ns": x.wall_ns, "gpu_span_ns": x.gpu_span_ns, "gpu_busy_ns": x.gpu_busy_ns,
-             "outlier_ratio": ratio.get(x.index), "source": ph.source} for x in ph.phases]
+    rows = [
+        {
+            "family": x.family,
+            "step": x.step,
+            "kernel_count": x.kernel_count,
+            "memop_count": x.memop_count,
+            "wall_ns": x.wall_ns,
+            "gpu_span_ns": x.gpu_span_ns,
+            "gpu_busy_ns": x.gpu_busy_ns,
+            "outlier_ratio": ratio.get(x.index),
+            "source": ph.source,
+        }
+        for x in ph.phases
+    ]
     names = [_j(x.name) for x in ph.phases]
-    p.slices_on(f"Phases ({ph.source})", [x.start_ns for x in ph.phases], [x.end_ns for x in ph.phases],
-                names, "phase", [_j(r) for r in rows])
+    p.slices_on(
+        f"Phases ({ph.source})",
+        [x.start_ns for x in ph.phases],
+        [x.end_ns for x in ph.phases],
+        names,
+        "phase",
+        [_j(r) for r in rows],
+    )
     on_gpu = [i for i, x in enumerate(ph.phases) if x.gpu_start_ns is not None]
     if on_gpu:
-        p.slices_on("Phases (GPU span)", [ph.phases[i].gpu_start_ns for i in on_gpu],
-                    [ph.phases[i].gpu_end_ns for i in on_gpu], [names[i] for i in on_gpu], "phase",
-                    [_j(rows[i]) for i in on_gpu])
+        p.slices_on(
+            "Phases (GPU span)",
+            [ph.phases[i].gpu_start_ns for i in on_gpu],
+            [ph.phases[i].gpu_end_ns for i in on_gpu],
+            [names[i] for i in on_gpu],
+            "phase",
+            [_j(rows[i]) for i in on_gpu],
+        )
 
 
 def _gap_track(p: _Process, f: RunFacts) -> None:
@@ -259,9 +297,15 @@ def _gap_track(p: _Process, f: RunFacts) -> None:
     before, after, wait = gaps.before, gaps.after, gaps.launch_wait_ns
     L = f.gpu_ops.launch_end_ns[after]
     label = np.where(L < 0, "idle: unknown", np.where(2 * wait >= dur, "idle: launch wait", "idle: waiting"))
-    cause = np.where(L < 0, "next GPU op's launch call not in the trace",
-                     np.where(2 * wait >= dur, "launch wait: next GPU op not yet submitted by the host",
-                              "submitted but waiting: synchronisation, dependency or queueing"))
+    cause = np.where(
+        L < 0,
+        "next GPU op's launch call not in the trace",
+        np.where(
+            2 * wait >= dur,
+            "launch wait: next GPU op not yet submitted by the host",
+            "submitted but waiting: synchronisation, dependency or queueing",
+        ),
+    )
     label, cause = label.astype(object), cause.astype(object)
     host_op = np.full(g0.size, None, dtype=object)
     for g in f.gaps:
@@ -270,9 +314,15 @@ def _gap_track(p: _Process, f: RunFacts) -> None:
             label[i] = f"idle: CPU in {g.op_name}"
             cause[i] = f"host inside CPU op {g.op_name} while the GPU waited"
             host_op[i] = g.op_name
-    args = _objects(dur_ns=_num(dur), launch_wait_ns=_num(wait), other_ns=_num(dur - wait),
-                    cause=_lits(cause.tolist()), host_op=_lits(host_op.tolist()),
-                    before=_names(t.strings, names[before]), after=_names(t.strings, names[after]))
+    args = _objects(
+        dur_ns=_num(dur),
+        launch_wait_ns=_num(wait),
+        other_ns=_num(dur - wait),
+        cause=_lits(cause.tolist()),
+        host_op=_lits(host_op.tolist()),
+        before=_names(t.strings, names[before]),
+        after=_names(t.strings, names[after]),
+    )
     p.slices_on("GPU idle gaps", g0, g1, _lits(label.tolist()), "idle", args)
 
 
@@ -284,17 +334,34 @@ def _gpu_tracks(p: _Process, f: RunFacts) -> np.ndarray:
     cat_lit = lit[ops.category.astype(np.int64)]
     nk, nm = len(k), len(m)
     kind = np.asarray([_j(x) for x in MEMOP_KINDS + ("unknown",)], dtype=object)
-    k_args = _objects(
-        category=cat_lit[:nk], device=_num(k["device"]), stream=_num(k["stream"]),
-        correlation=_num(k["correlation"]), external_id=_num(k["external_id"]),
-        grid=_dims(k["grid_x"], k["grid_y"], k["grid_z"]), block=_dims(k["block_x"], k["block_y"], k["block_z"]),
-        registers_per_thread=_num(k["registers_per_thread"]), shared_mem_bytes=_num(k["shared_mem_bytes"]),
-    ) if nk else []
-    m_args = _objects(
-        category=cat_lit[nk:], device=_num(m["device"]), stream=_num(m["stream"]),
-        correlation=_num(m["correlation"]), external_id=_num(m["external_id"]),
-        kind=kind[np.where(m["kind"] >= 0, m["kind"], -1)], bytes=_num(m["bytes"]),
-    ) if nm else []
+    k_args = (
+        _objects(
+            category=cat_lit[:nk],
+            device=_num(k["device"]),
+            stream=_num(k["stream"]),
+            correlation=_num(k["correlation"]),
+            external_id=_num(k["external_id"]),
+            grid=_dims(k["grid_x"], k["grid_y"], k["grid_z"]),
+            block=_dims(k["block_x"], k["block_y"], k["block_z"]),
+            registers_per_thread=_num(k["registers_per_thread"]),
+            shared_mem_bytes=_num(k["shared_mem_bytes"]),
+        )
+        if nk
+        else []
+    )
+    m_args = (
+        _objects(
+            category=cat_lit[nk:],
+            device=_num(m["device"]),
+            stream=_num(m["stream"]),
+            correlation=_num(m["correlation"]),
+            external_id=_num(m["external_id"]),
+            kind=kind[np.where(m["kind"] >= 0, m["kind"], -1)],
+            bytes=_num(m["bytes"]),
+        )
+        if nm
+        else []
+    )
     args = np.asarray(k_args + m_args, dtype=object)
     s, e = ops.start_ns, ops.end_ns
     dev, st = ops.device, ops.stream
@@ -312,9 +379,14 @@ def _gpu_range_tracks(p: _Process, a) -> None:
     gpu = np.flatnonzero(r["side"] != CPU_SIDE)
     for d in sorted(set(r["device"][gpu].tolist())):
         rows = gpu[r["device"][gpu] == d]
-        p.slices_on(f"GPU {d if d >= 0 else '?'} annotations", r["start_ns"][rows], r["end_ns"][rows],
-                    _names(t.strings, r["name"][rows]), "gpu_annotation",
-                    _objects(external_id=_num(r["external_id"][rows])))
+        p.slices_on(
+            f"GPU {d if d >= 0 else '?'} annotations",
+            r["start_ns"][rows],
+            r["end_ns"][rows],
+            _names(t.strings, r["name"][rows]),
+            "gpu_annotation",
+            _objects(external_id=_num(r["external_id"][rows])),
+        )
 
 
 def _cpu_tracks(p: _Process, a) -> np.ndarray:
@@ -328,23 +400,33 @@ def _cpu_tracks(p: _Process, a) -> np.ndarray:
     tid = np.concatenate([ops["tid"], api["tid"], r["tid"][cpu_r]]).astype(np.int64)
     s = np.concatenate([ops["start_ns"], api["start_ns"], r["start_ns"][cpu_r]]).astype(np.int64)
     e = np.concatenate([ops["end_ns"], api["end_ns"], r["end_ns"][cpu_r]]).astype(np.int64)
-    names = np.concatenate([_names(t.strings, ops["name"]), _names(t.strings, api["name"]),
-                            _names(t.strings, r["name"][cpu_r])])
-    cats = np.concatenate([np.full(n_o, '"cpu_op"', dtype=object),
-                           np.where(api["kind"] == API_DRIVER, '"cuda_driver"', '"cuda_runtime"').astype(object),
-                           np.full(n_r, _j(range_cat), dtype=object)])
+    names = np.concatenate(
+        [_names(t.strings, ops["name"]), _names(t.strings, api["name"]), _names(t.strings, r["name"][cpu_r])]
+    )
+    cats = np.concatenate(
+        [
+            np.full(n_o, '"cpu_op"', dtype=object),
+            np.where(api["kind"] == API_DRIVER, '"cuda_driver"', '"cuda_runtime"').astype(object),
+            np.full(n_r, _j(range_cat), dtype=object),
+        ]
+    )
     args = np.asarray(
-        _objects(external_id=_num(np.concatenate([ops["external_id"], api["external_id"], r["external_id"][cpu_r]])),
-                 correlation=np.concatenate([np.full(n_o, "null"), _num(api["correlation"]), np.full(n_r, "null")]),
-                 flops=np.concatenate([_fnum(ops["flops"]), np.full(n_a + n_r, "null")]))
-        if n_o + n_a + n_r else [], dtype=object)
+        _objects(
+            external_id=_num(np.concatenate([ops["external_id"], api["external_id"], r["external_id"][cpu_r]])),
+            correlation=np.concatenate([np.full(n_o, "null"), _num(api["correlation"]), np.full(n_r, "null")]),
+            flops=np.concatenate([_fnum(ops["flops"]), np.full(n_a + n_r, "null")]),
+        )
+        if n_o + n_a + n_r
+        else [],
+        dtype=object,
+    )
     row_tid = np.empty(s.size, dtype=np.int64)
     several = np.unique(pid).size > 1
     for (pp, tt), rows in _groups(pid, tid):
         rows = rows[np.lexsort((-(e[rows] - s[rows]), s[rows]))]
         name = f"CPU thread {tt if tt != -1 else '?'}" + (f" (pid {pp})" if several else "")
         row_tid[rows] = p.slices_on(name, s[rows], e[rows], names[rows], cats[rows], args[rows].tolist())
-    return row_tid[n_o:n_o + n_a]
+    return row_tid[n_o : n_o + n_a]
 
 
 def _counters(p: _Process, a) -> None:
@@ -356,8 +438,12 @@ def _counters(p: _Process, a) -> None:
         for key in ("allocated_bytes", "reserved_bytes"):
             rows = np.flatnonzero(on & (mem[key] >= 0))
             args = _objects(**{key: _num(mem[key][rows])}) if rows.size else []
-            p.events.extend(map(_COUNTER.__mod__, zip([p.pid] * rows.size, _us(mem["ts_ns"][rows]),
-                                                       [name] * rows.size, args)))
+            p.events.extend(
+                map(
+                    _COUNTER.__mod__,
+                    zip([p.pid] * rows.size, _us(mem["ts_ns"][rows]), [name] * rows.size, args, strict=False),
+                )
+            )
             p.counters += int(rows.size)
 
 
@@ -367,10 +453,12 @@ def _flows(p: _Process, f: RunFacts, op_tid: np.ndarray, api_tid: np.ndarray, fi
     ok = np.flatnonzero(li >= 0)
     ids = (first_id + np.arange(ok.size)).tolist()
     pids = [p.pid] * ok.size
-    p.events.extend(map(_FLOW_S.__mod__, zip(ids, pids, api_tid[li[ok]].tolist(),
-                                              _us(t.api["start_ns"][li[ok]]))))
-    p.events.extend(map(_FLOW_F.__mod__, zip(ids, pids, op_tid[ok].tolist(),
-                                              _us(f.gpu_ops.start_ns[ok]))))
+    p.events.extend(
+        map(_FLOW_S.__mod__, zip(ids, pids, api_tid[li[ok]].tolist(), _us(t.api["start_ns"][li[ok]]), strict=False))
+    )
+    p.events.extend(
+        map(_FLOW_F.__mod__, zip(ids, pids, op_tid[ok].tolist(), _us(f.gpu_ops.start_ns[ok]), strict=False))
+    )
     return int(ok.size)
 
 
@@ -392,11 +480,13 @@ def export_perfetto(runs: Results | RunFacts | Sequence[RunFacts], path: str | P
         raise UsageError("export perfetto: no trace to export")
     flat = [a.trace.meta.source_path for a in analyses if not a.trace.meta.has_timeline]
     if flat:
-        raise UsageError(f"{flat[0]}: has no timestamps (a summary-only input); expected a trace "
-                         "with a timeline (Kineto JSON or Nsight Systems SQLite)")
+        raise UsageError(
+            f"{flat[0]}: has no timestamps (a summary-only input); expected a trace "
+            "with a timeline (Kineto JSON or Nsight Systems SQLite)"
+        )
     path = Path(path)
     chunks, n_tracks, n_slices, n_flows, n_counters = [], 0, 0, 0, 0
-    for i, (a, f) in enumerate(zip(analyses, facts)):
+    for i, (a, f) in enumerate(zip(analyses, facts, strict=False)):
         p = _Process(pid=i + 1, label=a.trace.label)
         _phase_tracks(p, a)
         _gap_track(p, f)
@@ -410,13 +500,21 @@ def export_perfetto(runs: Results | RunFacts | Sequence[RunFacts], path: str | P
         n_tracks += len(p.tracks)
         n_slices += p.slices
         n_counters += p.counters
-    other = {"generator": "tracestory", "sources": [a.trace.meta.source_path for a in analyses],
-             "taxonomy": analyses[0].classification.taxonomy.name}
+    other = {
+        "generator": "tracestory",
+        "sources": [a.trace.meta.source_path for a in analyses],
+        "taxonomy": analyses[0].classification.taxonomy.name,
+    }
     head = '{"otherData":' + _j(other) + ',"traceEvents":[\n'
     # zlib's default level: level 9 (gzip.open's default) doubles the time for ~5% smaller files.
-    with outputs.atomic_path(path) as tmp, (
-            gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) if path.name.endswith(".gz")
-            else open(tmp, "w", encoding="utf-8")) as f:
+    with (
+        outputs.atomic_path(path) as tmp,
+        (
+            gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6)
+            if path.name.endswith(".gz")
+            else open(tmp, "w", encoding="utf-8")
+        ) as f,
+    ):
         f.write(head)
         first = True
         for chunk in chunks:
@@ -427,5 +525,11 @@ def export_perfetto(runs: Results | RunFacts | Sequence[RunFacts], path: str | P
             f.write(",\n".join(chunk))
             first = False
         f.write("\n]}\n")
-    return PerfettoExport(path=path, process_count=len(analyses), track_count=n_tracks,
-                          slice_count=n_slices, flow_count=n_flows, counter_count=n_counters)
+    return PerfettoExport(
+        path=path,
+        process_count=len(analyses),
+        track_count=n_tracks,
+        slice_count=n_slices,
+        flow_count=n_flows,
+        counter_count=n_counters,
+    )

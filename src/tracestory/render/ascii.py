@@ -5,14 +5,14 @@ Every chart is a list of lines no wider than ``width`` columns (default 100), ma
 characters that are one column wide in a monospace font (ASCII plus the box-drawing and block
 characters ``│ ─ █ ░ ·``), so a chart inside a Markdown code fence keeps its shape.
 
-Timeline model: the window ``[t0, t1)`` is cut into ``n`` equal bins, one per column. For each
-lane and category the covered time inside every bin is computed exactly from the intervals
-(coverage function ``C(t) = Σ clip(t - s_i, 0, e_i - s_i)`` evaluated at the bin edges with two
-``searchsorted`` + cumulative sums, so no Python loop over intervals). A column shows the glyph
-of the category with the most covered time in that bin; a bin that is less than
-``min_fill`` covered shows ``░`` (some activity) or the idle glyph ``·`` (none). Intervals shorter than a bin therefore still show up
-when they dominate their bin, and a bin mostly idle reads as idle: the chart is a picture of
-where time goes, not of every kernel.
+Timeline model: the window ``[t0, t1)`` is cut into ``n`` equal bins, one per column. For each lane
+and category the covered time inside every bin is computed exactly from the intervals (coverage
+function ``C(t) = Σ clip(t - s_i, 0, e_i - s_i)`` evaluated at the bin edges with two
+``searchsorted`` + cumulative sums, so no Python loop over intervals). A column shows the glyph of
+the category with the most covered time in that bin; a bin that is less than ``min_fill`` covered
+shows ``░`` (some activity) or the idle glyph ``·`` (none). Intervals shorter than a bin therefore
+still show up when they dominate their bin, and a bin mostly idle reads as idle: the chart is a
+picture of where time goes, not of every kernel.
 
 Limits: one glyph per column, so a bin shows only its dominant category.
 """
@@ -20,8 +20,8 @@ Limits: one glyph per column, so a bin shows only its dominant category.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -63,12 +63,18 @@ def category_glyphs(categories: Sequence[str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Bar:
     label: str
-    value: float          # the quantity the bar length is proportional to (e.g. ns)
-    text: str             # what is printed after the bar (e.g. "12.3 ms  45.6%")
+    value: float  # the quantity the bar length is proportional to (e.g. ns)
+    text: str  # what is printed after the bar (e.g. "12.3 ms  45.6%")
 
 
-def bar_chart(bars: Sequence[Bar], *, width: int = WIDTH, title: str | None = None,
-              max_value: float | None = None, footer: Sequence[str] = ()) -> list[str]:
+def bar_chart(
+    bars: Sequence[Bar],
+    *,
+    width: int = WIDTH,
+    title: str | None = None,
+    max_value: float | None = None,
+    footer: Sequence[str] = (),
+) -> list[str]:
     """Horizontal bars: ``label │█████▌     text``. Bar length is linear in ``value`` with the
     largest value (or ``max_value``) filling the bar area; half cells are drawn with ``▌``."""
     lines: list[str] = [title] if title else []
@@ -92,9 +98,9 @@ def bar_chart(bars: Sequence[Bar], *, width: int = WIDTH, title: str | None = No
 @dataclass(frozen=True)
 class Lane:
     label: str
-    starts: np.ndarray      # int64 ns
-    ends: np.ndarray        # int64 ns
-    category: np.ndarray    # int index into the chart's category list, one per interval
+    starts: np.ndarray  # int64 ns
+    ends: np.ndarray  # int64 ns
+    category: np.ndarray  # int index into the chart's category list, one per interval
 
 
 def coverage(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -131,11 +137,10 @@ def time_axis(t0: int, t1: int, n: int, indent: int) -> list[str]:
         ticks_line[col] = "┼" if 0 < col < n - 1 else "├" if col == 0 else "┤"
         lab = _sig(tick / unit_ns, 3) if tick else "0"
         pos = max(0, min(col - len(lab) // 2, n - len(lab)))
-        if all(c == " " for c in label_line[max(0, pos - 1): pos + len(lab) + 1]):
-            label_line[pos: pos + len(lab)] = list(lab)
+        if all(c == " " for c in label_line[max(0, pos - 1) : pos + len(lab) + 1]):
+            label_line[pos : pos + len(lab)] = list(lab)
     head = f"({unit})"
-    return [" " * indent + "".join(ticks_line),
-            f"{head:>{max(indent - 1, len(head))}} " + "".join(label_line).rstrip()]
+    return [" " * indent + "".join(ticks_line), f"{head:>{max(indent - 1, len(head))}} " + "".join(label_line).rstrip()]
 
 
 def _unit_for(span_ns: float) -> tuple[float, str]:
@@ -145,10 +150,18 @@ def _unit_for(span_ns: float) -> tuple[float, str]:
     return 1.0, "ns"
 
 
-def lanes_timeline(lanes: Sequence[Lane], categories: Sequence[str], t0: int, t1: int, *,
-                   width: int = WIDTH, hotspot: tuple[int, str] | None = None,
-                   markers: Sequence[tuple[str, np.ndarray, Sequence[str]]] = (),
-                   min_fill: float = 0.05, title: str | None = None) -> list[str]:
+def lanes_timeline(
+    lanes: Sequence[Lane],
+    categories: Sequence[str],
+    t0: int,
+    t1: int,
+    *,
+    width: int = WIDTH,
+    hotspot: tuple[int, str] | None = None,
+    markers: Sequence[tuple[str, np.ndarray, Sequence[str]]] = (),
+    min_fill: float = 0.05,
+    title: str | None = None,
+) -> list[str]:
     """A lane per row over the time axis ``[t0, t1)``.
 
     ``lanes``: GPU streams (or anything with categorized intervals). ``categories``: names
@@ -170,10 +183,10 @@ def lanes_timeline(lanes: Sequence[Lane], categories: Sequence[str], t0: int, t1
     for label, segs, names in markers:
         row = [" "] * n
         segs = np.asarray(segs, dtype=np.float64).reshape(-1, 2)
-        for (s, e), name in zip(segs, names):
+        for (s, e), name in zip(segs, names, strict=False):
             c0 = int(np.clip((s - t0) / bin_w, 0, n - 1))
             c1 = int(np.clip(math.ceil((e - t0) / bin_w), c0 + 1, n))
-            fill = (name[:1] or "?")
+            fill = name[:1] or "?"
             row[c0:c1] = [fill] * (c1 - c0)
             row[c0] = "["
         lines.append(f"{clip_text(label, label_w):<{label_w}} │{''.join(row)}")
@@ -185,16 +198,16 @@ def lanes_timeline(lanes: Sequence[Lane], categories: Sequence[str], t0: int, t1
         for i, c in enumerate(present):
             m = cats == c
             cover[i] = coverage(lane.starts[m], lane.ends[m], edges)
-        row = np.full(n, IDLE, dtype=object)
+        cells = np.full(n, IDLE, dtype=object)
         if len(present):
             best = cover.argmax(axis=0)
             filled = cover.sum(axis=0) >= min_fill * bin_w
             glyph_of = np.array([glyphs[c] for c in present], dtype=object)
-            row[filled] = glyph_of[best[filled]]
+            cells[filled] = glyph_of[best[filled]]
             # Bins with some activity below min_fill: visible, but not mistaken for busy.
-            row[~filled & (cover.sum(axis=0) > 0)] = TRACE
+            cells[~filled & (cover.sum(axis=0) > 0)] = TRACE
             used.update(int(present[b]) for b in np.unique(best[filled]))
-        lines.append(f"{clip_text(lane.label, label_w):<{label_w}} │{''.join(row)}")
+        lines.append(f"{clip_text(lane.label, label_w):<{label_w}} │{''.join(cells)}")
 
     if hotspot is not None:
         col = int(np.clip((hotspot[0] - t0) / bin_w, 0, n - 1))
@@ -246,19 +259,24 @@ def log_axis(lo_ns: float, hi_ns: float, n: int, indent: int = 0) -> list[str]:
     first = math.ceil(math.log10(lo_ns))
     last = math.floor(math.log10(hi_ns))
     for p in range(first, last + 1):
-        col = int(log_position(np.array([10.0 ** p]), lo_ns, hi_ns, n)[0])
+        col = int(log_position(np.array([10.0**p]), lo_ns, hi_ns, n)[0])
         ticks[col] = "┼"
-        lab = fmt_ns(10 ** p, digits=1).replace(" ", "")
+        lab = fmt_ns(10**p, digits=1).replace(" ", "")
         pos = max(0, min(col - len(lab) // 2, n + 8 - len(lab)))
-        if all(c == " " for c in labels[max(0, pos - 1): pos + len(lab) + 1]):
-            labels[pos: pos + len(lab)] = list(lab)
-    return [" " * indent + "".join("─" if c == " " else c for c in ticks),
-            " " * indent + "".join(labels).rstrip()]
+        if all(c == " " for c in labels[max(0, pos - 1) : pos + len(lab) + 1]):
+            labels[pos : pos + len(lab)] = list(lab)
+    return [" " * indent + "".join("─" if c == " " else c for c in ticks), " " * indent + "".join(labels).rstrip()]
 
 
-def log_histogram(values_ns: np.ndarray, *, width: int = WIDTH, height: int = 6,
-                  title: str | None = None, weights: np.ndarray | None = None,
-                  ylabel: str = "count") -> list[str]:
+def log_histogram(
+    values_ns: np.ndarray,
+    *,
+    width: int = WIDTH,
+    height: int = 6,
+    title: str | None = None,
+    weights: np.ndarray | None = None,
+    ylabel: str = "count",
+) -> list[str]:
     """A column histogram of durations on a log10 time axis (e.g. kernel durations).
 
     Each column is a log bin; bar height is the count (or the ``weights`` sum) in the bin,

@@ -62,8 +62,11 @@ def _ids(ids: Sequence[str], limit: int = 8) -> str:
 
 
 def _running(it: Iteration) -> str:
-    pre = [f"{m.request_id}-prefill {m.tokens}{' (chunk)' if m.chunked else ''}"
-           for m in it.members if m.phase == "prefill"]
+    pre = [
+        f"{m.request_id}-prefill {m.tokens}{' (chunk)' if m.chunked else ''}"
+        for m in it.members
+        if m.phase == "prefill"
+    ]
     dec = [m.request_id for m in it.members if m.phase == "decode"]
     parts = pre[:6] + ([f"… +{len(pre) - 6} prefill"] if len(pre) > 6 else [])
     if dec:
@@ -117,9 +120,12 @@ def _fold_line(run: list[Iteration]) -> str:
     seqs = f"{run[0].decode_seqs} seq{'s' if run[0].decode_seqs != 1 else ''}"
     if len(run) == 1:
         return clip_text(f"Iteration {run[0].iter}: decode only, {seqs}, {fmt_ns(int(durs[0]))}{extra}", WIDTH)
-    return clip_text(f"Iterations {run[0].iter}-{run[-1].iter}: decode only, {seqs}, "
-                     f"{fmt_ns(float(durs.mean()))} each ({fmt_ns(int(durs.min()))}-{fmt_ns(int(durs.max()))})"
-                     f"{extra}", WIDTH)
+    return clip_text(
+        f"Iterations {run[0].iter}-{run[-1].iter}: decode only, {seqs}, "
+        f"{fmt_ns(float(durs.mean()))} each ({fmt_ns(int(durs.min()))}-{fmt_ns(int(durs.max()))})"
+        f"{extra}",
+        WIDTH,
+    )
 
 
 def decision_lines(iterations: Sequence[Iteration], max_entries: int = MAX_ENTRIES) -> list[str]:
@@ -137,8 +143,9 @@ def decision_lines(iterations: Sequence[Iteration], max_entries: int = MAX_ENTRI
 # ------------------------------------------------------------------ memory timeline
 
 
-def step_chart(t_ns: np.ndarray, values: np.ndarray, t0: int, t1: int, *, height: int = 8,
-               width: int = WIDTH, fmt=str) -> list[str]:
+def step_chart(
+    t_ns: np.ndarray, values: np.ndarray, t0: int, t1: int, *, height: int = 8, width: int = WIDTH, fmt=str
+) -> list[str]:
     """A step function (``values[k]`` from ``t_ns[k]`` on) as filled columns: each column shows
     the largest value reached in its time bin (the value carried in when none changes there)."""
     label_w = max(len(fmt(float(values.max()))), len(fmt(0))) + 1
@@ -148,7 +155,7 @@ def step_chart(t_ns: np.ndarray, values: np.ndarray, t0: int, t1: int, *, height
     col = np.clip(np.searchsorted(edges, t_ns, side="right") - 1, 0, n - 1)
     peak = np.full(n, -1.0)
     np.maximum.at(peak, col, values.astype(np.float64))
-    carried = np.searchsorted(t_ns, edges[:-1], side="right") - 1   # value in force at bin start
+    carried = np.searchsorted(t_ns, edges[:-1], side="right") - 1  # value in force at bin start
     base = np.where(carried >= 0, values[np.maximum(carried, 0)], 0).astype(np.float64)
     level = np.maximum(peak, base) / top * height
     lines = []
@@ -171,15 +178,23 @@ def _memory_section(r: BatchingResult) -> list[str]:
     t1 = max(its[-1].t_end_ns, t0 + 1)
     out = []
     if mem:
-        t, v = (np.array(x) for x in zip(*mem))
-        out += [(f"Device memory allocated over time (peak {fmt_bytes(int(v.max()))} at "
-                 f"{fmt_ns(int(t[np.argmax(v)] - t0))}):"), ""]
+        t, v = (np.array(x) for x in zip(*mem, strict=False))
+        out += [
+            (
+                f"Device memory allocated over time (peak {fmt_bytes(int(v.max()))} at "
+                f"{fmt_ns(int(t[np.argmax(v)] - t0))}):"
+            ),
+            "",
+        ]
         out += ["```text", *step_chart(t, v, t0, t1, fmt=lambda x: fmt_bytes(x)), "```", ""]
     if kv:
-        t, v = (np.array(x) for x in zip(*kv))
+        t, v = (np.array(x) for x in zip(*kv, strict=False))
         total = r.kv_total
         cap = f" of {total}" if total else ""
-        out += [f"KV cache blocks in use over time (peak {int(v.max())}{cap} at {fmt_ns(int(t[np.argmax(v)] - t0))}):", ""]
+        out += [
+            f"KV cache blocks in use over time (peak {int(v.max())}{cap} at {fmt_ns(int(t[np.argmax(v)] - t0))}):",
+            "",
+        ]
         out += ["```text", *step_chart(t, v, t0, t1, fmt=lambda x: f"{x:.0f}"), "```", ""]
     out += _memory_events(r, t0)
     return out
@@ -198,8 +213,10 @@ def _memory_events(r: BatchingResult, t0: int) -> list[str]:
         if change[k] == 0:
             continue
         who = [f"{d.action} {d.request_id}" for d in it.decisions if d.action in ("admit", "finish", "preempt")]
-        lines.append(f"- T={fmt_ns(it.t_end_ns - t0)} (iteration {it.iter}): {int(change[k]):+d} blocks"
-                     f" → {it.kv_in_use} in use" + (f" ({_ids(who, 4)})" if who else ""))
+        lines.append(
+            f"- T={fmt_ns(it.t_end_ns - t0)} (iteration {it.iter}): {int(change[k]):+d} blocks"
+            f" → {it.kv_in_use} in use" + (f" ({_ids(who, 4)})" if who else "")
+        )
     return lines + [""]
 
 
@@ -211,16 +228,25 @@ def _scenario(r: BatchingResult) -> list[str]:
     arr = log.arrivals
     span = arr[-1].t_ns - arr[0].t_ns if len(arr) > 1 else 0
     rate = f" ({(len(arr) - 1) / (span / 1e9):.1f} req/s)" if span > 0 else ""
-    what = " ".join(x for x in (m.engine, f"({m.model}" + (f" on {m.device})" if m.device else ")") if m.model else "") if x)
-    cfg = [f"KV cache {m.num_blocks} blocks x {m.block_size} tokens" if m.num_blocks and m.block_size else "",
-           f"token budget {m.max_batch_tokens} per iteration" if m.max_batch_tokens else "",
-           f"at most {m.max_num_seqs} sequences" if m.max_num_seqs else ""]
+    what = " ".join(
+        x for x in (m.engine, f"({m.model}" + (f" on {m.device})" if m.device else ")") if m.model else "") if x
+    )
+    cfg = [
+        f"KV cache {m.num_blocks} blocks x {m.block_size} tokens" if m.num_blocks and m.block_size else "",
+        f"token budget {m.max_batch_tokens} per iteration" if m.max_batch_tokens else "",
+        f"at most {m.max_num_seqs} sequences" if m.max_num_seqs else "",
+    ]
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(r.kinds.items()))
     its = log.iterations
     wall = fmt_ns(its[-1].t_end_ns - its[0].t_start_ns) if its else "n/a"
-    return [f"**Scenario**: {len(arr)} requests arriving over {fmt_ns(span)}{rate} to {what or 'the server'}; "
-            + "; ".join(c for c in cfg if c) + ".",
-            "", f"{len(its)} iterations over {wall}: {kinds or 'none'}.", ""]
+    return [
+        f"**Scenario**: {len(arr)} requests arriving over {fmt_ns(span)}{rate} to {what or 'the server'}; "
+        + "; ".join(c for c in cfg if c)
+        + ".",
+        "",
+        f"{len(its)} iterations over {wall}: {kinds or 'none'}.",
+        "",
+    ]
 
 
 def _arrivals(r: BatchingResult) -> list[str]:
@@ -246,10 +272,14 @@ def _chunked(r: BatchingResult) -> list[str]:
     budget = r.log.meta.max_batch_tokens
     req = "request's prompt was" if r.chunked_requests == 1 else "requests' prompts were"
     steps = "step" if r.chunks == 1 else "steps"
-    lines = [f"{r.chunked_requests} {req} longer than the token budget left and processed over several "
-             f"iterations: {r.chunks} partial prefill {steps} of {np.mean(sizes):.0f} tokens on average"
-             + (f" (token budget {budget} per iteration)" if budget else "") + ", so the running decodes kept "
-             "producing tokens meanwhile.", ""]
+    lines = [
+        f"{r.chunked_requests} {req} longer than the token budget left and processed over several "
+        f"iterations: {r.chunks} partial prefill {steps} of {np.mean(sizes):.0f} tokens on average"
+        + (f" (token budget {budget} per iteration)" if budget else "")
+        + ", so the running decodes kept "
+        "producing tokens meanwhile.",
+        "",
+    ]
     if reasons:
         lines += ["Reasons, as the scheduler gave them (first 3 distinct):", ""]
         lines += [f"- {x}" for x in reasons[:3]] + [""]
@@ -262,11 +292,15 @@ def _kv(r: BatchingResult) -> list[str]:
     total = f" of {r.kv_total}" if r.kv_total else ""
     pct = f" ({fmt_pct(r.kv_peak_in_use / r.kv_total)})" if r.kv_total and r.kv_peak_in_use is not None else ""
     end = r.log.iterations[-1].kv_in_use if r.log.iterations else None
-    lines = [(f"- Blocks allocated: {r.kv_allocated_total if r.kv_allocated_total is not None else 'n/a'}; "
-              f"freed: {r.kv_freed_total if r.kv_freed_total is not None else 'n/a'}; in use at the end: "
-              f"{end if end is not None else 'n/a'}"),
-             f"- Peak in use: {r.kv_peak_in_use}{total}{pct}",
-             f"- Preemptions: {len(r.preemptions)}"]
+    lines = [
+        (
+            f"- Blocks allocated: {r.kv_allocated_total if r.kv_allocated_total is not None else 'n/a'}; "
+            f"freed: {r.kv_freed_total if r.kv_freed_total is not None else 'n/a'}; in use at the end: "
+            f"{end if end is not None else 'n/a'}"
+        ),
+        f"- Peak in use: {r.kv_peak_in_use}{total}{pct}",
+        f"- Preemptions: {len(r.preemptions)}",
+    ]
     for p in r.preemptions[:10]:
         lines.append(f"  - iteration {p.iter}: {p.request_id} preempted: {p.reason}")
     if len(r.preemptions) > 10:
@@ -285,9 +319,15 @@ def _kernels(r: BatchingResult) -> list[str]:
     for kind in ("prefill-only", "mixed", "decode-only"):
         sel = [i for i in its if i.kind == kind]
         if sel:
-            rows.append([kind, len(sel), f"{np.mean([i.prefill_tokens for i in sel]):.1f}",
-                         f"{np.mean([i.decode_seqs for i in sel]):.1f}",
-                         fmt_ns(float(np.mean([i.duration_ns for i in sel])))])
+            rows.append(
+                [
+                    kind,
+                    len(sel),
+                    f"{np.mean([i.prefill_tokens for i in sel]):.1f}",
+                    f"{np.mean([i.decode_seqs for i in sel]):.1f}",
+                    fmt_ns(float(np.mean([i.duration_ns for i in sel]))),
+                ]
+            )
     lines = ["Tokens per iteration and iteration time, by kind of iteration:", ""]
     lines += md_table(["iterations", "count", "mean prefill tokens", "mean decode seqs", "mean time"], rows, "lrrrr")
     lines.append("")
@@ -295,7 +335,7 @@ def _kernels(r: BatchingResult) -> list[str]:
     if f is None:
         lines += ["Too few iterations (< 3) to fit iteration time on tokens.", ""]
     else:
-        expr = fmt_ns(round(f.a_ns))   # rounded to whole ns: 999999.9999 reads as 1.00 ms
+        expr = fmt_ns(round(f.a_ns))  # rounded to whole ns: 999999.9999 reads as 1.00 ms
         for b, what in ((f.b_prefill_ns_per_token, "prefill tokens"), (f.b_decode_ns_per_seq, "decode seqs")):
             if b is not None:
                 expr += f" {'-' if b < 0 else '+'} {fmt_ns(round(abs(b), 3))} x {what}"
@@ -303,13 +343,16 @@ def _kernels(r: BatchingResult) -> list[str]:
         lines += [f"Fit (least squares, {f.n} iterations): **iteration time = {expr}** ({r2}).", ""]
         b = f.b_decode_ns_per_seq
         if b is not None and f.a_ns > 0:
-            if b <= 0:
-                how = "adds no measurable time"
-            else:
-                how = f"adds {fmt_ns(round(b, 3))}"
-            lines += [f"One more decode sequence {how} to an iteration whose fixed cost is {fmt_ns(round(f.a_ns))}: "
-                      + ("batching decodes amortizes the fixed cost (weights are read once per iteration)."
-                         if b < 0.25 * f.a_ns else "decode time grows nearly linearly with the batch."), ""]
+            how = "adds no measurable time" if b <= 0 else f"adds {fmt_ns(round(b, 3))}"
+            lines += [
+                f"One more decode sequence {how} to an iteration whose fixed cost is {fmt_ns(round(f.a_ns))}: "
+                + (
+                    "batching decodes amortizes the fixed cost (weights are read once per iteration)."
+                    if b < 0.25 * f.a_ns
+                    else "decode time grows nearly linearly with the batch."
+                ),
+                "",
+            ]
     if r.trace is not None:
         lines += _trace_lines(r)
     return lines
@@ -317,30 +360,56 @@ def _kernels(r: BatchingResult) -> list[str]:
 
 def _trace_lines(r: BatchingResult) -> list[str]:
     j = r.trace
+    assert j is not None, "told only for a run joined with its trace"
     busy, rng = np.array(j.gpu_busy_ns, dtype=np.float64), np.array(j.range_ns, dtype=np.float64)
     frac = busy.sum() / rng.sum() if rng.sum() > 0 else None
     its = f"iterations {min(j.iterations)}-{max(j.iterations)}" if j.iterations else "no iterations"
-    lines = [(f"Joined with the trace ({len(j.iterations)} `iteration N` ranges, {its}, {j.side} side): GPU busy "
-              f"{fmt_ns(float(busy.mean()) if busy.size else None)} per iteration on average, "
-              f"{fmt_pct(frac)} of the iteration ranges."), ""]
+    lines = [
+        (
+            f"Joined with the trace ({len(j.iterations)} `iteration N` ranges, {its}, {j.side} side): GPU busy "
+            f"{fmt_ns(float(busy.mean()) if busy.size else None)} per iteration on average, "
+            f"{fmt_pct(frac)} of the iteration ranges."
+        ),
+        "",
+    ]
     by_iter = {it.iter: it for it in r.log.iterations}
     rows = []
-    for n, b, rg in list(zip(j.iterations, j.gpu_busy_ns, j.range_ns))[:MAX_TRACED_ROWS]:
+    for n, b, rg in list(zip(j.iterations, j.gpu_busy_ns, j.range_ns, strict=False))[:MAX_TRACED_ROWS]:
         it = by_iter.get(n)
-        rows.append([n, it.kind if it else "n/a", it.prefill_tokens if it else "n/a", it.decode_seqs if it else "n/a",
-                     fmt_ns(it.duration_ns) if it else "n/a", fmt_ns(rg), fmt_ns(b), fmt_pct(b / rg if rg else None)])
+        rows.append(
+            [
+                n,
+                it.kind if it else "n/a",
+                it.prefill_tokens if it else "n/a",
+                it.decode_seqs if it else "n/a",
+                fmt_ns(it.duration_ns) if it else "n/a",
+                fmt_ns(rg),
+                fmt_ns(b),
+                fmt_pct(b / rg if rg else None),
+            ]
+        )
     for w in r.window:
         if w.others_median_ns:
-            lines.append(f"- {w.kind}: the {w.traced} traced iterations took {fmt_ns(w.traced_median_ns)} (median) against "
-                         f"{fmt_ns(w.others_median_ns)} for {w.others} untraced ones of the same batch "
-                         f"({w.traced_median_ns / w.others_median_ns:.2f}x)")
+            lines.append(
+                f"- {w.kind}: the {w.traced} traced iterations took {fmt_ns(w.traced_median_ns)} (median) against "
+                f"{fmt_ns(w.others_median_ns)} for {w.others} untraced ones of the same batch "
+                f"({w.traced_median_ns / w.others_median_ns:.2f}x)"
+            )
     if any(w.others_median_ns for w in r.window):
-        lines += ["", "The difference is the profiler's own cost (every op recorded on the engine thread): read the "
-                  "trace's iteration times with it in mind; the untraced iterations are the reference.", ""]
-    lines += ["Traced iterations (wall: the scheduler log's iteration; range: the trace's `iteration N`; GPU busy: "
-              "union of its GPU ops):", ""]
-    lines += md_table(["iteration", "kind", "prefill tokens", "decode seqs", "wall", "range", "GPU busy", "busy"],
-                      rows, "llrrrrrr")
+        lines += [
+            "",
+            "The difference is the profiler's own cost (every op recorded on the engine thread): read the "
+            "trace's iteration times with it in mind; the untraced iterations are the reference.",
+            "",
+        ]
+    lines += [
+        "Traced iterations (wall: the scheduler log's iteration; range: the trace's `iteration N`; GPU busy: "
+        "union of its GPU ops):",
+        "",
+    ]
+    lines += md_table(
+        ["iteration", "kind", "prefill tokens", "decode seqs", "wall", "range", "GPU busy", "busy"], rows, "llrrrrrr"
+    )
     if len(j.iterations) > MAX_TRACED_ROWS:
         lines.append(f"… {len(j.iterations) - MAX_TRACED_ROWS} more traced iterations in the JSON (`trace`).")
     lines.append("")
@@ -348,31 +417,50 @@ def _trace_lines(r: BatchingResult) -> list[str]:
         if not top:
             continue
         lines += [f"Top kernels of {cls} iterations ({j.class_iterations[cls]} iterations):", ""]
-        lines += md_table(["kernel", "total", "calls", "per iteration", "share"],
-                          [[clip_text(k.name, 60), fmt_ns(k.total_ns), k.count, fmt_ns(k.per_iteration_ns),
-                            fmt_pct(k.fraction)] for k in top], "lrrrr")
+        lines += md_table(
+            ["kernel", "total", "calls", "per iteration", "share"],
+            [
+                [clip_text(k.name, 60), fmt_ns(k.total_ns), k.count, fmt_ns(k.per_iteration_ns), fmt_pct(k.fraction)]
+                for k in top
+            ],
+            "lrrrr",
+        )
         lines.append("")
     return lines
 
 
 def _stalls(r: BatchingResult) -> list[str]:
     if not r.stalls:
-        return [f"No iteration took {STALL_RATIO:g}x the median iteration time ({fmt_ns(r.iteration_ns.p50_ns)}) "
-                f"and at least {fmt_ns(STALL_MIN_NS)}.", ""]
+        return [
+            f"No iteration took {STALL_RATIO:g}x the median iteration time ({fmt_ns(r.iteration_ns.p50_ns)}) "
+            f"and at least {fmt_ns(STALL_MIN_NS)}.",
+            "",
+        ]
     window = set(r.trace.iterations) if r.trace is not None else set()
     last = max(window) if window else None
-    lines = [f"Iterations that took at least {STALL_RATIO:g}x the median ({fmt_ns(r.iteration_ns.p50_ns)}) and "
-             f"{fmt_ns(STALL_MIN_NS)}: the engine thread did nothing else meanwhile, so requests that arrived then "
-             "waited for it.", ""]
+    lines = [
+        f"Iterations that took at least {STALL_RATIO:g}x the median ({fmt_ns(r.iteration_ns.p50_ns)}) and "
+        f"{fmt_ns(STALL_MIN_NS)}: the engine thread did nothing else meanwhile, so requests that arrived then "
+        "waited for it.",
+        "",
+    ]
     t0 = r.log.iterations[0].t_start_ns if r.log.iterations else 0
     for st in r.stalls:
-        why = ("the first iteration (CUDA and library warm-up)" if r.log.iterations and st.iter == r.log.iterations[0].iter
-               else "the last traced iteration: the profiler's stop ran on the engine thread" if st.iter == last
-               else "inside the traced window" if st.iter in window else None)
-        ttft = (f"; their TTFT p50 {fmt_ns(st.ttft_p50_ns_of_those)}" if st.ttft_p50_ns_of_those is not None else "")
-        lines.append(f"- Iteration {st.iter} at T={(st.t_start_ns - t0) / 1e9:.2f} s: {fmt_ns(st.duration_ns)} "
-                     f"({st.times_median:.0f}x the median){' — ' + why if why else ''}; "
-                     f"{st.arrivals_during} request(s) arrived during it{ttft}")
+        why = (
+            "the first iteration (CUDA and library warm-up)"
+            if r.log.iterations and st.iter == r.log.iterations[0].iter
+            else "the last traced iteration: the profiler's stop ran on the engine thread"
+            if st.iter == last
+            else "inside the traced window"
+            if st.iter in window
+            else None
+        )
+        ttft = f"; their TTFT p50 {fmt_ns(st.ttft_p50_ns_of_those)}" if st.ttft_p50_ns_of_those is not None else ""
+        lines.append(
+            f"- Iteration {st.iter} at T={(st.t_start_ns - t0) / 1e9:.2f} s: {fmt_ns(st.duration_ns)} "
+            f"({st.times_median:.0f}x the median){' — ' + why if why else ''}; "
+            f"{st.arrivals_during} request(s) arrived during it{ttft}"
+        )
     return lines + [""]
 
 
@@ -380,30 +468,58 @@ def _latency(r: BatchingResult) -> list[str]:
     def row(name, d):
         return [name, d.count, fmt_ns(d.p50_ns), fmt_ns(d.p90_ns), fmt_ns(d.p99_ns), fmt_ns(d.max_ns)]
 
-    lines = ["Server-side latency per request (from the log; percentiles by linear interpolation):", "",
-             *md_table(["", "requests", "p50", "p90", "p99", "max"],
-                       [row("TTFT (arrival → first token)", r.ttft), row("E2E (arrival → finish)", r.e2e),
-                        row("iteration time", r.iteration_ns)], "lrrrrr"), ""]
+    lines = [
+        "Server-side latency per request (from the log; percentiles by linear interpolation):",
+        "",
+        *md_table(
+            ["", "requests", "p50", "p90", "p99", "max"],
+            [
+                row("TTFT (arrival → first token)", r.ttft),
+                row("E2E (arrival → finish)", r.e2e),
+                row("iteration time", r.iteration_ns),
+            ],
+            "lrrrrr",
+        ),
+        "",
+    ]
     c = r.client
     if c is None:
         return lines
     rate = f"{c.target_qps:g} QPS Poisson" if c.target_qps is not None else f"concurrency {c.concurrency}"
     fails = ", ".join(f"{n} {k}" for k, n in c.failures.items()) or "none"
-    good = (f"; goodput {c.goodput_rps:.2f} req/s ({fmt_pct(c.goodput_fraction)} of requests within "
-            f"TTFT <= {fmt_ns(c.slo_ttft_ns)}, mean ITL <= {fmt_ns(c.slo_itl_ns)})" if c.goodput_rps is not None else "")
-    lines += [(f"Client side, as the load generator measured it ({rate} for {c.duration_s:g} s): {c.ok} of "
-               f"{c.planned} requests OK, failures: {fails}; achieved {_num(c.achieved_qps, '.2f')} req/s, "
-               f"{_num(c.input_tokens_per_s, ',.0f')} input and {_num(c.output_tokens_per_s, ',.0f')} output "
-               f"tokens/s{good}."
-               + (" The run was interrupted." if c.interrupted else "")), "",
-              *md_table(["", "samples", "p50", "p90", "p99", "max"],
-                        [row("TTFT (send → first token)", c.ttft), row("ITL (between tokens)", c.itl),
-                         row("E2E (send → last token)", c.e2e)], "lrrrrr"), ""]
+    good = (
+        f"; goodput {c.goodput_rps:.2f} req/s ({fmt_pct(c.goodput_fraction)} of requests within "
+        f"TTFT <= {fmt_ns(c.slo_ttft_ns)}, mean ITL <= {fmt_ns(c.slo_itl_ns)})"
+        if c.goodput_rps is not None
+        else ""
+    )
+    lines += [
+        (
+            f"Client side, as the load generator measured it ({rate} for {c.duration_s:g} s): {c.ok} of "
+            f"{c.planned} requests OK, failures: {fails}; achieved {_num(c.achieved_qps, '.2f')} req/s, "
+            f"{_num(c.input_tokens_per_s, ',.0f')} input and {_num(c.output_tokens_per_s, ',.0f')} output "
+            f"tokens/s{good}." + (" The run was interrupted." if c.interrupted else "")
+        ),
+        "",
+        *md_table(
+            ["", "samples", "p50", "p90", "p99", "max"],
+            [
+                row("TTFT (send → first token)", c.ttft),
+                row("ITL (between tokens)", c.itl),
+                row("E2E (send → last token)", c.e2e),
+            ],
+            "lrrrrr",
+        ),
+        "",
+    ]
     if c.ttft.p50_ns is not None and r.ttft.p50_ns is not None:
         gap = c.ttft.p50_ns - r.ttft.p50_ns
-        lines += [f"Client TTFT p50 minus server TTFT p50: {'-' if gap < 0 else ''}{fmt_ns(abs(gap))}, the time a "
-                  "first token spends outside the engine loop (HTTP, JSON, the hand-off to the engine thread and "
-                  "the stream back).", ""]
+        lines += [
+            f"Client TTFT p50 minus server TTFT p50: {'-' if gap < 0 else ''}{fmt_ns(abs(gap))}, the time a "
+            "first token spends outside the engine loop (HTTP, JSON, the hand-off to the engine thread and "
+            "the stream back).",
+            "",
+        ]
     if len(r.log.arrivals) != c.sent:
         lines += [f"The client sent {c.sent} requests and the server logged {len(r.log.arrivals)} arrivals.", ""]
     return lines
@@ -416,18 +532,45 @@ def _num(x: float | None, spec: str) -> str:
 def render_batch_story(result: BatchingResult) -> str:
     """The story as Markdown (a level-2 section with level-3 parts)."""
     r = result
-    out = ["## Execution Story: Continuous Batching", "", f"Source: `{r.log.path}`", "", *_scenario(r),
-           "### Arrivals", "", *_arrivals(r),
-           "### Scheduler decisions", "",
-           ("Per iteration: the batch, the decisions with the scheduler's reasons, KV blocks and memory. Runs of "
-            "steady-state decode iterations are folded into one line."), "",
-           "```text", *decision_lines(r.log.iterations), "```", "",
-           "### Engine stalls", "", *_stalls(r),
-           "### Chunked prefill", "", *_chunked(r),
-           "### KV cache events", "", *_kv(r),
-           "### Memory timeline", "", *_memory_section(r),
-           "### Kernel behavior under batching", "", *_kernels(r),
-           "### Request latency", "", *_latency(r)]
+    out = [
+        "## Execution Story: Continuous Batching",
+        "",
+        f"Source: `{r.log.path}`",
+        "",
+        *_scenario(r),
+        "### Arrivals",
+        "",
+        *_arrivals(r),
+        "### Scheduler decisions",
+        "",
+        (
+            "Per iteration: the batch, the decisions with the scheduler's reasons, KV blocks and memory. Runs of "
+            "steady-state decode iterations are folded into one line."
+        ),
+        "",
+        "```text",
+        *decision_lines(r.log.iterations),
+        "```",
+        "",
+        "### Engine stalls",
+        "",
+        *_stalls(r),
+        "### Chunked prefill",
+        "",
+        *_chunked(r),
+        "### KV cache events",
+        "",
+        *_kv(r),
+        "### Memory timeline",
+        "",
+        *_memory_section(r),
+        "### Kernel behavior under batching",
+        "",
+        *_kernels(r),
+        "### Request latency",
+        "",
+        *_latency(r),
+    ]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -436,24 +579,43 @@ def batch_json(result: BatchingResult) -> dict:
     r = result
     its = r.log.iterations
     per_iter = {
-        "iter": [i.iter for i in its], "t_start_ns": [i.t_start_ns for i in its],
-        "t_end_ns": [i.t_end_ns for i in its], "kind": [i.kind for i in its],
-        "prefill_tokens": [i.prefill_tokens for i in its], "decode_seqs": [i.decode_seqs for i in its],
-        "kv_allocated": [i.kv_allocated for i in its], "kv_freed": [i.kv_freed for i in its],
-        "kv_in_use": [i.kv_in_use for i in its], "memory_allocated_bytes": [i.memory_allocated_bytes for i in its],
+        "iter": [i.iter for i in its],
+        "t_start_ns": [i.t_start_ns for i in its],
+        "t_end_ns": [i.t_end_ns for i in its],
+        "kind": [i.kind for i in its],
+        "prefill_tokens": [i.prefill_tokens for i in its],
+        "decode_seqs": [i.decode_seqs for i in its],
+        "kv_allocated": [i.kv_allocated for i in its],
+        "kv_freed": [i.kv_freed for i in its],
+        "kv_in_use": [i.kv_in_use for i in its],
+        "memory_allocated_bytes": [i.memory_allocated_bytes for i in its],
         "memory_reserved_bytes": [i.memory_reserved_bytes for i in its],
         "decisions": [[asdict(d) for d in i.decisions] for i in its],
     }
     return {
-        "schema": "tracestory.batch_story/1", "source": r.log.path, "meta": asdict(r.log.meta),
-        "arrivals": len(r.log.arrivals), "iterations": len(its), "kinds": r.kinds,
+        "schema": "tracestory.batch_story/1",
+        "source": r.log.path,
+        "meta": asdict(r.log.meta),
+        "arrivals": len(r.log.arrivals),
+        "iterations": len(its),
+        "kinds": r.kinds,
         "fit": asdict(r.fit) if r.fit else None,
-        "ttft": asdict(r.ttft), "e2e": asdict(r.e2e), "iteration_ns": asdict(r.iteration_ns),
-        "chunked_requests": r.chunked_requests, "chunks": r.chunks,
-        "kv": {"allocated_total": r.kv_allocated_total, "freed_total": r.kv_freed_total,
-               "peak_in_use": r.kv_peak_in_use, "peak_t_ns": r.kv_peak_t_ns, "total": r.kv_total},
-        "preemptions": [asdict(p) for p in r.preemptions], "finish_reasons": r.finish_reasons,
-        "requests": [asdict(q) for q in r.requests], "per_iteration": per_iter,
+        "ttft": asdict(r.ttft),
+        "e2e": asdict(r.e2e),
+        "iteration_ns": asdict(r.iteration_ns),
+        "chunked_requests": r.chunked_requests,
+        "chunks": r.chunks,
+        "kv": {
+            "allocated_total": r.kv_allocated_total,
+            "freed_total": r.kv_freed_total,
+            "peak_in_use": r.kv_peak_in_use,
+            "peak_t_ns": r.kv_peak_t_ns,
+            "total": r.kv_total,
+        },
+        "preemptions": [asdict(p) for p in r.preemptions],
+        "finish_reasons": r.finish_reasons,
+        "requests": [asdict(q) for q in r.requests],
+        "per_iteration": per_iter,
         "trace": asdict(r.trace) if r.trace is not None else None,
         "client": asdict(r.client) if r.client is not None else None,
         "stalls": [asdict(x) for x in r.stalls],

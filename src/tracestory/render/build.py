@@ -14,7 +14,6 @@ from .multigpu import plot_multigpu
 from .plots import plot_telemetry, write_hardware_plots, write_plots
 
 
-
 def write_plots_for(results: Results, out_dir: Path, stem: str) -> list[Path]:
     """Every PNG figure of the report (matplotlib), in report order."""
 
@@ -30,8 +29,9 @@ def write_plots_for(results: Results, out_dir: Path, stem: str) -> list[Path]:
     return images
 
 
-def write_report(results: Results, output: Path, *, plots: bool = False, json_path=None,
-                 written: list | None = None) -> Path:
+def write_report(
+    results: Results, output: Path, *, plots: bool = False, json_path=None, written: list | None = None
+) -> Path:
     """Write the Markdown report of ``results`` to ``output`` (and its JSON document and PNG
     plots when asked); returns ``output``. ``written``, when given, receives every file written."""
     to_stdout = outputs.is_stdout(output)

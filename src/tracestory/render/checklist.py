@@ -1,13 +1,13 @@
 """The report checklist, evaluated against a Markdown report (``tracestory check``).
 
 Every item of the report format's checklist is checked, numbered in its order (1-14, with the
-visualization sub-items 13.1-13.6), after four structure items S1-S4 that come from the
-format's structure and visualization principles (charts within 100 columns, Markdown that
-parses). Each rule is a function named after what it checks (``check_structure``, ...); the
-section headings come from the report's own registry (``render.markdown.SECTIONS``). Each item is PASS, FAIL or N/A with a one-line reason. N/A is decided
-only from what the report itself states: a section whose first paragraph is an ``n/a``
-statement (``n/a: the inputs hold no timeline trace``), a line that marks the needed data
-``n/a``, or facts the report gives (one GPU, no memory samples).
+visualization sub-items 13.1-13.6), after four structure items S1-S4 that come from the format's
+structure and visualization principles (charts within 100 columns, Markdown that parses). Each rule
+is a function named after what it checks (``check_structure``, ...); the section headings come from
+the report's own registry (``render.markdown.SECTIONS``). Each item is PASS, FAIL or N/A with a
+one-line reason. N/A is decided only from what the report itself states: a section whose first
+paragraph is an ``n/a`` statement (``n/a: the inputs hold no timeline trace``), a line that marks
+the needed data ``n/a``, or facts the report gives (one GPU, no memory samples).
 
 Parsing: lines; code fences per CommonMark (``` or ~~~, up to 3 spaces of indent, closed by
 the same character at least as long); headings and tables only outside fences; ``## `` starts a
@@ -44,8 +44,8 @@ Rules per item
   ``$ `` line) and every ``Action`` entry followed by a command before the next one.
 * 10 Code diffs: N/A when 9 is N/A; PASS with a ``diff`` fence; N/A when the report states the
   code is unmodified, that the input holds no diff (an n/a line about the diff), or that
-  modifications cannot be known (an n/a about the workload's repository or commit); FAIL when it mentions modifications or uncommitted changes without a
-  diff, or says nothing about them.
+  modifications cannot be known (an n/a about the workload's repository or commit); FAIL when it
+  mentions modifications or uncommitted changes without a diff, or says nothing about them.
 * 11 Reproduction Guide tested: N/A when it is an n/a statement; PASS when one of its commands
   is recorded as run (verbatim in the Actions Log or the Appendix's command) or it says it was
   verified/tested.
@@ -80,10 +80,31 @@ from pathlib import Path
 from ..errors import TraceFormatError
 from .markdown import SECTION_TITLES, TITLE_PREFIX
 
-SECTIONS = SECTION_TITLES   # the report's own registry (render.markdown.SECTIONS)
+SECTIONS = SECTION_TITLES  # the report's own registry (render.markdown.SECTIONS)
 CHART_SECTIONS = ("Execution Story", "Visualizations", "Hardware Behavior Analysis", "Observations and Insights")
-COMMAND_LANGS = {"bash", "sh", "shell", "console", "zsh", "python", "py", "diff", "patch", "json", "toml",
-                 "yaml", "yml", "c", "cpp", "cuda", "markdown", "md", "ini", "sql", "powershell"}
+COMMAND_LANGS = {
+    "bash",
+    "sh",
+    "shell",
+    "console",
+    "zsh",
+    "python",
+    "py",
+    "diff",
+    "patch",
+    "json",
+    "toml",
+    "yaml",
+    "yml",
+    "c",
+    "cpp",
+    "cuda",
+    "markdown",
+    "md",
+    "ini",
+    "sql",
+    "powershell",
+}
 SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
 WIDTH = 100
 
@@ -171,7 +192,8 @@ _HEAD = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 def parse(text: str) -> Doc:
     lines = tuple(text.splitlines())
     fences, in_fence, headings = [], [False] * len(lines), []
-    section, sections, title, i = None, {}, None, 0
+    section, title, i = None, None, 0
+    sections: dict[str, list[int]] = {}
     while i < len(lines):
         line = lines[i]
         m = _OPEN.match(line)
@@ -188,7 +210,9 @@ def parse(text: str) -> Doc:
             nested = next((k for k in range(i + 1, stop) if inner.match(lines[k])), None)
             for k in range(i, stop + 1):
                 in_fence[k] = True
-            fences.append(Fence(i, end, nested, m.group(2).strip(), lines[i + 1:stop if end is not None else stop + 1], section))
+            fences.append(
+                Fence(i, end, nested, m.group(2).strip(), lines[i + 1 : stop if end is not None else stop + 1], section)
+            )
             if section is not None:
                 sections[section].extend(range(i, stop + 1))
             i = stop + 1
@@ -287,7 +311,9 @@ class _Report:
         """(heading, text) of the ``###``/``####`` blocks of a section; the section itself when none.
         A heading with no text of its own, directly followed by a deeper heading, only groups
         the blocks under it (``### rank 0`` over ``#### 1. finding``) and is not a block."""
-        d, raw, cur, head = self.doc, [], [], None
+        d, head = self.doc, None
+        raw: list[tuple[tuple[int, str], str]] = []
+        cur: list[str] = []
         for i in d.sections.get(name, ()):
             h = _HEAD.match(d.lines[i]) if not d.in_fence[i] else None
             if h and len(h.group(1)) >= 3:
@@ -298,8 +324,7 @@ class _Report:
                 cur.append(d.lines[i])
         if head is not None:
             raw.append((head, "\n".join(cur)))
-        out = [(h[1], t) for k, (h, t) in enumerate(raw)
-               if t.strip() or k + 1 == len(raw) or raw[k + 1][0][0] <= h[0]]
+        out = [(h[1], t) for k, (h, t) in enumerate(raw) if t.strip() or k + 1 == len(raw) or raw[k + 1][0][0] <= h[0]]
         return out or ([(name, self.text(name))] if self.has(name) else [])
 
 
@@ -318,8 +343,9 @@ def check_structure(r: _Report):
     missing = [s for s in SECTIONS if s not in h2]
     twice = [s for s in SECTIONS if h2.count(s) > 1]
     if missing or twice:
-        return FAIL, "; ".join(x for x in (missing and f"missing: {', '.join(missing)}",
-                                           twice and f"repeated: {', '.join(twice)}") if x)
+        return FAIL, "; ".join(
+            x for x in (missing and f"missing: {', '.join(missing)}", twice and f"repeated: {', '.join(twice)}") if x
+        )
     order = [h for h in h2 if h in SECTIONS]
     if order != list(SECTIONS):
         return FAIL, f"out of order: {', '.join(order)}"
@@ -333,8 +359,11 @@ def check_fences_closed(r: _Report):
     nested = [f for f in r.doc.fences if f.nested is not None]
     if nested:
         f = nested[0]
-        return FAIL, (f"code fence opened on line {f.start + 1} holds a fence opener on line {f.nested + 1}: "
-                      f"a fence before it was not closed")
+        assert f.nested is not None
+        return FAIL, (
+            f"code fence opened on line {f.start + 1} holds a fence opener on line {f.nested + 1}: "
+            f"a fence before it was not closed"
+        )
     return PASS, f"{len(r.doc.fences)} code fences, all closed"
 
 
@@ -343,8 +372,7 @@ def check_chart_width(r: _Report):
     for f in charts:
         for k, line in enumerate(f.lines):
             if width(line) > WIDTH:
-                return FAIL, (f"line {f.start + 2 + k} ({f.section}) is {width(line)} columns: "
-                              f"{_clip(line, 60)!r}")
+                return FAIL, (f"line {f.start + 2 + k} ({f.section}) is {width(line)} columns: {_clip(line, 60)!r}")
     return PASS, f"{len(charts)} charts, every line <= {WIDTH} columns"
 
 
@@ -359,7 +387,10 @@ def check_tables(r: _Report):
             j = i + 2
             while j < len(d.lines) and not d.in_fence[j] and d.lines[j].strip().startswith("|"):
                 if _cells(d.lines[j]) != cols:
-                    return FAIL, f"table at line {i + 1}: row on line {j + 1} has {_cells(d.lines[j])} cells, header {cols}"
+                    return (
+                        FAIL,
+                        f"table at line {i + 1}: row on line {j + 1} has {_cells(d.lines[j])} cells, header {cols}",
+                    )
                 j += 1
             n, i = n + 1, j
             continue
@@ -369,12 +400,21 @@ def check_tables(r: _Report):
 
 # ------------------------------------------------------------------ checklist items
 
-_INTERPRET = re.compile(r"bound|limit|verdict|conclusion|interpret|waiting|idle|dominat|means|because|→|->|"
-                        r"(memory|compute) [\d.]+% of roof", re.IGNORECASE)
-_SURPRISE = re.compile(r"surpris|unexpected|outlier|anomal|despite|than expected|counter-?intuitive|"
-                       r"\d[\d.]*x (its|the) (\w+ )?median|varies \d[\d.]*x|nothing unexpected", re.IGNORECASE)
-_TOOLS = re.compile(r"perfetto|chrome://tracing|tensorboard|nsys-ui|ncu-ui|nsight (systems|compute) "
-                    r"(gui|ui)|holistic ?trace ?analysis|\bHTA\b", re.IGNORECASE)
+_INTERPRET = re.compile(
+    r"bound|limit|verdict|conclusion|interpret|waiting|idle|dominat|means|because|→|->|"
+    r"(memory|compute) [\d.]+% of roof",
+    re.IGNORECASE,
+)
+_SURPRISE = re.compile(
+    r"surpris|unexpected|outlier|anomal|despite|than expected|counter-?intuitive|"
+    r"\d[\d.]*x (its|the) (\w+ )?median|varies \d[\d.]*x|nothing unexpected",
+    re.IGNORECASE,
+)
+_TOOLS = re.compile(
+    r"perfetto|chrome://tracing|tensorboard|nsys-ui|ncu-ui|nsight (systems|compute) "
+    r"(gui|ui)|holistic ?trace ?analysis|\bHTA\b",
+    re.IGNORECASE,
+)
 
 
 def check_summary_quantified(r: _Report):
@@ -395,10 +435,13 @@ def check_story_steps(r: _Report):
     name = "Execution Story"
     if not r.has(name):
         return _missing(name)
-    if (na := r.na(name)):
+    if na := r.na(name):
         return NA, na
-    steps = [ln for ln in r.text(name).splitlines()
-             if _TIME.search(ln) or re.search(r"[├└]──", ln) or re.match(r"\s*(\d+[.)]|step \d)", ln, re.IGNORECASE)]
+    steps = [
+        ln
+        for ln in r.text(name).splitlines()
+        if _TIME.search(ln) or re.search(r"[├└]──", ln) or re.match(r"\s*(\d+[.)]|step \d)", ln, re.IGNORECASE)
+    ]
     if len(steps) < 3:
         return FAIL, f"{len(steps)} step lines (time stamps, tree branches or numbered steps); 3 needed"
     return PASS, f"{len(steps)} step lines"
@@ -416,11 +459,12 @@ def check_timing_correlation(r: _Report):
     if len(stamps) < 2 and not axis:
         return FAIL, "fewer than 2 time stamps and no chart with a time axis"
     lanes = {m.group(1).upper() for ln in lines for m in [re.match(r"\s*(cpu|gpu)\S*.*│", ln, re.IGNORECASE)] if m}
-    corr = ([ln for ln in stamps if re.search(r"\bCPU\b|host|launch", ln, re.IGNORECASE)]
-            or [ln for ln in lines if re.search(r"CPU inside|waiting for launch|launch wait", ln, re.IGNORECASE)])
+    corr = [ln for ln in stamps if re.search(r"\bCPU\b|host|launch", ln, re.IGNORECASE)] or [
+        ln for ln in lines if re.search(r"CPU inside|waiting for launch|launch wait", ln, re.IGNORECASE)
+    ]
     if not corr and lanes != {"CPU", "GPU"}:
-        if (no_gpu := r.na_line(r"kernel timeline|timeline trace|no trace")):
-            return NA, no_gpu   # e.g. a scheduler log alone: timing, but no GPU timeline to tie to
+        if no_gpu := r.na_line(r"kernel timeline|timeline trace|no trace"):
+            return NA, no_gpu  # e.g. a scheduler log alone: timing, but no GPU timeline to tie to
         return FAIL, "timing given, but no host/launch event is tied to the GPU timeline"
     return PASS, f"{len(stamps)} time stamps" + (", a time axis" if axis else "") + "; host and GPU events correlated"
 
@@ -429,27 +473,34 @@ def _hw_na(r: _Report):
     name = "Hardware Behavior Analysis"
     if not r.has(name):
         return _missing(name)
-    if (na := r.na(name)):
+    if na := r.na(name):
         return NA, na
     return None
 
 
 def check_hardware_interpreted(r: _Report):
-    if (res := _hw_na(r)):
+    if res := _hw_na(r):
         return res
-    bad = [h for h, t in r.blocks("Hardware Behavior Analysis")
-           if re.search(r"\d%|\d (T|G|M)B/s|FLOP/s", t) and not _INTERPRET.search(t)]
+    bad = [
+        h
+        for h, t in r.blocks("Hardware Behavior Analysis")
+        if re.search(r"\d%|\d (T|G|M)B/s|FLOP/s", t) and not _INTERPRET.search(t)
+    ]
     if bad:
         return FAIL, f"metrics without interpretation in: {_clip(', '.join(bad), 80)}"
     return PASS, "every block with metrics interprets them"
 
 
 def check_kernel_aspects(r: _Report):
-    if (res := _hw_na(r)):
+    if res := _hw_na(r):
         return res
     lines = r.text("Hardware Behavior Analysis").splitlines()
-    aspects = {"occupancy": r"occupancy", "compute": r"SM throughput|compute|tensor|FLOP",
-               "memory": r"DRAM|HBM|memory|bandwidth|L2", "stalls": r"stall"}
+    aspects = {
+        "occupancy": r"occupancy",
+        "compute": r"SM throughput|compute|tensor|FLOP",
+        "memory": r"DRAM|HBM|memory|bandwidth|L2",
+        "stalls": r"stall",
+    }
     covered, marked, missing = [], [], []
     for name, pat in aspects.items():
         hits = [ln for ln in lines if re.search(pat, ln, re.IGNORECASE)]
@@ -471,7 +522,7 @@ def _findings(r: _Report):
     name = "Observations and Insights"
     if not r.has(name):
         return _missing(name), None
-    if (na := r.na(name)):
+    if na := r.na(name):
         return (NA, na), None
     if re.search(r"no rule fired|no observations?\b", r.text(name), re.IGNORECASE) and not r.blocks(name)[0][1].strip():
         return (NA, "the report states that no observation rule fired"), None
@@ -502,7 +553,11 @@ def check_implications(r: _Report):
     res, blocks = _findings(r)
     if res:
         return res
-    bad = [h for h, t in blocks if not (re.search(r"implication", t, re.IGNORECASE) and re.search(r"recommend", t, re.IGNORECASE))]
+    bad = [
+        h
+        for h, t in blocks
+        if not (re.search(r"implication", t, re.IGNORECASE) and re.search(r"recommend", t, re.IGNORECASE))
+    ]
     if bad:
         return FAIL, f"no implication or recommendation in: {_clip(', '.join(bad), 80)}"
     return PASS, f"{len(blocks)} findings, each with an implication and a recommendation"
@@ -510,8 +565,13 @@ def check_implications(r: _Report):
 
 def _commands(r: _Report, name: str) -> list[str]:
     """Command lines of a section: lines of its shell fences (comments dropped), ``$ `` lines."""
-    out = [" ".join(ln.split("  #")[0].split()) for f in r.doc.fences if f.section == name and f.lang in SHELL_LANGS
-           for ln in f.lines if ln.strip() and not ln.lstrip().startswith("#")]
+    out = [
+        " ".join(ln.split("  #")[0].split())
+        for f in r.doc.fences
+        if f.section == name and f.lang in SHELL_LANGS
+        for ln in f.lines
+        if ln.strip() and not ln.lstrip().startswith("#")
+    ]
     return out + [" ".join(ln.strip()[2:].split()) for ln in r.prose(name) if ln.strip().startswith("$ ")]
 
 
@@ -519,7 +579,7 @@ def check_actions_log(r: _Report):
     name = "Actions Log"
     if not r.has(name):
         return _missing(name)
-    if (na := r.na(name)):
+    if na := r.na(name):
         return NA, na
     d = r.doc
     idx = list(d.sections[name])
@@ -528,7 +588,7 @@ def check_actions_log(r: _Report):
     if not cmds:
         return FAIL, "no command recorded"
     for a, b in zip(actions, actions[1:] + [len(idx)], strict=True):
-        if not any(d.in_fence[i] or d.lines[i].strip().startswith("$ ") for i in idx[a + 1:b]):
+        if not any(d.in_fence[i] or d.lines[i].strip().startswith("$ ") for i in idx[a + 1 : b]):
             return FAIL, f"no command for {_clip(d.lines[idx[a]].strip(), 60)!r}"
     return PASS, f"{len(cmds)} commands" + (f" for {len(actions)} actions" if actions else "")
 
@@ -539,16 +599,26 @@ def check_code_diffs(r: _Report):
         return NA, f"no actions log ({nine[1]})"
     if any(f.lang in ("diff", "patch") for f in r.doc.fences):
         return PASS, "diff included"
-    unmodified = next((ln.strip() for k, ln in enumerate(r.doc.lines) if not r.doc.in_fence[k]
-                       and re.search(r"no (code )?(modifications|changes)\b|unmodified|not modified", ln, re.IGNORECASE)), None)
+    unmodified = next(
+        (
+            ln.strip()
+            for k, ln in enumerate(r.doc.lines)
+            if not r.doc.in_fence[k]
+            and re.search(r"no (code )?(modifications|changes)\b|unmodified|not modified", ln, re.IGNORECASE)
+        ),
+        None,
+    )
     if unmodified:
         return NA, _clip(unmodified)
-    if (no_diff := r.na_line(r"\bdiff\b")):
-        return NA, no_diff   # the input holds no diff (e.g. a capture that did not record it)
-    if re.search(r"uncommitted changes|modified|modification|patch", "\n".join(r.prose("Actions Log", "Environment")),
-                 re.IGNORECASE):
+    if no_diff := r.na_line(r"\bdiff\b"):
+        return NA, no_diff  # the input holds no diff (e.g. a capture that did not record it)
+    if re.search(
+        r"uncommitted changes|modified|modification|patch",
+        "\n".join(r.prose("Actions Log", "Environment")),
+        re.IGNORECASE,
+    ):
         return FAIL, "modifications are mentioned but no diff is included"
-    if (unknown := r.na_line(r"repositor|commit")):
+    if unknown := r.na_line(r"repositor|commit"):
         return NA, unknown
     return FAIL, "no diff and no statement that the code was not modified"
 
@@ -557,7 +627,7 @@ def check_reproduction_tested(r: _Report):
     name = "Reproduction Guide"
     if not r.has(name):
         return _missing(name)
-    if (na := r.na(name)):
+    if na := r.na(name):
         return NA, na
     cmds = _commands(r, name)
     if not cmds:
@@ -575,7 +645,7 @@ def check_artifacts(r: _Report):
     for k, line in enumerate(d.lines):
         if d.in_fence[k] or not re.search(r"\b(Inputs|Artifacts)\b", line):
             continue
-        for ln in d.lines[k + 1:k + 40]:
+        for ln in d.lines[k + 1 : k + 40]:
             if re.search(r"`[^`]*(/|\.\w+)[^`]*`", ln) or re.search(r"[\w.-]+/[\w./-]+", ln):
                 return PASS, f"{_clip(line.strip(' #*'), 40)}: {_clip(ln.strip(), 70)}"
     return FAIL, "no 'Inputs' or 'Artifacts' list with paths"
@@ -595,11 +665,12 @@ def _image_with(r: _Report, pattern: str) -> str | None:
 
 
 def check_timeline_chart(r: _Report):
-    f = next((f for f in r.charts() if any(_AXIS.search(ln) for ln in f.lines) and any("│" in ln for ln in f.lines)),
-             None)
+    f = next(
+        (f for f in r.charts() if any(_AXIS.search(ln) for ln in f.lines) and any("│" in ln for ln in f.lines)), None
+    )
     if f:
         return PASS, f"timeline chart in {f.section} (line {f.start + 1})"
-    if (na := r.na("Visualizations") or r.na_line(r"timeline")):
+    if na := r.na("Visualizations") or r.na_line(r"timeline"):
         return NA, na
     return FAIL, "no chart with a time axis and lanes"
 
@@ -611,35 +682,38 @@ def check_breakdown_chart(r: _Report):
         context = "\n".join(list(f.lines[:1]) + [d.lines[k] for k in range(max(0, f.start - 3), f.start)])
         if len(bars) >= 2 and re.search(r"breakdown|categor|GPU time|op time", context, re.IGNORECASE):
             return PASS, f"breakdown chart in {f.section} (line {f.start + 1}), {len(bars)} bars"
-    if (na := r.na("Visualizations")):
+    if na := r.na("Visualizations"):
         return NA, na
     return FAIL, "no bar chart of GPU time by category or kernel"
 
 
 def check_memory_chart(r: _Report):
-    relevant = re.search(r"peak (allocated|reserved)|memory samples|allocated and reserved|memory usage",
-                         "\n".join(r.doc.lines), re.IGNORECASE)
+    relevant = re.search(
+        r"peak (allocated|reserved)|memory samples|allocated and reserved|memory usage",
+        "\n".join(r.doc.lines),
+        re.IGNORECASE,
+    )
     if not relevant:
         return NA, "the report shows no GPU memory usage samples"
     f = _chart_with(r, r"memory|allocated|reserved", axis=True)
     if f:
         return PASS, f"memory chart in {f.section} (line {f.start + 1})"
-    if (img := _image_with(r, r"mem")):
+    if img := _image_with(r, r"mem"):
         return PASS, f"memory plot {img}"
-    if (na := r.na_line(r"memory (usage|timeline)")):
+    if na := r.na_line(r"memory (usage|timeline)"):
         return NA, na
     return FAIL, f"the report gives memory usage ({relevant.group(0)!r}) but no memory-over-time chart"
 
 
 def check_warp_stalls_chart(r: _Report):
-    if (res := _hw_na(r)):
+    if res := _hw_na(r):
         return res if res[0] == NA else (NA, "no Hardware Behavior Analysis section")
     f = _chart_with(r, r"stall")
     if f:
         return PASS, f"stall chart in {f.section} (line {f.start + 1})"
-    if (img := _image_with(r, r"stall")):
+    if img := _image_with(r, r"stall"):
         return PASS, f"stall plot {img}"
-    if (na := r.na_line(r"stall")):
+    if na := r.na_line(r"stall"):
         return NA, na
     return FAIL, "kernel metrics given but no warp stall chart"
 
@@ -648,9 +722,9 @@ def check_roofline_chart(r: _Report):
     f = _chart_with(r, r"roofline")
     if f:
         return PASS, f"roofline chart in {f.section} (line {f.start + 1})"
-    if (img := _image_with(r, r"roofline")):
+    if img := _image_with(r, r"roofline"):
         return PASS, f"roofline plot {img}"
-    if (na := r.na_line(r"roofline")):
+    if na := r.na_line(r"roofline"):
         return NA, na
     return FAIL, "no roofline chart and no line saying why it is n/a"
 
@@ -665,7 +739,7 @@ def check_multigpu_chart(r: _Report):
         lanes = {m.group(2) for ln in f.lines for m in [re.match(r"\s*(gpu|rank)\s*(\d+)\b.*", ln, re.IGNORECASE)] if m}
         if len(lanes) >= 2:
             return PASS, f"chart with {len(lanes)} GPU/rank lanes in {f.section} (line {f.start + 1})"
-    if (na := r.na_line(r"multi-?GPU|rank")):
+    if na := r.na_line(r"multi-?GPU|rank"):
         return NA, na
     return FAIL, "the run is distributed but no chart has lanes for several GPUs/ranks"
 
@@ -677,9 +751,31 @@ def check_interactive_tools(r: _Report):
     return FAIL, "no interactive tool named (Perfetto, chrome://tracing, TensorBoard, Nsight UI)"
 
 
-_RULES = {"S1": check_structure, "S2": check_fences_closed, "S3": check_chart_width, "S4": check_tables, "1": check_summary_quantified, "2": check_story_steps, "3": check_timing_correlation, "4": check_hardware_interpreted, "5": check_kernel_aspects,
-          "6": check_observations_quantified, "7": check_surprises_noted, "8": check_implications, "9": check_actions_log, "10": check_code_diffs, "11": check_reproduction_tested, "12": check_artifacts, "13.1": check_timeline_chart,
-          "13.2": check_breakdown_chart, "13.3": check_memory_chart, "13.4": check_warp_stalls_chart, "13.5": check_roofline_chart, "13.6": check_multigpu_chart, "14": check_interactive_tools}
+_RULES = {
+    "S1": check_structure,
+    "S2": check_fences_closed,
+    "S3": check_chart_width,
+    "S4": check_tables,
+    "1": check_summary_quantified,
+    "2": check_story_steps,
+    "3": check_timing_correlation,
+    "4": check_hardware_interpreted,
+    "5": check_kernel_aspects,
+    "6": check_observations_quantified,
+    "7": check_surprises_noted,
+    "8": check_implications,
+    "9": check_actions_log,
+    "10": check_code_diffs,
+    "11": check_reproduction_tested,
+    "12": check_artifacts,
+    "13.1": check_timeline_chart,
+    "13.2": check_breakdown_chart,
+    "13.3": check_memory_chart,
+    "13.4": check_warp_stalls_chart,
+    "13.5": check_roofline_chart,
+    "13.6": check_multigpu_chart,
+    "14": check_interactive_tools,
+}
 
 
 # ------------------------------------------------------------------ entry points
@@ -689,8 +785,11 @@ def check_text(text: str, *, path: str = "report.md") -> Checklist:
     """Evaluate every item against the report ``text``."""
     r = _Report(parse(text))
     if not r.doc.sections:
-        raise TraceFormatError(path, "a Markdown report with '## ' sections (the story report's structure)",
-                               "no '## ' heading outside code fences")
+        raise TraceFormatError(
+            path,
+            "a Markdown report with '## ' sections (the story report's structure)",
+            "no '## ' heading outside code fences",
+        )
     results: dict[str, tuple[str, str]] = {}
     for number, _ in ITEMS:
         if number != "13":
@@ -699,8 +798,10 @@ def check_text(text: str, *, path: str = "report.md") -> Checklist:
     if not r.charts() and not r.images():
         results["13"] = (FAIL, "no chart or image in the report")
     elif any(s == FAIL for s, _ in subs):
-        results["13"] = (FAIL, "sub-items failed: " + ", ".join(n for n, _ in ITEMS if n.startswith("13.")
-                                                                  and results[n][0] == FAIL))
+        results["13"] = (
+            FAIL,
+            "sub-items failed: " + ", ".join(n for n, _ in ITEMS if n.startswith("13.") and results[n][0] == FAIL),
+        )
     elif all(s == NA for s, _ in subs):
         results["13"] = (NA, "every visualization sub-item is n/a")
     else:

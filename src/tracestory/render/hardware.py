@@ -37,15 +37,21 @@ def render_warp_stalls_ascii(kernel_metrics_row, width: int = 100) -> str:
     for v, r in rows + ([(rest, "others (<0.5% each)")] if rest > 0 else []):
         n = round(bar_w * v / top) if top > 0 else 0
         lines.append(f"  {r:<{label_w - 2}}{'#' * n} {v:5.1f}%")
-    lines.append(f"  legend: # = {top / bar_w:.2f}% of stall cycles (longest bar = {top:.1f}%); "
-                 "'selected' (issuing) is not a stall")
+    lines.append(
+        f"  legend: # = {top / bar_w:.2f}% of stall cycles (longest bar = {top:.1f}%); "
+        "'selected' (issuing) is not a stall"
+    )
     return "\n".join(line[:width] for line in lines)
 
 
 # -------------------------------------------------------------------------- roofline
 def _placeable(p) -> bool:
-    return (p.arithmetic_intensity is not None and math.isfinite(p.arithmetic_intensity)
-            and p.arithmetic_intensity > 0 and p.achieved_flops_per_s)
+    return (
+        p.arithmetic_intensity is not None
+        and math.isfinite(p.arithmetic_intensity)
+        and p.arithmetic_intensity > 0
+        and p.achieved_flops_per_s
+    )
 
 
 def render_roofline_ascii(roofline, peaks, width: int = 100) -> str:
@@ -88,34 +94,41 @@ def render_roofline_ascii(roofline, peaks, width: int = 100) -> str:
         r, c = row(p.achieved_flops_per_s), col(p.arithmetic_intensity)
         if 0 <= r < H and 0 <= c < W:
             grid[r][c] = "*" if grid[r][c] in _MARKS else _MARKS[i]
-    labels = {row(10.0 ** e): fmt_si(10.0 ** e, "", digits=1) for e in range(y0, math.floor(y1) + 1)}
+    labels = {row(10.0**e): fmt_si(10.0**e, "", digits=1) for e in range(y0, math.floor(y1) + 1)}
     lines = [head, "FLOP/s"]
     for r in range(H):
         lines.append(f"{labels.get(r, ''):>{lab_w}}|" + "".join(grid[r]).rstrip())
     axis = [" "] * W
     ticks = [" "] * W
     for e in range(x0, x1 + 1):
-        c = col(10 ** e)
+        c = col(10**e)
         axis[min(c, W - 1)] = "+"
-        text = f"{10.0 ** e:g}"
+        text = f"{10.0**e:g}"
         start = max(0, min(c - len(text) // 2, W - len(text)))
-        if all(ch == " " for ch in ticks[max(0, start - 1): start + len(text) + 1]):
-            ticks[start: start + len(text)] = text
+        if all(ch == " " for ch in ticks[max(0, start - 1) : start + len(text) + 1]):
+            ticks[start : start + len(text)] = text
     lines.append(" " * lab_w + "+" + "".join(axis))
     lines.append(" " * (lab_w + 1) + "".join(ticks).rstrip())
     lines.append(" " * (lab_w + 1) + "arithmetic intensity (FLOP per DRAM byte)")
     lines.append(f"legend: / = DRAM roof {bw / 1e12:.2f} TB/s; * = several kernels in one cell")
     for i, (d, r) in enumerate(roofs):
-        lines.append(f"        {'=' if i == 0 else '-'} = {d} roof {fmt_si(r, 'FLOP/s')}, "
-                     f"ridge point at AI {r / bw:.0f} FLOP/byte")
+        lines.append(
+            f"        {'=' if i == 0 else '-'} = {d} roof {fmt_si(r, 'FLOP/s')}, "
+            f"ridge point at AI {r / bw:.0f} FLOP/byte"
+        )
     for i, p in enumerate(placed[: len(_MARKS)]):
-        lines.append(f"  {_MARKS[i]} {clip_text(p.label, 44):44} AI {p.arithmetic_intensity:8.3g} "
-                     f"{fmt_si(p.achieved_flops_per_s, 'FLOP/s'):>13} {p.bound or 'n/a'}"
-                     f" {_na(p.pct_of_roof, '{:.0f}', '% of roof')}")
+        lines.append(
+            f"  {_MARKS[i]} {clip_text(p.label, 44):44} AI {p.arithmetic_intensity:8.3g} "
+            f"{fmt_si(p.achieved_flops_per_s, 'FLOP/s'):>13} {p.bound or 'n/a'}"
+            f" {_na(p.pct_of_roof, '{:.0f}', '% of roof')}"
+        )
     for p in pts:
         if not _placeable(p):
-            why = "no FLOP counters" if p.flops is None else ("no FLOPs counted" if not p.flops else
-                                                               "no DRAM bytes or time")
+            why = (
+                "no FLOP counters"
+                if p.flops is None
+                else ("no FLOPs counted" if not p.flops else "no DRAM bytes or time")
+            )
             lines.append(f"  - {clip_text(p.label, 60)}: not placed ({why})")
     lines.append(f"peaks: {clip_text(peaks.source, width - 7)}")
     return "\n".join(line[:width] for line in lines)
@@ -131,8 +144,9 @@ def _block(title: str, rows: list[str], notes) -> list[str]:
 def hardware_section(hardware) -> str:
     """The section body for every Nsight Compute input (``Results.hardware``), each after the
     warning of unknown peaks when its GPU has none."""
-    return "\n".join((f"_{h.peaks_warning}_\n\n" if h.peaks_warning else "") + render_hardware_section(h)
-                     for h in hardware)
+    return "\n".join(
+        (f"_{h.peaks_warning}_\n\n" if h.peaks_warning else "") + render_hardware_section(h) for h in hardware
+    )
 
 
 def render_hardware_section(h) -> str:
@@ -141,47 +155,97 @@ def render_hardware_section(h) -> str:
     by_id = {k.id: k for k in km.kernels}
     points = {p.kernel_id: p for p in roofline.points} if roofline is not None else {}
     dev = km.device_name or "unknown GPU"
-    out = [f"Source: `{km.source_path}` ({km.source_format}, {len(km)} kernels, {dev}). "
-           f"Top {len(analysis)} kernels by "
-           + ("share of the trace's GPU time." if join is not None and join.matched else "ncu duration."), ""]
+    out = [
+        f"Source: `{km.source_path}` ({km.source_format}, {len(km)} kernels, {dev}). "
+        f"Top {len(analysis)} kernels by "
+        + ("share of the trace's GPU time." if join is not None and join.matched else "ncu duration."),
+        "",
+    ]
     if join is not None:
         amb = f", {join.candidates} equally good alignments" if join.ambiguous else ""
-        out += [(f"Join to the trace: {join.matched}/{len(km)} kernels matched by name and launch order"
-                f"{' (in order' + amb + ')' if join.aligned else ' (by name only)'}."), ""]
+        out += [
+            (
+                f"Join to the trace: {join.matched}/{len(km)} kernels matched by name and launch order"
+                f"{' (in order' + amb + ')' if join.aligned else ' (by name only)'}."
+            ),
+            "",
+        ]
     if peaks is None:
         out += ["Peaks: n/a for this GPU; roofline percentages are n/a.", ""]
     for h in analysis:
         k = by_id[h.kernel_id]
         p = points.get(k.id)
-        out += [f"### `{clip_text(k.name, 90)}`", "",
-                f"Verdict: {h.verdict}.", "",
-                (f"Launch: grid={k.grid or 'n/a'}, block={k.block or 'n/a'}, registers/thread "
-                f"{_na(k.registers_per_thread, '{}')}, shared memory static {_na(k.static_shared_mem_bytes, '{}', ' B')}"
+        out += [
+            f"### `{clip_text(k.name, 90)}`",
+            "",
+            f"Verdict: {h.verdict}.",
+            "",
+            (
+                f"Launch: grid={k.grid or 'n/a'}, block={k.block or 'n/a'}, registers/thread "
+                f"{_na(k.registers_per_thread, '{}')}, shared memory static "
+                f"{_na(k.static_shared_mem_bytes, '{}', ' B')}"
                 f" + dynamic {_na(k.dynamic_shared_mem_bytes, '{}', ' B')}, waves/SM {_na(k.waves_per_sm, '{:.2f}')}, "
-                f"duration {fmt_ns(k.duration_ns)}."), ""]
-        limits = ", ".join(f"{lab} {_na(getattr(k, f), '{:.0f}')}" for lab, f in (
-            ("registers", "occupancy_limit_registers"), ("shared memory", "occupancy_limit_shared_mem"),
-            ("warps", "occupancy_limit_warps"), ("blocks", "occupancy_limit_blocks")))
-        out += _block("Occupancy", [
-            (f"theoretical {_na(k.theoretical_occupancy_pct, '{:.1f}', '%')}, achieved "
-            f"{_na(k.achieved_occupancy_pct, '{:.1f}', '%')}"),
-            f"blocks per SM allowed by each limit: {limits}"], h.occupancy)
+                f"duration {fmt_ns(k.duration_ns)}."
+            ),
+            "",
+        ]
+        limits = ", ".join(
+            f"{lab} {_na(getattr(k, f), '{:.0f}')}"
+            for lab, f in (
+                ("registers", "occupancy_limit_registers"),
+                ("shared memory", "occupancy_limit_shared_mem"),
+                ("warps", "occupancy_limit_warps"),
+                ("blocks", "occupancy_limit_blocks"),
+            )
+        )
+        out += _block(
+            "Occupancy",
+            [
+                (
+                    f"theoretical {_na(k.theoretical_occupancy_pct, '{:.1f}', '%')}, achieved "
+                    f"{_na(k.achieved_occupancy_pct, '{:.1f}', '%')}"
+                ),
+                f"blocks per SM allowed by each limit: {limits}",
+            ],
+            h.occupancy,
+        )
         flops = ", ".join(f"{p_}: {fmt_si(v, 'FLOP')}" for p_, v in sorted((k.flops_by_precision or {}).items()) if v)
-        out += _block("Compute utilization", [
-            (f"SM throughput {_na(k.sm_throughput_pct, '{:.1f}', '%')} of peak; tensor pipe "
-            f"{_na(k.tensor_pipe_pct, '{:.1f}', '%')}, FP32 pipe {_na(k.fp32_pipe_pct, '{:.1f}', '%')}, "
-            f"FP64 pipe {_na(k.fp64_pipe_pct, '{:.1f}', '%')} of active cycles"),
-            (f"FLOPs: {flops or 'n/a'}; achieved "
-            f"{'n/a' if k.achieved_flops_per_s is None else fmt_si(k.achieved_flops_per_s, 'FLOP/s')}")], h.compute)
+        out += _block(
+            "Compute utilization",
+            [
+                (
+                    f"SM throughput {_na(k.sm_throughput_pct, '{:.1f}', '%')} of peak; tensor pipe "
+                    f"{_na(k.tensor_pipe_pct, '{:.1f}', '%')}, FP32 pipe {_na(k.fp32_pipe_pct, '{:.1f}', '%')}, "
+                    f"FP64 pipe {_na(k.fp64_pipe_pct, '{:.1f}', '%')} of active cycles"
+                ),
+                (
+                    f"FLOPs: {flops or 'n/a'}; achieved "
+                    f"{'n/a' if k.achieved_flops_per_s is None else fmt_si(k.achieved_flops_per_s, 'FLOP/s')}"
+                ),
+            ],
+            h.compute,
+        )
         bps = None if p is None else p.achieved_bytes_per_s
-        out += _block("Memory behavior", [
-            (f"DRAM throughput {_na(k.dram_throughput_pct, '{:.1f}', '%')} of peak "
-            f"({'n/a' if bps is None else fmt_si(bps, 'B/s')}); memory throughput "
-            f"{_na(k.memory_throughput_pct, '{:.1f}', '%')}"),
-            (f"DRAM read {_na(k.dram_bytes_read, '{:.4g}', ' B')}, written {_na(k.dram_bytes_written, '{:.4g}', ' B')};"
-            f" arithmetic intensity {_na(k.arithmetic_intensity, '{:.3g}', ' FLOP/B')}"),
-            (f"L1 hit {_na(k.l1_hit_rate_pct, '{:.1f}', '%')}, L2 hit {_na(k.l2_hit_rate_pct, '{:.1f}', '%')}, "
-            f"shared bank conflicts {_na(k.shared_bank_conflicts, '{:.0f}')}")], h.memory)
+        out += _block(
+            "Memory behavior",
+            [
+                (
+                    f"DRAM throughput {_na(k.dram_throughput_pct, '{:.1f}', '%')} of peak "
+                    f"({'n/a' if bps is None else fmt_si(bps, 'B/s')}); memory throughput "
+                    f"{_na(k.memory_throughput_pct, '{:.1f}', '%')}"
+                ),
+                (
+                    f"DRAM read {_na(k.dram_bytes_read, '{:.4g}', ' B')}, "
+                    f"written {_na(k.dram_bytes_written, '{:.4g}', ' B')};"
+                    f" arithmetic intensity {_na(k.arithmetic_intensity, '{:.3g}', ' FLOP/B')}"
+                ),
+                (
+                    f"L1 hit {_na(k.l1_hit_rate_pct, '{:.1f}', '%')}, L2 hit {_na(k.l2_hit_rate_pct, '{:.1f}', '%')}, "
+                    f"shared bank conflicts {_na(k.shared_bank_conflicts, '{:.0f}')}"
+                ),
+            ],
+            h.memory,
+        )
         out += ["**Warp stall reasons**", "", "```", render_warp_stalls_ascii(k), "```", ""]
         out += [f"- _{s}_" for s in h.stalls] or ["- n/a"]
         out.append("")
@@ -204,13 +268,17 @@ def estimated_roofline_section(runs) -> str | None:
         if peaks is None:
             out += [f"_{peaks_warning(run.device)}_", ""]
         out += ["```text", render_roofline_ascii(rf, peaks), "```", ""]
-        out += ["| kernel | count | FLOPs | bytes (est.) | FLOP/B | achieved | bound | % of roof |",
-                "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+        out += [
+            "| kernel | count | FLOPs | bytes (est.) | FLOP/B | achieved | bound | % of roof |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        ]
         for p in sorted(rf.points, key=lambda p: -(p.duration_ns or 0))[:10]:
-            out.append(f"| `{p.label[:60]}` | {p.count} | {fmt_si(p.flops, 'FLOP')} | {fmt_si(p.dram_bytes, 'B')} | "
-                       f"{'n/a' if p.arithmetic_intensity is None else f'{p.arithmetic_intensity:.3g}'} | "
-                       f"{_achieved(p)} | {p.bound or 'n/a'} | "
-                       f"{'n/a' if p.pct_of_roof is None else f'{p.pct_of_roof:.1f}%'} |")
+            out.append(
+                f"| `{p.label[:60]}` | {p.count} | {fmt_si(p.flops, 'FLOP')} | {fmt_si(p.dram_bytes, 'B')} | "
+                f"{'n/a' if p.arithmetic_intensity is None else f'{p.arithmetic_intensity:.3g}'} | "
+                f"{_achieved(p)} | {p.bound or 'n/a'} | "
+                f"{'n/a' if p.pct_of_roof is None else f'{p.pct_of_roof:.1f}%'} |"
+            )
         out.append("")
     return "\n".join(out) if out else None
 

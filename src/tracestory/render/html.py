@@ -32,8 +32,8 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from ..errors import TraceFormatError
 from .. import outputs
+from ..errors import TraceFormatError
 
 # (magic prefix, MIME type). WebP is RIFF....WEBP; SVG is text and checked separately.
 _MAGIC = (
@@ -95,8 +95,7 @@ def _markdown_parser():
             return self.image(tokens, idx, options, env)
         # Not embeddable (remote): a link, so nothing is fetched when the page opens.
         alt = self.renderInlineAsText(tok.children or [], options, env) or src
-        return (f'<a class="missing-image" href="{_html.escape(src)}">'
-                f"[image not embedded: {_html.escape(alt)}]</a>")
+        return f'<a class="missing-image" href="{_html.escape(src)}">[image not embedded: {_html.escape(alt)}]</a>'
 
     md.add_render_rule("table_open", table_open)
     md.add_render_rule("table_close", table_close)
@@ -125,8 +124,9 @@ def _image_mime(path: Path, data: bytes) -> str:
     head = data[:512].lstrip().lower()
     if head.startswith(b"<svg") or (head.startswith(b"<?xml") and b"<svg" in head):
         return "image/svg+xml"
-    raise TraceFormatError(path, "a PNG, JPEG, GIF, WebP or SVG image referenced by the report",
-                           f"a file starting with {data[:8]!r}")
+    raise TraceFormatError(
+        path, "a PNG, JPEG, GIF, WebP or SVG image referenced by the report", f"a file starting with {data[:8]!r}"
+    )
 
 
 def _local_image(src: str, base_dir: Path) -> Path | None:

@@ -10,6 +10,8 @@ every number in the report's prose can be traced to a value here (tested in
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .batch_story import batch_json
@@ -42,7 +44,7 @@ def source_json(trace) -> dict:
         "process_id": m.process_id,
         "process_name": m.process_name,
         "has_timeline": m.has_timeline,
-        "warnings": list(m.stated_warnings),   # what a reader dropped or repaired, and why
+        "warnings": list(m.stated_warnings),  # what a reader dropped or repaired, and why
         "devices": [{**jsonable(d), "compute_capability": d.compute_capability} for d in m.devices],
         "distributed": jsonable(dict(m.distributed)) if m.distributed else None,
         "cuda_runtime": cuda_version(ex.get("cuda_runtime_version")),
@@ -52,16 +54,26 @@ def source_json(trace) -> dict:
 
 
 def finding_json(f) -> dict:
-    return {"rule": f.rule, "severity": f.severity, "title": f.title,
-            "evidence": [{"label": e.label, "value": jsonable(e.value), "unit": e.unit} for e in f.evidence],
-            "implication": f.implication, "recommendation": f.recommendation, "basis": list(f.basis)}
+    return {
+        "rule": f.rule,
+        "severity": f.severity,
+        "title": f.title,
+        "evidence": [{"label": e.label, "value": jsonable(e.value), "unit": e.unit} for e in f.evidence],
+        "implication": f.implication,
+        "recommendation": f.recommendation,
+        "basis": list(f.basis),
+    }
 
 
 def workload_json(facts) -> dict:
     """The workload kind with its evidence and signals, and what the program already uses."""
     w = facts.workload
-    return {"kind": w.kind, "evidence": list(w.evidence), "signals": {k: v for k, v in w.signals},
-            "in_use": jsonable(facts.in_use)}
+    return {
+        "kind": w.kind,
+        "evidence": list(w.evidence),
+        "signals": {k: v for k, v in w.signals},
+        "in_use": jsonable(facts.in_use),
+    }
 
 
 def peaks_json(peaks) -> dict | None:
@@ -98,11 +110,17 @@ def launch_configs_json(a, top: int = 10) -> list[dict]:
 
         grid = [val("grid_x"), val("grid_y"), val("grid_z")]
         blocks = grid[0] * grid[1] * grid[2] if None not in grid else None
-        out.append({"name": ks.name, "mean_ns": ks.mean_ns, "grid": grid,
-                    "block": [val("block_x"), val("block_y"), val("block_z")],
-                    "registers_per_thread": val("registers_per_thread"),
-                    "shared_mem_bytes": val("shared_mem_bytes"),
-                    "blocks_per_sm": blocks / sms if blocks and sms else None})
+        out.append(
+            {
+                "name": ks.name,
+                "mean_ns": ks.mean_ns,
+                "grid": grid,
+                "block": [val("block_x"), val("block_y"), val("block_z")],
+                "registers_per_thread": val("registers_per_thread"),
+                "shared_mem_bytes": val("shared_mem_bytes"),
+                "blocks_per_sm": blocks / sms if blocks and sms else None,
+            }
+        )
     return out
 
 
@@ -127,7 +145,7 @@ def analysis_json(run) -> dict:
     estimate = {"note": rf.note, "points": [jsonable(p) for p in rf.points]} if rf is not None and rf.points else None
     timeline = jsonable(t) if t else None
     if timeline is not None:
-        for g in timeline["largest_gaps"]:   # the report prints where each gap is in the window
+        for g in timeline["largest_gaps"]:  # the report prints where each gap is in the window
             g["offset_ns"] = g["start_ns"] - t.start_ns
     out = {
         "source": source_json(a.trace),
@@ -159,7 +177,7 @@ def analysis_json(run) -> dict:
     return out
 
 
-REPORT_OPS = 10   # rows of GPU time per top-level op in the report and here
+REPORT_OPS = 10  # rows of GPU time per top-level op in the report and here
 
 
 def operators_json(run) -> dict:
@@ -171,18 +189,35 @@ def operators_json(run) -> dict:
     if ops is None:
         return {"computed": False, "op_count": run.op_count, "op_limit": run.op_limit}
     return {
-        "computed": True, "op_count": run.op_count, "op_limit": run.op_limit,
-        "op_source": ops.op_source, "shapes_recorded": ops.shapes_recorded,
-        "gpu_op_count": ops.gpu_op_count, "total_gpu_ns": ops.total_gpu_ns,
+        "computed": True,
+        "op_count": run.op_count,
+        "op_limit": run.op_limit,
+        "op_source": ops.op_source,
+        "shapes_recorded": ops.shapes_recorded,
+        "gpu_op_count": ops.gpu_op_count,
+        "total_gpu_ns": ops.total_gpu_ns,
         "top_level_groups": len(ops.top_level),
-        "top_level": [{"name": s.name, "kind": s.kind, "input_dims": s.input_dims, "input_types": s.input_types,
-                       "calls": s.calls, "launches": s.launches, "gpu_op_count": s.gpu_op_count,
-                       "kernel_count": s.kernel_count, "gpu_ns": s.gpu_ns, "share": s.share,
-                       "top_kernels": [{"name": n, "gpu_ns": t} for n, t in s.top_kernels]}
-                      for s in ops.top_level[:REPORT_OPS]],
-        "unattributed_count": ops.unattributed_count, "unattributed_ns": ops.unattributed_ns,
+        "top_level": [
+            {
+                "name": s.name,
+                "kind": s.kind,
+                "input_dims": s.input_dims,
+                "input_types": s.input_types,
+                "calls": s.calls,
+                "launches": s.launches,
+                "gpu_op_count": s.gpu_op_count,
+                "kernel_count": s.kernel_count,
+                "gpu_ns": s.gpu_ns,
+                "share": s.share,
+                "top_kernels": [{"name": n, "gpu_ns": t} for n, t in s.top_kernels],
+            }
+            for s in ops.top_level[:REPORT_OPS]
+        ],
+        "unattributed_count": ops.unattributed_count,
+        "unattributed_ns": ops.unattributed_ns,
         "unattributed_share": ops.unattributed_ns / ops.total_gpu_ns if ops.total_gpu_ns else None,
-        "outside_ops_count": ops.outside_ops_count, "outside_ops_ns": ops.outside_ops_ns,
+        "outside_ops_count": ops.outside_ops_count,
+        "outside_ops_ns": ops.outside_ops_ns,
         "outside_ops_share": ops.outside_ops_ns / ops.total_gpu_ns if ops.total_gpu_ns else None,
     }
 
@@ -191,33 +226,58 @@ def producer_json(p) -> dict | None:
     """What made the trace (``analysis.producer``), with the graph-replay counts."""
     if p is None:
         return None
-    return {"framework": p.framework, "engine": p.engine, "compiled": p.compiled, "mode": p.mode,
-            "platform": p.platform, "evidence": list(p.evidence),
-            "graphs": {**jsonable(p.graphs), "graph_time_fraction": p.graphs.graph_time_fraction,
-                       "replays_graphs": p.replays_graphs}}
+    return {
+        "framework": p.framework,
+        "engine": p.engine,
+        "compiled": p.compiled,
+        "mode": p.mode,
+        "platform": p.platform,
+        "evidence": list(p.evidence),
+        "graphs": {
+            **jsonable(p.graphs),
+            "graph_time_fraction": p.graphs.graph_time_fraction,
+            "replays_graphs": p.replays_graphs,
+        },
+    }
 
 
 def kernel_facts_json(f) -> dict | None:
     if f is None:
         return None
-    return {"execution_mode": f.execution_mode,
-            "precisions": [{"precision": p, "share": sh} for p, sh in f.precisions],
-            "attention": [{"implementation": i, "launches": n, "time_ns": t} for i, n, t in f.attention]}
+    return {
+        "execution_mode": f.execution_mode,
+        "precisions": [{"precision": p, "share": sh} for p, sh in f.precisions],
+        "attention": [{"implementation": i, "launches": n, "time_ns": t} for i, n, t in f.attention],
+    }
 
 
 def critical_path_json(cp, scope: str) -> dict | None:
     if cp is None:
         return None
-    return {"scope": scope, "start_ns": cp.start_ns, "end_ns": cp.end_ns, "span_ns": cp.span_ns,
-            "dominant": cp.dominant, "by_label_ns": dict(cp.by_label),
-            "share": {label: cp.share(label) for label, _ in cp.by_label},
-            "gpu_ops_on_path": cp.gpu_ops_on_path, "cpu_calls_on_path": cp.cpu_calls_on_path}
+    return {
+        "scope": scope,
+        "start_ns": cp.start_ns,
+        "end_ns": cp.end_ns,
+        "span_ns": cp.span_ns,
+        "dominant": cp.dominant,
+        "by_label_ns": dict(cp.by_label),
+        "share": {label: cp.share(label) for label, _ in cp.by_label},
+        "gpu_ops_on_path": cp.gpu_ops_on_path,
+        "cpu_calls_on_path": cp.cpu_calls_on_path,
+    }
 
 
 def phase_coverage_json(f) -> dict | None:
     c = f.phase_coverage
-    return None if c is None else {"share_of_kernel_time": c.share, "kernels_outside": c.kernels_outside,
-                                   "kernel_time_outside_ns": c.kernel_time_outside_ns}
+    return (
+        None
+        if c is None
+        else {
+            "share_of_kernel_time": c.share,
+            "kernels_outside": c.kernels_outside,
+            "kernel_time_outside_ns": c.kernel_time_outside_ns,
+        }
+    )
 
 
 def kernel_rows(hardware) -> list[dict]:
@@ -244,7 +304,7 @@ def document(results) -> dict:
     """The whole JSON document of ``results`` (:class:`~tracestory.analysis.results.Results`).
     Nsight Compute rows go under ``kernels`` with the peaks of their GPUs under ``ncu_peaks``;
     without any trace their findings go to ``ncu_findings``."""
-    doc = {"schema": SCHEMA, "traces": [analysis_json(run) for run in results.runs]}
+    doc: dict[str, Any] = {"schema": SCHEMA, "traces": [analysis_json(run) for run in results.runs]}
     if results.hardware:
         rows = kernel_rows(results.hardware)
         doc["kernels"] = rows
@@ -263,8 +323,11 @@ def document(results) -> dict:
     doc["limitations"] = [{"analysis": x.analysis, "reason": x.reason} for x in results.limitations]
     doc["answers"] = [jsonable(x) for x in results.answers]
     if results.ranks is not None:
-        doc["ranks"] = {"given": results.ranks.given, "declared": results.ranks.declared,
-                        "partial": results.ranks.partial}
+        doc["ranks"] = {
+            "given": results.ranks.given,
+            "declared": results.ranks.declared,
+            "partial": results.ranks.partial,
+        }
     if results.selection is not None:
         doc["told_once"] = jsonable(results.selection)
     ncu_warn = [{"path": h.path, "warnings": list(getattr(h.metrics, "warnings", ()) or ())} for h in results.hardware]
@@ -283,11 +346,20 @@ def telemetry_json(t) -> dict:
     doc["findings"] = [finding_json(f) for f in t.findings]
     log = t.log
     n = log.n_samples
-    idx = np.unique(np.linspace(0, n - 1, min(n, TELEMETRY_TIMELINE_POINTS)).round().astype(np.int64)) if n else []
+    idx = (
+        np.unique(np.linspace(0, n - 1, min(n, TELEMETRY_TIMELINE_POINTS)).round().astype(np.int64))
+        if n
+        else np.zeros(0, dtype=np.int64)
+    )
     doc["timeline"] = {
         "t_unix_ns": [int(x) for x in log.t_unix_ns[idx]] if n else [],
-        "gpus": [{"index": int(d.get("index", g)),
-                  **{k: jsonable(log.readings[k][g][idx]) if n else [] for k in ("sm_mhz", "mem_mhz", "power_w")},
-                  "reasons_mask": [int(x) if x >= 0 else None for x in log.reasons_mask[g][idx]] if n else []}
-                 for g, d in enumerate(log.devices)]}
+        "gpus": [
+            {
+                "index": int(d.get("index", g)),
+                **{k: jsonable(log.readings[k][g][idx]) if n else [] for k in ("sm_mhz", "mem_mhz", "power_w")},
+                "reasons_mask": [int(x) if x >= 0 else None for x in log.reasons_mask[g][idx]] if n else [],
+            }
+            for g, d in enumerate(log.devices)
+        ],
+    }
     return doc

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..units import fmt_bytes, fmt_ns
 
@@ -113,21 +114,27 @@ def render_actions_log(manifest: Mapping[str, Any]) -> str:
     for i, cap in enumerate(captures, 1):
         status = cap.get("status", NA)
         lines += [f"### Phase {i}: capture with {cap.get('tool', '?')} ({status})", ""]
-        lines.append(f"Started {_v(cap.get('started_at'))}, took {fmt_ns(cap.get('duration_ns'))}; "
-                     f"working folder `{_v(cap.get('workload', {}).get('cwd'))}`.")
+        lines.append(
+            f"Started {_v(cap.get('started_at'))}, took {fmt_ns(cap.get('duration_ns'))}; "
+            f"working folder `{_v(cap.get('workload', {}).get('cwd'))}`."
+        )
         if cap.get("external_profiler"):
-            lines.append(f"Ran under {cap['external_profiler']}: torch.profiler was not started "
-                         "(no nested profilers); the outer profiler holds the trace.")
+            lines.append(
+                f"Ran under {cap['external_profiler']}: torch.profiler was not started "
+                "(no nested profilers); the outer profiler holds the trace."
+            )
         lines.append("")
         lines += _settings_lines(cap.get("settings") or {})
         lines.append("")
         for j, step in enumerate(cap.get("steps") or [], 1):
             how = _ROLE.get(step.get("role"), "") or (
-                " (in-process: tracestory runs the workload under torch.profiler)" if step.get("in_process") else "")
+                " (in-process: tracestory runs the workload under torch.profiler)" if step.get("in_process") else ""
+            )
             lines += [f"**Action {i}.{j}: {step.get('name')}**{how}", ""]
             lines += _fence(step.get("command") or " ".join(step.get("argv") or []), "bash")
-            lines.append(f"Started {_v(step.get('started_at'))}, took {fmt_ns(step.get('duration_ns'))}, "
-                         f"{_step_result(step)}.")
+            lines.append(
+                f"Started {_v(step.get('started_at'))}, took {fmt_ns(step.get('duration_ns'))}, {_step_result(step)}."
+            )
             if step.get("status") != "ok" and step.get("error"):
                 err = str(step["error"]).strip().splitlines()[-1]
                 lines.append(f"Failed: {err}")
@@ -136,16 +143,24 @@ def render_actions_log(manifest: Mapping[str, Any]) -> str:
             if fl:
                 lines += fl + [""]
         if status != "complete":
-            kept = (f"its partial output was kept apart in `{cap['kept']}`" if cap.get("kept")
-                    else "its partial output was discarded")
-            lines += [f"Capture failed ({_v(cap.get('error'))}); {kept}, "
-                      f"no `{cap.get('tool')}/` folder was written by it.", ""]
+            kept = (
+                f"its partial output was kept apart in `{cap['kept']}`"
+                if cap.get("kept")
+                else "its partial output was discarded"
+            )
+            lines += [
+                f"Capture failed ({_v(cap.get('error'))}); {kept}, no `{cap.get('tool')}/` folder was written by it.",
+                "",
+            ]
     lines += _modifications((manifest.get("environment") or {}).get("git"))
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-_ROLE = {"server": " (the server, profiled; stopped after the load)",
-         "health": " (wait until the server answers)", "load": " (the load against the server)"}
+_ROLE = {
+    "server": " (the server, profiled; stopped after the load)",
+    "health": " (wait until the server answers)",
+    "load": " (the load against the server)",
+}
 
 
 def _step_result(step: dict) -> str:
@@ -168,22 +183,32 @@ def _modifications(git: Mapping[str, Any] | None) -> list[str]:
     out = ["### Modifications", ""]
     untracked = git.get("untracked") or []
     if not git.get("commit"):
-        return out + ["Code diff: n/a: the workload repository had no commit at capture time, so there "
-                      "is no base to diff against.", ""]
+        return out + [
+            "Code diff: n/a: the workload repository had no commit at capture time, so there "
+            "is no base to diff against.",
+            "",
+        ]
     if git.get("dirty") is False and not untracked:
-        files = ("no untracked files" if "untracked" in git else "untracked files not recorded")
-        return out + [f"Unmodified: the workload repository was at commit {git['commit']} with no "
-                      f"uncommitted changes ({files}).", ""]
+        files = "no untracked files" if "untracked" in git else "untracked files not recorded"
+        return out + [
+            f"Unmodified: the workload repository was at commit {git['commit']} with no uncommitted changes ({files}).",
+            "",
+        ]
     diff = git.get("diff")
     if git.get("dirty") and diff is None:
-        out += ["Code diff: n/a: the workload repository had uncommitted changes, but this capture's "
-                "manifest holds no diff of them (captured before tracestory recorded diffs).", ""]
+        out += [
+            "Code diff: n/a: the workload repository had uncommitted changes, but this capture's "
+            "manifest holds no diff of them (captured before tracestory recorded diffs).",
+            "",
+        ]
     elif diff:
         body = diff.rstrip("\n").splitlines()
         note = ""
         if len(body) > DIFF_LINES_SHOWN or git.get("diff_truncated"):
-            note = (f"(first {min(len(body), DIFF_LINES_SHOWN)} lines shown; the full diff is in the "
-                    "manifest's environment.git.diff" + (", itself capped" if git.get("diff_truncated") else "") + ")")
+            note = (
+                f"(first {min(len(body), DIFF_LINES_SHOWN)} lines shown; the full diff is in the "
+                "manifest's environment.git.diff" + (", itself capped" if git.get("diff_truncated") else "") + ")"
+            )
         out += [f"Uncommitted changes against {_v(git.get('commit'))} at capture time:", ""]
         out += _fence("\n".join(body[:DIFF_LINES_SHOWN]), "diff")
         if note:
@@ -191,8 +216,13 @@ def _modifications(git: Mapping[str, Any] | None) -> list[str]:
         out.append("")
     if untracked:
         n = git.get("untracked_count", len(untracked))
-        out += [f"Untracked files in the repository ({n}; new files are not in the diff): "
-                + ", ".join(f"`{f}`" for f in untracked[:20]) + (f", and {n - 20} more" if n > 20 else "") + ".", ""]
+        out += [
+            f"Untracked files in the repository ({n}; new files are not in the diff): "
+            + ", ".join(f"`{f}`" for f in untracked[:20])
+            + (f", and {n - 20} more" if n > 20 else "")
+            + ".",
+            "",
+        ]
     return out
 
 
@@ -220,16 +250,16 @@ def _tree(root: str, latest: Mapping[str, Mapping[str, Any]]) -> str:
             by_tool.setdefault(tool, []).extend(step.get("files") or [])
     lines = [root.rstrip("/") + "/"]
     tools = sorted(by_tool)
-    items: list[tuple[str, list[Mapping[str, Any]]]] = [(e, []) for e in entries] + \
-        [(t + "/", by_tool[t]) for t in tools]
+    items: list[tuple[str, list[Mapping[str, Any]]]] = [(e, []) for e in entries] + [
+        (t + "/", by_tool[t]) for t in tools
+    ]
     for n, (name, files) in enumerate(items):
         last = n == len(items) - 1
         lines.append(("└── " if last else "├── ") + name)
         pad = "    " if last else "│   "
         for m, f in enumerate(sorted(files, key=lambda f: f["path"])):
             leaf = f["path"].split("/", 1)[-1]
-            lines.append(pad + ("└── " if m == len(files) - 1 else "├── ") +
-                         f"{leaf}  ({fmt_bytes(f.get('bytes'))})")
+            lines.append(pad + ("└── " if m == len(files) - 1 else "├── ") + f"{leaf}  ({fmt_bytes(f.get('bytes'))})")
     return "\n".join(lines)
 
 
@@ -241,13 +271,14 @@ def render_reproduction(manifest: Mapping[str, Any]) -> str:
     lines = ["### Prerequisites", ""]
     if gpus:
         g = gpus[0]
-        lines.append(f"- GPU: {g.get('name')} or similar (compute capability "
-                     f"{_v(g.get('compute_capability'))}), {len(gpus)} visible")
+        lines.append(
+            f"- GPU: {g.get('name')} or similar (compute capability "
+            f"{_v(g.get('compute_capability'))}), {len(gpus)} visible"
+        )
     else:
         lines.append("- GPU: none used (the capture ran on CPU)")
     lines.append(f"- Driver: {_v(env.get('driver_version'))}; CUDA runtime: {_v(env.get('cuda_runtime'))}")
-    lines.append(f"- Python {_v(env.get('python'))}, PyTorch {_v(env.get('torch'))}, "
-                 f"Triton {_v(env.get('triton'))}")
+    lines.append(f"- Python {_v(env.get('python'))}, PyTorch {_v(env.get('torch'))}, Triton {_v(env.get('triton'))}")
     if "ncu" in latest:
         lines.append(f"- Nsight Compute: {_v(env.get('ncu_version'))}")
     if "nsys" in latest:
@@ -262,13 +293,19 @@ def render_reproduction(manifest: Mapping[str, Any]) -> str:
     if git.get("commit"):
         setup.append(f"git checkout {git['commit']}")
     if env.get("torch"):
-        setup.append(f"pip install torch=={str(env['torch']).split('+')[0]}  # built for CUDA "
-                     f"{_v(env.get('cuda_runtime'))} on the capture machine")
-    setup.append(f"pip install -e <tracestory checkout>  # tracestory {_v(env.get('tracestory'), 'version not recorded: run from source')}")
+        setup.append(
+            f"pip install torch=={str(env['torch']).split('+')[0]}  # built for CUDA "
+            f"{_v(env.get('cuda_runtime'))} on the capture machine"
+        )
+    setup.append(
+        "pip install -e <tracestory checkout>  # tracestory "
+        f"{_v(env.get('tracestory'), 'version not recorded: run from source')}"
+    )
     lines += _fence("\n".join(setup), "bash")
     if git.get("dirty"):
-        lines.append("The working tree had uncommitted changes at capture time: the commit alone "
-                     "does not reproduce it.")
+        lines.append(
+            "The working tree had uncommitted changes at capture time: the commit alone does not reproduce it."
+        )
     if git.get("repo") and not git.get("commit"):
         lines.append(f"Commit: {NA} (the repository had no commit at capture time).")
     lines += ["", "### Capture", ""]
@@ -280,8 +317,11 @@ def render_reproduction(manifest: Mapping[str, Any]) -> str:
         lines += [f"{tool}:", ""] + _fence("\n".join(cmd), "bash")
         subs = [s.get("command") for s in cap.get("steps") or [] if not s.get("in_process")]
         if subs:
-            intro = ("before its in-process profiled run, it runs:" if tool == "torch" and
-                     any(s.get("in_process") for s in cap.get("steps") or []) else "which runs:")
+            intro = (
+                "before its in-process profiled run, it runs:"
+                if tool == "torch" and any(s.get("in_process") for s in cap.get("steps") or [])
+                else "which runs:"
+            )
             lines += ["", intro, ""] + _fence("\n".join(subs), "bash")
         lines.append("")
     lines += ["### Analyze", ""]

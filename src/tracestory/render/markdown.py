@@ -12,13 +12,26 @@ formatted from a result; a missing value prints ``n/a`` with the reason.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .md import label
-from .sections import (Context, actions, appendix, codebase, environment, execution, goal, hardware,
-                       observations, reproduction, summary, telemetry, visualizations)
+from .sections import (
+    Context,
+    actions,
+    appendix,
+    codebase,
+    environment,
+    execution,
+    goal,
+    hardware,
+    observations,
+    reproduction,
+    summary,
+    telemetry,
+    visualizations,
+)
 
 TITLE_PREFIX = "Hands-On Learning Report:"
 
@@ -28,8 +41,8 @@ class Section:
     """One heading of the report and the function that writes its body (a list of lines)."""
 
     title: str
-    render: Callable[[Context], list[str]]
-    optional: bool = False       # shown only when its render returns lines (not None)
+    render: Callable[[Context], list[str] | None]
+    optional: bool = False  # shown only when its render returns lines (not None)
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -46,7 +59,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("Reproduction Guide", reproduction.render),
     Section("Appendix", appendix.render),
 )
-SECTION_TITLES = tuple(s.title for s in SECTIONS if not s.optional)   # the headings every report has
+SECTION_TITLES = tuple(s.title for s in SECTIONS if not s.optional)  # the headings every report has
 
 
 def report_inputs(results) -> tuple[str, ...]:
@@ -74,6 +87,6 @@ def render_report(results, *, plots: Sequence[Path] = ()) -> str:
         body = sec.render(ctx)
         if body is None and sec.optional:
             continue
-        out += [f"## {sec.title}", ""] + body
+        out += [f"## {sec.title}", ""] + (body or [])
     text = "\n".join(out)
     return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"

@@ -8,19 +8,23 @@ its unit (``tracestory.units`` chooses the unit).
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..analysis.findings.base import Evidence
 from ..units import clip_text, fmt_bytes, fmt_ns, fmt_pct, short_name  # noqa: F401  (short_name re-exported)
 
 
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
-             align: str | None = None) -> list[str]:
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None) -> list[str]:
     """A pipe table; ``align`` is one char per column (``l`` or ``r``). Pipes in cells escaped."""
     align = align or "l" * len(headers)
-    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
-    out = ["| " + " | ".join(cell(h) for h in headers) + " |",
-           "|" + "|".join(" ---: " if a == "r" else " --- " for a in align) + "|"]
+
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    out = [
+        "| " + " | ".join(cell(h) for h in headers) + " |",
+        "|" + "|".join(" ---: " if a == "r" else " --- " for a in align) + "|",
+    ]
     out += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
     return out
 
@@ -45,6 +49,8 @@ def fmt_evidence(e: Evidence) -> str:
     v = e.value
     if v is None:
         return "n/a"
+    if isinstance(v, str):  # a name or a sentence: no unit applies
+        return f"`{short_name(v, 70)}`" if e.unit == "text" else v
     if e.unit == "ns":
         return fmt_ns(v)
     if e.unit == "ns_per_step":

@@ -55,19 +55,23 @@ def peak_text(d) -> str:
         bits.append(f"GPU running {short_name(p.kernel_active, 40)}")
     elif p.kernel_next:
         bits.append(f"GPU idle, next {short_name(p.kernel_next, 40)}")
-    return (f"peak allocated {fmt_bytes(d.peak_allocated_bytes)} at +{fmt_ns(d.peak_allocated_ts_ns - d.start_ns)}"
-            + (": " + ", ".join(bits) if bits else ""))
+    return f"peak allocated {fmt_bytes(d.peak_allocated_bytes)} at +{fmt_ns(d.peak_allocated_ts_ns - d.start_ns)}" + (
+        ": " + ", ".join(bits) if bits else ""
+    )
 
 
 def render_memory_ascii(d, *, width: int = WIDTH, height: int = HEIGHT) -> list[str]:
     """Chart lines for one :class:`~tracestory.analysis.memory.DeviceMemory`."""
     alloc = np.array([b.max_allocated_bytes for b in d.bins], dtype=np.float64)
-    res = (np.array([b.max_reserved_bytes for b in d.bins], dtype=np.float64)
-           if d.reserved_bytes is not None else None)
+    res = np.array([b.max_reserved_bytes for b in d.bins], dtype=np.float64) if d.reserved_bytes is not None else None
     hi = float(max(alloc.max(), res.max() if res is not None else 0.0, 1.0))
     unit, scale = _unit(hi)
     low_alloc = float(alloc[alloc >= 0].min()) if (alloc >= 0).any() else 0.0
-    lo = 0.0 if low_alloc < 0.5 * hi else max(0.0, _nice_floor(low_alloc * 0.98 / scale, (hi - low_alloc) / scale) * scale)
+    lo = (
+        0.0
+        if low_alloc < 0.5 * hi
+        else max(0.0, _nice_floor(low_alloc * 0.98 / scale, (hi - low_alloc) / scale) * scale)
+    )
     top = hi + (hi - lo) * 0.05
     label_w = 9
     n_bins = len(d.bins)
@@ -80,8 +84,9 @@ def render_memory_ascii(d, *, width: int = WIDTH, height: int = HEIGHT) -> list[
     if res is not None:
         r_col = np.maximum.reduceat(res, starts) if n_bins >= n else res[cols]
     n = len(a_col)
-    title = (f"GPU {d.device} memory over time ({unit})"
-             + (f", value axis from {lo / scale:g} {unit}, not 0" if lo > 0 else ""))
+    title = f"GPU {d.device} memory over time ({unit})" + (
+        f", value axis from {lo / scale:g} {unit}, not 0" if lo > 0 else ""
+    )
     lines = [title]
     label_rows = {0: top, height // 2: (top + lo) / 2, height - 1: lo}
     for r in range(height):
@@ -111,18 +116,26 @@ def render_memory_ascii(d, *, width: int = WIDTH, height: int = HEIGHT) -> list[
     lines.append(legend)
     lines.append(f"        each column: the largest value in its time bin, {unit}; time from the first sample")
     facts = [peak_text(d)]
-    facts.append(f"samples {d.sample_count}: {d.alloc_count} allocations, {d.free_count} frees; "
-                 f"allocated {fmt_bytes(d.first_allocated_bytes)} at the start, "
-                 f"{fmt_bytes(d.last_allocated_bytes)} at the end")
+    facts.append(
+        f"samples {d.sample_count}: {d.alloc_count} allocations, {d.free_count} frees; "
+        f"allocated {fmt_bytes(d.first_allocated_bytes)} at the start, "
+        f"{fmt_bytes(d.last_allocated_bytes)} at the end"
+    )
     if d.peak_reserved_bytes is not None:
-        facts.append(f"peak reserved {fmt_bytes(d.peak_reserved_bytes)}; largest reserved minus allocated "
-                     f"{fmt_bytes(d.max_unused_reserved_bytes)}")
+        facts.append(
+            f"peak reserved {fmt_bytes(d.peak_reserved_bytes)}; largest reserved minus allocated "
+            f"{fmt_bytes(d.max_unused_reserved_bytes)}"
+        )
         if d.fragmentation_at_peak is not None and d.fragmentation_mean is not None:
-            facts.append(f"reserved / allocated: {d.fragmentation_at_peak:.2f}x at the allocated peak, "
-                         f"{d.fragmentation_mean:.2f}x time-weighted mean")
+            facts.append(
+                f"reserved / allocated: {d.fragmentation_at_peak:.2f}x at the allocated peak, "
+                f"{d.fragmentation_mean:.2f}x time-weighted mean"
+            )
     if d.total_memory_bytes:
-        facts.append(f"device memory {fmt_bytes(d.total_memory_bytes)}: peak allocated is "
-                     f"{100 * d.peak_allocated_share:.1f}% of it")
+        facts.append(
+            f"device memory {fmt_bytes(d.total_memory_bytes)}: peak allocated is "
+            f"{100 * d.peak_allocated_share:.1f}% of it"
+        )
     if d.allocated_from_deltas:
         facts.append("allocated rebuilt from allocation deltas (the trace has no totals)")
     wrapped = [w for f in facts for w in textwrap.wrap(f, width, subsequent_indent="  ")]
@@ -133,10 +146,18 @@ def memory_section(mt, *, width: int = WIDTH) -> list[str]:
     """Markdown lines for the memory timeline: one sentence per device and its fenced chart;
     ``n/a`` with the reason when there are no GPU memory samples."""
     if mt is None or not mt.devices:
-        return [("Memory usage over time: n/a (no GPU memory samples; capture with torch.profiler "
-                 "profile_memory=True or nsys --cuda-memory-usage=true)"), ""]
-    level = ("allocated and reserved" if mt.has_reserved else
-             "bytes held through cudaMalloc; this source has no reserved figure")
+        return [
+            (
+                "Memory usage over time: n/a (no GPU memory samples; capture with torch.profiler "
+                "profile_memory=True or nsys --cuda-memory-usage=true)"
+            ),
+            "",
+        ]
+    level = (
+        "allocated and reserved"
+        if mt.has_reserved
+        else "bytes held through cudaMalloc; this source has no reserved figure"
+    )
     out = [f"GPU memory over time from {mt.source} ({level}):", ""]
     for d in mt.devices[:8]:
         out += ["```text", *render_memory_ascii(d, width=width), "```", ""]
@@ -153,19 +174,30 @@ def plot_memory(mt, path: Path, *, title: str = "") -> Path | None:
     plt = pyplot()
     devs = mt.devices[:8]
     fig, axes = plt.subplots(len(devs), 1, figsize=(10, 3.2 * len(devs)), squeeze=False)
-    for ax, d in zip(axes[:, 0], devs):
+    for ax, d in zip(axes[:, 0], devs, strict=False):
         unit, scale = _unit(float(max(d.peak_allocated_bytes, d.peak_reserved_bytes or 0, 1)))
         x = (d.ts_ns - d.start_ns) / 1e6
         ax.step(x, d.allocated_bytes / scale, where="post", label="allocated", color="tab:blue")
         if d.reserved_bytes is not None:
-            ax.step(x, d.reserved_bytes / scale, where="post", color="tab:orange",
-                    label="reserved (caching allocator)")
-            ax.fill_between(x, d.allocated_bytes / scale, d.reserved_bytes / scale, step="post",
-                            color="tab:orange", alpha=0.2, label="reserved, not allocated")
+            ax.step(x, d.reserved_bytes / scale, where="post", color="tab:orange", label="reserved (caching allocator)")
+            ax.fill_between(
+                x,
+                d.allocated_bytes / scale,
+                d.reserved_bytes / scale,
+                step="post",
+                color="tab:orange",
+                alpha=0.2,
+                label="reserved, not allocated",
+            )
         px = (d.peak_allocated_ts_ns - d.start_ns) / 1e6
-        ax.annotate(clip_text(peak_text(d), 110), xy=(px, d.peak_allocated_bytes / scale),
-                    xytext=(0.2, 0.55), textcoords="axes fraction", fontsize=7,
-                    arrowprops={"arrowstyle": "->", "color": "0.3"})
+        ax.annotate(
+            clip_text(peak_text(d), 110),
+            xy=(px, d.peak_allocated_bytes / scale),
+            xytext=(0.2, 0.55),
+            textcoords="axes fraction",
+            fontsize=7,
+            arrowprops={"arrowstyle": "->", "color": "0.3"},
+        )
         ax.set_ylabel(f"GPU {d.device} memory ({unit})")
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("time since the first memory sample (ms)")

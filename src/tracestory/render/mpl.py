@@ -3,10 +3,9 @@ deterministic PNGs (Agg backend, no timestamp or version in the metadata)."""
 
 from __future__ import annotations
 
-from .. import outputs
-
 from pathlib import Path
 
+from .. import outputs
 from ..errors import ToolNotFound
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis.multigpu import MultiGpu
 from ..analysis.findings.multigpu import _KIND_TITLE
+from ..analysis.multigpu import MultiGpu
 from .ascii import (
     IDLE,
     WIDTH,
@@ -61,13 +61,13 @@ class Lane:
     rank: int
     compute: tuple[np.ndarray, np.ndarray]
     comm: tuple[np.ndarray, np.ndarray]
-    wait: tuple[np.ndarray, np.ndarray]   # inside collectives, before the last rank arrived
+    wait: tuple[np.ndarray, np.ndarray]  # inside collectives, before the last rank arrived
 
 
 def lanes(result: MultiGpu) -> tuple[Lane, ...]:
     """Every rank's compute, communication and waiting intervals on the reference clock."""
     out = []
-    for j, (r, s) in enumerate(zip(result.ranks, result.summaries)):
+    for j, (r, s) in enumerate(zip(result.ranks, result.summaries, strict=False)):
         off = result.alignment.offsets_ns[j]
         ws, we = [], []
         for c in result.collectives:
@@ -77,9 +77,14 @@ def lanes(result: MultiGpu) -> tuple[Lane, ...]:
             if c.wait_ns[i] > 0:
                 ws.append(c.start_ns[i])
                 we.append(c.start_ns[i] + c.wait_ns[i])
-        out.append(Lane(rank=r, compute=(s.compute_display[0] + off, s.compute_display[1] + off),
-                        comm=(s.comm_display[0] + off, s.comm_display[1] + off),
-                        wait=(np.asarray(ws, dtype=np.int64), np.asarray(we, dtype=np.int64))))
+        out.append(
+            Lane(
+                rank=r,
+                compute=(s.compute_display[0] + off, s.compute_display[1] + off),
+                comm=(s.comm_display[0] + off, s.comm_display[1] + off),
+                wait=(np.asarray(ws, dtype=np.int64), np.asarray(we, dtype=np.int64)),
+            )
+        )
     return tuple(out)
 
 
@@ -109,14 +114,16 @@ def render_timeline(result: MultiGpu, width: int = WIDTH) -> list[str]:
     edges = t0 + (t1 - t0) * np.arange(n + 1, dtype=np.float64) / n
     bin_w = (t1 - t0) / n
     al = result.alignment
-    title = (f"MULTI-GPU COMMUNICATION TIMELINE: {what}, {len(result.ranks)} GPUs, clocks aligned by "
-             f"{al.method.replace('_', ' ')}")
+    title = (
+        f"MULTI-GPU COMMUNICATION TIMELINE: {what}, {len(result.ranks)} GPUs, clocks aligned by "
+        f"{al.method.replace('_', ' ')}"
+    )
     lines = [clip_text(title, width), ""]
     lines += time_axis(t0, t1, n, label_w + 2)[::-1]
     shown = lanes(result)
     if len(shown) > MAX_LANES:  # the first ranks, and the slowest one wherever it is
         keep = [ln for ln in shown if ln.rank == slow]
-        keep = [ln for ln in shown if ln.rank != slow][:MAX_LANES - len(keep)] + keep
+        keep = [ln for ln in shown if ln.rank != slow][: MAX_LANES - len(keep)] + keep
         hidden = len(shown) - len(keep)
         shown = tuple(sorted(keep, key=lambda ln: ln.rank))
     else:
@@ -142,8 +149,10 @@ def render_timeline(result: MultiGpu, width: int = WIDTH) -> list[str]:
         lines.append(f"{'barrier':<{label_w}}  {''.join(bar).rstrip()}")
     if hidden:
         lines.append(f"({hidden} more GPUs not drawn: see the per-GPU table)")
-    legend = (f"legend: {COMPUTE} compute  {WAIT} waiting in a collective for the last GPU  {COMM} communication  "
-              f"{IDLE} idle  {BARRIER} last GPU arrives (barrier)" + ("  * slowest GPU" if slow is not None else ""))
+    legend = (
+        f"legend: {COMPUTE} compute  {WAIT} waiting in a collective for the last GPU  {COMM} communication  "
+        f"{IDLE} idle  {BARRIER} last GPU arrives (barrier)" + ("  * slowest GPU" if slow is not None else "")
+    )
     lines += wrap_legend(legend, width)
     return [clip_text(x, width) for x in lines]
 
@@ -164,48 +173,135 @@ def render_multigpu_section(result: MultiGpu, findings=()) -> str:
     if h:
         out += [f"**{h[:1].upper() + h[1:]}**", ""]
     al = result.alignment
-    res = (f"; collective ends agree within {fmt_ns(al.residual_median_ns)} (median), "
-           f"{fmt_ns(al.residual_max_ns)} (max) over {al.matched_collectives} collectives"
-           if al.residual_median_ns is not None else "")
-    out += [f"Clocks: {al.method.replace('_', ' ')}, reference GPU {al.reference_rank}{res}."
-            + (f" Not aligned (no shared collective): {', '.join(map(_gpu, al.unaligned_ranks))}."
-               if al.unaligned_ranks else ""), ""]
-    rows = [(_gpu(b.rank), b.device or "n/a", fmt_ns(b.window_ns), fmt_ns(b.compute_ns), fmt_ns(b.comm_ns),
-             fmt_ns(b.overlap_ns), fmt_ns(b.exposed_comm_ns), fmt_ns(b.idle_ns), fmt_ns(b.wait_ns),
-             str(b.last_count), fmt_ns(b.wait_caused_ns)) for b in result.per_rank]
+    res = (
+        f"; collective ends agree within {fmt_ns(al.residual_median_ns)} (median), "
+        f"{fmt_ns(al.residual_max_ns)} (max) over {al.matched_collectives} collectives"
+        if al.residual_median_ns is not None
+        else ""
+    )
+    out += [
+        f"Clocks: {al.method.replace('_', ' ')}, reference GPU {al.reference_rank}{res}."
+        + (
+            f" Not aligned (no shared collective): {', '.join(map(_gpu, al.unaligned_ranks))}."
+            if al.unaligned_ranks
+            else ""
+        ),
+        "",
+    ]
+    rows = [
+        (
+            _gpu(b.rank),
+            b.device or "n/a",
+            fmt_ns(b.window_ns),
+            fmt_ns(b.compute_ns),
+            fmt_ns(b.comm_ns),
+            fmt_ns(b.overlap_ns),
+            fmt_ns(b.exposed_comm_ns),
+            fmt_ns(b.idle_ns),
+            fmt_ns(b.wait_ns),
+            str(b.last_count),
+            fmt_ns(b.wait_caused_ns),
+        )
+        for b in result.per_rank
+    ]
     out += ["#### Per GPU", ""]
-    out += _table(("GPU", "device", "GPU window", "compute", "communication", "overlap", "exposed comm",
-                   "idle", "waited in collectives", "last arrivals", "wait caused"), rows, "llrrrrrrrrr")
+    out += _table(
+        (
+            "GPU",
+            "device",
+            "GPU window",
+            "compute",
+            "communication",
+            "overlap",
+            "exposed comm",
+            "idle",
+            "waited in collectives",
+            "last arrivals",
+            "wait caused",
+        ),
+        rows,
+        "llrrrrrrrrr",
+    )
     out += [""]
     if result.groups:
         out += ["#### Collectives", ""]
         rows = []
         for g in result.groups[:20]:
             last = f"GPU {g.last_rank} ({g.last_rank_count}/{g.count})" if g.last_rank is not None else "n/a"
-            skew = (f"{fmt_ns(g.skew_median_ns)} / {fmt_ns(g.skew_max_ns)}" if g.skew_median_ns is not None else "n/a")
+            skew = f"{fmt_ns(g.skew_median_ns)} / {fmt_ns(g.skew_max_ns)}" if g.skew_median_ns is not None else "n/a"
             algo = "/".join(x for x in (g.algorithm, g.protocol) if x) or "n/a"
-            rows.append((_kind(g.kind), fmt_bytes(g.bytes), g.dtype or "n/a",
-                         f"{g.pg or 'n/a'} ({g.group_size or 'n/a'})", algo, str(g.count),
-                         f"{fmt_ns(g.duration_min_ns)} / {fmt_ns(g.duration_median_ns)} / {fmt_ns(g.duration_max_ns)}",
-                         _gbps(g.busbw_median_bytes_per_s), skew, last, fmt_ns(g.total_wait_ns)))
-        out += _table(("type", "size", "dtype", "group (size)", "algorithm", "count", "duration min / median / max",
-                       "busbw (median)", "skew median / max", "last GPU", "wait"), rows, "lllllrrrrlr")
+            rows.append(
+                (
+                    _kind(g.kind),
+                    fmt_bytes(g.bytes),
+                    g.dtype or "n/a",
+                    f"{g.pg or 'n/a'} ({g.group_size or 'n/a'})",
+                    algo,
+                    str(g.count),
+                    f"{fmt_ns(g.duration_min_ns)} / {fmt_ns(g.duration_median_ns)} / {fmt_ns(g.duration_max_ns)}",
+                    _gbps(g.busbw_median_bytes_per_s),
+                    skew,
+                    last,
+                    fmt_ns(g.total_wait_ns),
+                )
+            )
+        out += _table(
+            (
+                "type",
+                "size",
+                "dtype",
+                "group (size)",
+                "algorithm",
+                "count",
+                "duration min / median / max",
+                "busbw (median)",
+                "skew median / max",
+                "last GPU",
+                "wait",
+            ),
+            rows,
+            "lllllrrrrlr",
+        )
         if len(result.groups) > 20:
             out += ["", f"({len(result.groups) - 20} more groups in the JSON output.)"]
-        out += ["", "Duration is per GPU and instance; busbw uses the last-arriving GPU's duration (no waiting "
-                "in it) and NCCL's bus-bandwidth factor; skew is the spread of arrivals (kernel starts)."]
+        out += [
+            "",
+            "Duration is per GPU and instance; busbw uses the last-arriving GPU's duration (no waiting "
+            "in it) and NCCL's bus-bandwidth factor; skew is the spread of arrivals (kernel starts).",
+        ]
         out += [""]
     if result.steps:
         out += ["#### Steps", ""]
-        rows = []
+        step_rows = []
         for st in result.steps:
-            rows.append((st.name, fmt_ns(max(st.span_ns)), f"{fmt_ns(min(st.compute_ns))} / {fmt_ns(max(st.compute_ns))}",
-                         f"{st.imbalance:.2f}" if st.imbalance is not None else "n/a", _gpu(st.slowest_rank),
-                         fmt_pct(sum(st.comm_ns) / max(sum(st.span_ns), 1)),
-                         fmt_pct(sum(st.exposed_comm_ns) / sum(st.comm_ns)) if sum(st.comm_ns) else "n/a",
-                         _gpu(st.last_rank) if st.last_rank is not None else "n/a", fmt_ns(st.wait_ns)))
-        out += _table(("step", "span (max)", "compute min / max", "max/mean compute", "most compute",
-                       "comm share", "exposed", "last GPU", "wait"), rows, "lrrrlrrlr")
+            step_rows.append(
+                (
+                    st.name,
+                    fmt_ns(max(st.span_ns)),
+                    f"{fmt_ns(min(st.compute_ns))} / {fmt_ns(max(st.compute_ns))}",
+                    f"{st.imbalance:.2f}" if st.imbalance is not None else "n/a",
+                    _gpu(st.slowest_rank),
+                    fmt_pct(sum(st.comm_ns) / max(sum(st.span_ns), 1)),
+                    fmt_pct(sum(st.exposed_comm_ns) / sum(st.comm_ns)) if sum(st.comm_ns) else "n/a",
+                    _gpu(st.last_rank) if st.last_rank is not None else "n/a",
+                    fmt_ns(st.wait_ns),
+                )
+            )
+        out += _table(
+            (
+                "step",
+                "span (max)",
+                "compute min / max",
+                "max/mean compute",
+                "most compute",
+                "comm share",
+                "exposed",
+                "last GPU",
+                "wait",
+            ),
+            step_rows,
+            "lrrrlrrlr",
+        )
         out += [""]
     fs = list(findings)
     if fs:
@@ -222,7 +318,7 @@ def multigpu_json(result: MultiGpu, findings=()) -> dict:
     """Every result of the section in base units (ns, bytes, bytes/s); no per-rank arrays."""
     return {
         "ranks": list(result.ranks),
-        "sources": {str(r): s.source for r, s in zip(result.ranks, result.summaries)},
+        "sources": {str(r): s.source for r, s in zip(result.ranks, result.summaries, strict=False)},
         "alignment": jsonable(result.alignment),
         "per_rank": jsonable(result.per_rank),
         "steps": jsonable(result.steps),
@@ -248,28 +344,35 @@ def plot_multigpu(result: MultiGpu, path: str | Path) -> Path | None:
 
     t0, t1, what = win
     ls = lanes(result)
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(11, 1.2 + 0.9 * len(ls) + 3),
-                                 gridspec_kw={"height_ratios": [max(len(ls), 1), 3]})
+    fig, (ax, bx) = plt.subplots(
+        2, 1, figsize=(11, 1.2 + 0.9 * len(ls) + 3), gridspec_kw={"height_ratios": [max(len(ls), 1), 3]}
+    )
     colors = {"compute": "tab:blue", "wait": "tab:red", "comm": "tab:orange"}
     slow = result.straggler.rank if result.straggler else None
     for y, lane in enumerate(ls):
         for key, (s, e) in (("compute", lane.compute), ("comm", lane.comm), ("wait", lane.wait)):
             keep = (e > t0) & (s < t1)
-            bars = [((a - t0) / 1e6, (b - a) / 1e6) for a, b in zip(s[keep], e[keep])]
+            bars = [((a - t0) / 1e6, (b - a) / 1e6) for a, b in zip(s[keep], e[keep], strict=False)]
             h = 0.8 if key == "compute" else 0.4
             ax.broken_barh(bars, (y - h / 2, h), color=colors[key], linewidth=0)
     for c in result.collectives:
         if c.last_rank is not None and t0 <= max(c.start_ns) < t1:
             ax.axvline((max(c.start_ns) - t0) / 1e6, color="black", linestyle=":", linewidth=0.8)
-    ax.set_yticks(range(len(ls)), [_gpu(l.rank) + (" (slowest)" if l.rank == slow else "") for l in ls])
+    ax.set_yticks(range(len(ls)), [_gpu(x.rank) + (" (slowest)" if x.rank == slow else "") for x in ls])
     ax.invert_yaxis()
     ax.set_xlim(0, (t1 - t0) / 1e6)
     ax.set_xlabel(f"time (ms) from the start of the {what}, aligned clock")
-    ax.legend(handles=[Patch(color=colors["compute"], label="compute"),
-                       Patch(color=colors["comm"], label="communication kernel"),
-                       Patch(color=colors["wait"], label="waiting for the last GPU"),
-                       plt.Line2D([], [], color="black", linestyle=":", label="last GPU arrives")],
-              loc="upper right", fontsize=7, ncol=4)
+    ax.legend(
+        handles=[
+            Patch(color=colors["compute"], label="compute"),
+            Patch(color=colors["comm"], label="communication kernel"),
+            Patch(color=colors["wait"], label="waiting for the last GPU"),
+            plt.Line2D([], [], color="black", linestyle=":", label="last GPU arrives"),
+        ],
+        loc="upper right",
+        fontsize=7,
+        ncol=4,
+    )
     ax.set_title(f"Multi-GPU timeline ({len(ls)} GPUs, clocks: {result.alignment.method.replace('_', ' ')})")
     ranks = [_gpu(b.rank) for b in result.per_rank]
     comp = np.array([b.compute_ns for b in result.per_rank]) / 1e6

@@ -20,11 +20,11 @@ import numpy as np
 
 from ..analysis.facts import RunFacts
 from ..units import fmt_ns
+from .jsonable import jsonable
 from .md import short_name
+from .memory import plot_memory as _plot
 from .mpl import pyplot as _pyplot
 from .mpl import save as _save
-from .memory import plot_memory as _plot
-from .jsonable import jsonable
 
 
 def _colors(categories) -> dict[str, tuple]:
@@ -56,6 +56,7 @@ def plot_timeline(f: RunFacts, path: Path) -> Path:
 
     a = f.analysis
     tr, cls = a.trace, a.classification
+    assert a.timeline is not None, "plot_timeline needs a trace with a timeline"
     t0 = a.timeline.start_ns
     cats = cls.taxonomy.categories
     colors = _colors(cats)
@@ -70,16 +71,22 @@ def plot_timeline(f: RunFacts, path: Path) -> Path:
                 continue
             starts = (table["start_ns"][on] - t0) / 1e6
             widths = np.maximum((table["end_ns"][on] - table["start_ns"][on]) / 1e6, 1e-4)
-            ax.broken_barh(list(zip(starts, widths, strict=True)), (y - 0.4, 0.8),
-                           facecolors=[colors[cats[c]] for c in cat[on]])
+            ax.broken_barh(
+                list(zip(starts, widths, strict=True)), (y - 0.4, 0.8), facecolors=[colors[cats[c]] for c in cat[on]]
+            )
     for p in a.phases.phases if a.phases.source != "none" else ():
-        if p.gpu_start_ns is not None:
+        if p.gpu_start_ns is not None and p.gpu_end_ns is not None:
             ax.axvspan((p.gpu_start_ns - t0) / 1e6, (p.gpu_end_ns - t0) / 1e6, color="0.9", zorder=0)
     ax.set_yticks(range(len(lanes)), [f"GPU {d} stream {s}" for d, s in lanes])
     ax.set_xlabel("time since first GPU op (ms)")
     used = [c for c in cats if any((cat == cats.index(c)).any() for _, cat in ops)]
-    ax.legend(handles=[Patch(color=colors[c], label=c) for c in used], loc="center left",
-              bbox_to_anchor=(1.01, 0.5), fontsize=8, title="category")
+    ax.legend(
+        handles=[Patch(color=colors[c], label=c) for c in used],
+        loc="center left",
+        bbox_to_anchor=(1.01, 0.5),
+        fontsize=8,
+        title="category",
+    )
     ax.set_title(f"GPU timeline (grey: phases) — {tr.label}")
     return _save(fig, path)
 
@@ -123,9 +130,10 @@ def plot_warp_stalls(rows, path: Path, *, top: int = 4, title: str = "") -> Path
     if not rows:
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 0.3 * sum(min(len(r["warp_stall_pct"]), 10) + 3 for r in rows)),
-                             squeeze=False)
-    for ax, r in zip(axes[:, 0], rows):
+    fig, axes = plt.subplots(
+        len(rows), 1, figsize=(9, 0.3 * sum(min(len(r["warp_stall_pct"]), 10) + 3 for r in rows)), squeeze=False
+    )
+    for ax, r in zip(axes[:, 0], rows, strict=False):
         items = sorted(r["warp_stall_pct"].items(), key=lambda kv: (-kv[1], kv[0]))
         shown = [(k, v) for k, v in items if v >= 1.0][:9]
         rest = sum(v for k, v in items if (k, v) not in shown)
@@ -134,7 +142,7 @@ def plot_warp_stalls(rows, path: Path, *, top: int = 4, title: str = "") -> Path
         labels = [k for k, _ in shown][::-1]
         vals = [v for _, v in shown][::-1]
         bars = ax.barh(labels, vals, color="tab:red")
-        for b, v in zip(bars, vals):
+        for b, v in zip(bars, vals, strict=False):
             ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {v:.1f}%", va="center", fontsize=7)
         ax.set_xlim(0, max(vals) * 1.15)
         dur = r.get("duration_ns")
@@ -158,7 +166,7 @@ def _label_groups(xy, decades: float = 0.15) -> list[list[int]]:
     anchors: list[tuple[float, float]] = []
     for i, (x, y) in enumerate(xy):
         lx, ly = np.log10(max(x, 1e-30)), np.log10(max(y, 1e-30))
-        for g, (ax_, ay) in zip(groups, anchors):
+        for g, (ax_, ay) in zip(groups, anchors, strict=False):
             if abs(lx - ax_) <= decades and abs(ly - ay) <= decades:
                 g.append(i)
                 break
@@ -180,7 +188,7 @@ def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False
     pts = sorted(pts, key=lambda p: (-(p.get("duration_ns") or 0), str(p.get("label"))))[:12]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    roofs = {}
+    roofs: dict[str, tuple[float, float]] = {}
     for p in pts:
         peak, ridge = p.get("peak_flops_per_s"), p.get("ridge_flop_per_byte")
         if peak and ridge and p.get("roof_dtype"):
@@ -190,20 +198,38 @@ def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False
     hi = max(ai.max(), *[pk / bw for pk, bw in roofs.values()]) * 4 if roofs else ai.max() * 4
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
     for i, (dt, (peak, bw)) in enumerate(sorted(roofs.items())):
-        ax.plot(x, np.minimum(peak, x * bw), color="0.3", lw=1.2, ls=("-", "--", ":", "-.")[i % 4],
-                label=f"{dt} roof {peak / 1e12:.0f} TFLOP/s, DRAM {bw / 1e12:.2f} TB/s, ridge {peak / bw:.0f} FLOP/B")
+        ax.plot(
+            x,
+            np.minimum(peak, x * bw),
+            color="0.3",
+            lw=1.2,
+            ls=("-", "--", ":", "-.")[i % 4],
+            label=f"{dt} roof {peak / 1e12:.0f} TFLOP/s, DRAM {bw / 1e12:.2f} TB/s, ridge {peak / bw:.0f} FLOP/B",
+        )
     colors = {"memory": "tab:blue", "compute": "tab:red", None: "tab:gray"}
-    for i, p in enumerate(pts, 1):
-        ax.scatter(p["arithmetic_intensity"], p["achieved_flops_per_s"], color=colors.get(p.get("bound"), "tab:gray"),
-                   zorder=3, s=30)
+    for p in pts:
+        ax.scatter(
+            p["arithmetic_intensity"],
+            p["achieved_flops_per_s"],
+            color=colors.get(p.get("bound"), "tab:gray"),
+            zorder=3,
+            s=30,
+        )
     # Points closer than ~0.15 decades share one label ("1,2,4"), so numbers never sit on each other.
     for group in _label_groups([(p["arithmetic_intensity"], p["achieved_flops_per_s"]) for p in pts]):
         first = pts[group[0]]
-        ax.annotate(",".join(str(i + 1) for i in group), (first["arithmetic_intensity"], first["achieved_flops_per_s"]),
-                    xytext=(5, 4), textcoords="offset points", fontsize=8)
-    names = [f"{i}: {short_name(str(p.get('label')), 44)} ({p.get('bound') or 'n/a'}"
-             + (f", {p['pct_of_roof']:.0f}% of roof)" if p.get("pct_of_roof") is not None else ")")
-             for i, p in enumerate(pts, 1)]
+        ax.annotate(
+            ",".join(str(i + 1) for i in group),
+            (first["arithmetic_intensity"], first["achieved_flops_per_s"]),
+            xytext=(5, 4),
+            textcoords="offset points",
+            fontsize=8,
+        )
+    names = [
+        f"{i}: {short_name(str(p.get('label')), 44)} ({p.get('bound') or 'n/a'}"
+        + (f", {p['pct_of_roof']:.0f}% of roof)" if p.get("pct_of_roof") is not None else ")")
+        for i, p in enumerate(pts, 1)
+    ]
     ax.text(1.02, 1.0, "\n".join(names), transform=ax.transAxes, va="top", fontsize=7, family="monospace")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -233,8 +259,12 @@ def write_hardware_plots(hardware_rows, runs, out_dir: Path, *, stem: str = "rep
         if run.roofline_estimate is None:
             continue
         suffix = f"_{i}" if len(runs) > 1 else ""
-        p = plot_roofline([jsonable(q) for q in run.roofline_estimate.points], out_dir / f"{stem}_roofline{suffix}.png",
-                          title=run.trace.label, estimate=True)
+        p = plot_roofline(
+            [jsonable(q) for q in run.roofline_estimate.points],
+            out_dir / f"{stem}_roofline{suffix}.png",
+            title=run.trace.label,
+            estimate=True,
+        )
         if p is not None:
             out.append(p)
     return out
@@ -250,8 +280,10 @@ def write_plots(runs, out_dir: Path, *, stem: str = "report") -> list[Path]:
         out.append(plot_breakdown(a, out_dir / f"{stem}_breakdown{suffix}.png"))
         if a.timeline is not None:
             out.append(plot_timeline(run.facts, out_dir / f"{stem}_timeline{suffix}.png"))
-        for p in (plot_phases(a, out_dir / f"{stem}_phases{suffix}.png"),
-                  plot_memory(run, out_dir / f"{stem}_memory{suffix}.png")):
+        for p in (
+            plot_phases(a, out_dir / f"{stem}_phases{suffix}.png"),
+            plot_memory(run, out_dir / f"{stem}_memory{suffix}.png"),
+        ):
             if p is not None:
                 out.append(p)
     return out

@@ -21,7 +21,7 @@ from rich.table import Table as RichTable
 from ..units import clip_text, fmt_ns, fmt_pct, sig
 
 FORMATS = ("table", "csv", "json", "markdown")
-TEXT_WIDTH = 32   # terminal columns of a text cell (names, shapes); the other formats keep it whole
+TEXT_WIDTH = 32  # terminal columns of a text cell (names, shapes); the other formats keep it whole
 
 
 def _value(v):
@@ -31,7 +31,7 @@ def _value(v):
 def table_records(table) -> list[dict]:
     """One dict per row, the column names as keys (None where missing)."""
     cols = list(table.columns)
-    return [{c: _value(v) for c, v in zip(cols, row)} for row in table.rows()]
+    return [{c: _value(v) for c, v in zip(cols, row, strict=False)} for row in table.rows()]
 
 
 def table_text(table, fmt: str) -> str:
@@ -61,8 +61,8 @@ def _cell(column: str, v) -> str:
     return clip_text(str(v), 60)
 
 
-KEEP_FIRST = ("total_ns", "share")   # after the first column, the columns a narrow terminal keeps
-BORDER = 3                           # a rich column's padding and rule, in terminal columns
+KEEP_FIRST = ("total_ns", "share")  # after the first column, the columns a narrow terminal keeps
+BORDER = 3  # a rich column's padding and rule, in terminal columns
 
 
 def _fitting_columns(cols: list[str], widths: list[int], width: int | None) -> list[int]:
@@ -72,7 +72,8 @@ def _fitting_columns(cols: list[str], widths: list[int], width: int | None) -> l
         return list(range(len(cols)))
     order = [0] + [i for i, c in enumerate(cols) if c in KEEP_FIRST and i]
     order += [i for i in range(1, len(cols)) if i not in order]
-    shown, used = [], 1
+    shown: list[int] = []
+    used = 1
     for i in order:
         if shown and used + widths[i] + BORDER > width:
             continue
@@ -86,18 +87,24 @@ def table_renderable(table, title: str | None = None, width: int | None = None) 
     columns when given (module docstring)."""
     cols = list(table.columns)
     rows = table.rows()
-    cells = [[_cell(c, v) for c, v in zip(cols, row)] for row in rows]
+    cells = [[_cell(c, v) for c, v in zip(cols, row, strict=False)] for row in rows]
     is_text = [any(isinstance(r[i], str) for r in rows[:50]) for i in range(len(cols))]
-    widths = [max([len(c)] + [min(len(r[i]), TEXT_WIDTH if is_text[i] else 10**6) for r in cells])
-              for i, c in enumerate(cols)]
+    widths = [
+        max([len(c)] + [min(len(r[i]), TEXT_WIDTH if is_text[i] else 10**6) for r in cells]) for i, c in enumerate(cols)
+    ]
     shown = _fitting_columns(cols, widths, width)
     left_out = [cols[i] for i in range(len(cols)) if i not in shown]
-    caption = (f"left out for width: {', '.join(left_out)} (--format csv or json has every column)"
-               if left_out else None)
+    caption = f"left out for width: {', '.join(left_out)} (--format csv or json has every column)" if left_out else None
     tab = RichTable(title=title or table.name, title_justify="left", caption=caption, caption_justify="left")
     for i in shown:
-        tab.add_column(cols[i], justify="left" if is_text[i] else "right", no_wrap=True, overflow="ellipsis",
-                       max_width=TEXT_WIDTH if is_text[i] else None, min_width=min(len(cols[i]), TEXT_WIDTH))
+        tab.add_column(
+            cols[i],
+            justify="left" if is_text[i] else "right",
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=TEXT_WIDTH if is_text[i] else None,
+            min_width=min(len(cols[i]), TEXT_WIDTH),
+        )
     for r in cells:
         tab.add_row(*(r[i] for i in shown))
     return tab

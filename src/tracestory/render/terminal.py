@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -23,17 +26,35 @@ def _summary(a) -> Table:
         tab.add_row("timeline", "n/a (input has no per-kernel start times)")
         return tab
     tab.add_row("GPU window", fmt_ns(t.window_ns))
-    tab.add_row("GPU busy (union)", f"{fmt_ns(t.busy_ns)}  ({fmt_pct(t.busy_ns / t.window_ns if t.window_ns else None)} of window;"
-                f" plain sum {fmt_ns(t.sum_ns)})")
-    tab.add_row("GPU idle", f"{fmt_ns(t.idle_ns)}  in {t.gap_count:,} gaps; waiting for launches {fmt_ns(t.idle_launch_wait_ns)},"
-                f" other {fmt_ns(t.idle_other_ns)}")
+    tab.add_row(
+        "GPU busy (union)",
+        f"{fmt_ns(t.busy_ns)}  ({fmt_pct(t.busy_ns / t.window_ns if t.window_ns else None)} of window;"
+        f" plain sum {fmt_ns(t.sum_ns)})",
+    )
+    tab.add_row(
+        "GPU idle",
+        f"{fmt_ns(t.idle_ns)}  in {t.gap_count:,} gaps; waiting for launches {fmt_ns(t.idle_launch_wait_ns)},"
+        f" other {fmt_ns(t.idle_other_ns)}",
+    )
     ll = t.launch_latency
-    tab.add_row("launch latency", "n/a (no launch calls linked)" if not ll.count else
-                f"p50 {fmt_ns(ll.p50_ns)}  p90 {fmt_ns(ll.p90_ns)}  p99 {fmt_ns(ll.p99_ns)}  (n={ll.count:,})")
-    tab.add_row("kernel rate", f"{t.kernels_per_ms:.1f} kernels/ms; {fmt_pct(t.short_kernel_share)} shorter than "
-                f"{fmt_ns(t.short_kernel_ns)}")
-    tab.add_row("verdict", Text(f"not judged ({t.verdict_withheld})", style="bold red") if t.verdict_withheld else
-                Text("launch-bound", style="bold red") if t.launch_bound else Text("not launch-bound"))
+    tab.add_row(
+        "launch latency",
+        "n/a (no launch calls linked)"
+        if not ll.count
+        else f"p50 {fmt_ns(ll.p50_ns)}  p90 {fmt_ns(ll.p90_ns)}  p99 {fmt_ns(ll.p99_ns)}  (n={ll.count:,})",
+    )
+    tab.add_row(
+        "kernel rate",
+        f"{t.kernels_per_ms:.1f} kernels/ms; {fmt_pct(t.short_kernel_share)} shorter than {fmt_ns(t.short_kernel_ns)}",
+    )
+    tab.add_row(
+        "verdict",
+        Text(f"not judged ({t.verdict_withheld})", style="bold red")
+        if t.verdict_withheld
+        else Text("launch-bound", style="bold red")
+        if t.launch_bound
+        else Text("not launch-bound"),
+    )
     return tab
 
 
@@ -44,16 +65,35 @@ def _categories(a) -> Table:
         tab.add_column(col, justify="left" if col == "category" else "right", no_wrap=True)
     for c in b.categories:
         ceiling = "unbounded" if c.amdahl_max_speedup is None else f"{c.amdahl_max_speedup:.2f}x"
-        tab.add_row(c.name, fmt_ns(c.time_ns), f"{c.percent:.1f}", f"{c.count:,}", fmt_ns(c.mean_ns), ceiling,
-                    f"{c.whatif_speedup:.2f}x")
+        tab.add_row(
+            c.name,
+            fmt_ns(c.time_ns),
+            f"{c.percent:.1f}",
+            f"{c.count:,}",
+            fmt_ns(c.mean_ns),
+            ceiling,
+            f"{c.whatif_speedup:.2f}x",
+        )
     return tab
 
 
 def _top_kernels(a, n: int = 10) -> Table:
     tab = Table(title="Top kernels by GPU time", title_justify="left")
-    for col, just in (("kernel", "left"), ("category", "left"), ("time", "right"), ("%", "right"), ("count", "right"),
-                      ("mean", "right")):
-        tab.add_column(col, justify=just, overflow="ellipsis", no_wrap=True, max_width=56 if col == "kernel" else None)
+    for col, just in (
+        ("kernel", "left"),
+        ("category", "left"),
+        ("time", "right"),
+        ("%", "right"),
+        ("count", "right"),
+        ("mean", "right"),
+    ):
+        tab.add_column(
+            col,
+            justify=cast(JustifyMethod, just),
+            overflow="ellipsis",
+            no_wrap=True,
+            max_width=56 if col == "kernel" else None,
+        )
     for k in a.breakdown.kernels[:n]:
         tab.add_row(k.name, k.category, fmt_ns(k.time_ns), f"{k.percent:.1f}", f"{k.count:,}", fmt_ns(k.mean_ns))
     return tab
@@ -75,22 +115,32 @@ def _phases(a, limit: int = 40) -> Table | None:
     return tab
 
 
-def analysis_renderables(a) -> list:
-    out = [_summary(a), _categories(a), _top_kernels(a)]
+def analysis_renderables(a) -> list[Table | Text]:
+    out: list[Table | Text] = [_summary(a), _categories(a), _top_kernels(a)]
     ph = _phases(a)
     if ph is not None:
         out.append(ph)
     for fam in a.phases.families:
         r2 = "n/a" if fam.r2 is None else f"{fam.r2:.2f}"
-        out.append(Text(f"{fam.family}: {fam.count} steps, {fmt_ns(fam.min_ns)}..{fmt_ns(fam.max_ns)} per step, "
-                        f"trend {fmt_ns(fam.slope_ns_per_step)}/step (R^2 {r2})"))
+        out.append(
+            Text(
+                f"{fam.family}: {fam.count} steps, {fmt_ns(fam.min_ns)}..{fmt_ns(fam.max_ns)} per step, "
+                f"trend {fmt_ns(fam.slope_ns_per_step)}/step (R^2 {r2})"
+            )
+        )
     return out
 
 
 def hardware_table(rows: list[dict]) -> Table:
     tab = Table(title="Nsight Compute kernels", title_justify="left")
-    cols = (("name", "kernel"), ("duration_ns", "duration"), ("sm_throughput_pct", "SM %"),
-            ("dram_throughput_pct", "DRAM %"), ("achieved_occupancy_pct", "occupancy %"), ("bound", "bound"))
+    cols = (
+        ("name", "kernel"),
+        ("duration_ns", "duration"),
+        ("sm_throughput_pct", "SM %"),
+        ("dram_throughput_pct", "DRAM %"),
+        ("achieved_occupancy_pct", "occupancy %"),
+        ("bound", "bound"),
+    )
     for _, label in cols:
         tab.add_column(label, overflow="ellipsis", no_wrap=True, max_width=48 if label == "kernel" else None)
     for r in rows:
@@ -109,13 +159,20 @@ def hardware_table(rows: list[dict]) -> Table:
     return tab
 
 
-def comparison_renderables(c: Comparison) -> list:
+def comparison_renderables(c: Comparison) -> list[Table | Text]:
     """A comparison (``analysis.compare``) as tables: speedups, categories, top kernels, findings."""
     a, b = c.a, c.b
-    sign = lambda ns: ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
-    na = lambda v: "n/a" if v is None else f"{v:,}"
-    out = [Text(f"A = {a.label}: {a.source} ({'compiled' if a.compiled else 'eager'}: {a.compile_evidence})"),
-           Text(f"B = {b.label}: {b.source} ({'compiled' if b.compiled else 'eager'}: {b.compile_evidence})")]
+
+    def sign(ns) -> str:
+        return ("+" if ns > 0 else "-" if ns < 0 else "") + fmt_ns(abs(ns))
+
+    def na(v) -> str:
+        return "n/a" if v is None else f"{v:,}"
+
+    out: list[Table | Text] = [
+        Text(f"A = {a.label}: {a.source} ({'compiled' if a.compiled else 'eager'}: {a.compile_evidence})"),
+        Text(f"B = {b.label}: {b.source} ({'compiled' if b.compiled else 'eager'}: {b.compile_evidence})"),
+    ]
     t = Table(title="B vs A (speedup = A time / B time; > 1: B is faster)", title_justify="left")
     for col in ("metric", "A", "B", "speedup"):
         t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
@@ -129,18 +186,28 @@ def comparison_renderables(c: Comparison) -> list:
     for col in ("category", "A", "A %", "B", "B %", "B - A"):
         t.add_column(col, justify="left" if col == "category" else "right", no_wrap=True)
     for d in c.categories:
-        t.add_row(d.name, fmt_ns(d.a_time_ns), fmt_pct(d.a_share), fmt_ns(d.b_time_ns), fmt_pct(d.b_share),
-                  sign(d.delta_ns))
+        t.add_row(
+            d.name, fmt_ns(d.a_time_ns), fmt_pct(d.a_share), fmt_ns(d.b_time_ns), fmt_pct(d.b_share), sign(d.delta_ns)
+        )
     out.append(t)
     t = Table(title="Top kernels", title_justify="left")
     for col in ("kernel", "in", "A", "A runs", "B", "B runs"):
         t.add_column(col, justify="left" if col in ("kernel", "in") else "right", no_wrap=True)
     where = {"a": "only A", "b": "only B", None: "both"}
     for k in c.kernels:
-        t.add_row(short_name(k.name, 50), where[k.only_in], fmt_ns(k.a_time_ns), f"{k.a_count:,}",
-                  fmt_ns(k.b_time_ns), f"{k.b_count:,}")
+        t.add_row(
+            short_name(k.name, 50),
+            where[k.only_in],
+            fmt_ns(k.a_time_ns),
+            f"{k.a_count:,}",
+            fmt_ns(k.b_time_ns),
+            f"{k.b_count:,}",
+        )
     out.append(t)
     for f in c.findings:
-        out.append(Text.assemble((f"[{f.severity.upper()}] ", "bold"), f.title, "\n  ", f.implication,
-                                 "\n  ", f.recommendation))
+        out.append(
+            Text.assemble(
+                (f"[{f.severity.upper()}] ", "bold"), f.title, "\n  ", f.implication, "\n  ", f.recommendation
+            )
+        )
     return out

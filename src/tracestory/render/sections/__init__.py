@@ -7,22 +7,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...analysis.results import Results, RunResults
+
 
 @dataclass(frozen=True)
 class Context:
     """What every section reads: the results, the inputs as the report lists them, and the
     PNG plots written beside the report (empty without ``--plots``)."""
 
-    results: object                      # analysis.results.Results
+    results: Results
     inputs: tuple[str, ...]
     plots: tuple[Path, ...] = ()
 
     @property
-    def shown(self) -> tuple:
+    def shown(self) -> tuple[RunResults, ...]:
         """The runs the per-trace sections tell: all of them, or for many traces the median one
         and the ones that differ (``Results.selection``); the rest are in the Appendix table."""
         r = self.results
-        sel = getattr(r, "selection", None)
+        sel = r.selection
         return tuple(r.runs) if sel is None else tuple(r.runs[i] for i in sel.shown)
 
     @property

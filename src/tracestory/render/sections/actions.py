@@ -13,6 +13,10 @@ def render(c: Context) -> list[str]:
         return [render_actions_log(m).strip(), ""]
     if c.no_trace:
         return [c.no_trace, ""]
-    return ["tracestory read the input trace(s) and ran no capture of its own; the "
-            "capture's own actions log is n/a (no capture manifest given).", "",
-            *fence([c.command or "n/a (not given)"], "bash"), ""]
+    return [
+        "tracestory read the input trace(s) and ran no capture of its own; the "
+        "capture's own actions log is n/a (no capture manifest given).",
+        "",
+        *fence([c.command or "n/a (not given)"], "bash"),
+        "",
+    ]

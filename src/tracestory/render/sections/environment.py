@@ -16,35 +16,51 @@ def _environment(analyses) -> list[str]:
         m = a.trace.meta
         if len(analyses) > 1:
             out += [f"### {label(a)}", ""]
-        rows = [(d.id, d.name, d.sm_count if d.sm_count is not None else "n/a",
-                 d.compute_capability or "n/a", fmt_bytes(d.total_memory_bytes))
-                for d in m.devices]
+        rows = [
+            (
+                d.id,
+                d.name,
+                d.sm_count if d.sm_count is not None else "n/a",
+                d.compute_capability or "n/a",
+                fmt_bytes(d.total_memory_bytes),
+            )
+            for d in m.devices
+        ]
         if rows:
-            out += md_table(("device", "name", "SMs", "compute capability", "memory"), rows,
-                            "rlrrr")
+            out += md_table(("device", "name", "SMs", "compute capability", "memory"), rows, "rlrrr")
         else:
             out.append("Devices: n/a (the trace carries no device properties)")
         out.append("")
         ex = dict(m.extra)
-        items = [f"- Source: {m.source_format} trace `{os.path.basename(m.source_path)}`"
-                 + (f", schema {m.format_version}" if m.format_version else "")]
-        for key, what in (("cuda_runtime_version", "CUDA runtime"), ("cuda_driver_version", "CUDA driver"),
-                           ("cupti_version", "CUPTI")):
+        items = [
+            f"- Source: {m.source_format} trace `{os.path.basename(m.source_path)}`"
+            + (f", schema {m.format_version}" if m.format_version else "")
+        ]
+        for key, what in (
+            ("cuda_runtime_version", "CUDA runtime"),
+            ("cuda_driver_version", "CUDA driver"),
+            ("cupti_version", "CUPTI"),
+        ):
             if key in ex:
                 items.append(f"- {what}: {_cuda_version(ex[key]) if key != 'cupti_version' else ex[key]}")
-        flags = [k for k in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
-                 if ex.get(k)]
+        flags = [
+            k for k in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules") if ex.get(k)
+        ]
         if flags:
             items.append("- Profiler options: " + ", ".join(flags))
         if m.process_name:
             items.append(f"- Process: {m.process_name}")
         if m.rank is not None or m.world_size is not None:
-            items.append(f"- Rank {m.rank if m.rank is not None else 'n/a'} of world size "
-                         f"{m.world_size if m.world_size is not None else 'n/a'}")
+            items.append(
+                f"- Rank {m.rank if m.rank is not None else 'n/a'} of world size "
+                f"{m.world_size if m.world_size is not None else 'n/a'}"
+            )
         if m.distributed:
             d = m.distributed
-            items.append(f"- Distributed: backend {d.get('backend', 'n/a')}"
-                         + (f", NCCL {d['nccl_version']}" if d.get("nccl_version") else ""))
+            items.append(
+                f"- Distributed: backend {d.get('backend', 'n/a')}"
+                + (f", NCCL {d['nccl_version']}" if d.get("nccl_version") else "")
+            )
         if "event_count" in ex:
             items.append(f"- Events in the file: {ex['event_count']}")
         out += items + [""]

@@ -3,10 +3,10 @@ given), then each trace's phase-by-phase story."""
 
 from __future__ import annotations
 
+from ...units import fmt_ns
 from ..batch_story import render_batch_story
 from ..md import demote, fence, label
 from ..story import execution_story
-from ...units import fmt_ns
 from . import Context
 
 
@@ -25,6 +25,8 @@ def render(c: Context) -> list[str]:
         subs = run.analysis.phases.subphases
         if subs:
             out += ["Inside the phases (the outermost nested ranges, kernels launched in them on the same thread):", ""]
-            out += [f"- `{s.name}` x{s.count}: {s.kernel_count} kernels, {fmt_ns(s.kernel_time_ns)} of kernel time"
-                    for s in subs[:8]] + [""]
+            out += [
+                f"- `{s.name}` x{s.count}: {s.kernel_count} kernels, {fmt_ns(s.kernel_time_ns)} of kernel time"
+                for s in subs[:8]
+            ] + [""]
     return out

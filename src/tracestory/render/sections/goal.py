@@ -6,14 +6,12 @@ from . import Context
 
 
 def _goal(goal, questions, analyses) -> list[str]:
-    out = [f"**Original Goal**: {goal if goal else 'none given (pass --goal TEXT)'}", "",
-           "**Interpreted As**:", ""]
-    qs = list(questions) + ["Where does the GPU time go, and what is the ceiling if the top "
-                            "category got faster? (Observations, Appendix)",
-                            "Is the GPU kept busy, or is the run launch-/host-bound? "
-                            "(Observations, Visualizations)",
-                            "What happens phase by phase, and how do the steps differ? "
-                            "(Execution Story)"]
+    out = [f"**Original Goal**: {goal if goal else 'none given (pass --goal TEXT)'}", "", "**Interpreted As**:", ""]
+    qs = list(questions) + [
+        "Where does the GPU time go, and what is the ceiling if the top category got faster? (Observations, Appendix)",
+        "Is the GPU kept busy, or is the run launch-/host-bound? (Observations, Visualizations)",
+        "What happens phase by phase, and how do the steps differ? (Execution Story)",
+    ]
     out += [f"{i}. {q}" for i, q in enumerate(qs, 1)]
     return out + [""]
 
@@ -27,9 +25,9 @@ def _answers(answers) -> list[str]:
         if a.answered:
             where = f" See {', '.join(a.sections)}." if a.sections else ""
             said = "; ".join(a.findings) if a.findings else "the numbers are in the sections named"
-            out.append(f"- \"{a.question}\" ({', '.join(a.intents)}): {said}.{where}")
+            out.append(f'- "{a.question}" ({", ".join(a.intents)}): {said}.{where}')
         else:
-            out.append(f"- \"{a.question}\": not answered by these inputs ({a.why_not}).")
+            out.append(f'- "{a.question}": not answered by these inputs ({a.why_not}).')
     return out + [""]
 
 

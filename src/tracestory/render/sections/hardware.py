@@ -14,8 +14,11 @@ from . import Context
 def _hardware(runs) -> list[str]:
     analyses = [r.analysis for r in runs]
     amd = all(r.facts.platform == "ROCm" for r in runs)
-    why = ("n/a: no hardware-counter input (rocprof-compute output is not read yet)" if amd else
-           "n/a: no Nsight Compute input; pass an .ncu-rep or ncu CSV")
+    why = (
+        "n/a: no hardware-counter input (rocprof-compute output is not read yet)"
+        if amd
+        else "n/a: no Nsight Compute input; pass an .ncu-rep or ncu CSV"
+    )
     decodes = any(r.facts.workload.decodes for r in runs)
     unit = "CU" if amd else "SM"
     out = [why + ". What the trace itself says about the top kernels' launch configurations:", ""]
@@ -39,10 +42,16 @@ def _hardware(runs) -> list[str]:
             per_sm = f"{blocks / sms:.2f}" if blocks and sms else "n/a"
             rows.append((f"`{short_name(ks.name, 50)}`", fmt_ns(ks.mean_ns), grid, block, regs, smem, per_sm))
         if rows:
-            out += md_table(("kernel (top by time)", "mean", "grid", "block", "regs/thread",
-                             "shared mem", f"blocks per {unit}"), rows, "lrrrrrr")
-            out += ["", f"Blocks per {unit} below 1 leaves {unit}s idle for the kernel's whole duration (a small-grid, "
-                    "latency-bound launch" + (", typical of decode GEMV-like kernels)." if decodes else ").")]
+            out += md_table(
+                ("kernel (top by time)", "mean", "grid", "block", "regs/thread", "shared mem", f"blocks per {unit}"),
+                rows,
+                "lrrrrrr",
+            )
+            out += [
+                "",
+                f"Blocks per {unit} below 1 leaves {unit}s idle for the kernel's whole duration (a small-grid, "
+                "latency-bound launch" + (", typical of decode GEMV-like kernels)." if decodes else ")."),
+            ]
         out.append("")
     return out
 

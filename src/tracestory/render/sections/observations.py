@@ -6,7 +6,6 @@ from __future__ import annotations
 from ..md import fmt_evidence, label
 from . import Context
 
-
 SURPRISE_RULES = ("first_step", "step_outlier", "cpu_stall", "multigpu_straggler", "multigpu_clocks")
 
 SURPRISE_CHECKS = "first-step/JIT outliers, step-time outliers, idle gaps caused by one host op"
@@ -35,7 +34,7 @@ def _multigpu_observations(multigpu, fs) -> list[str]:
 
 def _observations(findings, analyses) -> list[str]:
     out = []
-    for a, fs in zip(analyses, findings):
+    for a, fs in zip(analyses, findings, strict=False):
         if len(analyses) > 1:
             out += [f"### {label(a)}", ""]
         if not fs:
@@ -43,8 +42,7 @@ def _observations(findings, analyses) -> list[str]:
         for i, f in enumerate(fs, 1):
             out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
             out += [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence]
-            out += ["", f"**Implication**: {f.implication}", "",
-                    f"**Recommendation**: {f.recommendation}", ""]
+            out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
     return out
 
 
@@ -54,6 +52,8 @@ def render(c: Context) -> list[str]:
         fs = r.ncu_findings
         return _surprises([fs], None) + _observations([fs], [None]) if fs else [c.no_trace, ""]
     shown = c.shown
-    return (_surprises([x.findings for x in shown], r.multigpu, r.multigpu_findings)
-            + _multigpu_observations(r.multigpu, r.multigpu_findings)
-            + _observations([x.findings for x in shown], [x.analysis for x in shown]))
+    return (
+        _surprises([x.findings for x in shown], r.multigpu, r.multigpu_findings)
+        + _multigpu_observations(r.multigpu, r.multigpu_findings)
+        + _observations([x.findings for x in shown], [x.analysis for x in shown])
+    )

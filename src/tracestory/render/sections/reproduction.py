@@ -9,14 +9,21 @@ from . import Context
 
 def _reproduction(inputs, command) -> list[str]:
     ins = " ".join(inputs) if inputs else "TRACE.json.gz"
-    return ["To regenerate this report from the same trace(s):", "",
-            *fence([command or f"tracestory report {ins} -o report.md"], "bash"), "",
-            "To get the numbers behind it as JSON:", "",
-            *fence([f"tracestory analyze {ins} --json results.json"], "bash"), "",
-            "To re-capture: run the workload under `torch.profiler.profile(activities=[CPU, CUDA], "
-            "record_shapes=True, profile_memory=True)` with `record_function` ranges around each "
-            "phase (or a `schedule` so each iteration is a `ProfilerStep`), then "
-            "`prof.export_chrome_trace(...)`.", ""]
+    return [
+        "To regenerate this report from the same trace(s):",
+        "",
+        *fence([command or f"tracestory report {ins} -o report.md"], "bash"),
+        "",
+        "To get the numbers behind it as JSON:",
+        "",
+        *fence([f"tracestory analyze {ins} --json results.json"], "bash"),
+        "",
+        "To re-capture: run the workload under `torch.profiler.profile(activities=[CPU, CUDA], "
+        "record_shapes=True, profile_memory=True)` with `record_function` ranges around each "
+        "phase (or a `schedule` so each iteration is a `ProfilerStep`), then "
+        "`prof.export_chrome_trace(...)`.",
+        "",
+    ]
 
 
 def render(c: Context) -> list[str]:

@@ -7,13 +7,20 @@ from ...units import fmt_ns, fmt_pct
 from ..md import label
 from . import Context
 
-
 _WORKLOAD_WORDS = {
-    "llm_decode": "LLM decode", "llm_prefill": "LLM prefill", "llm_generate": "LLM generation (prefill and decode)",
-    "llm_serving": "LLM serving (batched prefill and decode)", "llm_training": "LLM training",
-    "transformer": "transformer (non-generative)", "vision": "vision", "diffusion": "diffusion",
-    "recommender": "recommender (embedding tables)", "speech": "speech", "ml_other": "ML (kind not named by the trace)",
-    "non_ml": "non-ML GPU compute"}
+    "llm_decode": "LLM decode",
+    "llm_prefill": "LLM prefill",
+    "llm_generate": "LLM generation (prefill and decode)",
+    "llm_serving": "LLM serving (batched prefill and decode)",
+    "llm_training": "LLM training",
+    "transformer": "transformer (non-generative)",
+    "vision": "vision",
+    "diffusion": "diffusion",
+    "recommender": "recommender (embedding tables)",
+    "speech": "speech",
+    "ml_other": "ML (kind not named by the trace)",
+    "non_ml": "non-ML GPU compute",
+}
 
 
 def _producer(run) -> str:
@@ -23,11 +30,17 @@ def _producer(run) -> str:
         what = ""
     else:
         what = ("a PyTorch program" if p.is_pytorch else "a program without PyTorch") + (
-            f" ({p.engine})" if p.engine else "")
-    parts = [p.mode if p.mode != "unknown" else "", "torch.compile" if p.compiled else "",
-             f"{fmt_pct(p.graphs.graph_time_fraction)} of kernel time replayed from "
-             f"{p.graphs.graph_launches} graph launch{'es' if p.graphs.graph_launches != 1 else ''}"
-             if p.graphs.graph_kernels else "", p.platform if p.platform != "unknown" else ""]
+            f" ({p.engine})" if p.engine else ""
+        )
+    parts = [
+        p.mode if p.mode != "unknown" else "",
+        "torch.compile" if p.compiled else "",
+        f"{fmt_pct(p.graphs.graph_time_fraction)} of kernel time replayed from "
+        f"{p.graphs.graph_launches} graph launch{'es' if p.graphs.graph_launches != 1 else ''}"
+        if p.graphs.graph_kernels
+        else "",
+        p.platform if p.platform != "unknown" else "",
+    ]
     detail = ", ".join(x for x in parts if x)
     text = (f"Made by {what}" + (f": {detail}." if detail else ".")) if what else ""
     if w.kind in _WORKLOAD_WORDS:
@@ -43,11 +56,16 @@ def _executive(runs, many: bool = False) -> list[str]:
         a, fs = run.analysis, run.findings
         b, tl = a.breakdown, a.timeline
         head = f"**{label(a)}**: " if many else ""
-        s1 = (f"{head}The capture holds {b.kernel_count} kernels and {b.memop_count} memory ops "
-              f"({fmt_ns(b.total_time_ns)} of GPU op time)")
+        s1 = (
+            f"{head}The capture holds {b.kernel_count} kernels and {b.memop_count} memory ops "
+            f"({fmt_ns(b.total_time_ns)} of GPU op time)"
+        )
         if tl is not None:
-            s1 += (f" in a {fmt_ns(tl.window_ns)} GPU window, busy {fmt_pct(tl.busy_ns / tl.window_ns)}"
-                   if tl.window_ns else "")
+            s1 += (
+                f" in a {fmt_ns(tl.window_ns)} GPU window, busy {fmt_pct(tl.busy_ns / tl.window_ns)}"
+                if tl.window_ns
+                else ""
+            )
         s1 += f" across {len(a.phases.phases)} phase(s) from {a.phases.source!r}."
         made = _producer(run)
         s1 += (" " + made) if made else ""
@@ -65,24 +83,31 @@ FIT_R2_FLOOR = 0.5
 def _batch_summary(b) -> str:
     """The serving run in one paragraph: load, latency, how iteration time follows the batch."""
     n = len(b.requests)
-    parts = [f"**Serving run**: {n} requests, {sum(b.kinds.values())} scheduler iterations "
-             f"({', '.join(f'{v} {k}' for k, v in sorted(b.kinds.items()))})"]
+    parts = [
+        f"**Serving run**: {n} requests, {sum(b.kinds.values())} scheduler iterations "
+        f"({', '.join(f'{v} {k}' for k, v in sorted(b.kinds.items()))})"
+    ]
     if b.ttft.count:
-        parts.append(f"TTFT p50 {fmt_ns(b.ttft.p50_ns)} / p99 {fmt_ns(b.ttft.p99_ns)}, "
-                     f"end-to-end p50 {fmt_ns(b.e2e.p50_ns)}")
+        parts.append(
+            f"TTFT p50 {fmt_ns(b.ttft.p50_ns)} / p99 {fmt_ns(b.ttft.p99_ns)}, end-to-end p50 {fmt_ns(b.e2e.p50_ns)}"
+        )
     if b.iteration_ns.count:
         parts.append(f"iteration time p50 {fmt_ns(b.iteration_ns.p50_ns)}")
     text = "; ".join(parts) + "."
     c = b.client
     if c is not None and c.achieved_qps is not None:
         good = f", goodput {fmt_pct(c.goodput_fraction)}" if c.goodput_fraction is not None else ""
-        text += (f" The load generator achieved {c.achieved_qps:.2f} req/s with {c.failed} failed{good}; "
-                 f"its TTFT p50 {fmt_ns(c.ttft.p50_ns)}, ITL p50 {fmt_ns(c.itl.p50_ns)}.")
+        text += (
+            f" The load generator achieved {c.achieved_qps:.2f} req/s with {c.failed} failed{good}; "
+            f"its TTFT p50 {fmt_ns(c.ttft.p50_ns)}, ITL p50 {fmt_ns(c.itl.p50_ns)}."
+        )
     if b.stalls:
         worst = max(b.stalls, key=lambda x: x.duration_ns)
-        text += (f" {len(b.stalls)} engine stall(s); the longest, iteration {worst.iter}, took "
-                 f"{fmt_ns(worst.duration_ns)} ({worst.times_median:.0f}x the median) while "
-                 f"{worst.arrivals_during} request(s) arrived (Execution Story: Engine stalls).")
+        text += (
+            f" {len(b.stalls)} engine stall(s); the longest, iteration {worst.iter}, took "
+            f"{fmt_ns(worst.duration_ns)} ({worst.times_median:.0f}x the median) while "
+            f"{worst.arrivals_during} request(s) arrived (Execution Story: Engine stalls)."
+        )
     f = b.fit
     # A fit that explains little of the iteration time is no summary of it (it stays in the story).
     if f is not None and f.r_squared is not None and f.r_squared >= FIT_R2_FLOOR:
@@ -91,14 +116,19 @@ def _batch_summary(b) -> str:
             terms.append(f"{fmt_ns(f.b_prefill_ns_per_token)} per prefill token")
         if f.b_decode_ns_per_seq is not None:
             terms.append(f"{fmt_ns(f.b_decode_ns_per_seq)} per decode sequence")
-        text += (f" Iteration time = {fmt_ns(f.a_ns)} + " + " + ".join(terms) + f" (R^2 {f.r_squared:.2f})."
-                 if terms else "")
+        text += (
+            f" Iteration time = {fmt_ns(f.a_ns)} + " + " + ".join(terms) + f" (R^2 {f.r_squared:.2f})." if terms else ""
+        )
     if b.preemptions:
-        text += (f" {len(b.preemptions)} preemption(s): the KV cache ran out; recommendation: more KV "
-                 "blocks (memory) or a lower --max-num-seqs.")
+        text += (
+            f" {len(b.preemptions)} preemption(s): the KV cache ran out; recommendation: more KV "
+            "blocks (memory) or a lower --max-num-seqs."
+        )
     elif f is not None and f.b_decode_ns_per_seq is not None and f.a_ns > 0:
-        text += (" Recommendation: raise the batch (more concurrent requests or --max-num-seqs) while "
-                 "the per-sequence cost stays below the fixed per-iteration cost.")
+        text += (
+            " Recommendation: raise the batch (more concurrent requests or --max-num-seqs) while "
+            "the per-sequence cost stays below the fixed per-iteration cost."
+        )
     return text
 
 
@@ -107,9 +137,12 @@ def _multigpu_summary(multigpu, fs) -> list[str]:
         return []
     n = len(multigpu.ranks)
     if all(s.window_start_ns is None for s in multigpu.summaries):
-        return [f"**{n} ranks, no GPU activity** in any of their traces (a CPU run): the multi-GPU "
-                "analysis aligns GPU collective kernels, so it has nothing to compare; CPU collectives "
-                "(gloo) are CPU ops, per rank in the Observations.", ""]
+        return [
+            f"**{n} ranks, no GPU activity** in any of their traces (a CPU run): the multi-GPU "
+            "analysis aligns GPU collective kernels, so it has nothing to compare; CPU collectives "
+            "(gloo) are CPU ops, per rank in the Observations.",
+            "",
+        ]
     h = multigpu.headline
     rec = next((f.recommendation for f in fs if f.severity in ("high", "medium")), None)
     line = f"**{n} GPUs**: " + (h[:1].upper() + h[1:] if h else "no collective was matched across ranks.")
@@ -123,9 +156,12 @@ def _without_trace(c: Context) -> str:
     r = c.results
     if r.batching is not None:
         return _batch_summary(r.batching)
-    text = ("Per-kernel hardware metrics only (no timeline); the key numbers are in Hardware Behavior "
-            "Analysis. Add a torch.profiler or nsys capture of the same run for the execution story."
-            if r.hardware else c.no_trace)
+    text = (
+        "Per-kernel hardware metrics only (no timeline); the key numbers are in Hardware Behavior "
+        "Analysis. Add a torch.profiler or nsys capture of the same run for the execution story."
+        if r.hardware
+        else c.no_trace or ""
+    )
     fs = r.ncu_findings
     key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])
     if key:
@@ -138,8 +174,13 @@ def render(c: Context) -> list[str]:
     if c.no_trace:
         return [_without_trace(c), ""]
     head = [_batch_summary(r.batching), ""] if r.batching is not None else []
-    return (head + _multigpu_summary(r.multigpu, r.multigpu_findings) + _many(r)
-            + _executive(c.shown, many=len(r.runs) > 1) + _limitations(r.limitations))
+    return (
+        head
+        + _multigpu_summary(r.multigpu, r.multigpu_findings)
+        + _many(r)
+        + _executive(c.shown, many=len(r.runs) > 1)
+        + _limitations(r.limitations)
+    )
 
 
 def _many(r) -> list[str]:
@@ -148,8 +189,7 @@ def _many(r) -> list[str]:
     if sel is None:
         return []
     lo, med, hi = sel.total_ns
-    text = (f"**{len(r.runs)} traces**, told once: GPU op time {fmt_ns(lo)} to {fmt_ns(hi)} (median "
-            f"{fmt_ns(med)})")
+    text = f"**{len(r.runs)} traces**, told once: GPU op time {fmt_ns(lo)} to {fmt_ns(hi)} (median {fmt_ns(med)})"
     if sel.busy is not None:
         text += f", GPU busy {fmt_pct(sel.busy[0])} to {fmt_pct(sel.busy[2])} (median {fmt_pct(sel.busy[1])})"
     med_label = label(r.runs[sel.median])
@@ -165,5 +205,6 @@ def _limitations(lims) -> list[str]:
     """What these inputs could not support (analysis.limitations)."""
     if not lims:
         return []
-    return ["**Limitations** (what these inputs cannot tell):", ""] + [
-        f"- {x.analysis}: {x.reason}" for x in lims] + [""]
+    return (
+        ["**Limitations** (what these inputs cannot tell):", ""] + [f"- {x.analysis}: {x.reason}" for x in lims] + [""]
+    )

@@ -12,9 +12,9 @@ from ..ascii import time_axis
 from ..md import md_table
 from . import Context
 
-WIDTH = 80          # chart columns
-HEIGHT = 5          # chart rows per metric
-MAX_CHARTS = 4      # GPUs charted (the busiest first)
+WIDTH = 80  # chart columns
+HEIGHT = 5  # chart rows per metric
+MAX_CHARTS = 4  # GPUs charted (the busiest first)
 
 
 def _v(x, unit: str = "", digits: int = 3) -> str:
@@ -59,8 +59,12 @@ def _timeline(res, g: int) -> list[str]:
     t0, t1 = int(t[0]), int(t[-1])
     if res.window_unix_ns:
         t0, t1 = min(t0, res.window_unix_ns[0]), max(t1, res.window_unix_ns[1])
-    out = _chart(f"GPU {log.devices[g].get('index', g)} SM clock", "MHz", _binned(t, log.readings["sm_mhz"][g], t0, t1, WIDTH))
-    out += _chart(f"GPU {log.devices[g].get('index', g)} power", "W", _binned(t, log.readings["power_w"][g], t0, t1, WIDTH))
+    out = _chart(
+        f"GPU {log.devices[g].get('index', g)} SM clock", "MHz", _binned(t, log.readings["sm_mhz"][g], t0, t1, WIDTH)
+    )
+    out += _chart(
+        f"GPU {log.devices[g].get('index', g)} power", "W", _binned(t, log.readings["power_w"][g], t0, t1, WIDTH)
+    )
     if res.window_unix_ns:
         w0, w1 = res.window_unix_ns
         cols = (np.arange(WIDTH) + 0.5) * (t1 - t0) / WIDTH + t0
@@ -69,7 +73,7 @@ def _timeline(res, g: int) -> list[str]:
         if inside.any():
             first, last = int(np.argmax(inside)), WIDTH - 1 - int(np.argmax(inside[::-1]))
             marks[first], marks[last] = "[", "]"
-        else:       # narrower than one column: mark the column that holds it
+        else:  # narrower than one column: mark the column that holds it
             col = min(WIDTH - 1, max(0, int((w0 - t0) / max(t1 - t0, 1) * WIDTH)))
             marks[col] = "|"
         out.append(f"{'window':>7} |" + "".join(marks).rstrip())
@@ -78,17 +82,28 @@ def _timeline(res, g: int) -> list[str]:
 
 
 def _tokens(tok) -> list[str]:
-    out = [("**Energy per token** (serving, from the scheduler event log's iterations): "
+    out = [
+        (
+            "**Energy per token** (serving, from the scheduler event log's iterations): "
             f"decode {_v(tok.decode_j_per_token, 'J/token')} over {tok.decode_only_iterations} decode-only "
             f"iterations ({tok.decode_tokens} tokens); prefill {_v(tok.prefill_j_per_token, 'J/token')} over "
             f"{tok.prefill_iterations} iterations with prefill ({tok.prefill_tokens} prompt tokens); "
             f"all-in {_v(tok.all_in_j_per_token, 'J/token')} (idle between iterations included). "
             f"Energy of {', '.join('GPU ' + str(g) for g in tok.gpus)}, from the {tok.energy_method}."
-            + (f" {tok.outside_iterations} iterations outside the telemetry were left out."
-               if tok.outside_iterations else "")), "",
-           ("Model: an iteration's energy is the GPUs' energy between its start and end (interpolated between "
+            + (
+                f" {tok.outside_iterations} iterations outside the telemetry were left out."
+                if tok.outside_iterations
+                else ""
+            )
+        ),
+        "",
+        (
+            "Model: an iteration's energy is the GPUs' energy between its start and end (interpolated between "
             "samples). Decode J/token = energy of decode-only iterations / their tokens; prefill J/token = "
-            "(energy of iterations with prefill - their decode tokens x decode J/token) / their prompt tokens."), ""]
+            "(energy of iterations with prefill - their decode tokens x decode J/token) / their prompt tokens."
+        ),
+        "",
+    ]
     return out
 
 
@@ -96,23 +111,56 @@ def render(c: Context) -> list[str] | None:
     res = getattr(c.results, "telemetry", None)
     if res is None:
         return None
-    out = [f"GPU telemetry from `{res.path.rsplit('/', 1)[-1]}`: {res.n_samples} samples at "
-           f"{_v(res.rate_hz, 'Hz')} over {fmt_ns(res.span_ns)}; statistics over {res.window_source}"
-           + (f", {fmt_ns(res.window_ns)}." if res.window_ns is not None else "."), ""]
+    out = [
+        f"GPU telemetry from `{res.path.rsplit('/', 1)[-1]}`: {res.n_samples} samples at "
+        f"{_v(res.rate_hz, 'Hz')} over {fmt_ns(res.span_ns)}; statistics over {res.window_source}"
+        + (f", {fmt_ns(res.window_ns)}." if res.window_ns is not None else "."),
+        "",
+    ]
     if not res.overlaps:
         out += ["n/a: the telemetry does not cover the traced window (it was recorded at another time).", ""]
     if res.gpus:
-        rows = [[f"{g.index}" + (f" {g.name}" if g.name else ""), g.samples, _three(g.sm_mhz, "MHz"),
-                 _three(g.mem_mhz, "MHz"), _three(g.power_w, "W"),
-                 "n/a (no counter or power)" if g.energy_j is None else f"{fmt_si(g.energy_j, 'J')} ({g.energy_method})",
-                 _v(g.temp_c.max, "C"), _v(g.util_gpu_median, "%")] for g in res.gpus]
-        out += [*md_table(["GPU", "samples", "SM clock min/median/max", "memory clock min/median/max",
-                           "power min/median/max", "energy in window", "max temp", "median util"], rows), ""]
-        reasons = [[g.index, r.description, "slowdown" if r.slowdown else "setting/idle", fmt_ns(r.duration_ns), r.samples]
-                   for g in res.gpus for r in g.reasons]
+        rows = [
+            [
+                f"{g.index}" + (f" {g.name}" if g.name else ""),
+                g.samples,
+                _three(g.sm_mhz, "MHz"),
+                _three(g.mem_mhz, "MHz"),
+                _three(g.power_w, "W"),
+                "n/a (no counter or power)" if g.energy_j is None else f"{fmt_si(g.energy_j, 'J')} ({g.energy_method})",
+                _v(g.temp_c.max, "C"),
+                _v(g.util_gpu_median, "%"),
+            ]
+            for g in res.gpus
+        ]
+        out += [
+            *md_table(
+                [
+                    "GPU",
+                    "samples",
+                    "SM clock min/median/max",
+                    "memory clock min/median/max",
+                    "power min/median/max",
+                    "energy in window",
+                    "max temp",
+                    "median util",
+                ],
+                rows,
+            ),
+            "",
+        ]
+        reasons = [
+            [g.index, r.description, "slowdown" if r.slowdown else "setting/idle", fmt_ns(r.duration_ns), r.samples]
+            for g in res.gpus
+            for r in g.reasons
+        ]
         if reasons:
-            out += ["Clock event (throttle) reasons set in the window (time held, sample and hold):", "",
-                    *md_table(["GPU", "reason", "kind", "time in window", "samples"], reasons), ""]
+            out += [
+                "Clock event (throttle) reasons set in the window (time held, sample and hold):",
+                "",
+                *md_table(["GPU", "reason", "kind", "time in window", "samples"], reasons),
+                "",
+            ]
         else:
             out += ["No clock event (throttle) reason was set in the window.", ""]
     for f in res.findings:
@@ -120,8 +168,11 @@ def render(c: Context) -> list[str] | None:
     if res.findings:
         out.append("")
     elif res.gpus:
-        out += [f"No clock drop: no busy time below {res.clock_drop_fraction:.0%} of the run's highest SM clock "
-                "and no power or thermal slowdown reason in the window.", ""]
+        out += [
+            f"No clock drop: no busy time below {res.clock_drop_fraction:.0%} of the run's highest SM clock "
+            "and no power or thermal slowdown reason in the window.",
+            "",
+        ]
     if res.tokens is not None:
         out += _tokens(res.tokens)
     busiest = sorted(range(len(res.gpus)), key=lambda i: -(res.gpus[i].util_gpu_median or 0))[:MAX_CHARTS]
