@@ -37,6 +37,9 @@ def operators_part(run) -> list[str]:
     return out + [""]
 
 
+FEW = 20  # below this many gaps or ops, a histogram says less than the list it summarises
+
+
 def _appendix(runs, inputs, command) -> list[str]:
     out = []
     analyses = [r.analysis for r in runs]
@@ -78,17 +81,19 @@ def _appendix(runs, inputs, command) -> list[str]:
                  else "yes" if run.facts.launch_bound else
                  f"no: {fmt_pct(run.facts.long_gap_share)} of it is in gaps of 1 ms or more"
                  if tl.launch_bound and run.facts.long_gap_share else "no")], "lr")
-            out += ["", "**Idle gap histogram**", ""]
-            out += md_table(("gap length", "count", "total"),
-                            [(lab, n, fmt_ns(t)) for lab, n, t in tl.gap_histogram], "lrr")
+            if tl.gap_count >= FEW:   # a handful of gaps is the largest-gaps table below, whole
+                out += ["", "**Idle gap histogram**", ""]
+                out += md_table(("gap length", "count", "total"),
+                                [(lab, n, fmt_ns(t)) for lab, n, t in tl.gap_histogram], "lrr")
             out += ["", "**Largest gaps**", ""]
             out += md_table(("at (ms from window start)", "length", "launch wait", "after", "before"),
                             [(fmt_ms(g.start_ns - tl.start_ns), fmt_ns(g.dur_ns), fmt_ns(g.launch_wait_ns),
                               f"`{short_name(g.before, 40)}`", f"`{short_name(g.after, 40)}`")
                              for g in tl.largest_gaps], "rrrll")
-            out += ["", "**Streams**", ""]
-            out += md_table(("device", "stream", "busy", "ops"),
-                            [(s.device, s.stream, fmt_ns(s.busy_ns), s.op_count) for s in tl.streams], "rrrr")
+            if len(tl.streams) > 1:   # one stream's busy time and ops are the timeline's own
+                out += ["", "**Streams**", ""]
+                out += md_table(("device", "stream", "busy", "ops"),
+                                [(s.device, s.stream, fmt_ns(s.busy_ns), s.op_count) for s in tl.streams], "rrrr")
         out.append("")
     out += ["**Inputs**", ""] + ([f"- `{p}`" for p in inputs] or ["- n/a (not given)"]) + [""]
     out += ["**Command**", ""] + fence([command or "n/a (not given)"], "bash") + [""]

@@ -14,6 +14,9 @@ from ..multigpu import render_multigpu_section
 from . import Context
 
 
+FEW_OPS = 20  # below this many GPU ops the duration histogram says less than the Appendix's kernel table
+
+
 def _visualizations(analyses) -> list[str]:
     out = []
     for a in analyses:
@@ -39,7 +42,7 @@ def _visualizations(analyses) -> list[str]:
             out += fence(_timeline_chart(a, zoom.gpu_start_ns, zoom.gpu_end_ns))
             out.append("")
         dur = np.concatenate([a.trace.kernels.dur_ns, a.trace.memops.dur_ns])
-        hist = log_histogram(dur, title="GPU op durations (count of ops per log bin):")
+        hist = log_histogram(dur, title="GPU op durations (count of ops per log bin):") if len(dur) >= FEW_OPS else None
         if hist:
             out += fence(hist) + [""]
     return out
