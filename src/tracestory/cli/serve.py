@@ -80,7 +80,10 @@ def register(subparsers) -> None:
     p.add_argument("--gpu-memory-fraction", type=float, default=0.5,
                    help="CUDA: share of free memory for weights + KV cache when --num-blocks is not given "
                         "(default: 0.5)")
-    p.add_argument("--max-batch-tokens", type=int, default=256, help="token budget per iteration (default: 256)")
+    p.add_argument("--max-num-batched-tokens", "--max-batch-tokens", dest="max_batch_tokens", type=int, default=None,
+                   metavar="N", help="token budget per iteration: decode tokens plus prefill chunks (vLLM's name; "
+                   "default: 2048 on CUDA, where prefill and mixed iterations replay CUDA graphs per chunk "
+                   "bucket up to it, 256 on the CPU)")
     p.add_argument("--max-num-seqs", type=int, default=32, help="most running requests (default: 32)")
     p.add_argument("--event-log", metavar="JSONL",
                    help="write the scheduler event log here (default: $TRACESTORY_EVENT_LOG, which "
@@ -124,9 +127,11 @@ def _check_args(args: argparse.Namespace) -> None:
     def bad(flag: str, expected: str, found) -> UsageError:
         return UsageError(f"{flag}: expected {expected}, found {found}")
 
-    for name in ("block_size", "max_batch_tokens", "max_num_seqs", "max_waiting", "tensor_parallel"):
+    for name in ("block_size", "max_num_seqs", "max_waiting", "tensor_parallel"):
         if getattr(args, name) < 1:
             raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
+    if args.max_batch_tokens is not None and args.max_batch_tokens < 1:
+        raise bad("--max-num-batched-tokens", "an integer >= 1", args.max_batch_tokens)
     if args.fair_wait_iterations < 0:
         raise bad("--fair-wait-iterations", "an integer >= 0", args.fair_wait_iterations)
     for name in ("layers", "num_blocks", "vocab", "max_connections", "max_model_len"):
