@@ -151,14 +151,24 @@ def _check_args(args: argparse.Namespace) -> None:
         v = getattr(args, name)
         if not (math.isfinite(v) and v > 0):
             raise bad(f"--{name.replace('_', '-')}", "a finite number > 0", v)
-    if args.tensor_parallel > 1:          # launched by torchrun with as many processes
+    if args.tensor_parallel > 1 and _serve_words() is None:   # launched by torchrun with as many processes
         tensor_parallel.rank_from_env(args.tensor_parallel)
     if args.max_inflight_mb < args.max_request_mb:
         raise bad("--max-inflight-mb", f"at least --max-request-mb ({args.max_request_mb:g})", args.max_inflight_mb)
 
 
+def _serve_words() -> list[str] | None:
+    """The words after ``serve`` of a ``tracestory serve --tensor-parallel N`` typed without
+    torchrun (it then launches its ranks itself), else None."""
+    if "WORLD_SIZE" in os.environ or "serve" not in sys.argv[1:3]:
+        return None
+    return sys.argv[sys.argv.index("serve") + 1:]
+
+
 def _run(args: argparse.Namespace) -> int:
     _check_args(args)
+    if args.tensor_parallel > 1 and (words := _serve_words()) is not None:
+        return tensor_parallel.launch(args.tensor_parallel, words)
     require_package("torch", "tracestory serve", "serve")
     require_package("aiohttp", "tracestory serve", "serve")
     limits = ServerLimits(max_waiting=args.max_waiting, max_connections=args.max_connections,
@@ -187,4 +197,6 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:                  # the port is taken, the host cannot be bound
         raise UsageError(f"{args.host}:{args.port}: expected to listen, found {e.strerror or e}") from None
     print("tracestory serve: stopped", file=sys.stderr, flush=True)
+    if args.tensor_parallel > 1:
+        tensor_parallel.finish_process(0)
     return 0
