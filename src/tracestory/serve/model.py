@@ -276,11 +276,17 @@ class PagedLlama:
                 mixed_warm = mixed_capture = 0.0
                 if cuda_graphs and mixed_graphs:
                     t1 = time.perf_counter()
-                    self._mixed = MixedGraphs(self, buckets, self._chunk_buckets, width, max_num_seqs)
-                    mixed_warm, mixed_capture = self._mixed.build(say)
-                    say(f"prefill/mixed buckets (decode rows {self._mixed.dbuckets} x chunk rows "
-                        f"{self._mixed.rbuckets}): {len(self._mixed.graphs)} CUDA graphs captured in "
-                        f"{time.perf_counter() - t1:.1f} s")
+                    try:
+                        self._mixed = MixedGraphs(self, buckets, self._chunk_buckets, width, max_num_seqs)
+                        mixed_warm, mixed_capture = self._mixed.build(say)
+                        say(f"prefill/mixed buckets (decode rows {self._mixed.dbuckets} x chunk rows "
+                            f"{self._mixed.rbuckets}): {len(self._mixed.graphs)} CUDA graphs captured in "
+                            f"{time.perf_counter() - t1:.1f} s")
+                    except Exception as e:  # noqa: BLE001 -- serve eagerly rather than not at all
+                        self._mixed = None
+                        info["mixed_graphs_error"] = " ".join(str(e).split())[:300]
+                        say(f"prefill/mixed buckets could not be built ({info['mixed_graphs_error']}); "
+                            "prefill and mixed iterations run eagerly")
             torch.cuda.synchronize(self.device)
             info.update(cuda_graphs=cuda_graphs, decode_buckets=buckets, table_width_blocks=width,
                         compile_s=round(compile_s + chunk_s, 3), graph_capture_s=round(capture_s, 3),
