@@ -36,12 +36,12 @@ serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; r
 
 for part in "$@"; do case $part in
 tests)
-  step gpu-tests 300 python3 -m pytest -q -m gpu --noconftest -p no:cacheprovider tests/gpu ;;
+  step gpu-tests 240 python3 -m pytest -q -m gpu --noconftest -p no:cacheprovider tests/gpu ;;
 roofs)
   step roofs 60 python3 benchmarks/gpu/roofs.py --json $W/json/roofs.json ;;
 capture2)
   A=$W/artifacts
-  step capture-tp2 420 $TS capture torch --name serve_tp2 --out $A --torchrun 2 --stop-timeout 60 \
+  step capture-tp2 330 $TS capture torch --name serve_tp2 --out $A --torchrun 2 --stop-timeout 60 \
       --load "$LOAD --port 8000" --range iteration --skip 200 --count 8 \
       -- $TS serve --tensor-parallel 2 $SERVE --port 8000
   python3 -c "import json;m=json.load(open('$A/serve_tp2/manifest.json'));c=m['captures'][-1];print('capture status:',c['status'],c.get('error'));[print(' step',s['name'],s['status'],s.get('exit_code'),s.get('stop_signal'),s.get('stopped'),s.get('stop_ns')) for s in c['steps']]" 2>&1 | tee -a "$LOG"
