@@ -3,9 +3,11 @@
 Reads a folder holding ``serve.sched.jsonl`` (the server's event log) and ``load.summary.json``
 (``tracestory load --json``), or a capture folder's ``torch/`` (or ``failed-torch/``) holding both:
 
-* TTFT p50/p99, TPOT p50 (``tpot`` of the summary, else the inter-token latency), output tok/s,
+* TTFT p50/p99, TPOT p50 (per request the mean inter-token gap of ``load.requests.jsonl``, as
+  vLLM's TPOT; else the ITL p50), output tok/s,
   refused requests (failed requests by reason; HTTP 429 is the refusal) from the summary;
-* from the event log, iterations after the first ``--skip`` (warm-up): time = ``t_end - t_start``;
+* from the event log, iterations after the first ``--skip`` (warm-up), less those whose launch a
+  profiler's start/stop held (``profiler_ns``) and the one after each: time = ``t_end - t_start``;
   p50 of decode-only iterations and of iterations with prefill tokens (prefill or mixed); the
   longest iteration and how many exceed 3x the median of their kind;
 * prefill cost per token: least squares ``time = a + b * prefill_tokens + c * decode_tokens`` over
@@ -49,6 +51,11 @@ def main() -> None:
     t = np.array([(x["t_end_ns"] - x["t_start_ns"]) / 1e6 for x in its])
     pf = np.array([x.get("prefill_tokens", 0) for x in its], dtype=float)
     dc = np.array([x.get("decode_tokens", 0) for x in its], dtype=float)
+    prof = np.array([x.get("profiler_ns", 0) > 0 for x in its])
+    # the iteration whose launch held the profiler's start/stop, and the one resolved after it
+    # (overlapped engine), are the profiler's, not the engine's: left out of medians and stalls
+    prof = prof | np.roll(prof, -1)
+    t_all, t, pf, dc = t, t[~prof], pf[~prof], dc[~prof]
     dec, mix = t[pf == 0], t[pf > 0]
     med = {"decode": float(np.median(dec)) if len(dec) else None, "mixed": float(np.median(mix)) if len(mix) else None}
     over = int(sum((v > 3 * med["decode"]) for v in dec) if len(dec) else 0) + \
@@ -60,13 +67,23 @@ def main() -> None:
     cfg = LlamaConfig.from_name(meta.get("preset", "llama-3-8b"))
     flops_tok = 2 * layer_params(cfg) * meta.get("layers", 32)
     b_us = coef[1] * 1e3 if coef[1] is not None else None
-    ttft, tpot = s.get("ttft", {}), s.get("tpot") or s.get("itl", {})
+    ttft = s.get("ttft", {})
+    recs = summ.with_name("load.requests.jsonl")
+    tpots = []
+    if recs.is_file():          # TPOT of a request: the mean of its inter-token gaps (vLLM's)
+        for x in recs.read_text().splitlines():
+            r = json.loads(x)
+            if r.get("ok") and r.get("itl_ns"):
+                tpots.append(statistics.fmean(r["itl_ns"]))
+    tpot = {"p50_ns": statistics.median(tpots)} if tpots else s.get("itl", {})
     row = {"gpus": a.gpus, "iterations": len(its), "ttft_p50_ms": ttft.get("p50_ns", 0) / 1e6,
            "ttft_p99_ms": ttft.get("p99_ns", 0) / 1e6, "tpot_p50_ms": tpot.get("p50_ns", 0) / 1e6,
            "output_tok_s": s.get("output_tokens_per_s"), "ok": s.get("ok"), "sent": s.get("sent"),
            "failed": s.get("failed"), "failures": s.get("failures"),
            "prefill_us_per_token": b_us, "fit_ms": [float(c) if c is not None else None for c in coef],
            "iteration_p50_ms": med, "longest_ms": float(t.max()) if len(t) else None,
+           "profiler_iterations": int(prof.sum()),
+           "longest_ms_with_profiler": float(t_all.max()) if len(t_all) else None,
            "over_3x_median": over, "n_decode": int(len(dec)), "n_mixed": int(len(mix)),
            "max_batch_tokens": meta.get("max_batch_tokens"), "startup": meta.get("startup")}
     if b_us:

@@ -290,11 +290,13 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
             t0 = time.perf_counter()
             prof.start()
             blocked["start"] = time.perf_counter() - t0
+            _region.note("profiler_ns", int(blocked["start"] * 1e9))
 
         def stop_range() -> None:
             t0 = time.perf_counter()
             prof.stop()
             blocked["stop"] = time.perf_counter() - t0
+            _region.note("profiler_ns", int(blocked["stop"] * 1e9))
             if controller.captured >= opts.count and not opts.background_export:
                 export(prof, complete=True)           # the whole range: written now, not at exit
             elif controller.captured >= opts.count:   # the same, not on the workload's thread

@@ -58,7 +58,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..capture.under_load import TORCHRUN_SAFE_ENV
+from ..capture.under_load import TORCHRUN_SAFE_ENV, stop_process_group, stop_torchrun_ranks
 from ..errors import UsageError
 from ..models.llama_config import LlamaConfig
 from .scheduler import Member
@@ -411,11 +411,10 @@ class Group:
 
     def close(self) -> float | None:
         """Leave the process groups once every collective has completed (rank 0 sent *stop*
-        after its last iteration resolved, so every rank's all-reduces are done): on CUDA the
-        NCCL communicators are aborted (:func:`_abort_process_group` where torch has it: no
-        wait for peers) instead of destroyed. Runs in a helper thread for at most
-        :data:`CLOSE_TIMEOUT_S`; returns the seconds it took, or None when it did not finish
-        (one line says so and the rank goes on to exit)."""
+        after its last iteration resolved, so every rank's all-reduces are done). On CUDA the
+        groups are left to the process's exit (see the comment below; returns None). On the CPU
+        they are destroyed in a helper thread for at most :data:`CLOSE_TIMEOUT_S`; returns the
+        seconds it took, or None when it did not finish (one line says so)."""
         import torch
         import torch.distributed as dist
 
@@ -424,16 +423,17 @@ class Group:
         t0 = time.monotonic()
         on_cuda = self.device.startswith("cuda")
         if on_cuda:
+            # Neither abort nor destroy of the NCCL communicators returned within 20 s on two
+            # H100s (torch 2.11) after the decode and mixed CUDA graphs had captured all-reduces;
+            # every collective is complete here, so the rank leaves them to its exit (os._exit:
+            # capture runner, finish_process), and only the CPU (gloo) groups are closed.
             torch.cuda.synchronize()
+            return None
         err: list[BaseException] = []
 
         def close() -> None:
             try:
-                abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
-                if on_cuda and abort is not None:
-                    abort()
-                if dist.is_initialized():
-                    dist.destroy_process_group()
+                dist.destroy_process_group()
             except Exception as e:  # noqa: BLE001 -- reported below; the rank still exits
                 err.append(e)
 
@@ -484,7 +484,8 @@ def run(opts, build_server: Callable, serve: Callable) -> None:
             closed = g.close()
             if t_end is not None:
                 what = "stop sent to the other ranks" if info.rank == 0 else "stop received"
-                took = "did not close" if closed is None else f"closed in {closed:.2f} s"
+                took = (("left to the process exit (NCCL)" if g.device.startswith("cuda") else "did not close")
+                        if closed is None else f"closed in {closed:.2f} s")
                 _say(f"rank {info.rank}: stopped: {what} in {t_sent - t_end:.2f} s, process groups {took}")
     if failed is not None:                # said once, where it was found
         raise SystemExit(1)
@@ -503,8 +504,6 @@ def launch(n: int, serve_args: Sequence[str]) -> int:
     traceback and exits 1 whatever its ranks do; that is torchrun's own handler.) Returns the
     launcher's exit code."""
     import subprocess
-
-    from ..capture.under_load import stop_process_group, stop_torchrun_ranks
 
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}", "-m", "tracestory.cli", "serve",
            *serve_args]
