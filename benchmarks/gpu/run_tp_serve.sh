@@ -26,12 +26,13 @@ serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; r
   local srv=$! t0=$(date +%s)
   for i in $(seq 400); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
   echo "healthy after $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
-  step tp$n-load 60 $TS load --port $port $LOAD --json $d/load.summary.json
+  step tp$n-load 60 $TS load --port $port $LOAD --json $d/load.summary.json --output $d/load.requests.jsonl
   local ts=$(date +%s.%N); kill -INT $srv; wait $srv; local rc=$?
   echo "=== [tp$n] server exit code $rc, stopped in $(python3 -c "import time;print(round(time.time()-$ts,2))") s" | tee -a "$LOG"
   grep -E "startup|prefill/mixed|stopped|Traceback|Error|error" $d/serve.log | tail -12 | tee -a "$LOG"
   step tp$n-table 30 python3 benchmarks/gpu/serve_table.py $d --gpus $n --roofs $W/json/roofs.json --json $W/json/tp$n.json
   cp $d/serve.log "$OUT/tp${n}_serve.log"
+  gzip -c $d/serve.sched.jsonl > "$OUT/tp${n}.sched.jsonl.gz"   # the event log behind the row
 }
 
 for part in "$@"; do case $part in
