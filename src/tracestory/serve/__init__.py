@@ -191,7 +191,8 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
         raise UsageError(f"--vocab: expected an integer >= 1, found {vocab}")
     dbytes = torch.tensor([], dtype=dtype).element_size()
     num_blocks = opts.num_blocks or _auto_blocks(opts, cfg, layers, vocab, device, dbytes)
-    budget = opts.max_batch_tokens or (GPU_TOKEN_BUDGET if device.startswith("cuda") else CPU_TOKEN_BUDGET)
+    budget = opts.max_batch_tokens if opts.max_batch_tokens is not None else (
+        GPU_TOKEN_BUDGET if device.startswith("cuda") else CPU_TOKEN_BUDGET)
     if budget < 1:
         raise UsageError(f"--max-num-batched-tokens: expected an integer >= 1, found {budget}")
     sc = SchedulerConfig(opts.block_size, num_blocks, budget, opts.max_num_seqs, opts.eos_id,
