@@ -22,7 +22,7 @@ from ..capture.under_load import EVENT_LOG_ENV
 from ..errors import UsageError
 from ..models.llama_config import FP8_MODES, PRESETS
 from ..models.runtime import dtype_name, require_package
-from ..serve import ServeOptions, ServerLimits, run_server, tensor_parallel
+from ..serve import ServeOptions, ServerLimits, run_server, tensor_parallel, tp_process
 from ..serve.model import ATTENTION_BACKENDS
 
 
@@ -168,7 +168,7 @@ def _serve_words() -> list[str] | None:
 def _run(args: argparse.Namespace) -> int:
     _check_args(args)
     if args.tensor_parallel > 1 and (words := _serve_words()) is not None:
-        return tensor_parallel.launch(args.tensor_parallel, words)
+        return tp_process.launch(args.tensor_parallel, words)
     require_package("torch", "tracestory serve", "serve")
     require_package("aiohttp", "tracestory serve", "serve")
     limits = ServerLimits(max_waiting=args.max_waiting, max_connections=args.max_connections,
@@ -198,5 +198,5 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.host}:{args.port}: expected to listen, found {e.strerror or e}") from None
     print("tracestory serve: stopped", file=sys.stderr, flush=True)
     if args.tensor_parallel > 1:
-        tensor_parallel.finish_process(0)
+        tp_process.finish_process(0)
     return 0

@@ -11,6 +11,10 @@ Pieces (each usable alone):
 * :mod:`.model`     -- the Llama layers of :mod:`tracestory.models.llama` run over the paged cache;
 * :mod:`.paged_attention` -- FlexAttention over the paged cache (block tables in the mask);
 * :mod:`.graphs`    -- decode-only iterations replayed from CUDA graphs per batch-size bucket;
+* :mod:`.mixed`     -- prefill and mixed iterations replayed from CUDA graphs per (decode rows,
+  chunk rows) bucket, up to the token budget (``--max-num-batched-tokens``, 2048 on CUDA);
+* :mod:`.tensor_parallel`, :mod:`.tp_process` -- ``--tensor-parallel N``: the shards and the plan
+  channel; the ranks' processes (started by torchrun or by ``serve`` itself, their end);
 * :mod:`.eventlog`  -- the scheduler event log (JSONL, ``docs``: the serve event-log format);
 * :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
 * :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;

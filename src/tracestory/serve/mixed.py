@@ -149,7 +149,7 @@ class MixedGraphs:
         np, model = self.np, self.model
         bs, nb = model.block_size, model.num_blocks
         bd, R = key
-        B, W, M = self.bmax, self.width, self.M
+        W, M = self.width, self.M
         o, o32 = self._o64, self._o32
         a, b = h64.numpy(), h32.numpy()
         lead = self.split(members)

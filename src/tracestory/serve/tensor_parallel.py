@@ -34,7 +34,11 @@ failed send on rank 0 (a rank died) prints one line naming it and stops the serv
 At shutdown (SIGINT/SIGTERM to rank 0, as ``tracestory capture --load`` sends) rank 0 finishes
 serving, then broadcasts *stop*; the others leave their loop and every rank exits 0. The other
 ranks ignore SIGINT/SIGTERM while they follow (``torchrun`` and a process-group Ctrl-C deliver
-them too); they stop when rank 0 says so, or at the timeout.
+them too); they stop when rank 0 says so, or at the timeout. Each rank then leaves its process
+groups (:meth:`Group.close`: destroyed on the CPU; on CUDA left to the process exit, because
+closing the NCCL communicators did not return within 20 s on two H100s) and says in one line how
+long its stop took. How the processes start and end (``tracestory serve --tensor-parallel N``
+without torchrun, the hard exit of a CUDA rank) is :mod:`.tp_process`.
 
 Devices: ``cuda:LOCAL_RANK`` with NCCL for the all-reduce when ``--device`` is cuda (or auto
 with a GPU), else the CPU with gloo. On multi-GPU H200 hosts NVLink multicast (NVLS) must stay
@@ -58,7 +62,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..capture.under_load import TORCHRUN_SAFE_ENV, stop_process_group, stop_torchrun_ranks
+from ..capture.under_load import TORCHRUN_SAFE_ENV
 from ..errors import UsageError
 from ..models.llama_config import LlamaConfig
 from .scheduler import Member
@@ -489,54 +493,6 @@ def run(opts, build_server: Callable, serve: Callable) -> None:
                 _say(f"rank {info.rank}: stopped: {what} in {t_sent - t_end:.2f} s, process groups {took}")
     if failed is not None:                # said once, where it was found
         raise SystemExit(1)
-
-
-LAUNCH_GRACE_S = 60.0    # the self-launched ranks' time to stop after SIGINT (then SIGTERM, SIGKILL)
-
-
-def launch(n: int, serve_args: Sequence[str]) -> int:
-    """``tracestory serve --tensor-parallel N`` typed without torchrun: start ``python -m
-    torch.distributed.run --nproc_per_node=N -m tracestory.cli serve ARGS`` in its own session and
-    wait for it. A Ctrl-C (SIGINT) or SIGTERM here goes to the ranks, never to the launcher
-    (:func:`tracestory.capture.under_load.stop_torchrun_ranks`): rank 0 stops serving and tells
-    the others, every rank exits 0, and the launcher with them, so this exits 0. (A Ctrl-C typed
-    at ``torchrun ... serve`` itself reaches torchrun, which prints a ``SignalException``
-    traceback and exits 1 whatever its ranks do; that is torchrun's own handler.) Returns the
-    launcher's exit code."""
-    import subprocess
-
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}", "-m", "tracestory.cli", "serve",
-           *serve_args]
-    env = {**os.environ, **{k: v for k, v in SAFE_NCCL_ENV.items() if k not in os.environ}}
-    heard: list[int] = []
-    saved = {sig: signal.signal(sig, lambda signum, _f: heard.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-        while proc.poll() is None:
-            if heard:
-                if stop_torchrun_ranks(proc, LAUNCH_GRACE_S) is None or proc.poll() is None:
-                    stop_process_group(proc, LAUNCH_GRACE_S)
-                break
-            time.sleep(0.1)
-        return proc.wait()
-    finally:
-        for sig, h in saved.items():
-            signal.signal(sig, h)
-
-
-def finish_process(code: int = 0) -> None:
-    """End a rank of ``torchrun ... serve --tensor-parallel N`` that used CUDA with ``os._exit``
-    after flushing: the interpreter's teardown of NCCL communicators and of CUDA graphs that
-    captured collectives has nothing left to do and can block the rank (and so torchrun). Under
-    ``tracestory capture`` the capture runner does this itself once the trace is written."""
-    if os.environ.get("TRACESTORY_CAPTURE_RUNNER"):
-        return
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def _is_distributed(e: BaseException) -> bool:
