@@ -159,8 +159,10 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _serve_words() -> list[str] | None:
     """The words after ``serve`` of a ``tracestory serve --tensor-parallel N`` typed without
-    torchrun (it then launches its ranks itself), else None."""
-    if "WORLD_SIZE" in os.environ or "serve" not in sys.argv[1:3]:
+    torchrun (it then launches its ranks itself), else None. Never inside a capture's runner:
+    its profiler would see the launcher, not the ranks (``capture --torchrun N`` is the way)."""
+    if ("WORLD_SIZE" in os.environ or os.environ.get("TRACESTORY_CAPTURE_RUNNER")
+            or "serve" not in sys.argv[1:3]):
         return None
     return sys.argv[sys.argv.index("serve") + 1:]
 
