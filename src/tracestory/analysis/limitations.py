@@ -20,6 +20,8 @@ computed from what the inputs hold, never assumed:
 * **roofline estimate**: shape-based points above their roof, dropped as estimate errors; ops
   left out of the estimate (fused MoE ops) and why.
 * **damaged input**: what a reader dropped from a damaged file, and why (its warnings).
+* **partial capture** (:func:`capture_limitations`): a report on a failed capture's kept files
+  (``failed-<tool>/``): the capture's error and the files it lacks.
 * **GPU telemetry** (:func:`telemetry_limitations`): a capture folder whose manifest records the
   sampler off (``--skip-power-monitor``, an ncu capture, no NVML) and no telemetry file read:
   "no GPU telemetry (clocks, power)" with the recorded reason; plain trace files say nothing
@@ -172,9 +174,29 @@ def _told_once(items: list[Limitation], paths: Sequence[str]) -> tuple[Limitatio
     return tuple(out)
 
 
+def capture_limitations(inputs) -> tuple[Limitation, ...]:
+    """A failed capture read from the files it kept (``failed-<tool>/``): the report is partial;
+    one line per such folder with the capture's error and the files it lacks."""
+    out = []
+    for m in inputs.manifests:
+        for p in m.get("partial") or ():
+            missing = ", ".join(p.get("missing") or ()) or "none of the files a complete capture writes"
+            err = " ".join(str(p.get("error") or "no error recorded").split())
+            if len(err) > 300:
+                err = err[:297] + "..."
+            out.append(Limitation("partial capture", f"the {p.get('tool')} capture failed ({err}); this report "
+                                  f"reads the files it kept in {p.get('folder')}/; missing: {missing}."))
+    return tuple(out)
+
+
 def telemetry_limitations(inputs) -> tuple[Limitation, ...]:
     """GPU telemetry limitations of ``inputs`` (an :class:`~tracestory.ingest.Inputs`); see the
-    module docstring."""
+    module docstring. The partial-capture lines (:func:`capture_limitations`) come first: the
+    results assembly calls this function for everything read from a capture's manifest."""
+    return capture_limitations(inputs) + _telemetry_only(inputs)
+
+
+def _telemetry_only(inputs) -> tuple[Limitation, ...]:
     if inputs.telemetry is not None:
         return tuple(Limitation("GPU telemetry", w) for w in inputs.telemetry.warnings)
     out = []
