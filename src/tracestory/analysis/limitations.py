@@ -191,12 +191,7 @@ def capture_limitations(inputs) -> tuple[Limitation, ...]:
 
 def telemetry_limitations(inputs) -> tuple[Limitation, ...]:
     """GPU telemetry limitations of ``inputs`` (an :class:`~tracestory.ingest.Inputs`); see the
-    module docstring. The partial-capture lines (:func:`capture_limitations`) come first: the
-    results assembly calls this function for everything read from a capture's manifest."""
-    return capture_limitations(inputs) + _telemetry_only(inputs)
-
-
-def _telemetry_only(inputs) -> tuple[Limitation, ...]:
+    module docstring."""
     if inputs.telemetry is not None:
         return tuple(Limitation("GPU telemetry", w) for w in inputs.telemetry.warnings)
     out = []

@@ -47,7 +47,8 @@ from .findings.multigpu import multigpu_findings
 from .gaps import GapCause
 from .hardware import hardware_analysis, waves
 from .kernels import KernelFacts
-from .limitations import Limitation, RankCoverage, limitations, rank_coverage, telemetry_limitations
+from .limitations import (Limitation, RankCoverage, capture_limitations, limitations, rank_coverage,
+                          telemetry_limitations)
 from .memory import MemoryTimeline
 from .multigpu import MultiGpu, combine, rank_summary
 from .ncu_join import join_ncu
@@ -324,7 +325,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
                                  not_estimated=[x for r in runs if r.roofline_estimate is not None
                                                 for x in r.roofline_estimate.not_estimated],
                                  platforms=[r.facts.platform for r in runs])
-        + _withheld(runs) + telemetry_limitations(inputs),
+        + _withheld(runs) + capture_limitations(inputs) + telemetry_limitations(inputs),
         answers=answer_all(options.goal, options.questions, [f for r in runs for f in r.findings],
                            _sections_with_data(runs, hardware, mg, batching)),
         ranks=coverage, selection=select_runs(runs),
