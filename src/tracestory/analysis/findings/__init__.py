@@ -64,6 +64,7 @@ COMM_CATEGORIES = ("communication", "allreduce")
 FEW_GPU_OPS = 50  # below this, an idle GPU is not a launch-overhead story
 HOST_GAP_NS = 100_000  # a mean idle gap this long is host work, not per-launch cost (outside PyTorch)
 MEMCPY_SHARE = 0.05
+SMALL_COMM_COST = 0.05  # exposed communication below this share of GPU busy time is not a lever
 
 
 # ------------------------------------------------------------------ small helpers
@@ -576,6 +577,9 @@ def rule_communication(f: RunFacts) -> list[Finding]:
         return [Finding("communication", sev, title, tuple(ev), imp,
                         "Fix the late rank first (Multi-GPU findings), then overlap the remaining collective time "
                         "with compute.")]
+    if cost < SMALL_COMM_COST:
+        return [Finding("communication", "info", title, tuple(ev), imp,
+                        "Communication costs little here: it is not what to work on first.")]
     return [Finding("communication", sev, title, tuple(ev), imp, capital(advice.communication(f)) + ".")]
 
 
