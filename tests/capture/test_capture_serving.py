@@ -79,6 +79,14 @@ def test_capture_under_load_then_report(work):
     records = jsonl(folder / "load.requests.jsonl")
     sched = jsonl(folder / "serve.sched.jsonl")
     assert len(records) == 6 and all(r["ok"] for r in records)
+    # one server process (no torchrun): stopped through its process group; the profiler's start
+    # (at iteration 2) and stop (at iteration 6) held the engine thread, and those two iterations
+    # say so in the event log, with the seconds the status file recorded (rounded to 0.1 ms there)
+    assert server["stopped"] == "process group" and server["stop_ns"] > 0
+    blocked = server["profiler_blocked_s"]["0"]
+    held = {x["iter"]: x["profiler_ns"] for x in sched if x["type"] == "iteration" and "profiler_ns" in x}
+    assert sorted(held) == [2, 6]
+    assert abs(held[2] / 1e9 - blocked["start"]) < 1e-4 and abs(held[6] / 1e9 - blocked["stop"]) < 1e-4
 
     rc = main(["report", str(work / "artifacts" / "serve"), "-o", "r.md", "--json", "r.json"])
     assert rc == 0

@@ -105,3 +105,42 @@ def test_tensor_parallel_capture_plans(tool, monkeypatch, tmp_path):
     assert "TRACESTORY_EVENT_LOG" in server.env
     if tool == "ncu":
         assert argv[0] == "ncu" and argv.index("--target-processes") < i
+
+
+def test_ranks_that_ignore_sigint_get_sigterm_not_the_launcher(tmp_path):
+    """A stand-in launcher named ``torchrun`` with two ranks that ignore SIGINT: the stop
+    escalates on the ranks (SIGINT, then SIGTERM); the launcher itself is never signalled and
+    exits by itself once its ranks are gone (it records the signals it saw)."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    from tracestory.capture.under_load import stop_torchrun_ranks, torchrun_ranks
+
+    seen = tmp_path / "launcher_signals.txt"
+    launcher = tmp_path / "torchrun"
+    launcher.write_text(textwrap.dedent(f"""
+        import signal, subprocess, sys
+        got = []
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, lambda n, f: got.append(n))
+        rank = ("import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                "open(sys.argv[1], 'w').close(); time.sleep(60)")
+        kids = [subprocess.Popen([sys.executable, "-c", rank, {str(tmp_path)!r} + f"/ready{{i}}"]) for i in range(2)]
+        codes = [k.wait() for k in kids]
+        open({str(seen)!r}, "w").write(repr(got))
+        sys.exit(0)
+    """))
+    proc = subprocess.Popen([sys.executable, str(launcher)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(list(tmp_path.glob("ready*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)                  # both ranks ignore SIGINT from here on
+        assert len(torchrun_ranks(proc.pid)) == 2
+        assert stop_torchrun_ranks(proc, 1.0) == "SIGTERM"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and seen.read_text() == "[]"

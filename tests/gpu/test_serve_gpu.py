@@ -22,13 +22,18 @@ pytestmark = pytest.mark.gpu
 BS, NB, SEQS, BUDGET = 16, 96, 4, 64
 
 
-def _run(attention, prepare, graphs=True):
-    """A continuous-batching run over 7 ragged requests (chunked prefills, decode at batch 1..4)."""
+def _run(attention, prepare, graphs=True, mixed=True, replay=True):
+    """A continuous-batching run over 7 ragged requests (chunked prefills, decode at batch 1..4).
+    ``mixed``: prefill/mixed buckets built; ``replay=False``: the graphs are captured but their
+    bodies run instead (same kernels, no replay)."""
     cfg = LlamaConfig.from_name("llama-3-8b")
     m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda", dtype=torch.float32,
                    seed=2, attention=attention)
     if prepare:
-        m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET, cuda_graphs=graphs)
+        m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET, cuda_graphs=graphs, mixed_graphs=mixed)
+        if not replay:
+            m._graphs.use_graphs = False
+            m._mixed.use_graphs = False
     s = Scheduler(SchedulerConfig(block_size=BS, num_blocks=NB, max_batch_tokens=BUDGET, max_num_seqs=SEQS))
     rng = random.Random(0)
     for i in range(7):
@@ -52,7 +57,11 @@ def _first_difference(a, b):
 
 def test_graph_replay_gives_the_tokens_of_the_same_body_run_eagerly():
     graph, paths = _run("flex", prepare=True, graphs=True)
-    assert paths.count("graph") > 10 and "eager" in paths
+    # decode-only iterations and the prefill/mixed ones both replay graphs
+    assert paths.count("graph") > 10 and paths.count("mixed-graph") >= 3 and "eager" not in paths
+    bodies, bpaths = _run("flex", prepare=True, graphs=True, replay=False)
+    assert {"static", "mixed-static"} <= set(bpaths) and not {"graph", "mixed-graph"} & set(bpaths)
+    assert _first_difference(graph, bodies) is None
     static, spaths = _run("flex", prepare=True, graphs=False)
     assert "static" in spaths and "graph" not in spaths
     assert _first_difference(graph, static) is None
@@ -62,6 +71,10 @@ def test_flex_on_cuda_gives_the_tokens_of_sdpa():
     flex, _ = _run("flex", prepare=True, graphs=True)
     sdpa, _ = _run("sdpa", prepare=False)
     assert _first_difference(flex, sdpa) is None
+    # without the prefill/mixed buckets those iterations run eagerly, with the same tokens
+    eager_mixed, paths = _run("flex", prepare=True, graphs=True, mixed=False)
+    assert "eager" in paths and "mixed-graph" not in paths
+    assert _first_difference(eager_mixed, sdpa) is None
 
 
 def test_served_request_completes_with_graphs(tmp_path):
@@ -84,5 +97,7 @@ def test_served_request_completes_with_graphs(tmp_path):
     meta = lines[0]
     assert meta["attention_backend"] == "flex" and meta["startup"]["cuda_graphs"] is True
     assert meta["startup"]["decode_buckets"] == [1, 2, 4, 8] and meta["startup"]["compile_s"] > 0
+    # chunk rows 128 (the budget) x decode rows 0, 1, 2, 4, 8: one graph each
+    assert meta["startup"]["chunk_rows"] == [128] and meta["startup"]["mixed_graphs"] == 5
     decode = [o for o in lines if o["type"] == "iteration" and o["prefill_tokens"] == 0]
     assert len(decode) >= 20

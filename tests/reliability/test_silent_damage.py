@@ -73,7 +73,7 @@ def test_kernels_without_dur_are_stated_and_no_verdict_is_built_on_them(two_thir
     text = (tmp_path / "r.md").read_text()
     limitations = text.split("## ", 2)[1] if "Limitations" not in text else text[text.index("Limitations"):]
     assert code == 0 and warning in limitations                                       # in Limitations
-    assert "| launch-bound verdict | not judged" in text
+    assert "| idle time mostly waiting for launches | not judged" in text
 
 
 @pytest.mark.parametrize("damage,words", [

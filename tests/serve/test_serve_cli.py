@@ -37,3 +37,30 @@ def test_serve_without_torch_is_one_line_exit_2():
     assert r.stdout == "" and "Traceback" not in r.stderr
     assert r.stderr == ("tracestory: error: torch not found: tracestory serve needs the Python package 'torch': "
                         "pip install 'tracestory[serve]'\n")
+
+
+@pytest.mark.parametrize("argv, budget", [
+    ([], None),                                        # per device: 2048 on CUDA, 256 on the CPU
+    (["--max-num-batched-tokens", "4096"], 4096),      # vLLM's name
+    (["--max-batch-tokens", "64"], 64),                # the older name
+])
+def test_token_budget_flag(argv, budget):
+    assert build_parser().parse_args(["serve", *argv]).max_batch_tokens == budget
+
+
+def test_token_budget_default_on_the_cpu_and_refusal(tmp_path):
+    pytest.importorskip("torch")
+    import json
+
+    from tracestory.errors import UsageError
+    from tracestory.serve import CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET, ServeOptions, build_server
+
+    assert (CPU_TOKEN_BUDGET, GPU_TOKEN_BUDGET) == (256, 2048)
+    log = tmp_path / "sched.jsonl"
+    engine, _ = build_server(ServeOptions(num_blocks=64, event_log=str(log)))
+    engine.log.flush()
+    assert engine.scheduler.config.max_batch_tokens == 256
+    assert json.loads(log.read_text().splitlines()[0])["max_batch_tokens"] == 256
+    for bad in (0, -1):
+        with pytest.raises(UsageError, match=f"--max-num-batched-tokens: expected an integer >= 1, found {bad}"):
+            build_server(ServeOptions(num_blocks=64, max_batch_tokens=bad))

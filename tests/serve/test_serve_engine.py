@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tracestory.models.llama_config import LlamaConfig
-from tracestory.serve import graphs
+from tracestory.serve import graphs, mixed
 from tracestory.serve.engine import Engine
 from tracestory.serve.eventlog import EventLog
 from tracestory.serve.model import PagedLlama
@@ -82,6 +82,65 @@ def test_flex_gives_the_tokens_of_sdpa_over_continuous_batching(sdpa_run):
     static_out, _, _, static_paths = _reference(_model("flex", static_decode=True))
     assert "static" in static_paths and "eager" in static_paths     # decode buckets and mixed iterations
     assert static_out == out
+
+
+def _mixed_model(width=6):
+    """Decode buckets and prefill/mixed buckets, both as their graphs' bodies run eagerly."""
+    m = _model("flex", static_decode=True)
+    m.prepare(max_num_seqs=SEQS, max_batch_tokens=16)       # row buffers for the 16-row chunk bucket
+    m._graphs = graphs.DecodeGraphs(m, graphs.decode_buckets(SEQS), 4, use_graphs=False)
+    m._graphs.build(lambda _line: None)
+    m._mixed = mixed.MixedGraphs(m, graphs.decode_buckets(SEQS), [8, 16], width, SEQS, use_graphs=False)
+    m._mixed.build(lambda _line: None)
+    return m
+
+
+def test_prefill_and_mixed_buckets_give_the_tokens_of_sdpa(sdpa_run):
+    out, fins, _, _ = sdpa_run
+    got, got_fins, _, paths = _reference(_mixed_model())
+    # prefill-only and mixed iterations through the static buckets, decode through its buckets, and
+    # the members whose block tables exceed the width (6 blocks) eagerly
+    assert {"mixed-static", "static", "eager"} <= set(paths)
+    assert got == out and got_fins == fins
+
+
+def test_chunk_buckets():
+    assert mixed.chunk_buckets(2048) == [128, 256, 512, 1024, 2048]
+    assert mixed.chunk_buckets(256) == [128, 256]
+    assert mixed.chunk_buckets(100) == [128]
+    assert mixed.chunk_buckets(3000) == [128, 256, 512, 1024, 2048, 3072]   # rounded up to 128 rows
+    with pytest.raises(ValueError):
+        mixed.chunk_buckets(0)
+
+
+def test_mixed_packing_by_hand():
+    m = _mixed_model()
+    g = m._mixed
+    # a decode member (position 5, blocks [3, 7]) then a prefill chunk of 3 tokens at 0..2 in block [2]
+    members = [Member("a", "decode", 5, (11,), (3, 7), False, True),
+               Member("b", "prefill", 0, (21, 22, 23), (2,), False, True)]
+    assert g.key(members) == (1, 8)                 # 1 decode row, 3 chunk rows -> the 8-row bucket
+    h64 = torch.zeros(g._n64, dtype=torch.long)
+    h32 = torch.zeros(g._n32, dtype=torch.int32)
+    g.pack(members, [11, 21, 22, 23], (1, 8), h64, h32)
+    a, b = h64.numpy(), h32.numpy()
+    o, o32 = g._o64, g._o32
+    N, scratch = 1 + 8, NB * BS                     # scratch block = block NB, slot NB * BS = 32
+    np.testing.assert_array_equal(a[o["tok"][0]:o["tok"][0] + N], [11, 21, 22, 23, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(a[o["pos"][0]:o["pos"][0] + N], [5, 0, 1, 2, 0, 0, 0, 0, 0])
+    # position 5 of a: block 7 (index 1), offset 1 -> 29; b's positions 0..2 in block 2 -> 8, 9, 10
+    np.testing.assert_array_equal(a[o["slot"][0]:o["slot"][0] + N], [29, 8, 9, 10] + [scratch] * 5)
+    tabs = a[o["mtab"][0]:o["mtab"][0] + SEQS * 6].reshape(SEQS, 6)
+    np.testing.assert_array_equal(tabs[:2], [[3, 7, NB, NB, NB, NB], [2, NB, NB, NB, NB, NB]])
+    assert (tabs[2:] == NB).all()
+    # sampled rows: a's only row (0) and b's last (decode rows 1 + chunk row 2 = 3)
+    np.testing.assert_array_equal(a[o["srow"][0]:o["srow"][0] + SEQS], [0, 3, 0, 0])
+    np.testing.assert_array_equal(b[o32["dnblk"][0]:o32["dnblk"][0] + 1], [2])     # context 6 -> 2 blocks
+    np.testing.assert_array_equal(b[o32["rown"][0]:o32["rown"][0] + 8], [1, 1, 1, -2, -2, -2, -2, -2])
+    assert b[o32["kvn"][0]] == 1 and b[o32["kvi"][0]] == 2        # the chunk's one tile reads block 2
+    # decode-only iterations are the decode graphs' job; a table wider than 6 blocks runs eagerly
+    assert g.key(members[:1]) is None
+    assert g.key([Member("c", "prefill", 0, (1, 2), tuple(range(7)), False, True)]) is None
 
 
 def test_decode_buckets_and_padding():

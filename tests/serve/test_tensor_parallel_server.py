@@ -99,3 +99,36 @@ def test_a_killed_rank_ends_the_server_with_one_line_not_a_hang(tmp_path):
     # one line, from the heartbeat ("...; stopping the server") or, when torchrun stopped rank 0
     # first, from its stop message to the other ranks
     assert len(lost) == 1 and "rank 0 could not send to the other ranks" in lost[0]
+
+
+def test_serve_tensor_parallel_without_torchrun_launches_its_ranks_and_ctrl_c_exits_0(tmp_path):
+    """``tracestory serve --tensor-parallel 2`` typed as is: it starts torchrun itself; a Ctrl-C
+    (SIGINT to its process group, as a terminal sends it) reaches the ranks, not the launcher."""
+    import signal
+
+    port = _free_port()
+    src = str(Path(tracestory.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("WORLD_SIZE", None)
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "tracestory.cli", "serve", "--tensor-parallel", "2", "--port", str(port)]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, 90, proc=proc)
+        assert len(_complete(url, "a b c", 4).split()) == 4
+        assert len(torchrun_ranks(proc.pid)) == 2          # the launcher is this process's child
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert proc.returncode == 0, text
+    assert "Traceback" not in text and "SignalException" not in text
+    assert text.count("tracestory serve: stopped\n") == 2          # both ranks
+    # each rank's timed stop line: rank 0 sent the stop, rank 1 received it
+    assert "tracestory serve: rank 0: stopped: stop sent to the other ranks in" in text
+    assert "tracestory serve: rank 1: stopped: stop received in" in text

@@ -65,6 +65,14 @@ def fusion(f: RunFacts) -> str:
         blocks.append("batch norm folded into the convolutions (inference)")
     # torch.compile needs the Python side: PyTorch known from ATen kernels alone may be libtorch from C++
     compile_ = f.producer.is_pytorch and not use.compiled and len(f.trace.ops) > 0
+    engine = f.producer.engine
+    if engine == "vLLM":
+        return ("fuse the small ops: vLLM compiles the model (torch.compile) and fuses them unless --enforce-eager "
+                "or a compilation level of 0 is set; check the compilation config" + ("; " + "; ".join(blocks)
+                                                                                     if blocks else ""))
+    if engine == "SGLang":
+        return ("fuse the small ops: SGLang runs torch.compile on the decode batch sizes with --enable-torch-compile"
+                + ("; " + "; ".join(blocks) if blocks else ""))
     if compile_ and blocks:
         return "fuse the small ops: torch.compile (Inductor) fuses elementwise chains, or use " + "; ".join(blocks)
     if compile_:
@@ -110,12 +118,13 @@ def precision_path(f: RunFacts) -> str:
     name = " ".join(d.name or "" for d in devices).lower()
     if not cc and any(g in name for g in ("v100", "t4", "p100", "titan v")):
         cc = 70
+    cores = "matrix cores" if f.platform == "ROCm" else "tensor cores"
     if "mi3" in name or cc >= 89:
-        return "fp8 tensor cores where accuracy allows"
+        return f"fp8 {cores} where accuracy allows"
     if cc >= 80 or "mi2" in name:
-        return "bf16 tensor cores (fp8 needs Hopper/Ada or newer)"
+        return f"bf16 {cores}" + ("" if f.platform == "ROCm" else " (fp8 needs Hopper/Ada or newer)")
     if cc:
-        return "fp16 tensor cores (this GPU has no bf16 or fp8 tensor cores)"
+        return f"fp16 {cores} (this GPU has no bf16 or fp8 {cores})"
     return "a lower precision the GPU supports (bf16/fp16, fp8 on Hopper and newer)"
 
 
@@ -123,10 +132,10 @@ def gemm(f: RunFacts) -> str:
     low = f.in_use.low_precision_gemm
     conv = " (and convolution)" if f.workload.has("conv") else ""
     if low:
-        return (f"check the GEMM{conv} shapes: larger batches per GEMM and dimensions that fill the tensor-core "
+        return (f"check the GEMM{conv} shapes: larger batches per GEMM and dimensions that fill the matrix-unit "
                 f"tiles; the GEMMs already run in {', '.join(low)}")
     return (f"check the GEMM{conv} shapes and precision: larger batches per GEMM, dimensions multiples of 64/128 "
-            f"for the tensor cores, and {precision_path(f)}")
+            f"for the {'matrix' if f.platform == 'ROCm' else 'tensor'} cores, and {precision_path(f)}")
 
 
 def communication(f: RunFacts) -> str:

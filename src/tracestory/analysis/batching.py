@@ -21,9 +21,9 @@ What is derived
   iterations, no fit. The first iterations (warm-up, kernel compilation) are included: a low
   R^2 can come from them;
 * stalls: iterations that took at least :data:`STALL_RATIO` times the median iteration and at
-  least :data:`STALL_MIN_NS` (first-iteration warm-up, a profiler starting on the engine thread,
-  a garbage-collection pause), with the requests that arrived during each and their median
-  TTFT;
+  least :data:`STALL_MIN_NS` (first-iteration warm-up, a garbage-collection pause), with the
+  requests that arrived during each and their median TTFT; the part of an iteration the profiler's
+  own start or stop held (``profiler_ns`` in its event-log line) does not count toward a stall;
 * with a trace, the traced iterations of each kind against untraced ones of the same kind and
   batch (median wall time; stalls left out): the profiler's own cost on the iterations it records;
 * KV blocks over time (``kv.in_use`` at each iteration end), blocks allocated and freed,
@@ -187,12 +187,14 @@ def find_stalls(log: SchedulerLog, requests: tuple[RequestTimes, ...]) -> tuple[
     dur = np.array([it.duration_ns for it in its], dtype=np.float64)
     median = float(np.median(dur))
     limit = max(STALL_RATIO * median, STALL_MIN_NS)
+    # the profiler's own start or stop is not the engine's: that part of an iteration is not a stall
+    dur = dur - np.array([it.profiler_ns or 0 for it in its], dtype=np.float64)
     out = []
     for k in np.flatnonzero(dur >= limit):
         it = its[int(k)]
         came = [r for r in requests if r.arrival_ns is not None and it.t_start_ns <= r.arrival_ns < it.t_end_ns]
         ttft = [r.ttft_ns for r in came if r.ttft_ns is not None]
-        out.append(Stall(it.iter, it.t_start_ns, it.duration_ns, float(dur[k] / median) if median > 0 else float("inf"),
+        out.append(Stall(it.iter, it.t_start_ns, it.duration_ns, float(it.duration_ns / median) if median > 0 else float("inf"),
                          len(came), float(np.median(ttft)) if ttft else None))
     return tuple(out)
 

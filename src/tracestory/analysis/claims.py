@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from .facts import RunFacts
 from .findings import (SEVERITIES, Finding, rule_bound, rule_communication, rule_cpu_stall, rule_critical_path,
                        rule_dominant_category, rule_eager_fusion, rule_first_step, rule_gpu_idle, rule_graph_replay,
-                       rule_memcpy_share, rule_memory, rule_occupancy, rule_step_outlier, rule_step_trend)
+                       rule_memcpy_share, rule_memory, rule_occupancy, rule_small_grids, rule_step_outlier,
+                       rule_step_trend, rule_trace_kind)
 from .workload import LLM
 
 TIMELINE = frozenset({"timeline"})
@@ -59,7 +60,10 @@ class Rule:
     explains: tuple[str, ...] = ()     # rules whose finding this one names the cause of
 
 
+NOT_A_TIMELINE = frozenset({"stream_capture", "range_profiler", "summary_only", "empty"})
+
 RULES: tuple[Rule, ...] = (
+    Rule("trace_kind", rule_trace_kind, Applies(kinds=NOT_A_TIMELINE)),
     Rule("gpu_idle", rule_gpu_idle),
     Rule("cpu_stall", rule_cpu_stall, explains=("gpu_idle",)),
     Rule("dominant_category", rule_dominant_category, Applies(kinds=WITH_KERNELS)),
@@ -72,6 +76,7 @@ RULES: tuple[Rule, ...] = (
     Rule("memcpy_share", rule_memcpy_share, Applies(kinds=WITH_KERNELS)),
     Rule("communication", rule_communication, Applies(kinds=WITH_KERNELS)),
     Rule("graph_replay", rule_graph_replay),
+    Rule("small_grids", rule_small_grids, Applies(kinds=WITH_KERNELS), explains=("dominant_kernel", "bound")),
     Rule("eager_fusion", rule_eager_fusion, Applies(frameworks=frozenset({"pytorch"}))),
     Rule("memory", rule_memory),
 )
@@ -87,15 +92,15 @@ def basis(f: RunFacts) -> tuple[str, ...]:
 def _ordered(found: list[tuple[Rule, Finding]]) -> tuple[Finding, ...]:
     sev = {s: i for i, s in enumerate(SEVERITIES)}
     by_rule = {r.name: i for i, r in enumerate(RULES)}
-    present = {fd.rule: fd for _, fd in found}
+    present = {fd.rule: (by_rule[rule.name], fd) for rule, fd in found}   # finding name -> (its rule's place, it)
     keyed = []
     for i, (rule, fd) in enumerate(found):
-        key = (sev[fd.severity], by_rule.get(rule.name, len(RULES)), 0, i)
+        key = (sev[fd.severity], by_rule[rule.name], 0, i)
         explained = [present[e] for e in rule.explains if e in present]
         if explained and fd.severity in ("high", "medium"):
-            target = min(explained, key=lambda x: sev[x.severity])
+            place, target = min(explained, key=lambda x: (sev[x[1].severity], x[0]))
             if sev[fd.severity] <= sev[target.severity]:   # a cause as weighty as what it explains goes first
-                key = (sev[target.severity], by_rule.get(target.rule, len(RULES)), -1, i)
+                key = (sev[target.severity], place, -1, i)
         keyed.append((key, fd))
     return tuple(fd for _, fd in sorted(keyed, key=lambda kv: kv[0]))
 
@@ -119,8 +124,8 @@ def withheld(f: RunFacts) -> tuple[str, ...]:
         out.append("the names in the trace do not show what the workload is (" + f.workload.evidence[0]
                    + "): advice that depends on the kind of model is withheld")
     if f.kind.kind not in ("timeline",):
-        out.append(f"the trace is a {f.kind.kind.replace('_', ' ')} (" + "; ".join(f.kind.evidence)
-                   + "): no timeline verdict (idle time, launch cost, critical path, steps) is given")
+        out.append(f"the trace is a {f.kind.kind.replace('_', ' ')}: no timeline verdict (idle time, launch cost, "
+                   "critical path, steps) is given")
     return tuple(out)
 
 

@@ -233,4 +233,8 @@ def facts_for(analysis: Analysis, peaks: Peaks | None = None) -> RunFacts:
     """:func:`run_facts` of one analysed trace without Nsight Compute input; ``peaks`` default to the
     built-in table for the trace's device (``None`` for an unknown GPU). For tests and notebooks."""
     name = _device(analysis.trace)
-    return run_facts(analysis, peaks if peaks is not None else (peaks_for(name) if name else None))
+    return run_facts(
+        analysis,
+        peaks if peaks is not None else (peaks_for(name) if name else None),
+        ranks=(1, analysis.trace.meta.world_size),
+    )

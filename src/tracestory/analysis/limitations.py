@@ -20,6 +20,8 @@ computed from what the inputs hold, never assumed:
 * **roofline estimate**: shape-based points above their roof, dropped as estimate errors; ops
   left out of the estimate (fused MoE ops) and why.
 * **damaged input**: what a reader dropped from a damaged file, and why (its warnings).
+* **partial capture** (:func:`capture_limitations`): a report on a failed capture's kept files
+  (``failed-<tool>/``): the capture's error and the files it lacks.
 * **GPU telemetry** (:func:`telemetry_limitations`): a capture folder whose manifest records the
   sampler off (``--skip-power-monitor``, an ncu capture, no NVML) and no telemetry file read:
   "no GPU telemetry (clocks, power)" with the recorded reason; plain trace files say nothing
@@ -184,6 +186,21 @@ def _told_once(items: list[Limitation], paths: Sequence[str]) -> tuple[Limitatio
         names = ", ".join(p.rsplit("/", 1)[-1] for p in named[:NAMED_TRACES])
         more = f", +{len(named) - NAMED_TRACES} more" if len(named) > NAMED_TRACES else ""
         out.append(Limitation(analysis, f"{len(named)} traces ({names}{more}): {reason}"))
+    return tuple(out)
+
+
+def capture_limitations(inputs) -> tuple[Limitation, ...]:
+    """A failed capture read from the files it kept (``failed-<tool>/``): the report is partial;
+    one line per such folder with the capture's error and the files it lacks."""
+    out = []
+    for m in inputs.manifests:
+        for p in m.get("partial") or ():
+            missing = ", ".join(p.get("missing") or ()) or "none of the files a complete capture writes"
+            err = " ".join(str(p.get("error") or "no error recorded").split())
+            if len(err) > 300:
+                err = err[:297] + "..."
+            out.append(Limitation("partial capture", f"the {p.get('tool')} capture failed ({err}); this report "
+                                  f"reads the files it kept in {p.get('folder')}/; missing: {missing}."))
     return tuple(out)
 
 

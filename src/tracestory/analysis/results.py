@@ -51,7 +51,14 @@ from .findings.multigpu import headline, multigpu_findings
 from .gaps import GapCause
 from .hardware import hardware_analysis, waves
 from .kernels import KernelFacts
-from .limitations import Limitation, RankCoverage, limitations, rank_coverage, telemetry_limitations
+from .limitations import (
+    Limitation,
+    RankCoverage,
+    capture_limitations,
+    limitations,
+    rank_coverage,
+    telemetry_limitations,
+)
 from .memory import MemoryTimeline
 from .multigpu import MultiGpu, RankSummary, combine, rank_summary
 from .ncu_join import join_ncu
@@ -386,6 +393,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
             platforms=[r.facts.platform for r in runs],
         )
         + _withheld(runs)
+        + capture_limitations(inputs)
         + telemetry_limitations(inputs),
         answers=answer_all(
             options.goal,

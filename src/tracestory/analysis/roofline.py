@@ -304,6 +304,12 @@ def _cost(name: str, dims_raw, types_raw, flops_field: float, causal: int = -1) 
         # QK^T and PV, 2 FLOPs per multiply-add, over the score entries the mask keeps
         flops = 4.0 * numel[0] * sk * kept_score_fraction(sq, sk, causal)
         return flops, float(sum(nbytes[:3]) + nbytes[0]), _PREC.get(t0, "fp32")
+    if "conv" in op and "convert" not in op:
+        # Convolutions: the FLOPs need stride, padding and dilation, which the shapes do not carry. Only
+        # the profiler's own count (with_flops=True) places them; never the elementwise fallback below.
+        if math.isfinite(flops_field) and flops_field > 0:
+            return flops_field, float(sum(nbytes) + nbytes[0]), _PREC.get(t0, "fp32")
+        return math.nan, math.nan, None
     if op in _NORM:
         return 5.0 * numel[0], float(2 * nbytes[0] + sum(nbytes[1:])), "fp32"
     if op in _SOFTMAX:

@@ -287,7 +287,7 @@ def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool 
         evidence = [f"convolutions ({s['conv']}) with " + (f"batch norm ({s['batch_norm']})" if has("batch_norm")
                                                          else f"pooling ({s['pooling']})")]
     elif has("conv") and (has("attention") or has("unfused_attention")) and has("layer_norm"):
-        kind, evidence = "vision", [f"a patch-embedding convolution ({s['conv']}) with attention and layer norm"]
+        kind, evidence = "vision", [f"convolutions ({s['conv']}) with attention and layer norm (a vision transformer)"]
     elif (has("attention") or has("unfused_attention")) and has("layer_norm"):
         kind, evidence = "transformer", [f"attention ({s.get('attention') or s['unfused_attention']}) with "
                                          f"layer norm and no decoder-LLM block"]

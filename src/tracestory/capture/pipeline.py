@@ -190,6 +190,8 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
     inv = invocation(tool, st, w)
     if tool == "torch":
         opts = torch_options(v)
+        if server:      # the range's export off the engine thread: the server keeps serving meanwhile
+            opts = dataclasses.replace(opts, background_export=True)
         runner = ["-m", "tracestory.capture.runner", *runner_argv(sd, opts), "--", *w.target, *w.args]
         if v.get("torchrun"):
             steps.append(step("torch-profile", ["torchrun", f"--nproc_per_node={v['torchrun']}", *runner],
@@ -261,6 +263,15 @@ def _rank_statuses(staging: Path) -> list[dict[str, Any]]:
             out.append({"error": f"{sf.name}: unreadable status"})
         sf.unlink(missing_ok=True)
     return out
+
+
+def _profiler_blocked(record: dict[str, Any], statuses: list[dict[str, Any]]) -> None:
+    """``profiler_blocked_s`` of a server step: per rank, the seconds the profiler's start and
+    stop held the thread that runs the iterations (the engine's own stall, not the workload's)."""
+    blocked = {str(st.get("rank")): {"start": st.get("start_blocked_s"), "stop": st.get("stop_blocked_s")}
+               for st in statuses if st.get("start_blocked_s") is not None or st.get("stop_blocked_s") is not None}
+    if blocked:
+        record["profiler_blocked_s"] = blocked
 
 
 def _rank_errors(statuses: list[dict[str, Any]]) -> list[str]:
@@ -451,6 +462,7 @@ def _run_steps(p: CapturePlan, rec: dict[str, Any], save) -> tuple[str | None, s
             records, stopped_by_user = _run_under_load(p, s, steps.pop(0))
             interrupted = "SIGINT" if stopped_by_user else None   # the exact signal: execute()'s guard
             statuses = _rank_statuses(p.staging)
+            _profiler_blocked(records[0], statuses)
             errors = _rank_errors(statuses)
             if errors:
                 sr = records[0]

@@ -48,6 +48,26 @@ _nvtx_resolved = False
 _nvtx_saw_torch = False
 
 
+_notes: dict[str, int] = {}
+
+
+def note(key: str, ns: int) -> None:
+    """Record that a recorder spent ``ns`` nanoseconds of the workload's thread inside a region
+    (``profiler_ns``: the torch profiler's start or stop), for whoever times the region: the
+    server adds it to the iteration's event-log line (:func:`take_notes`), so the time the
+    profiler took is not read as the engine's. Summed per key until taken."""
+    _notes[key] = _notes.get(key, 0) + int(ns)
+
+
+def take_notes() -> dict[str, int]:
+    """The notes recorded since the last call (empty when none), and forget them."""
+    if not _notes:
+        return {}
+    out = dict(_notes)
+    _notes.clear()
+    return out
+
+
 def add_listener(listener: RegionListener) -> None:
     """Register a capture controller; it is called on every region entry and exit."""
     _listeners.append(listener)

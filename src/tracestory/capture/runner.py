@@ -12,6 +12,12 @@ is written when it closes), then the whole :class:`TorchCaptureResult` with ``"s
 "done"``. A process killed part-way (SIGKILL, SIGSEGV) leaves the last of these, so the
 parent knows whether a complete trace was written before it died. The exit code is the
 workload's (``128 + signal`` when a stop signal ended it).
+
+A rank of a multi-process run (``WORLD_SIZE`` > 1) that used CUDA ends with ``os._exit`` once its
+status says ``done`` (its trace is written by then): the interpreter's teardown of NCCL
+communicators, CUDA graphs that captured collectives and compile workers has nothing left to
+write and can block (a TP=2 serving capture on two H100s had ranks that did not exit within
+torchrun's 30 s), and the launcher needs every rank to exit for its own exit code 0.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..outputs import write_text
+
+RUNNER_ENV = "TRACESTORY_CAPTURE_RUNNER"   # set in a workload run by this module
 from .torch import TorchOptions, _rank, capture_in_process
 from .workload import parse_workload
 
@@ -66,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = TorchOptions(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(TorchOptions)})
     workload = parse_workload(ns.workload)
     rank = _rank()
+    os.environ[RUNNER_ENV] = "1"        # the workload knows its process ends here (serve: no exit of its own)
     Path(ns.out_dir).mkdir(parents=True, exist_ok=True)
     status = Path(ns.out_dir) / f"rank{rank}.status.json"
 
@@ -79,7 +88,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     record(state="done", **dataclasses.asdict(result))
     if result.error:
         sys.stderr.write(result.error.rstrip() + "\n")  # the rank's only channel to the user
+    if _hard_exit_wanted():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(result.exit_code)
     return result.exit_code
+
+
+def _hard_exit_wanted() -> bool:
+    """A rank of a multi-process run that initialised CUDA (module docstring)."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return False
+    torch = sys.modules.get("torch")
+    return world > 1 and torch is not None and bool(torch.cuda.is_initialized())
 
 
 if __name__ == "__main__":

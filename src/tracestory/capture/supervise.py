@@ -80,6 +80,7 @@ class InterruptGuard:
 
     received: list[str] = field(default_factory=list)
     holding: bool = False
+    sealed: bool = False           # hold() was called: holding stays on whatever a writer restores
 
     @property
     def first(self) -> str | None:
@@ -87,7 +88,7 @@ class InterruptGuard:
 
     def hold(self) -> None:
         """From now on signals are recorded, not raised (the manifest is being finished)."""
-        self.holding = True
+        self.holding = self.sealed = True
 
 
 @contextlib.contextmanager

@@ -32,7 +32,12 @@ torch keeps ``distributedInfo`` when the workload initialised ``torch.distribute
 **Surviving the end of the process.** Every trace is written under a temporary name and
 renamed into place (:func:`tracestory.outputs.atomic_path`), so a trace file that exists is
 whole. A range is exported as soon as its last occurrence closes (on that thread), not when
-the workload ends, so a later crash, kill or Ctrl-C cannot take it. ``on_trace(path,
+the workload ends, so a later crash, kill or Ctrl-C cannot take it. With ``background_export``
+(set by ``tracestory capture --load``: a server's engine thread must not stall for seconds while
+requests queue) that export runs on a thread of its own and the process waits for it before it
+reports; a crash in the moments after the range closes can then take the trace. Either way the
+seconds the profiler's start and stop held the workload's thread are recorded
+(``start_blocked_s``, ``stop_blocked_s``). ``on_trace(path,
 complete)`` is called after each export (the runner records it in its status file). A stop
 signal (SIGINT, SIGTERM, SIGHUP) raises ``KeyboardInterrupt`` in the workload
 (:func:`~.supervise.interrupts_raise`); the profiler is then stopped and what it holds is
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +75,7 @@ class TorchOptions:
     memory: bool = False
     flops: bool = False
     stack: bool = False
+    background_export: bool = False   # range mode: export on a thread of its own (servers: no stall)
 
     @property
     def mode(self) -> str:
@@ -91,6 +98,10 @@ class TorchCaptureResult:
     error: str | None              # traceback of the workload, or why nothing was captured
     complete: bool = False         # the trace holds everything asked (whole run, range, schedule)
     interrupted: str | None = None  # the stop signal the workload received ("SIGINT", ...)
+    # range mode: seconds the profiler held the workload's thread when it started and when it
+    # stopped (the export itself runs on another thread), and the occurrence each happened at
+    start_blocked_s: float | None = None
+    stop_blocked_s: float | None = None
 
 
 def is_occurrence(region_name: str, range_name: str) -> bool:
@@ -255,8 +266,8 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
         except (TracestoryError, OSError, RuntimeError) as e:
             export_errors.append(f"{path}: the trace could not be written ({e})")
         finally:
-            guard.holding = was_holding
-        if not was_holding and len(guard.received) > before:   # deliver the signal that waited
+            guard.holding = was_holding or guard.sealed
+        if not was_holding and not guard.sealed and len(guard.received) > before:   # deliver the signal that waited
             if threading.current_thread() is threading.main_thread():
                 raise CaptureInterrupted(guard.received[-1])
             os.kill(os.getpid(), _signum(guard.received[-1]))
@@ -272,13 +283,29 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
     if mode == "range" and torch.cuda.is_available():
         _prime_cupti(profile, activities)
 
+    exporters: list[threading.Thread] = []
+    blocked: dict[str, float] = {}
     if mode == "range":
-        def stop_range() -> None:
-            prof.stop()
-            if controller.captured >= opts.count:   # the whole range: written now, not at exit
-                export(prof, complete=True)
+        def start_range() -> None:
+            t0 = time.perf_counter()
+            prof.start()
+            blocked["start"] = time.perf_counter() - t0
+            _region.note("profiler_ns", int(blocked["start"] * 1e9))
 
-        controller = RangeController(opts.range or "", opts.skip, opts.count, prof.start, stop_range,
+        def stop_range() -> None:
+            t0 = time.perf_counter()
+            prof.stop()
+            blocked["stop"] = time.perf_counter() - t0
+            _region.note("profiler_ns", int(blocked["stop"] * 1e9))
+            if controller.captured >= opts.count and not opts.background_export:
+                export(prof, complete=True)           # the whole range: written now, not at exit
+            elif controller.captured >= opts.count:   # the same, not on the workload's thread
+                t = threading.Thread(target=export, args=(prof,), kwargs={"complete": True},
+                                     name="tracestory-trace-export")
+                t.start()
+                exporters.append(t)
+
+        controller = RangeController(opts.range or "", opts.skip, opts.count, start_range, stop_range,
                                      same_thread_stop=True)
     elif mode == "schedule":
         controller = StepController(prof.step, opts.range)
@@ -307,6 +334,8 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
                 controller.finish()
             else:
                 prof.stop()
+            for t in exporters:             # the range's export, started on the workload's thread
+                t.join()
         received = guard.first
     seen = captured = None
     complete = False
@@ -348,7 +377,12 @@ def capture_in_process(workload: Workload, opts: TorchOptions, out_dir: str | Pa
     else:
         exit_code = code if code != 0 else 1
     return TorchCaptureResult(exit_code, mode, rank, str(path) if written else None, seen, captured, None,
-                              error, complete, interrupted or received)
+                              error, complete, interrupted or received, _round(blocked.get("start")),
+                              _round(blocked.get("stop")))
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def _signum(name: str) -> int:

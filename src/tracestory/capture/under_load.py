@@ -19,12 +19,16 @@
    gets the SIGINT on its ranks only (the children of the launcher, found in ``/proc``): a
    launcher that receives a signal itself ends its ranks and exits 1 with a traceback, while
    ranks that stop by themselves let it exit 0 (``tracestory serve --tensor-parallel N``: rank 0
-   stops serving and tells the others to exit). When the ranks cannot be found, or they have
-   not ended after ``grace_s``, the process group gets the sequence above.
+   stops serving and tells the others to exit). Ranks still running ``grace_s`` later get
+   SIGTERM, then SIGKILL (still the ranks, not the launcher, which then exits by itself). Only
+   when no rank can be found, or the launcher outlives its ranks, does the process group get
+   the sequence above.
 
 Each phase's record has the keys of a manifest step (``name``, ``argv``, ``command``, ``env``,
 ``in_process``, ``started_at``, ``duration_ns``, ``exit_code``, ``status``, ``error``,
-``files``) plus ``stop_signal`` for the server and ``waited_ns`` for the health check, so the
+``files``) plus, for the server, ``stop_signal`` (the last signal sent), ``stopped`` (``"ranks"``
+or ``"process group"``: whom it was sent to) and ``stop_ns`` (from the first stop signal until
+it exited) and ``waited_ns`` for the health check, so the
 capture pipeline can append them to a capture's ``steps``.
 
 A server that exits 0, or dies of the SIGINT/SIGTERM it was sent, is ``ok``; one that needed
@@ -215,20 +219,43 @@ def torchrun_ranks(root_pid: int) -> list[int]:
     return sorted(ranks)
 
 
-def stop_torchrun_ranks(proc: subprocess.Popen, grace_s: float) -> bool:
-    """SIGINT to the ranks of a torchrun server (module docstring); True when ``proc`` then
-    exited within ``grace_s``."""
+def _alive_pids(pids: Sequence[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            out.append(pid)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            out.append(pid)
+    return out
+
+
+def stop_torchrun_ranks(proc: subprocess.Popen, grace_s: float) -> str | None:
+    """Stop a torchrun server through its ranks, never through the launcher (module docstring):
+    SIGINT to every rank, then, for ranks still running ``grace_s`` later, SIGTERM, then
+    SIGKILL. Returns the last signal the ranks were sent, or None when no rank was found (the
+    caller then stops the process group). ``proc`` (the launcher) has exited when this returns
+    a signal, unless it outlived its own ranks by ``grace_s``."""
     ranks = torchrun_ranks(proc.pid)
     if not ranks:
-        return False
-    for pid in ranks:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=grace_s)
-        return True
-    except subprocess.TimeoutExpired:
-        return False
+        return None
+    sent = None
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        alive = _alive_pids(ranks)
+        if not alive:
+            break
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        sent = sig.name
+        try:
+            proc.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    return sent
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float) -> str | None:
@@ -297,16 +324,23 @@ def run_under_load(server_argv: Sequence[str], load_command: str | Sequence[str]
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        if proc.poll() is None and _is_launcher_argv(server_argv) and stop_torchrun_ranks(proc, grace_s):
-            stop_sig = "SIGINT"
-        else:
-            stop_sig = stop_process_group(proc, grace_s)
+        t_stop = time.perf_counter_ns()
+        stopped = "process group"
+        stop_sig = None
+        if proc.poll() is None and _is_launcher_argv(server_argv):
+            stop_sig = stop_torchrun_ranks(proc, grace_s)
+            stopped = "ranks"
+        if stop_sig is None or proc.poll() is None:
+            stop_sig = stop_process_group(proc, grace_s) or stop_sig
+            stopped = "process group" if stop_sig else stopped
+        stop_ns = time.perf_counter_ns() - t_stop
         if server_error is None and stop_sig == "SIGKILL":
-            server_error = f"the server ignored SIGINT and SIGTERM for {grace_s:g} s each: killed"
+            server_error = (f"the server's {stopped} ignored SIGINT and SIGTERM for {grace_s:g} s each: killed")
         elif server_error is None and proc.returncode not in (0, -signal.SIGINT, -signal.SIGTERM, 130, 143):
-            server_error = f"exit code {proc.returncode} after {stop_sig}"
+            server_error = f"exit code {proc.returncode} after {stop_sig} to its {stopped}"
         server = _record("server", server_argv, s_started, s_t0, proc.returncode, server_error,
-                         stop_signal=stop_sig, log=str(server_log) if server_log is not None else None)
+                         stop_signal=stop_sig, stopped=stopped if stop_sig else None, stop_ns=stop_ns,
+                         log=str(server_log) if server_log is not None else None)
         if health is None:  # interrupted during the health check
             health = _record("health", ["GET", url + "/health"], now_iso(), time.perf_counter_ns(), None,
                              "interrupted", waited_ns=0)

@@ -22,7 +22,7 @@ from ..capture.under_load import EVENT_LOG_ENV
 from ..errors import UsageError
 from ..models.llama_config import FP8_MODES, PRESETS
 from ..models.runtime import dtype_name, require_package
-from ..serve import ServeOptions, ServerLimits, run_server, tensor_parallel
+from ..serve import ServeOptions, ServerLimits, run_server, tensor_parallel, tp_process
 from ..serve.model import ATTENTION_BACKENDS
 
 
@@ -80,7 +80,10 @@ def register(subparsers) -> None:
     p.add_argument("--gpu-memory-fraction", type=float, default=0.5,
                    help="CUDA: share of free memory for weights + KV cache when --num-blocks is not given "
                         "(default: 0.5)")
-    p.add_argument("--max-batch-tokens", type=int, default=256, help="token budget per iteration (default: 256)")
+    p.add_argument("--max-num-batched-tokens", "--max-batch-tokens", dest="max_batch_tokens", type=int, default=None,
+                   metavar="N", help="token budget per iteration: decode tokens plus prefill chunks (vLLM's name; "
+                   "default: 2048 on CUDA, where prefill and mixed iterations replay CUDA graphs per chunk "
+                   "bucket up to it, 256 on the CPU)")
     p.add_argument("--max-num-seqs", type=int, default=32, help="most running requests (default: 32)")
     p.add_argument("--event-log", metavar="JSONL",
                    help="write the scheduler event log here (default: $TRACESTORY_EVENT_LOG, which "
@@ -124,9 +127,11 @@ def _check_args(args: argparse.Namespace) -> None:
     def bad(flag: str, expected: str, found) -> UsageError:
         return UsageError(f"{flag}: expected {expected}, found {found}")
 
-    for name in ("block_size", "max_batch_tokens", "max_num_seqs", "max_waiting", "tensor_parallel"):
+    for name in ("block_size", "max_num_seqs", "max_waiting", "tensor_parallel"):
         if getattr(args, name) < 1:
             raise bad(f"--{name.replace('_', '-')}", "an integer >= 1", getattr(args, name))
+    if args.max_batch_tokens is not None and args.max_batch_tokens < 1:
+        raise bad("--max-num-batched-tokens", "an integer >= 1", args.max_batch_tokens)
     if args.fair_wait_iterations < 0:
         raise bad("--fair-wait-iterations", "an integer >= 0", args.fair_wait_iterations)
     for name in ("layers", "num_blocks", "vocab", "max_connections", "max_model_len"):
@@ -146,7 +151,7 @@ def _check_args(args: argparse.Namespace) -> None:
         v = getattr(args, name)
         if not (math.isfinite(v) and v > 0):
             raise bad(f"--{name.replace('_', '-')}", "a finite number > 0", v)
-    if args.tensor_parallel > 1:          # launched by torchrun with as many processes
+    if args.tensor_parallel > 1 and _serve_words() is None:   # launched by torchrun with as many processes
         tensor_parallel.rank_from_env(args.tensor_parallel)
     if args.event_log == "-":            # stdout carries the server's status lines ("listening on ...")
         raise bad("--event-log", "a file path (stdout carries the server's status lines)", "'-'")
@@ -154,8 +159,20 @@ def _check_args(args: argparse.Namespace) -> None:
         raise bad("--max-inflight-mb", f"at least --max-request-mb ({args.max_request_mb:g})", args.max_inflight_mb)
 
 
+def _serve_words() -> list[str] | None:
+    """The words after ``serve`` of a ``tracestory serve --tensor-parallel N`` typed without
+    torchrun (it then launches its ranks itself), else None. Never inside a capture's runner:
+    its profiler would see the launcher, not the ranks (``capture --torchrun N`` is the way)."""
+    if ("WORLD_SIZE" in os.environ or os.environ.get("TRACESTORY_CAPTURE_RUNNER")
+            or "serve" not in sys.argv[1:3]):
+        return None
+    return sys.argv[sys.argv.index("serve") + 1:]
+
+
 def _run(args: argparse.Namespace) -> int:
     _check_args(args)
+    if args.tensor_parallel > 1 and (words := _serve_words()) is not None:
+        return tp_process.launch(args.tensor_parallel, words)
     require_package("torch", "tracestory serve", "serve")
     require_package("aiohttp", "tracestory serve", "serve")
     limits = ServerLimits(max_waiting=args.max_waiting, max_connections=args.max_connections,
@@ -184,4 +201,6 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:                  # the port is taken, the host cannot be bound
         raise UsageError(f"{args.host}:{args.port}: expected to listen, found {e.strerror or e}") from None
     print("tracestory serve: stopped", file=sys.stderr, flush=True)
+    if args.tensor_parallel > 1:
+        tp_process.finish_process(0)
     return 0

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
-from .capture_folder import MANIFEST, load_artifact_folder
+from .capture_folder import MANIFEST, capture_root, load_artifact_folder
 from .files import check_sparse, read_head, refuse_special
 from .load_summary import LoadSummary, is_summary_file, read_summary
 from .scheduler_log import SchedulerLog, is_scheduler_log, read_scheduler_log
@@ -151,7 +151,7 @@ def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | 
     dirs: list[str] = []
     for raw in others:
         path = Path(raw)
-        if path.is_dir() and (path / MANIFEST).exists():
+        if capture_root(path) is not None:          # a capture folder, or one of its tool folders
             folder = load_artifact_folder(path)
             manifests.append(folder.manifest)
             dirs.append(str(path))

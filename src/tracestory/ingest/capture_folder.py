@@ -3,7 +3,10 @@
 The folder holds ``manifest.json`` and one sub-folder per tool that completed:
 ``torch/rank<r>.trace.json.gz``, ``nsys/<name>.sqlite`` (+ ``.nsys-rep``), ``ncu/<name>.ncu-rep``
 + ``<name>_raw.csv`` + ``<name>_details.csv``. Staging folders of captures in progress or
-interrupted (``.partial-*``) are ignored: only finished captures are read.
+interrupted (``.partial-*``) are ignored. When no finished capture left files, a failed capture's
+kept files (``failed-<tool>/``) are read instead and the manifest says so (``partial``: the
+folder, the capture's error, the files it lacks), so a report tells what there is and what is
+missing (:func:`load_artifact_folder`).
 
 A capture under load (``--load``) also holds, in its tool folder, the server's scheduler
 event log (``*.sched.jsonl``) and the load generator's ``load.summary.json`` and
@@ -94,46 +97,116 @@ def _glob(folder: Path, *suffixes: str) -> tuple[Path, ...]:
                  if p.is_file() and p.name.lower().endswith(suffixes))
 
 
+def capture_root(path: str | Path) -> Path | None:
+    """The capture folder of ``path``: itself when it holds a manifest, its parent when ``path``
+    is one of its tool folders (``torch/``, ``failed-torch/``, ...); else None."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    if (path / MANIFEST).is_file():
+        return path
+    if (path.parent / MANIFEST).is_file() and _tool_of(path.name) is not None:
+        return path.parent
+    return None
+
+
+def _tool_of(folder_name: str) -> str | None:
+    name = folder_name[len(FAILED_PREFIX):] if folder_name.startswith(FAILED_PREFIX) else folder_name
+    return name if name in TOOL_FOLDERS else None
+
+
+FAILED_PREFIX = "failed-"        # a failed capture's files, kept by tracestory capture
+
+
 def load_artifact_folder(path: str | Path) -> ArtifactFolder:
-    """The manifest and the trace files of one finished capture folder."""
+    """The manifest and the trace files of one capture folder (or of one of its tool folders).
+
+    Finished captures' tool folders are read. When none holds a file but a failed capture kept
+    its files (``failed-<tool>/``), those are read instead, and the returned manifest (a copy)
+    gets ``partial``: one entry per folder read that way, with the capture's error and the files
+    the capture would have written but did not (:func:`partial_entry`), for the report's
+    Limitations. A tool folder given itself (``artifacts/x/failed-torch``) is read alone."""
     path = Path(path)
     if not path.is_dir():
         raise UsageError(f"{path}: expected an artifact folder (artifacts/<name>/), found "
                          f"{'a file' if path.exists() else 'nothing'}")
-    manifest = read_manifest(path)
+    root = capture_root(path) or path
+    manifest = read_manifest(root)
     if manifest is None:
         raise TraceFormatError(path, f"an artifact folder with {MANIFEST}", f"no {MANIFEST}")
-    csvs = _glob(path / "ncu", ".csv")
+    if root != path:                                  # one tool folder, named by the user
+        dirs = {_tool_of(path.name): path}
+    else:
+        dirs = {t: root / t for t in TOOL_FOLDERS}
+        if not any(_glob(d, "") for d in dirs.values()):
+            failed = {t: root / f"{FAILED_PREFIX}{t}" for t in TOOL_FOLDERS}
+            dirs = {t: d for t, d in failed.items() if d.is_dir()} or dirs
+    partial = [partial_entry(manifest, t, d) for t, d in dirs.items() if d.name.startswith(FAILED_PREFIX)]
+    if partial:
+        manifest = {**manifest, "partial": partial}
+    none = root / ".none"
+    csvs = _glob(dirs.get("ncu", none), ".csv")
     return ArtifactFolder(
-        path=path,
+        path=root,
         manifest=manifest,
-        torch=tuple(p for p in _glob(path / "torch", ".json.gz", ".json") if p.name != LOAD_SUMMARY),
-        nsys_sqlite=_glob(path / "nsys", ".sqlite"),
-        nsys_reports=_glob(path / "nsys", ".nsys-rep", ".qdrep"),
-        ncu_reports=_glob(path / "ncu", ".ncu-rep", ".ncu-rep.gz"),
+        torch=tuple(p for p in _glob(dirs.get("torch", none), ".json.gz", ".json") if p.name != LOAD_SUMMARY),
+        nsys_sqlite=_glob(dirs.get("nsys", none), ".sqlite"),
+        nsys_reports=_glob(dirs.get("nsys", none), ".nsys-rep", ".qdrep"),
+        ncu_reports=_glob(dirs.get("ncu", none), ".ncu-rep", ".ncu-rep.gz"),
         ncu_raw_csv=tuple(p for p in csvs if p.name.endswith("_raw.csv")),
         ncu_details_csv=tuple(p for p in csvs if p.name.endswith("_details.csv")),
-        **_serving_files(path),
-        telemetry=_telemetry_files(path),
+        **_serving_files(dirs),
+        telemetry=_telemetry_files(dirs),
     )
 
 
-def _telemetry_files(path: Path) -> tuple[Path, ...]:
+def partial_entry(manifest: dict[str, Any], tool: str, folder: Path) -> dict[str, Any]:
+    """What a failed capture's kept folder holds and lacks: ``folder``, ``error`` (the last
+    failed ``tool`` capture's), ``missing`` (files such a capture writes: a trace per rank, and
+    under ``--load`` the scheduler log and the load summary; for nsys/ncu the report)."""
+    recs = [c for c in manifest.get("captures") or [] if isinstance(c, dict) and c.get("tool") == tool]
+    rec = next((c for c in reversed(recs) if c.get("status") == "failed"), recs[-1] if recs else {})
+    settings = rec.get("settings") if isinstance(rec.get("settings"), dict) else {}
+
+    def value(key: str):
+        v = settings.get(key)
+        return v.get("value") if isinstance(v, dict) else None
+
+    have = {p.name for p in folder.iterdir() if p.is_file()} if folder.is_dir() else set()
+    want: list[str] = []
+    if tool == "torch":
+        if not rec.get("external_profiler"):
+            want += [f"rank{r}.trace.json.gz" for r in range(int(value("torchrun") or 1))]
+    elif tool == "nsys":
+        want += [".nsys-rep report", ".sqlite export"]
+    else:
+        want += [".ncu-rep report", "_raw.csv"]
+    if value("load") is not None:
+        want += ["serve.sched.jsonl", LOAD_SUMMARY]
+    missing = [w for w in want if not any(h == w or (w.startswith((".", "_")) and h.endswith(w.split()[0]))
+                                          for h in have)]
+    return {"folder": folder.name, "tool": tool, "error": rec.get("error"), "missing": missing,
+            "files": sorted(have)}
+
+
+def _telemetry_files(dirs: dict[str, Path]) -> tuple[Path, ...]:
     """The GPU telemetry of the first tool folder, in the order torch, nsys, that holds one (an
     ncu capture never samples: the sampler would disturb its clock control)."""
     for tool in ("torch", "nsys"):
-        f = path / tool / TELEMETRY_FILE
-        if f.is_file():
+        f = dirs[tool] / TELEMETRY_FILE if tool in dirs else None
+        if f is not None and f.is_file():
             return (f,)
     return ()
 
 
-def _serving_files(path: Path) -> dict[str, tuple[Path, ...]]:
+def _serving_files(dirs: dict[str, Path]) -> dict[str, tuple[Path, ...]]:
     """The scheduler log and load summary of one capture under load: the first tool folder,
     in the order torch, nsys, ncu, that holds a log (the torch and nsys logs go with a timeline;
     under ncu the server ran kernel by kernel, so its log tells another run's story)."""
     for tool in TOOL_FOLDERS:
-        logs = _glob(path / tool, ".sched.jsonl", ".sched.jsonl.gz")
+        if tool not in dirs:
+            continue
+        logs = _glob(dirs[tool], ".sched.jsonl", ".sched.jsonl.gz")
         if logs:
-            return {"scheduler_logs": logs, "load_summaries": _glob(path / tool, LOAD_SUMMARY)}
+            return {"scheduler_logs": logs, "load_summaries": _glob(dirs[tool], LOAD_SUMMARY)}
     return {}

@@ -77,6 +77,7 @@ class Iteration:
     memory_reserved_bytes: int | None
     waiting: int | None
     running: int | None
+    profiler_ns: int | None = None   # the part of the iteration the profiler's own start or stop held
 
     @property
     def duration_ns(self) -> int:
@@ -201,7 +202,8 @@ def _iteration(ln: _Line) -> Iteration:
         kv_in_use=ln.int("in_use", False, kv), kv_total=ln.int("total", False, kv),
         memory_allocated_bytes=ln.int("allocated_bytes", False, mem),
         memory_reserved_bytes=ln.int("reserved_bytes", False, mem),
-        waiting=ln.int("waiting", False), running=ln.int("running", False))
+        waiting=ln.int("waiting", False), running=ln.int("running", False),
+        profiler_ns=ln.int("profiler_ns", False))
 
 
 def read_scheduler_log(path: str | Path) -> SchedulerLog:

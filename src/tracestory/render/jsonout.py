@@ -167,6 +167,8 @@ def analysis_json(run) -> dict:
         "producer": producer_json(run.producer),
         "trace_kind": {"kind": run.facts.kind.kind, "evidence": list(run.facts.kind.evidence)},
         "workload": workload_json(run.facts),
+        "launch_bound": run.facts.launch_bound,
+        "long_gap_share": run.facts.long_gap_share,
         "kernel_facts": kernel_facts_json(run.kernel_facts),
         "exposure": jsonable(run.exposure) if run.exposure is not None else None,
         "critical_path": critical_path_json(run.critical_path, run.critical_path_scope),

@@ -11,6 +11,10 @@ Pieces (each usable alone):
 * :mod:`.model`     -- the Llama layers of :mod:`tracestory.models.llama` run over the paged cache;
 * :mod:`.paged_attention` -- FlexAttention over the paged cache (block tables in the mask);
 * :mod:`.graphs`    -- decode-only iterations replayed from CUDA graphs per batch-size bucket;
+* :mod:`.mixed`     -- prefill and mixed iterations replayed from CUDA graphs per (decode rows,
+  chunk rows) bucket, up to the token budget (``--max-num-batched-tokens``, 2048 on CUDA);
+* :mod:`.tensor_parallel`, :mod:`.tp_process` -- ``--tensor-parallel N``: the shards and the plan
+  channel; the ranks' processes (started by torchrun or by ``serve`` itself, their end);
 * :mod:`.eventlog`  -- the scheduler event log (JSONL, ``docs``: the serve event-log format);
 * :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
 * :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;
@@ -103,7 +107,7 @@ class ServeOptions:
     port: int = 8000                      # 0: any free port (the ready line says which)
     block_size: int = 16
     num_blocks: int | None = None         # None: 512 on CPU; on CUDA what gpu_memory_fraction allows
-    max_batch_tokens: int = 256
+    max_batch_tokens: int | None = None   # token budget per iteration; None: 2048 on CUDA, 256 on the CPU
     max_num_seqs: int = 32
     event_log: str | None = None
     vocab: int | None = None              # None: 512 for tiny, 32000 llama-2-7b, 128256 llama-3-8b
@@ -121,6 +125,12 @@ class ServeOptions:
 
 
 GPU_PRESET = "llama-3-8b"     # the default shape on CUDA (all its layers); tiny on the CPU
+# Token budget per iteration (--max-num-batched-tokens). On CUDA 2048, the low end of the range
+# vLLM uses (2048-8192): prefill chunks that large keep the GEMMs compute-bound while a mixed
+# iteration's decode members wait at most one chunk; prefill and mixed iterations replay CUDA
+# graphs per chunk bucket up to it (serve.mixed). 256 on the CPU (the tiny model, tests).
+GPU_TOKEN_BUDGET = 2048
+CPU_TOKEN_BUDGET = 256
 GPU_PRESET_LAYERS = 32
 
 
@@ -185,7 +195,11 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
         raise UsageError(f"--vocab: expected an integer >= 1, found {vocab}")
     dbytes = torch.tensor([], dtype=dtype).element_size()
     num_blocks = opts.num_blocks or _auto_blocks(opts, cfg, layers, vocab, device, dbytes)
-    sc = SchedulerConfig(opts.block_size, num_blocks, opts.max_batch_tokens, opts.max_num_seqs, opts.eos_id,
+    budget = opts.max_batch_tokens if opts.max_batch_tokens is not None else (
+        GPU_TOKEN_BUDGET if device.startswith("cuda") else CPU_TOKEN_BUDGET)
+    if budget < 1:
+        raise UsageError(f"--max-num-batched-tokens: expected an integer >= 1, found {budget}")
+    sc = SchedulerConfig(opts.block_size, num_blocks, budget, opts.max_num_seqs, opts.eos_id,
                          opts.fair_wait_iterations)
     model = PagedLlama(cfg, layers=layers, num_blocks=num_blocks, block_size=opts.block_size, vocab=vocab,
                        device=device, dtype=dtype, seed=opts.seed, attention=attention)
@@ -199,8 +213,9 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
                             cuda_graphs=not opts.enforce_eager, max_model_len=opts.max_model_len, log=_say)
     if "compile_s" in startup:
         _say(f"startup: flex attention compiled in {startup['compile_s']:.1f} s, decode CUDA graphs "
-             + (f"captured for batch sizes {startup['decode_buckets']} in {startup['graph_capture_s']:.1f} s"
-                if startup["cuda_graphs"] else "off (--enforce-eager)"))
+             + (f"captured for batch sizes {startup['decode_buckets']} in {startup['graph_capture_s']:.1f} s, "
+                f"{startup.get('mixed_graphs', 0)} prefill/mixed graphs (chunk rows {startup['chunk_rows']})"
+                if startup["cuda_graphs"] else "off (--enforce-eager; prefill and mixed iterations eager too)"))
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
             "max_batch_tokens": sc.max_batch_tokens, "max_num_seqs": sc.max_num_seqs, "preset": cfg.name,
             "layers": layers, "vocab": vocab, "dtype": dtype_label,

@@ -33,7 +33,9 @@ kept exact:
 host schedules). Event-log times: an iteration's ``t_end_ns`` is when its tokens reached the
 host, its ``t_start_ns`` the later of its scheduling start and the previous iteration's end,
 so iterations tile the timeline; ``launch_ns`` is the launch's host time (``forward_ns``:
-launch to tokens on the host). A model failure fails the requests of that iteration (finish
+launch to tokens on the host); ``profiler_ns``, when present, is the part of the launch a
+profiler's start or stop held the engine thread (``tracestory capture --range``), not the
+engine's own time. A model failure fails the requests of that iteration (finish
 ``error``), not the server; a bug in the loop fails every request and leaves
 :attr:`Engine.error` set (``/health`` answers 503).
 
@@ -48,6 +50,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ..capture.region import take_notes
 from .eventlog import EventLog
 from .metrics import ServerMetrics
 from .scheduler import Decision, Finish, Plan, RequestRejected, Scheduler, StepResult
@@ -75,6 +78,7 @@ class _Flight:
     t_start: int
     t_fwd: int
     t_launched: int
+    notes: dict                      # region notes of its launch (capture.region.note: profiler_ns)
 
     @property
     def rows(self) -> dict[int, int]:
@@ -220,6 +224,7 @@ class Engine:
             self._fail(plan, e)
             return None
         t_launched = log.now_ns()
+        notes = take_notes()
         sampled = {}
         for m in plan.members:
             if m.samples:
@@ -227,7 +232,7 @@ class Engine:
                 sampled[m.request_id] = self._next_ph
         result = sched.complete(plan, sampled)
         blocks = {m.request_id: len(sched.kv.block_table(m.request_id)) for m in plan.members}
-        return _Flight(plan, launch, result, sampled, blocks, t_start, t_fwd, t_launched)
+        return _Flight(plan, launch, result, sampled, blocks, t_start, t_fwd, t_launched, notes)
 
     def _input_ids(self, members, prev: _Flight | None) -> list[int]:
         """The members' token ids with placeholders replaced: by the token when it is known,
@@ -290,7 +295,7 @@ class Engine:
         log.iteration(f.plan, result, t_start, t_end, kv_total=sched.kv.num_blocks, memory=self.model.memory(),
                       block_counts=f.blocks,
                       timing={"schedule_ns": f.t_fwd - f.t_start, "forward_ns": t_end - f.t_fwd,
-                              "launch_ns": f.t_launched - f.t_fwd})
+                              "launch_ns": f.t_launched - f.t_fwd, **f.notes})
         if self.metrics is not None:
             self.metrics.observe_iteration(
                 seconds=(t_end - t_start) / 1e9, new_tokens=len(new_tokens),

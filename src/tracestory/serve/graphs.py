@@ -13,8 +13,8 @@ host-to-device copy from a pinned buffer)::
     nblk[b]    blocks of the context         mid[b]   member id (row index; pads: 0)
     tables[b, W]  block tables, padding columns = ``num_blocks``
 
-``W`` (blocks) bounds the context a graph serves; a longer one, a mixed iteration, or more
-members than the last bucket run eagerly. The graph's body (:meth:`PagedLlama._decode_static`)
+``W`` (blocks) bounds the context a graph serves; a longer one or more members than the last
+bucket run eagerly; an iteration with prefill tokens is :mod:`.mixed`'s (same ``W``). The graph's body (:meth:`PagedLlama._decode_static`)
 embeds, runs the layers with FlexAttention's decoding kernel over the paged cache and writes
 the greedy ids into the model's sampled buffer. Capture: two warm-up runs per bucket (the
 first compiles FlexAttention for that shape; the time is reported), then

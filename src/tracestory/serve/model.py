@@ -32,8 +32,10 @@ index tensors of an iteration go to the device in one copy. With ``attention="fl
 FlexAttention reads K/V through the block tables (:mod:`.paged_attention`): the prefill
 chunks of a mixed iteration are one query sequence over the whole cache with a block-table
 mask, decode tokens go through FlexAttention's decoding kernel, and on CUDA decode-only
-iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`). Mixed iterations run
-eagerly (the layers' Python launches every op).
+iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`); prefill and mixed
+iterations replay one per (decode rows, chunk rows) bucket (:mod:`.mixed`) when they fit, else run
+eagerly (the layers' Python launches every op). The caches hold one scratch block after the
+last (``num_blocks``), which no block table lists: padding rows of those graphs write there.
 
 Asynchronous iterations (:meth:`PagedLlama.launch`): the sampled ids stay on the device (the
 next iteration may take its input ids from them, ``-(r+1)`` = row ``r``) and are copied to
@@ -53,6 +55,7 @@ from collections.abc import Sequence
 from ..capture.region import region
 from ..models.llama_config import LlamaConfig, layer_params
 from .graphs import DecodeGraphs, bucket_for, decode_buckets
+from .mixed import MixedGraphs, chunk_buckets
 from .paged_attention import PAD_ROW, Q_TILE, FlexPagedAttention, chunk_tiles
 
 ATTENTION_BACKENDS = ("sdpa", "flex")
@@ -184,7 +187,8 @@ class PagedLlama:
             self.embed = torch.randn(self.vocab, D, generator=gen).to(device, self.dtype)
             self.norm = (1 + 0.1 * torch.randn(D, generator=gen)).to(device, self.dtype)
             self.lm_head = (torch.randn(self.vocab, D, generator=gen) / D ** 0.5).to(device, self.dtype)
-        slots = self.num_blocks * self.block_size
+        # one scratch block after the last: padding rows of prefill/mixed graphs write there (.mixed)
+        slots = (self.num_blocks + 1) * self.block_size
         shape = (slots, cfg.n_kv_heads, cfg.head_dim)
         self.k_cache = [torch.zeros(shape, device=device, dtype=self.dtype) for _ in range(layers)]
         self.v_cache = [torch.zeros(shape, device=device, dtype=self.dtype) for _ in range(layers)]
@@ -197,6 +201,8 @@ class PagedLlama:
         self.on_cuda = str(device).startswith("cuda")
         self._flex = None            # FlexPagedAttention (prepare, or lazily)
         self._graphs = None          # graphs.DecodeGraphs (prepare)
+        self._mixed = None           # mixed.MixedGraphs (prepare)
+        self._chunk_buckets: list[int] | None = None   # chunk row buckets compiled at start-up (CUDA)
         self._sampled = None         # [rows] int64: the last launch's sampled ids, on the device
         self._out_ring: list = []    # pinned host buffers + events for the sampled ids (CUDA)
         self._out_next = 0
@@ -225,17 +231,21 @@ class PagedLlama:
         who = [m.request_id for m in members if m.samples]
         with region(name), torch.inference_mode():
             self._ensure_sampled(max(len(members), 1))
-            g = self._graphs
+            g, mx = self._graphs, self._mixed
+            key = mx.key(members) if mx is not None and not (g is not None and g.fits(members)) else None
             if g is not None and g.fits(members):
                 g.run(members, ids)
                 path = "graph" if g.use_graphs else "static"
+            elif key is not None:
+                mx.run(members, ids, key)
+                path = "mixed-graph" if mx.use_graphs and key in mx.graphs else "mixed-static"
             else:
                 self._eager(members, ids)
                 path = "eager"
             return self._fetch(who, path)
 
     def prepare(self, *, max_num_seqs: int, max_batch_tokens: int, cuda_graphs: bool = True,
-                max_model_len: int | None = None, log=None) -> dict:
+                max_model_len: int | None = None, log=None, mixed_graphs: bool = True) -> dict:
         """Build the shape-dependent state once the model is final (after any sharding):
         FlexAttention's mask buffers and compiled kernels (one per shape bucket, compiled here by
         a warm-up, not in the first request), and on CUDA the decode CUDA graphs, one per
@@ -247,6 +257,8 @@ class PagedLlama:
         say = log or (lambda _line: None)
         info: dict = {"attention": self.attention, "cuda_graphs": False}
         rows = _round_up(max_batch_tokens, Q_TILE) if self.on_cuda else max_batch_tokens
+        if self.on_cuda:
+            self._chunk_buckets = chunk_buckets(max_batch_tokens)
         self._ensure_sampled(max(max_num_seqs, 1))
         if self.attention == "flex":
             self._flex = FlexPagedAttention(num_blocks=self.num_blocks, block_size=self.block_size,
@@ -261,11 +273,29 @@ class PagedLlama:
                 self._graphs = DecodeGraphs(self, buckets, width, use_graphs=cuda_graphs)
                 compile_s, capture_s = self._graphs.build(say)
                 chunk_s = self._warm_chunks(rows, say) + self._warm_mixed_decode(say)
+                mixed_warm = mixed_capture = 0.0
+                if cuda_graphs and mixed_graphs:
+                    t1 = time.perf_counter()
+                    try:
+                        self._mixed = MixedGraphs(self, buckets, self._chunk_buckets, width, max_num_seqs)
+                        mixed_warm, mixed_capture = self._mixed.build(say)
+                        say(f"prefill/mixed buckets (decode rows {self._mixed.dbuckets} x chunk rows "
+                            f"{self._mixed.rbuckets}): {len(self._mixed.graphs)} CUDA graphs captured in "
+                            f"{time.perf_counter() - t1:.1f} s")
+                    except Exception as e:  # noqa: BLE001 -- serve eagerly rather than not at all
+                        self._mixed = None
+                        info["mixed_graphs_error"] = " ".join(str(e).split())[:300]
+                        say(f"prefill/mixed buckets could not be built ({info['mixed_graphs_error']}); "
+                            "prefill and mixed iterations run eagerly")
             torch.cuda.synchronize(self.device)
             info.update(cuda_graphs=cuda_graphs, decode_buckets=buckets, table_width_blocks=width,
                         compile_s=round(compile_s + chunk_s, 3), graph_capture_s=round(capture_s, 3),
                         prepare_s=round(time.perf_counter() - t0, 3),
-                        chunk_rows=list(range(Q_TILE, rows + 1, Q_TILE)))
+                        chunk_rows=list(self._chunk_buckets),
+                        mixed_graphs=len(self._mixed.graphs) if self._mixed is not None else 0,
+                        mixed_warmup_s=round(mixed_warm, 3), mixed_capture_s=round(mixed_capture, 3))
+            if self._mixed is not None and self._mixed.failed:
+                info["mixed_graphs_error"] = self._mixed.failed
         self.startup = info
         return info
 
@@ -416,7 +446,7 @@ class PagedLlama:
             off += n
         T = off
         tc = T - lead                                  # chunk rows
-        rows = (_round_up(tc, Q_TILE) if self.on_cuda else tc) if tc else 0
+        rows = (self._chunk_rows(tc) if self.on_cuda else tc) if tc else 0
         fa = self._flex_for(max(rows, bd))
         pos_all = np.concatenate(pos_l)
         parts = [pos_all, np.concatenate(slot_l), np.stack(tabs).ravel()]
@@ -465,6 +495,40 @@ class PagedLlama:
         cos, sin = self._rope_tables(d[0])
         return cos, sin, d[1], attend
 
+    def _chunk_rows(self, tc: int) -> int:
+        """Query rows of a chunk call of ``tc`` tokens on CUDA: its compiled bucket (start-up
+        buckets, :func:`.mixed.chunk_buckets`), else ``tc`` rounded up to 128."""
+        b = bucket_for(tc, self._chunk_buckets) if self._chunk_buckets else None
+        return b if b is not None else _round_up(tc, Q_TILE)
+
+    def _mixed_static(self, g, key, dmask, cmask) -> None:
+        """A prefill or mixed iteration of bucket ``key = (bd, R)`` over the static buffers of
+        ``g`` (:class:`~.mixed.MixedGraphs`): ``bd`` decode rows through the decoding kernel,
+        ``R`` chunk rows through the chunk kernel, every sampled row through the LM head. No host
+        sync and no allocation that depends on the contents, so a CUDA graph can replay it."""
+        torch = self.torch
+        bd, R = key
+        N = bd + R
+        fa = self._flex
+        fa.set_blocks(g.mtab, g.mids)
+        if bd:
+            fa.dec_owner[:bd].copy_(g.didx[:bd])
+            fa.dec_pos[:bd].copy_(g.pos[:bd])
+        fa.row_owner[:R].copy_(g.rown[:R])
+        fa.row_pos[:R].copy_(g.pos[bd:N])
+        x = self.embed[self._resolve_ids(g.tok[:N])]
+        cos, sin = self._rope_tables(g.pos[:N])
+        didx = g.didx[:bd]
+
+        def attend(q, kc, vc):
+            oc = fa.chunk(q[:, bd:], kc, vc, cmask, R)
+            if not bd:
+                return oc
+            return torch.cat((fa.decode(q[:, didx], kc, vc, dmask), oc))
+
+        h = self._layers(x, cos, sin, g.slot[:N], attend)
+        self._sample_rows(h[g.srow])
+
     def _flex_for(self, rows: int) -> FlexPagedAttention:
         fa = self._flex
         if fa is None or fa.row_owner.shape[0] < max(rows, 1):
@@ -480,7 +544,7 @@ class PagedLlama:
         import time
 
         t_all = 0.0
-        for rows in range(Q_TILE, rows_max + 1, Q_TILE):
+        for rows in self._chunk_buckets or range(Q_TILE, rows_max + 1, Q_TILE):
             n = min(rows, self.num_blocks * self.block_size)
             table = list(range(-(-n // self.block_size)))
             x = self.embed[:1].expand(n, -1)

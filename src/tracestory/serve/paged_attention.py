@@ -111,6 +111,7 @@ class FlexPagedAttention:
         R, W = tables.shape
         self.block_owner[tables] = member_ids.to(torch.int32)[:, None].expand(R, W)
         self.block_logical[tables] = torch.arange(W, device=tables.device, dtype=torch.int32)[None, :].expand(R, W)
+        self.block_owner[self.num_blocks:].fill_(NOBODY)    # padding columns: the scratch block, nobody's
 
     def decode_block_mask(self, tables_i32, nblk_i32, slots: int):
         """Block mask of ``B = len(nblk)`` single-token rows over ``slots`` key slots; its

@@ -34,7 +34,11 @@ failed send on rank 0 (a rank died) prints one line naming it and stops the serv
 At shutdown (SIGINT/SIGTERM to rank 0, as ``tracestory capture --load`` sends) rank 0 finishes
 serving, then broadcasts *stop*; the others leave their loop and every rank exits 0. The other
 ranks ignore SIGINT/SIGTERM while they follow (``torchrun`` and a process-group Ctrl-C deliver
-them too); they stop when rank 0 says so, or at the timeout.
+them too); they stop when rank 0 says so, or at the timeout. Each rank then leaves its process
+groups (:meth:`Group.close`: destroyed on the CPU; on CUDA left to the process exit, because
+closing the NCCL communicators did not return within 20 s on two H100s) and says in one line how
+long its stop took. How the processes start and end (``tracestory serve --tensor-parallel N``
+without torchrun, the hard exit of a CUDA rank) is :mod:`.tp_process`.
 
 Devices: ``cuda:LOCAL_RANK`` with NCCL for the all-reduce when ``--device`` is cuda (or auto
 with a GPU), else the CPU with gloo. On multi-GPU H200 hosts NVLink multicast (NVLS) must stay
@@ -65,6 +69,7 @@ from .scheduler import Member
 
 HEARTBEAT_S = 1.0            # rank 0 sends a heartbeat when it sent nothing for this long
 CONTROL_TIMEOUT_S = 300.0    # a rank that hears nothing for this long gives up
+CLOSE_TIMEOUT_S = 20.0       # leaving the process groups at the end takes at most this long
 SAFE_NCCL_ENV = TORCHRUN_SAFE_ENV    # NVLink multicast off (set where unset)
 
 # control commands (header[0])
@@ -408,23 +413,58 @@ class Group:
         self.front = TensorParallelFront(model, self.control, lost)
         return self.front
 
-    def close(self) -> None:
+    def close(self) -> float | None:
+        """Leave the process groups once every collective has completed (rank 0 sent *stop*
+        after its last iteration resolved, so every rank's all-reduces are done). On CUDA the
+        groups are left to the process's exit (see the comment below; returns None). On the CPU
+        they are destroyed in a helper thread for at most :data:`CLOSE_TIMEOUT_S`; returns the
+        seconds it took, or None when it did not finish (one line says so)."""
+        import torch
         import torch.distributed as dist
 
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        if not dist.is_initialized():
+            return 0.0
+        t0 = time.monotonic()
+        on_cuda = self.device.startswith("cuda")
+        if on_cuda:
+            # Neither abort nor destroy of the NCCL communicators returned within 20 s on two
+            # H100s (torch 2.11) after the decode and mixed CUDA graphs had captured all-reduces;
+            # every collective is complete here, so the rank leaves them to its exit (os._exit:
+            # capture runner, finish_process), and only the CPU (gloo) groups are closed.
+            torch.cuda.synchronize()
+            return None
+        err: list[BaseException] = []
+
+        def close() -> None:
+            try:
+                dist.destroy_process_group()
+            except Exception as e:  # noqa: BLE001 -- reported below; the rank still exits
+                err.append(e)
+
+        t = threading.Thread(target=close, name="tracestory-tp-close", daemon=True)
+        t.start()
+        t.join(CLOSE_TIMEOUT_S)
+        if t.is_alive():
+            _say(f"rank {self.info.rank}: the process groups did not close within {CLOSE_TIMEOUT_S:g} s; "
+                 "exiting without waiting for them")
+            return None
+        if err:
+            _say(f"rank {self.info.rank}: closing the process groups failed ({_short(err[0])})")
+        return time.monotonic() - t0
 
 
 def run(opts, build_server: Callable, serve: Callable) -> None:
     """``tracestory serve --tensor-parallel N`` on this rank: build the shard; rank 0 serves
     (``serve(engine, api)``), the others follow; raises ``SystemExit(1)`` after one line when a
-    rank was lost."""
+    rank was lost. The stop is timed, one line per rank on stderr (``rank r: stopped: ...``:
+    serving or following ended, process groups closed), so a slow stop says where it waited."""
     info = rank_from_env(opts.tensor_parallel)
     if opts.preset != "auto":            # before any process group: every rank says it at once
         check_divisible(LlamaConfig.from_name(opts.preset), info.world_size)
     g = Group(opts, info)
     g.init()
     failed: str | None = None
+    t_end: float | None = None
     try:
         engine, api = build_server(g.options, prepare_hook=g.shard)
         if info.rank != 0:
@@ -433,16 +473,24 @@ def run(opts, build_server: Callable, serve: Callable) -> None:
             except Exception as e:  # noqa: BLE001 -- the other side is gone or silent
                 failed = f"rank {info.rank}: lost rank 0 ({_short(e)})"
                 _say(failed)
+            t_end = time.monotonic()
         else:
             engine.model = g.make_front(engine.model)
             try:
                 serve(engine, api)
             finally:
+                t_end = time.monotonic()
                 g.front.stop()
                 failed = g.front.lost
     finally:
         if failed is None:
-            g.close()
+            t_sent = time.monotonic()
+            closed = g.close()
+            if t_end is not None:
+                what = "stop sent to the other ranks" if info.rank == 0 else "stop received"
+                took = (("left to the process exit (NCCL)" if g.device.startswith("cuda") else "did not close")
+                        if closed is None else f"closed in {closed:.2f} s")
+                _say(f"rank {info.rank}: stopped: {what} in {t_sent - t_end:.2f} s, process groups {took}")
     if failed is not None:                # said once, where it was found
         raise SystemExit(1)
 

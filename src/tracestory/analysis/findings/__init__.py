@@ -64,6 +64,7 @@ COMM_CATEGORIES = ("communication", "allreduce")
 FEW_GPU_OPS = 50  # below this, an idle GPU is not a launch-overhead story
 HOST_GAP_NS = 100_000  # a mean idle gap this long is host work, not per-launch cost (outside PyTorch)
 MEMCPY_SHARE = 0.05
+SMALL_COMM_COST = 0.05  # exposed communication below this share of GPU busy time is not a lever
 
 
 # ------------------------------------------------------------------ small helpers
@@ -148,6 +149,14 @@ def _category_advice(f: RunFacts, name: str) -> str:
     return f"profile the top {name} kernels with {advice.kernel_profiler(f)} to see what bounds them"
 
 
+def _top_category(f: RunFacts) -> str | None:
+    """The category the dominant-category finding tells (None when it tells the top kernels instead)."""
+    b = f.analysis.breakdown
+    if not b.categories or b.total_time_ns <= 0 or not _taxonomy_fits(f):
+        return None
+    return max(b.categories, key=lambda c: c.time_ns).name
+
+
 def rule_dominant_category(f: RunFacts) -> list[Finding]:
     """The category with the most GPU op time, with ONE ceiling: the GPU window (or, without a
     timeline, the summed GPU op time) if the category cost nothing, counting only its exposed time
@@ -166,6 +175,8 @@ def rule_dominant_category(f: RunFacts) -> list[Finding]:
           Evidence("ops", top.count, "count")]
     if top.top_kernels:
         ev.append(Evidence("top kernel", top.top_kernels[0].name, "text"))
+    if top.name in COMM_CATEGORIES and exposure is not None and exposure.comm_busy_ns:
+        ev.append(Evidence("overlapped with compute", exposure.comm_overlap_fraction, "fraction"))
     implication = f"{top.name} is {_p(p)} of GPU op time: it is where a kernel-level optimisation pays most."
     sev = "high" if p >= 0.5 else "medium" if p >= 0.25 else "low"
     tl = a.timeline
@@ -328,7 +339,7 @@ def rule_gpu_idle(f: RunFacts) -> list[Finding]:
         sev = "info"
         title = f"GPU kept busy: idle {_p(tl.idle_fraction)} of its window"
         imp = "The run is GPU-bound: kernel time is what to optimise."
-        rec = "Work on the dominant category's kernels."
+        rec = "Work on the kernels that take the most GPU time (the dominant-category or top-kernel finding)."
     return [Finding("gpu_idle", sev, title, tuple(ev), imp, rec)]
 
 
@@ -347,9 +358,19 @@ def _long_gaps_finding(f: RunFacts, ev: list) -> list[Finding]:
     for g in f.gaps:
         if g.op_name:
             named[g.op_name] = named.get(g.op_name, 0) + g.dur_ns
-    where, rec = "", ("Find what the host does in the largest gaps (Appendix: largest gaps): feed data off the "
-                      "critical path (loader workers, prefetch, pinned memory), keep one-off setup out of the measured "
-                      "steps (warm up first), or remove the synchronisation.")
+    cp = f.critical_path
+    if cp is not None and cp.dominant == "wait":
+        rec = ("The GPU waited on work this trace does not show (events on other streams or processes, or work queued "
+               "before the capture): capture all processes and streams around the gaps to find it.")
+    elif f.producer.mode == "training":
+        rec = ("Find what the host does in the largest gaps (Appendix: largest gaps): feed data off the critical path "
+               "(loader workers, prefetch, pinned memory), keep one-off setup out of the measured steps (warm up "
+               "first), or remove the synchronisation.")
+    else:
+        rec = ("Find what the host does in the largest gaps (Appendix: largest gaps): per-step host work (scheduling, "
+               "input preparation, sampling), one-off setup kept out of the measured steps (warm up first), or a "
+               "synchronisation.")
+    where = ""
     if named:
         op, ns = max(named.items(), key=lambda kv: kv[1])
         where = f" The host was inside {op} for {_t(ns)} of it."
@@ -405,7 +426,7 @@ def rule_graph_replay(f: RunFacts) -> list[Finding]:
 _BOUND_TEXT = {
     "gpu": ("GPU execution", "kernel time is what shortens this run"),
     "communication": ("communication kernels", "overlap or shrink the collectives on the path"),
-    "launch": ("waiting for launches", "the GPU waits for the host to submit work"),
+    "launch": ("waiting for the host to submit work", "the GPU has nothing queued until the host launches the next op"),
     "host": ("host work between API calls", "the CPU (framework, Python, scheduling) sets the pace"),
     "sync": ("host synchronisation", "the host blocks on the GPU and then has to catch up"),
     "wait": ("waits on work the trace does not show", "a submitted op waited for an event, another "
@@ -476,17 +497,18 @@ def _stall_advice(f: RunFacts, name: str) -> str:
                 "enable_cudnn_sdp(False) to fall back to FlashAttention / efficient SDPA, or a paged-KV decode "
                 "kernel), or pad the KV length to a few bucket sizes so plans are reused.")
     if "cudnn" in low or "miopen" in low:
-        return ("The library picks (or benchmarks) an algorithm for each new input shape: keep the shapes fixed "
-                "across steps (pad or bucket them) so the choice is made once, and expect the first step of each "
-                "shape to pay for it.")
+        return ("The library chooses an algorithm (benchmarking candidates with cudnn.benchmark) and loads its kernels "
+                "the first time it sees a shape: warm up with the shapes you will measure and leave those first calls "
+                "out of the measured steps; if every step brings a new shape, keep the shapes fixed (pad or bucket "
+                "them) so the choice is made once.")
     return (f"Profile the CPU side of {name} ({advice.cpu_profiler(f)}) and move its work out of the step, cache it, "
             "or overlap it with GPU work.")
 
 
 def rule_memcpy_share(f: RunFacts) -> list[Finding]:
     b, m = f.analysis.breakdown, f.trace.memops
-    if len(m) == 0 or b.total_time_ns <= 0:
-        return []
+    if len(m) == 0 or b.total_time_ns <= 0 or _top_category(f) in ("memcpy", "memset"):
+        return []   # none, or the dominant-category finding tells the copies already
     share = b.memop_time_ns / b.total_time_ns
     if share < MEMCPY_SHARE:
         return []
@@ -506,8 +528,8 @@ def rule_memcpy_share(f: RunFacts) -> list[Finding]:
 def rule_communication(f: RunFacts) -> list[Finding]:
     a, exposure = f.analysis, f.exposure
     km, mm = category_mask(a, COMM_CATEGORIES)
-    if not km.any():
-        return []
+    if not km.any() or _top_category(f) in COMM_CATEGORIES:
+        return []   # none, or the dominant-category finding tells it already (one finding per fact)
     tr, b = a.trace, a.breakdown
     k = tr.kernels
     comm_time = int((k["end_ns"][km] - k["start_ns"][km]).sum())
@@ -532,6 +554,9 @@ def rule_communication(f: RunFacts) -> list[Finding]:
         ev.append(Evidence("exposed communication (nothing else running)", cx.exposed_ns, "ns"))
         ev.append(Evidence("exposed share of GPU busy time", exposed_share, "fraction"))
         ev.append(Evidence("ceiling on GPU busy time without it", cx.exposed_ceiling, "x"))
+    if f.some_ranks_missing:
+        given, declared = f.ranks
+        ev.append(Evidence("ranks of the job in the inputs", f"{given} of {declared}", "text"))
     cost = exposed_share if exposed_share is not None else share * (1 - (ov or 0.0))
     sev = "medium" if cost >= 0.1 else "low"
     title = f"Communication is {_p(share)} of GPU op time" + (
@@ -540,6 +565,9 @@ def rule_communication(f: RunFacts) -> list[Finding]:
            "time mostly does not (it still competes for SMs and memory bandwidth).")
     if cx is not None and cx.exposed_ceiling is not None:
         imp += f" Removing it entirely would shorten GPU busy time at most {cx.exposed_ceiling:.2f}x."
+    if f.some_ranks_missing:
+        imp += (f" With {f.ranks[0]} of the job's {f.ranks[1]} ranks in the inputs, part of this time may be waiting "
+                "for the others, which one rank's trace cannot tell apart.")
     wait = _peer_wait(f, "communication", comm_time)
     if wait is not None:
         ev.append(Evidence("waiting inside collectives for the last rank to arrive", f.comm_wait_ns, "ns"))
@@ -549,6 +577,9 @@ def rule_communication(f: RunFacts) -> list[Finding]:
         return [Finding("communication", sev, title, tuple(ev), imp,
                         "Fix the late rank first (Multi-GPU findings), then overlap the remaining collective time "
                         "with compute.")]
+    if cost < SMALL_COMM_COST:
+        return [Finding("communication", "info", title, tuple(ev), imp,
+                        "Communication costs little here: it is not what to work on first.")]
     return [Finding("communication", sev, title, tuple(ev), imp, capital(advice.communication(f)) + ".")]
 
 
@@ -571,7 +602,9 @@ def rule_eager_fusion(f: RunFacts) -> list[Finding]:
                          Evidence("share of kernel time", float(dur[is_triton].sum() / max(dur.sum(), 1)), "fraction")),
                         "torch.compile has fused part of the graph into generated kernels.",
                         "Compare against the eager run (tracestory compare) to see what fusion bought.")]
-    if small_share < 0.3 or producer.replays_graphs:
+    if small_share < 0.3 or producer.replays_graphs or _top_category(f) in SMALL_OP_CATEGORIES:
+        # not eager-launch heavy, a graph replay (no launch each), or the dominant-category finding
+        # already gives the same fusion advice for the small-op category on top
         return []  # a graph replay is not an eager run: its small kernels pay no launch each
     return [Finding("eager_fusion", "medium" if small_share >= 0.5 else "low",
                     f"Eager run: {_p(small_share)} of kernel launches are small unfused ops",
@@ -589,3 +622,79 @@ def ncu_findings(hardware) -> tuple[Finding, ...]:
     found = ncu_only_findings(hardware)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return tuple(sorted(found, key=lambda f: order[f.severity]))
+
+
+SMALL_GRID_PER_SM = 0.1    # fewer blocks than a tenth of the SMs: most of the GPU sits idle during the kernel
+SMALL_GRID_SHARE = 0.3     # of kernel time, before it is a finding
+
+
+def rule_small_grids(f: RunFacts) -> list[Finding]:
+    """Kernel time spent in launches whose grid holds fewer blocks than a tenth of the SMs (CUs): the
+    rest of the GPU idles for the whole kernel, whatever its code. Needs grid sizes and the SM count."""
+    tr = f.trace
+    k = tr.kernels
+    sms = next((d.sm_count for d in tr.meta.devices if d.sm_count), None)
+    if not len(k) or not sms or not (k["grid_x"] >= 0).any():
+        return []
+    known = k["grid_x"] >= 0
+    blocks = (k["grid_x"].astype(np.int64) * np.maximum(k["grid_y"], 1) * np.maximum(k["grid_z"], 1))
+    dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
+    small = known & (blocks < SMALL_GRID_PER_SM * sms)
+    total = int(dur[known].sum())
+    if not total or dur[small].sum() < SMALL_GRID_SHARE * total:
+        return []
+    share = float(dur[small].sum()) / total
+    unit = "CUs" if f.platform == "ROCm" else "SMs"
+    rows = np.flatnonzero(small)
+    top = rows[np.argmax(dur[rows])]
+    codes, per = np.unique(k["name"][rows], return_counts=True)
+    t_by = {int(c): int(dur[rows][k["name"][rows] == c].sum()) for c in codes}
+    worst = max(t_by, key=t_by.get)
+    ev = (Evidence(f"kernel time in launches with fewer than {SMALL_GRID_PER_SM:g} blocks per {unit[:-1]}", share,
+                   "fraction"),
+          Evidence("such launches", int(small.sum()), "count"),
+          Evidence(f"{unit} on the GPU", sms, "count"),
+          Evidence("kernel with the most such time", tr.name(worst), "text"),
+          Evidence("its grid (blocks) in its longest launch", int(blocks[top]), "count"))
+    return [Finding(
+        "small_grids", "medium" if share >= 0.5 else "low",
+        f"{_p(share)} of kernel time runs in launches of fewer than {int(SMALL_GRID_PER_SM * sms) or 1} blocks on "
+        f"a GPU of {sms} {unit}", ev,
+        f"Those launches leave most {unit} idle for their whole duration: their time is latency, not throughput, "
+        "and a faster kernel body or a lower precision would barely change it.",
+        "Give each launch more parallel work: larger batches or inputs per launch, split long one-block loops "
+        "across blocks (grid-stride loops, split-K for skinny GEMMs), or fuse small launches into one.")]
+
+
+_KIND_STORY = {
+    "stream_capture": ("The trace records a stream capture, not its execution",
+                       "The launches inside the capture were recorded into a graph and ran nothing here; the few "
+                       "kernels that ran are not the workload, so no busy, idle or category verdict is drawn from "
+                       "them.",
+                       "Profile an iteration that replays the graph (after the capture) to see the execution."),
+    "range_profiler": ("The trace holds per-kernel profiler ranges, not a timeline",
+                       "Each kernel was replayed alone to read its counters: durations are profiling passes and the "
+                       "gaps between them are the profiler's, so no idle, launch or critical-path verdict is drawn.",
+                       "For the timeline, profile again without the range profiler (torch.profiler with "
+                       "ProfilerActivity.CUDA and no profiler metrics); keep this trace for the per-kernel counters."),
+    "summary_only": ("The input holds totals per kernel name, not a timeline",
+                     "Without start times per launch there is no idle time, overlap or order to tell; the category "
+                     "shares and ceilings are over summed kernel time.",
+                     "For the timeline, export the per-launch table (nsys stats -r cuda_gpu_trace --format csv) or "
+                     "pass the .sqlite export."),
+    "empty": ("The trace holds no GPU work to tell",
+              "The capture window ran no kernel: it missed the GPU work (profiling started late or stopped early, or "
+              "the GPU activities were not recorded).",
+              "Capture again around the steps that run on the GPU (a profiler schedule with warm-up and active "
+              "steps), with CUDA activities on."),
+}
+
+
+def rule_trace_kind(f: RunFacts) -> list[Finding]:
+    """What the trace is when it is not a timeline of execution: said first, with its evidence."""
+    told = _KIND_STORY.get(f.kind.kind)
+    if told is None:
+        return []
+    title, imp, rec = told
+    return [Finding("trace_kind", "high" if f.kind.kind in ("stream_capture", "empty") else "medium", title,
+                    tuple(Evidence("evidence", e, "text") for e in f.kind.evidence), imp, rec)]

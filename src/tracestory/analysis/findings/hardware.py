@@ -194,6 +194,10 @@ def _bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, estima
         imp += (f" {fmt_pct(slow / placed)} of the placed time is in kernels below a tenth of their roof: "
                 "they are too small to load either the memory system or the math units "
                 "(latency-bound: launch overhead, too few blocks).")
+    if slow / placed >= 0.5:
+        # most time is in kernels too small to reach either roof: the math or memory path is not the lever
+        rec = ("Give each kernel more work before changing its math or precision: larger batches per launch, fewer "
+               "and larger kernels (fusion), so the kernels load the GPU; the bound matters once they do.")
     if coverage is not None and coverage < 0.5:
         imp += (f" The verdict covers {fmt_pct(coverage)} of the kernel time: the rest could not be placed, so it "
                 "says nothing about the whole run.")

@@ -58,6 +58,9 @@ def operators_part(run) -> list[str]:
     return out + [""]
 
 
+FEW = 20  # below this many gaps or ops, a histogram says less than the list it summarises
+
+
 def _appendix(runs, inputs, command) -> list[str]:
     out = []
     analyses = [r.analysis for r in runs]
@@ -154,10 +157,11 @@ def _appendix(runs, inputs, command) -> list[str]:
                 ],
                 "lr",
             )
-            out += ["", "**Idle gap histogram**", ""]
-            out += md_table(
-                ("gap length", "count", "total"), [(lab, n, fmt_ns(t)) for lab, n, t in tl.gap_histogram], "lrr"
-            )
+            if tl.gap_count >= FEW:  # a handful of gaps is the largest-gaps table below, whole
+                out += ["", "**Idle gap histogram**", ""]
+                out += md_table(
+                    ("gap length", "count", "total"), [(lab, n, fmt_ns(t)) for lab, n, t in tl.gap_histogram], "lrr"
+                )
             out += ["", "**Largest gaps**", ""]
             out += md_table(
                 ("at (ms from window start)", "length", "launch wait", "after", "before"),
@@ -173,12 +177,13 @@ def _appendix(runs, inputs, command) -> list[str]:
                 ],
                 "rrrll",
             )
-            out += ["", "**Streams**", ""]
-            out += md_table(
-                ("device", "stream", "busy", "ops"),
-                [(s.device, s.stream, fmt_ns(s.busy_ns), s.op_count) for s in tl.streams],
-                "rrrr",
-            )
+            if len(tl.streams) > 1:  # one stream's busy time and ops are the timeline's own
+                out += ["", "**Streams**", ""]
+                out += md_table(
+                    ("device", "stream", "busy", "ops"),
+                    [(s.device, s.stream, fmt_ns(s.busy_ns), s.op_count) for s in tl.streams],
+                    "rrrr",
+                )
         out.append("")
     out += ["**Inputs**", ""] + ([f"- `{p}`" for p in inputs] or ["- n/a (not given)"]) + [""]
     out += ["**Command**", ""] + fence([command or "n/a (not given)"], "bash") + [""]

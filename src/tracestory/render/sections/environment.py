@@ -10,10 +10,12 @@ from ..md import label, md_table
 from . import Context
 
 
-def _environment(analyses) -> list[str]:
+def _environment(runs) -> list[str]:
     out = []
-    for a in analyses:
+    analyses = [r.analysis for r in runs]
+    for run, a in zip(runs, analyses, strict=True):
         m = a.trace.meta
+        amd = run.facts.platform == "ROCm"
         if len(analyses) > 1:
             out += [f"### {label(a)}", ""]
         rows = [
@@ -27,7 +29,11 @@ def _environment(analyses) -> list[str]:
             for d in m.devices
         ]
         if rows:
-            out += md_table(("device", "name", "SMs", "compute capability", "memory"), rows, "rlrrr")
+            out += md_table(
+                ("device", "name", "CUs" if amd else "SMs", "gfx version" if amd else "compute capability", "memory"),
+                rows,
+                "rlrrr",
+            )
         else:
             out.append("Devices: n/a (the trace carries no device properties)")
         out.append("")
@@ -79,4 +85,4 @@ def render(c: Context) -> list[str]:
     m = c.results.manifest
     if m:
         return [render_environment(m).strip(), ""]
-    return [c.no_trace, ""] if c.no_trace else _environment([r.analysis for r in c.shown])
+    return [c.no_trace, ""] if c.no_trace else _environment(list(c.shown))

@@ -13,6 +13,8 @@ from ..memory import memory_section
 from ..multigpu import render_multigpu_section
 from . import Context
 
+FEW_OPS = 20  # below this many GPU ops the duration histogram says less than the Appendix's kernel table
+
 
 def _visualizations(runs) -> list[str]:
     out = []
@@ -42,7 +44,7 @@ def _visualizations(runs) -> list[str]:
             out += fence(_timeline_chart(run.facts, zoom.gpu_start_ns, zoom.gpu_end_ns))
             out.append("")
         dur = np.concatenate([a.trace.kernels.dur_ns, a.trace.memops.dur_ns])
-        hist = log_histogram(dur, title="GPU op durations (count of ops per log bin):")
+        hist = log_histogram(dur, title="GPU op durations (count of ops per log bin):") if len(dur) >= FEW_OPS else None
         if hist:
             out += fence(hist) + [""]
     return out

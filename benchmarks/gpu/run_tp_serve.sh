@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The device runs behind docs/BENCHMARKS.md's "Serving under load" table (tensor-parallel serving).
+# Usage (repository root): OUT=dir bash benchmarks/gpu/run_tp_serve.sh PART...
+# PARTS: tests (pytest -m gpu), roofs (dense GEMM rate, copy roof), capture2 (the TP=2 capture under
+# load, its report and table row), tp1 / tp2 / tp4 (the server under the same load without a profiler,
+# table row each), stop4 (Ctrl-C of `tracestory serve --tensor-parallel 4`). Each step is time-limited.
+set -u
+OUT=${OUT:-tp_serve}
+W=/tmp/tpserve; mkdir -p "$OUT" $W/json
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-}:$PWD/src
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+LOG="$OUT/run.log"
+TS="python3 -m tracestory.cli"
+source "$(dirname "$0")/steps.sh"
+# the issue's load: 12 req/s, prompts 512-1023 tokens, 128 output tokens
+LOAD="--model llama-3-8b --request-rate 12 --duration 15 --random-input-len 768 --random-range-ratio 0.333 --random-output-len 128 --ignore-eos --no-progress"
+SERVE="--device cuda --fp8 rowwise --attention-backend flex"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a "$LOG"
+python3 --version | tee -a "$LOG"
+
+serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; row in $W/json/tpN.json
+  local n=$1 port=$2 d=$W/tp$1; mkdir -p $d
+  local tp=""; [ "$n" -gt 1 ] && tp="--tensor-parallel $n"
+  echo "=== [tp$n] $(date +%T) \$ $TS serve $tp $SERVE --port $port --event-log $d/serve.sched.jsonl --skip-power-monitor" | tee -a "$LOG"
+  $TS serve $tp $SERVE --port $port --event-log $d/serve.sched.jsonl --skip-power-monitor > $d/serve.log 2>&1 &
+  local srv=$! t0=$(date +%s)
+  for i in $(seq 400); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
+  echo "healthy after $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
+  step tp$n-load 60 $TS load --port $port $LOAD --json $d/load.summary.json --output $d/load.requests.jsonl
+  local ts=$(date +%s.%N); kill -INT $srv; wait $srv; local rc=$?
+  echo "=== [tp$n] server exit code $rc, stopped in $(python3 -c "import time;print(round(time.time()-$ts,2))") s" | tee -a "$LOG"
+  grep -E "startup|prefill/mixed|stopped|Traceback|Error|error" $d/serve.log | tail -12 | tee -a "$LOG"
+  step tp$n-table 30 python3 benchmarks/gpu/serve_table.py $d --gpus $n --roofs $W/json/roofs.json --json $W/json/tp$n.json
+  cp $d/serve.log "$OUT/tp${n}_serve.log"
+  gzip -c $d/serve.sched.jsonl > "$OUT/tp${n}.sched.jsonl.gz"   # the event log behind the row
+}
+
+for part in "$@"; do case $part in
+tests)
+  step gpu-tests 240 python3 -m pytest -q -m gpu --noconftest -p no:cacheprovider tests/gpu ;;
+roofs)
+  step roofs 60 python3 benchmarks/gpu/roofs.py --json $W/json/roofs.json ;;
+capture2)
+  A=$W/artifacts
+  step capture-tp2 330 $TS capture torch --name serve_tp2 --out $A --torchrun 2 --stop-timeout 60 \
+      --load "$LOAD --port 8000" --range iteration --skip 200 --count 8 \
+      -- $TS serve --tensor-parallel 2 $SERVE --port 8000
+  python3 -c "import json;m=json.load(open('$A/serve_tp2/manifest.json'));c=m['captures'][-1];print('capture status:',c['status'],c.get('error'));[print(' step',s['name'],s['status'],s.get('exit_code'),s.get('stop_signal'),s.get('stopped'),s.get('stop_ns')) for s in c['steps']]" 2>&1 | tee -a "$LOG"
+  ls -la $A/serve_tp2/* | tee -a "$LOG"
+  step report-tp2 120 $TS report $A/serve_tp2 -o $A/serve_tp2/report.md
+  grep -n -i -A4 "multi-gpu\|limitation" $A/serve_tp2/report.md | head -40 | tee -a "$LOG"
+  step capture2-table 30 python3 benchmarks/gpu/serve_table.py $A/serve_tp2 --gpus 2 --roofs $W/json/roofs.json --json $W/json/capture_tp2.json
+  (cd $A && tar czf "$OUT/serve_tp2_capture.tar.gz" --exclude='*.png' serve_tp2) ;;
+tp1) serve_run 1 8001 ;;
+tp2) serve_run 2 8002 ;;
+tp4) serve_run 4 8004 ;;
+esac; done
+(cd $W && tar czf "$OUT/json.tar.gz" json)
