@@ -1,0 +1,45 @@
+"""The part of the trace a report describes (:class:`~tracestory.analysis.window.WindowSelection`):
+one Executive Summary line and the JSON ``window`` key. Nothing here when the whole trace is
+analysed."""
+
+from __future__ import annotations
+
+from ..units import fmt_ns
+from .jsonable import jsonable
+
+
+def _steps(tw) -> str:
+    if not tw.steps_kept:
+        return ""
+    kept = tw.steps_kept
+    text = f"; steps kept: {kept[0]}" + (f" .. {kept[-1]} ({len(kept)})" if len(kept) > 1 else "")
+    if tw.steps_dropped:
+        text += "; dropped: " + ", ".join(f"{name} ({why})" for name, why in tw.steps_dropped)
+    return text
+
+
+def window_lines(sel) -> list[str]:
+    """One Markdown paragraph: the request, its rule, and per trace the span kept (ms from the
+    trace's first event), the steps kept and dropped and the kernels kept."""
+    if sel is None:
+        return []
+    parts = []
+    for tw in sel.traces:
+        parts.append(f"{tw.trace}: {tw.start_ms:.3f} .. {tw.end_ms:.3f} ms from its first event "
+                     f"({fmt_ns(tw.end_ns - tw.start_ns)}), {tw.kernels_kept:,} of {tw.kernels_total:,} kernels"
+                     + _steps(tw))
+    text = (f"**Part of the trace described** (`{sel.request}`): {sel.rule}. " + "; ".join(parts) + ".")
+    if sel.not_restricted:
+        text += f" Not restricted: the {', the '.join(sel.not_restricted)}."
+    return [text, ""]
+
+
+def window_json(sel) -> dict | None:
+    """The ``window`` key: request, rule, per trace start/end ns (CPU and GPU intervals), steps kept
+    and dropped (with why), kernels kept; None for the whole trace."""
+    if sel is None:
+        return None
+    doc = jsonable(sel)
+    for tw in doc["traces"]:
+        tw["steps_dropped"] = [{"step": n, "why": w} for n, w in tw["steps_dropped"]]
+    return doc
