@@ -57,18 +57,19 @@ _CHUNK = 1 << 20
 
 
 def digest(path: str) -> str:
-    """SHA-256 of a file's bytes; of a folder, of every file under it (relative path and bytes, in
-    name order), so two copies of one capture folder have one digest."""
-    h = hashlib.sha256()
+    """SHA-256 of a file's bytes (what ``sha256sum`` prints); of a folder, of every file under it
+    (relative path, then the file's SHA-256, in name order), so two copies of one capture folder
+    have one digest."""
     p = Path(path)
-    files = [p] if not p.is_dir() else sorted(f for f in p.rglob("*") if f.is_file())
-    for f in files:
-        if p.is_dir():
-            h.update(f.relative_to(p).as_posix().encode() + b"\0")
-        with open(f, "rb") as fh:
+    if not p.is_dir():
+        h = hashlib.sha256()
+        with open(p, "rb") as fh:
             while chunk := fh.read(_CHUNK):
                 h.update(chunk)
-        h.update(b"\0")
+        return h.hexdigest()
+    h = hashlib.sha256()
+    for f in sorted(f for f in p.rglob("*") if f.is_file()):
+        h.update(f.relative_to(p).as_posix().encode() + b"\0" + digest(str(f)).encode() + b"\n")
     return h.hexdigest()
 
 
