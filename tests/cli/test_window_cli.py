@@ -172,3 +172,10 @@ def test_compare_steps_on_both_sides(tmp_path):
         assert tw["start_ns"] == ns(step["ProfilerStep#5"]["ts"])
         assert tw["steps_kept"] == ["ProfilerStep#5", "ProfilerStep#6"]
         assert doc[side]["kernel_count"] == tw["kernels_kept"]
+
+
+def test_analyze_tables_say_which_part(capsys):
+    assert main(["analyze", str(TP2), "--steps", "5:6"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Part of the trace described (--steps 5:6)")
+    assert "52 of 122 kernels" in out   # 52: 26 kernels in each of ProfilerStep#5 and #6 (Phase table)

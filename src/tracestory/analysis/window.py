@@ -113,6 +113,9 @@ class TraceWindow:
     gpu_end_ns: int
     start_ms: float
     end_ms: float
+    start_offset_ns: int            # start_ns - trace_start_ns
+    end_offset_ns: int
+    span_ns: int                    # end_ns - start_ns (the CPU interval)
     family: str | None              # step family (steps, steady state)
     steps_kept: tuple[str, ...]
     steps_dropped: tuple[tuple[str, str], ...]   # (step, why)
@@ -324,7 +327,8 @@ def window_trace(trace: Trace, spec: WindowSpec) -> tuple[Trace, TraceWindow]:
     tw = TraceWindow(
         trace=trace.label, trace_start_ns=t0, start_ns=int(cpu[0]), end_ns=int(cpu[1]),
         gpu_start_ns=int(gpu[0]), gpu_end_ns=int(gpu[1]),
-        start_ms=(cpu[0] - t0) / _NS_PER_MS, end_ms=(cpu[1] - t0) / _NS_PER_MS, family=family,
+        start_ms=(cpu[0] - t0) / _NS_PER_MS, end_ms=(cpu[1] - t0) / _NS_PER_MS,
+        start_offset_ns=int(cpu[0] - t0), end_offset_ns=int(cpu[1] - t0), span_ns=int(cpu[1] - cpu[0]), family=family,
         steps_kept=tuple(s.name for s in kept), steps_dropped=tuple((s.name, why) for s, why in dropped),
         kernels_kept=len(out.kernels), kernels_total=len(trace.kernels))
     return out, tw

@@ -20,6 +20,7 @@ from ..outputs import OutputPlan, is_stdout
 from .common import (add_analysis_options, add_taxonomy, load_and_analyze, options_from, progress_factory,
                      refuse_overwrite, side_inputs, taxonomy_from, window_spec)
 from ..analysis.window import window_inputs
+from ..render.window import window_lines
 from ..analysis.tables import TABLES
 from ..render import jsonout, terminal
 from ..render.tables_out import FORMATS, table_renderable, table_text
@@ -69,6 +70,9 @@ def cmd_analyze(args) -> int:
         buf = io.StringIO() if not is_stdout(out) else None
         console = Console(file=buf, width=120, color_system=None) if buf is not None else \
             Console(stderr=json_on_stdout, width=None if sys.stdout.isatty() else 120)
+        if results.inputs.window is not None:   # which part of the traces the tables describe
+            from rich.text import Text
+            console.print(Text(window_lines(results.inputs.window)[0].replace("**", "").replace("`", "")))
         if name is None:
             for a in results.analyses:
                 for renderable in terminal.analysis_renderables(a):

@@ -4,7 +4,7 @@ analysed."""
 
 from __future__ import annotations
 
-from ..units import fmt_ns
+from ..units import fmt_ms, fmt_ns
 from .jsonable import jsonable
 
 
@@ -25,8 +25,8 @@ def window_lines(sel) -> list[str]:
         return []
     parts = []
     for tw in sel.traces:
-        parts.append(f"{tw.trace}: {tw.start_ms:.3f} .. {tw.end_ms:.3f} ms from its first event "
-                     f"({fmt_ns(tw.end_ns - tw.start_ns)}), {tw.kernels_kept:,} of {tw.kernels_total:,} kernels"
+        parts.append(f"{tw.trace}: {fmt_ms(tw.start_offset_ns)} .. {fmt_ms(tw.end_offset_ns)} ms from its first event "
+                     f"({fmt_ns(tw.span_ns)}), {tw.kernels_kept} of {tw.kernels_total} kernels"
                      + _steps(tw))
     text = (f"**Part of the trace described** (`{sel.request}`): {sel.rule}. " + "; ".join(parts) + ".")
     if sel.not_restricted:
