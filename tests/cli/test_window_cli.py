@@ -179,3 +179,14 @@ def test_analyze_tables_say_which_part(capsys):
     out = capsys.readouterr().out
     assert out.startswith("Part of the trace described (--steps 5:6)")
     assert "52 of 122 kernels" in out   # 52: 26 kernels in each of ProfilerStep#5 and #6 (Phase table)
+
+
+def test_window_refuses_summaries_and_kernel_metrics(tmp_path, capsys):
+    summary = TEST_DATA / "nsys" / "cuda_gpu_kern_sum.csv"
+    assert main(["analyze", str(summary), "--window", "1:2"]) == 2
+    assert "expected a trace with a timeline" in capsys.readouterr().err
+    ncu = TEST_DATA / "h200" / "llama1layer_ncu_raw.csv"
+    llama = TEST_DATA / "h200" / "llama2layer_eager_decode.trace.json.gz"
+    assert main(["report", str(llama), str(ncu), "--window", "0:5", "-o", str(tmp_path / "r.md")]) == 2
+    err = capsys.readouterr().err
+    assert str(ncu) in err and "cannot restrict Nsight Compute kernel metrics" in err

@@ -287,6 +287,9 @@ def _refuse(trace: Trace, what: str) -> UsageError:
 def window_trace(trace: Trace, spec: WindowSpec) -> tuple[Trace, TraceWindow]:
     """``trace`` restricted by ``spec``, and what was kept. Refuses (one line) a request the
     trace cannot answer: no steps, steps it does not have, a window holding no GPU op."""
+    if not trace.meta.has_timeline:
+        raise _refuse(trace, f"{spec.request}: expected a trace with a timeline, found a summary without start "
+                             "times (an nsys stats table)")
     span = trace_span(trace)
     if span is None:
         raise _refuse(trace, f"{spec.request}: expected a trace with events, found none")
