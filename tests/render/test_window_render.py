@@ -39,3 +39,19 @@ def test_window_line_numbers_are_in_the_json(tmp_path, path, spec):
     assert found   # the line does print numbers
     miss = [(tok, unit) for tok, unit, cu, _ in found if not contract._matches(tok, unit, nums, strings, cu)]
     assert not miss, miss
+
+
+def test_many_traces_are_told_in_the_json_not_the_line(tmp_path, monkeypatch):
+    import tracestory.render.window as rw
+
+    monkeypatch.setattr(rw, "MAX_TRACES", 3)   # 4 ranks: more than the line tells
+    folder = TEST_DATA / "multigpu" / "tp4_uneven" / "torch"
+    paths = sorted(folder.glob("rank*.trace.json.gz"))
+    assert len(paths) == 4
+    inputs = window_inputs(load_inputs(paths), parse_steps("5:6"))
+    results = analyze_inputs(inputs, AnalysisOptions())
+    md, js = tmp_path / "r.md", tmp_path / "r.json"
+    write_report(results, md, json_path=js)
+    line = next(l for l in md.read_text().splitlines() if l.startswith("**Part of the trace described**"))
+    assert "and 2 more traces" in line and line.count("steps kept") == 2
+    assert len(json.loads(js.read_text())["window"]["traces"]) == 4

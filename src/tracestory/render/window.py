@@ -7,6 +7,8 @@ from __future__ import annotations
 from ..units import fmt_ms, fmt_ns
 from .jsonable import jsonable
 
+MAX_TRACES = 4   # more traces (ranks): the first two are told, the rest are in the JSON
+
 
 def _steps(tw) -> str:
     if not tw.steps_kept:
@@ -24,10 +26,13 @@ def window_lines(sel) -> list[str]:
     if sel is None:
         return []
     parts = []
-    for tw in sel.traces:
+    shown = sel.traces if len(sel.traces) <= MAX_TRACES else sel.traces[:2]
+    for tw in shown:
         parts.append(f"{tw.trace}: {fmt_ms(tw.start_offset_ns)} .. {fmt_ms(tw.end_offset_ns)} ms from its first event "
                      f"({fmt_ns(tw.span_ns)}), {tw.kernels_kept} of {tw.kernels_total} kernels"
                      + _steps(tw))
+    if len(shown) < len(sel.traces):
+        parts.append(f"and {len(sel.traces) - len(shown)} more traces (each one's window is in the JSON's `window` key)")
     text = (f"**Part of the trace described** (`{sel.request}`): {sel.rule}. " + "; ".join(parts) + ".")
     if sel.not_restricted:
         text += f" Not restricted: the {', the '.join(sel.not_restricted)}."
