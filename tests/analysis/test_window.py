@@ -14,7 +14,7 @@ import pytest
 from conftest import A100_NCCL, TEST_DATA
 from tracestory.analysis.phases import phases
 from tracestory.analysis.window import (WindowSpec, parse_steps, parse_window, restrict, steady_steps, steps,
-                                        window_trace)
+                                        window_trace, window_traces)
 from tracestory.errors import UsageError
 from tracestory.ingest import load_inputs
 
@@ -89,6 +89,14 @@ def test_window_on_nsys_matches_sql():
     assert len(out.kernels) == expect == 14   # 14 counted by hand in the sorted start list
     assert len(out.memops) == memsets
     assert tw.trace_start_ns == t0
+    # two processes of one report (here: the file's trace cut in two at 620 ms) count from the
+    # file's first event, not the second from its own (which is at 620 ms or later)
+    cut = t0 + 620_000_000
+    first, second = restrict(t, t0, cut), restrict(t, cut, t0 + 10**12)
+    outs, sel = window_traces([first, second], parse_window("600:640"))
+    assert [w.trace_start_ns for w in sel.traces] == [t0, t0]
+    assert int(second.kernels["start_ns"].min()) >= cut
+    assert sum(len(o.kernels) for o in outs) == expect
 
 
 def test_memory_samples_inside_the_window():

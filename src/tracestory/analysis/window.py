@@ -4,8 +4,9 @@ the steady state.
 Three requests (:class:`WindowSpec`), one per command line flag:
 
 * ``--window START:END``: milliseconds from the **trace start**, the earliest start of any row
-  of the trace (kernels, memops, API calls, CPU ops, ranges, memory samples), each trace from
-  its own start. An empty side is the trace's edge (``5:`` = from 5 ms to the end).
+  of the trace (kernels, memops, API calls, CPU ops, ranges, memory samples); the processes of
+  one Nsight Systems report count from the earliest of them (one file, one clock), each Kineto
+  file (rank) from its own. An empty side is the trace's edge (``5:`` = from 5 ms to the end).
 * ``--steps A:B``: the steps numbered A to B (inclusive, the numbers of their names:
   ``ProfilerStep#5``, ``decode_12``) of the step family the phases analysis finds
   (:mod:`.phases`): ``ProfilerStep`` when the phases come from it, ``forward#i`` / ``backward#i``
@@ -284,16 +285,17 @@ def _refuse(trace: Trace, what: str) -> UsageError:
     return UsageError(f"{trace.meta.source_path}: {what}")
 
 
-def window_trace(trace: Trace, spec: WindowSpec) -> tuple[Trace, TraceWindow]:
-    """``trace`` restricted by ``spec``, and what was kept. Refuses (one line) a request the
-    trace cannot answer: no steps, steps it does not have, a window holding no GPU op."""
+def window_trace(trace: Trace, spec: WindowSpec, origin_ns: int | None = None) -> tuple[Trace, TraceWindow]:
+    """``trace`` restricted by ``spec``, and what was kept. ``origin_ns``: the time ``--window``
+    counts from (default: the trace's first event). Refuses (one line) a request the trace
+    cannot answer: no timeline, no steps, steps it does not have, a window holding no GPU op."""
     if not trace.meta.has_timeline:
         raise _refuse(trace, f"{spec.request}: expected a trace with a timeline, found a summary without start "
                              "times (an nsys stats table)")
     span = trace_span(trace)
     if span is None:
         raise _refuse(trace, f"{spec.request}: expected a trace with events, found none")
-    t0 = span[0]
+    t0 = span[0] if origin_ns is None else origin_ns
     family, kept, dropped = None, (), ()
     if spec.kind == "window":
         lo = t0 + (round(spec.start_ms * _NS_PER_MS) if spec.start_ms is not None else 0)
@@ -339,7 +341,7 @@ def window_trace(trace: Trace, spec: WindowSpec) -> tuple[Trace, TraceWindow]:
 
 RULES = {
     "window": ("GPU ops that start inside the window and CPU ops, ranges and API calls that overlap it, "
-               "whole; memory samples inside it; times from each trace's first event"),
+               "whole; memory samples inside it; times from the first event of each trace file"),
     "steps": ("steps {a}..{b} of the step family: CPU ops, ranges and API calls overlapping their CPU span, "
               "GPU ops starting inside the span of the GPU ops they launched"),
     "steady-state": ("the step family without its first step (warm-up), without a last step that launches "
@@ -353,8 +355,16 @@ def rule_text(spec: WindowSpec) -> str:
 
 
 def window_traces(traces, spec: WindowSpec) -> tuple[tuple[Trace, ...], WindowSelection]:
-    """Every trace restricted by ``spec`` (one window per trace, each from its own start)."""
-    pairs = [window_trace(t, spec) for t in traces]
+    """Every trace restricted by ``spec``. Time windows count from the first event of the trace's
+    file: the processes of one Nsight Systems report share one origin (one clock, one file), and
+    each Kineto file (one per rank) has its own."""
+    origin: dict[str, int] = {}
+    for t in traces:
+        span = trace_span(t)
+        if span is not None:
+            key = t.meta.source_path
+            origin[key] = min(origin.get(key, span[0]), span[0])
+    pairs = [window_trace(t, spec, origin.get(t.meta.source_path)) for t in traces]
     return (tuple(p[0] for p in pairs),
             WindowSelection(request=spec.request, rule=rule_text(spec), traces=tuple(p[1] for p in pairs)))
 

@@ -22,13 +22,13 @@ def _steps(tw) -> str:
 
 def window_lines(sel) -> list[str]:
     """One Markdown paragraph: the request, its rule, and per trace the span kept (ms from the
-    trace's first event), the steps kept and dropped and the kernels kept."""
+    trace start), the steps kept and dropped and the kernels kept."""
     if sel is None:
         return []
     parts = []
     shown = sel.traces if len(sel.traces) <= MAX_TRACES else sel.traces[:2]
     for tw in shown:
-        parts.append(f"{tw.trace}: {fmt_ms(tw.start_offset_ns)} .. {fmt_ms(tw.end_offset_ns)} ms from its first event "
+        parts.append(f"{tw.trace}: {fmt_ms(tw.start_offset_ns)} .. {fmt_ms(tw.end_offset_ns)} ms from the trace start "
                      f"({fmt_ns(tw.span_ns)}), {tw.kernels_kept} of {tw.kernels_total} kernels"
                      + _steps(tw))
     if len(shown) < len(sel.traces):
