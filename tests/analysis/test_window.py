@@ -241,3 +241,59 @@ def test_restrict_keeps_every_row_of_a_window_around_the_whole_trace():
         assert len(a) == len(b)
         assert all(np.array_equal(a[c], b[c], equal_nan=a[c].dtype.kind == "f")
                    for c in a.columns if a[c].dtype != object)
+
+
+def _hand_trace(ranges, kernels):
+    """ranges: (name, start, end) on thread 1; kernels: (name, launch start), each running
+    [launch + 10, launch + 20)."""
+    from tracestory.trace import CPU_SIDE, StringPool, TraceMeta, build_trace, make_table
+
+    pool, n = StringPool(), len(kernels)
+    corr = list(range(1, n + 1))
+    return build_trace(
+        TraceMeta(source_path="hand.sqlite", source_format="nsys-sqlite"), pool,
+        kernels=make_table("kernels", name=pool.encode([k[0] for k in kernels]),
+                           start_ns=[k[1] + 10 for k in kernels], end_ns=[k[1] + 20 for k in kernels],
+                           correlation=corr, device=[0] * n, stream=[7] * n),
+        api=make_table("api", name=pool.encode(["cudaLaunchKernel"] * n), start_ns=[k[1] for k in kernels],
+                       end_ns=[k[1] + 2 for k in kernels], correlation=corr, tid=[1] * n, pid=[1] * n),
+        ranges=make_table("ranges", name=pool.encode([r[0] for r in ranges]), start_ns=[r[1] for r in ranges],
+                          end_ns=[r[2] for r in ranges], side=[CPU_SIDE] * len(ranges), tid=[1] * len(ranges),
+                          pid=[1] * len(ranges), depth=[-1] * len(ranges)))
+
+
+def test_steps_of_a_decode_loop():
+    # generate [0, 800) around decode_0..decode_7, each [100 i, 100 i + 90) launching three
+    # kernels at 100 i + 1, + 21, + 41 (running 10 ns after their launch)
+    ranges = [("generate", 0, 800)] + [(f"decode_{i}", 100 * i, 100 * i + 90) for i in range(8)]
+    ks = [(k, 100 * i + 1 + 20 * j) for i in range(8) for j, k in enumerate(("qkv", "attn", "mlp"))]
+    out, tw = window_trace(_hand_trace(ranges, ks), parse_steps("2:4"))
+    assert tw.family == "decode"
+    assert tw.steps_kept == ("decode_2", "decode_3", "decode_4")
+    assert (tw.start_ns, tw.end_ns, tw.gpu_start_ns, tw.gpu_end_ns) == (200, 490, 211, 461)
+    assert out.kernels["start_ns"].tolist() == [211, 231, 251, 311, 331, 351, 411, 431, 451]
+    assert [out.name(int(c)) for c in out.ranges["name"]] == ["generate", "decode_2", "decode_3", "decode_4"]
+    _, tw = window_trace(_hand_trace(ranges, ks), WindowSpec("steady-state"))
+    # 8 equal steps: only the first goes; the last launches as many GPU ops as the others
+    assert tw.steps_kept == tuple(f"decode_{i}" for i in range(1, 8))
+
+
+def test_steps_of_a_training_loop_without_step_markers():
+    # The 2021 ResNet-50 trace with its ProfilerStep#N ops taken away: its phases are forward /
+    # backward / optimizer (tests/analysis/test_phases_levels.py); step i is the three of them.
+    # forward#i starts where optimizer#(i-1) ends: the window of steps 1..2 runs from the end of
+    # the first "Optimizer.step#SGD.step" op to the end of the third (JSON, integer us).
+    import dataclasses
+
+    resnet = TEST_DATA / "field" / "pytorch_kineto__v100_resnet50_tb_plugin_sample.pt.trace.json.gz"
+    tr = trace(resnet)
+    names = [tr.name(int(c)) for c in tr.ops["name"]]
+    tr = dataclasses.replace(tr, ops=tr.ops.take(np.flatnonzero([not n.startswith("ProfilerStep#") for n in names])))
+    ev = json.load(gzip.open(resnet))["traceEvents"]
+    opt = sorted((e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000) for e in ev
+                 if e.get("ph") == "X" and e["name"] == "Optimizer.step#SGD.step")
+    _, tw = window_trace(tr, parse_steps("1:2"))
+    assert tw.family == "training iteration"
+    assert tw.steps_kept == ("iteration 1 (forward#1, backward#1, optimizer#1)",
+                             "iteration 2 (forward#2, backward#2, optimizer#2)")
+    assert abs(tw.start_ns - opt[0][1]) < 1000 and abs(tw.end_ns - opt[2][1]) < 1000   # float64 reading: 1 us
