@@ -34,7 +34,8 @@ def ns(us) -> int:
 
 def plain(path):
     """Complete events of the row categories, with start/end in integer ns."""
-    ev = json.load(gzip.open(path))["traceEvents"]
+    with gzip.open(path) as f:
+        ev = json.load(f)["traceEvents"]
     out = [dict(e, s=ns(e["ts"]), e=ns(e["ts"]) + ns(e.get("dur", 0))) for e in ev
            if e.get("ph") == "X" and e.get("cat") in ROW_CATS]
     return out, ev
@@ -164,7 +165,7 @@ def test_steady_state_on_three_even_steps_drops_only_the_first():
     assert all(t < 1.5 * statistics.median(rest) for t in rest)
     out, tw = window_trace(trace(A100_NCCL), WindowSpec("steady-state"))
     assert tw.steps_kept == tuple(list(times)[1:])
-    assert tw.steps_dropped == ((list(times)[0], "first step, warm-up"),)
+    assert tw.steps_dropped == ((next(iter(times)), "first step, warm-up"),)
     # collective records follow their kernels, renumbered to the kept rows
     assert 0 < len(out.collectives) < len(trace(A100_NCCL).collectives)
     ki = out.collectives["kernel_index"]
@@ -181,7 +182,7 @@ def test_steady_state_drops_a_last_step_the_window_cut():
     gpu7 = sorted(r["s"] for r in rows if r["cat"] in ("kernel", "gpu_memset") and r["args"].get("correlation") in corr)
     cut = gpu7[len(gpu7) // 2]            # the capture stops half-way through step 7's GPU work
     short = restrict(t, int(t.kernels["start_ns"].min()) - 1, cut)
-    kept_ops = [p for p in phases(short).phases if p.name == "ProfilerStep#7"][0]
+    kept_ops = next(p for p in phases(short).phases if p.name == "ProfilerStep#7")
     assert kept_ops.kernel_count + kept_ops.memop_count == len(gpu7) // 2
     fam, all_steps = steps(short)[:2]
     kept, dropped = steady_steps(all_steps)
@@ -289,7 +290,8 @@ def test_steps_of_a_training_loop_without_step_markers():
     tr = trace(resnet)
     names = [tr.name(int(c)) for c in tr.ops["name"]]
     tr = dataclasses.replace(tr, ops=tr.ops.take(np.flatnonzero([not n.startswith("ProfilerStep#") for n in names])))
-    ev = json.load(gzip.open(resnet))["traceEvents"]
+    with gzip.open(resnet) as f:
+        ev = json.load(f)["traceEvents"]
     opt = sorted((e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000) for e in ev
                  if e.get("ph") == "X" and e["name"] == "Optimizer.step#SGD.step")
     _, tw = window_trace(tr, parse_steps("1:2"))

@@ -269,8 +269,9 @@ def steady_steps(all_steps: tuple[Step, ...]) -> tuple[tuple[Step, ...], tuple[t
     last = all_steps[-1]
     if middle and last.gpu_ops < float(np.median(middle)):
         rest.pop()
-        dropped.append((last, f"cut by the trace end: {last.gpu_ops} GPU ops, the steps before it "
-                              f"a median of {float(np.median(middle)):g}"))
+        why = (f"cut by the trace end: {last.gpu_ops} GPU ops, the steps before it a median of "
+               f"{float(np.median(middle)):g}")
+        dropped.append((last, why))
     med = float(np.median([s.time_ns for s in rest]))
     while len(rest) > 1 and rest[0].time_ns >= WARMUP_RATIO * med:
         s = rest.pop(0)
