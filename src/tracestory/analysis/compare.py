@@ -532,9 +532,8 @@ def check_gates(c: Comparison, gate: float | None = None, per_metric: dict[str, 
             continue
         values = _gate_values(c, name)
         if values is None:
-            raise UsageError(f"--gate-metric {name}: {_GATE_LABELS.get(GATE_METRICS[name][0], GATE_METRICS[name][0])} is not known on both sides "
-                             f"({c.a.label}: {'n/a' if _side_has(c.a, name) is False else 'known'}, "
-                             f"{c.b.label}: {'n/a' if _side_has(c.b, name) is False else 'known'})")
+            raise UsageError(f"--gate-metric {name}: expected {_GATE_LABELS.get(GATE_METRICS[name][0], GATE_METRICS[name][0])} "
+                             f"on both sides, found {_why_missing(c, name)}")
         a, b = values
         unit = GATE_METRICS[name][1]
         change = 100.0 * (b - a) if unit == "points" else (100.0 * (b - a) / a if a else None)
@@ -545,13 +544,23 @@ def check_gates(c: Comparison, gate: float | None = None, per_metric: dict[str, 
     return tuple(out)
 
 
-def _side_has(side: Side, name: str) -> bool:
+def _why_missing(c: Comparison, name: str) -> str:
+    """Why a gated metric has no pair of values: which side lacks it, or iteration families that differ."""
     metric, unit = GATE_METRICS[name]
-    if unit != "ns":
-        return getattr(side, metric) is not None
     if metric.startswith("iteration"):
-        return side.iteration is not None
-    return {"wall": side.wall_ns, "GPU busy": side.busy_ns, "GPU op time": side.gpu_time_ns}[metric] is not None
+        ia, ib = c.a.iteration, c.b.iteration
+        if ia is not None and ib is not None:
+            return f"different iteration families ({c.a.label}: {ia.family}, {c.b.label}: {ib.family})"
+        has = {s.label: s.iteration is not None for s in (c.a, c.b)}
+        what = "no iteration family"
+    elif unit != "ns":
+        has = {s.label: getattr(s, metric) is not None for s in (c.a, c.b)}
+        what = "no API calls" if metric == "launch_count" else "no timeline"
+    else:
+        field = {"wall": "wall_ns", "GPU busy": "busy_ns", "GPU op time": "gpu_time_ns"}[metric]
+        has = {s.label: getattr(s, field) is not None for s in (c.a, c.b)}
+        what = "no timeline"
+    return f"{what} in " + " and ".join(label for label, ok in has.items() if not ok)
 
 
 # ------------------------------------------------------------------ findings
