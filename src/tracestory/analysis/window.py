@@ -37,13 +37,16 @@ Rows at the edge (the rule, for every table):
   one that started before the edge is dropped even if it runs into the window.
 * CPU ops, ranges and API calls are kept when they **overlap** the CPU interval (start before
   its end, end after its start), whole, not clipped: a ``ProfilerStep`` range cut by a time
-  window is kept with its full span (and the steady-state rule then sees it as cut).
+  window is kept with its full span, holding only the GPU ops inside the window (the phases
+  then show it as a short step).
 * Memory samples are kept when their time is inside the CPU interval.
 * Collective records follow their kernel (renumbered to the kept rows); those without a kernel
   follow their own start.
 
 Limits: a GPU op kept whose launch call starts outside the CPU interval loses its launch link
-(counted as unlinked by the analyses). Nsight Compute inputs are joined to the trace by kernel
+(counted as unlinked by the analyses). Ranks in separate Kineto files each count ``--window``
+from their own first event, so their windows are aligned only as far as their starts are;
+``--steps`` aligns ranks by step number. Nsight Compute inputs are joined to the trace by kernel
 order and are not windowed (the command refuses them with a window); a scheduler event log, a
 load summary and GPU telemetry are not restricted (the selection lists them in ``not_restricted``).
 """
