@@ -39,6 +39,16 @@ elementwise / reduction families) found only on the other side; those it covers 
 what it replaces. This explains a fusion; it is not a proof (an op word can match a kernel that
 another fused kernel replaced, and one eager kernel may be replaced by several fused ones).
 
+Identical inputs: when the two files (or folders) are byte-identical (same SHA-256, computed by
+the caller), ``Comparison.identical`` holds the digest and the verdict says so instead of "1.00x".
+
+Gates (:func:`check_gates`, for CI): a metric *regresses* when B is worse than A by more than its
+gate, in percent of A: ``100 * (b - a) / a > gate`` for the time metrics (iteration median and
+mean, wall, GPU busy, GPU op time) and the counts (kernels, launches); for the GPU idle share,
+``100 * (b - a) > gate`` in percentage points. ``--gate PCT`` gates every time metric both sides
+have; ``--gate-metric NAME=PCT`` gates one metric (named in :data:`GATE_METRICS`), and a named
+metric one side lacks is refused rather than passed unchecked.
+
 Limits: one trace per side (one rank); both sides should use the same taxonomy (categories
 are matched by name). Numbers are only as comparable as the captures: same workload, same
 phases, warm-up outside the capture.
@@ -198,6 +208,9 @@ class Comparison:
     fused: tuple[FusedKernel, ...]
     changes: Changes
     findings: tuple = ()  # comparison_findings of this comparison, computed once by compare()
+    identical: str | None = None  # SHA-256 of both inputs when they are byte-identical
+    window: object | None = None  # analysis.window.WindowSelection of (A, B) when restricted
+    gates: tuple = ()  # GateCheck per gated metric (check_gates), when gates were asked for
 
 
 # ------------------------------------------------------------------ per side
@@ -423,8 +436,10 @@ def _speedups(sa: Side, sb: Side) -> tuple[Speedup, ...]:
                  if x is not None and y is not None)
 
 
-def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15) -> Comparison:
-    """Side-by-side comparison of two analyses (see the module docstring)."""
+def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15, identical: str | None = None,
+            window=None) -> Comparison:
+    """Side-by-side comparison of two analyses (see the module docstring). ``identical``: the
+    SHA-256 both inputs share, when they do; ``window``: the part of each trace compared."""
     if a.classification.taxonomy.name != b.classification.taxonomy.name:
         raise UsageError(f"compare: both sides need the same taxonomy, got {a.classification.taxonomy.name!r} "
                          f"and {b.classification.taxonomy.name!r}")
@@ -453,8 +468,99 @@ def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15) -> C
         a=sa, b=sb, taxonomy=a.classification.taxonomy.name, speedups=speedups,
         headline=speedups[0] if speedups else None, categories=cats,
         kernels=tuple(kernels[:top]), families=_families(kernels), phases=_phases(a, b),
-        fused=_fusions(kernels), changes=changes)
+        fused=_fusions(kernels), changes=changes, identical=identical, window=window)
     return dataclasses.replace(c, findings=comparison_findings(c))
+
+
+# ------------------------------------------------------------------ gates
+
+# name -> (metric as in Speedup.metric or a Side field, unit: "ns", "count" or "points")
+GATE_METRICS: dict[str, tuple[str, str]] = {
+    "iteration": ("iteration median", "ns"),
+    "iteration_mean": ("iteration mean", "ns"),
+    "wall": ("wall", "ns"),
+    "busy": ("GPU busy", "ns"),
+    "gpu_time": ("GPU op time", "ns"),
+    "kernels": ("kernel_count", "count"),
+    "launches": ("launch_count", "count"),
+    "idle": ("idle_fraction", "points"),
+}
+_GATE_LABELS = {"kernel_count": "kernels", "launch_count": "launches", "idle_fraction": "GPU idle share"}
+TIME_GATES = ("iteration", "iteration_mean", "wall", "busy", "gpu_time")
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    name: str            # key of GATE_METRICS
+    metric: str          # what it measures, as the tables name it
+    a: float
+    b: float
+    change: float | None  # percent of A (points for idle); None when A is 0
+    gate: float          # the limit, percent (points for idle)
+    unit: str            # "ns", "count", "points"
+    regressed: bool
+
+
+def _gate_values(c: Comparison, name: str) -> tuple[float, float] | None:
+    metric, unit = GATE_METRICS[name]
+    if unit == "ns":
+        s = next((s for s in c.speedups if s.metric == metric), None)
+        return (s.a_ns, s.b_ns) if s is not None else None
+    a, b = getattr(c.a, metric), getattr(c.b, metric)
+    return (float(a), float(b)) if a is not None and b is not None else None
+
+
+def check_gates(c: Comparison, gate: float | None = None, per_metric: dict[str, float] | None = None
+                ) -> tuple[GateCheck, ...]:
+    """One check per gated metric (the rule is in the module docstring): ``gate`` for every time
+    metric both sides have, ``per_metric`` (name -> limit) on top, replacing ``gate`` for its
+    metric. Raises :class:`UsageError` for an unknown name, a negative limit, or a named metric
+    that a side lacks."""
+    per_metric = dict(per_metric or {})
+    for name, limit in per_metric.items():
+        if name not in GATE_METRICS:
+            raise UsageError(f"--gate-metric {name}: expected one of {', '.join(GATE_METRICS)}")
+        if not limit >= 0:
+            raise UsageError(f"--gate-metric {name}={limit:g}: expected a limit >= 0")
+    if gate is not None and not gate >= 0:
+        raise UsageError(f"--gate {gate:g}: expected a limit >= 0 (percent)")
+    limits = {n: gate for n in TIME_GATES if gate is not None and _gate_values(c, n) is not None}
+    limits.update(per_metric)
+    out = []
+    for name in GATE_METRICS:
+        if name not in limits:
+            continue
+        values = _gate_values(c, name)
+        if values is None:
+            raise UsageError(f"--gate-metric {name}: expected {_GATE_LABELS.get(GATE_METRICS[name][0], GATE_METRICS[name][0])} "
+                             f"on both sides, found {_why_missing(c, name)}")
+        a, b = values
+        unit = GATE_METRICS[name][1]
+        change = 100.0 * (b - a) if unit == "points" else (100.0 * (b - a) / a if a else None)
+        regressed = (change > limits[name]) if change is not None else b > a
+        metric = GATE_METRICS[name][0]
+        out.append(GateCheck(name=name, metric=_GATE_LABELS.get(metric, metric), a=a, b=b, change=change,
+                             gate=float(limits[name]), unit=unit, regressed=bool(regressed)))
+    return tuple(out)
+
+
+def _why_missing(c: Comparison, name: str) -> str:
+    """Why a gated metric has no pair of values: which side lacks it, or iteration families that differ."""
+    metric, unit = GATE_METRICS[name]
+    if metric.startswith("iteration"):
+        ia, ib = c.a.iteration, c.b.iteration
+        if ia is not None and ib is not None:
+            return f"different iteration families ({c.a.label}: {ia.family}, {c.b.label}: {ib.family})"
+        has = {s.label: s.iteration is not None for s in (c.a, c.b)}
+        what = "no iteration family"
+    elif unit != "ns":
+        has = {s.label: getattr(s, metric) is not None for s in (c.a, c.b)}
+        what = "no API calls" if metric == "launch_count" else "no timeline"
+    else:
+        field = {"wall": "wall_ns", "GPU busy": "busy_ns", "GPU op time": "gpu_time_ns"}[metric]
+        has = {s.label: getattr(s, field) is not None for s in (c.a, c.b)}
+        what = "no timeline"
+    return f"{what} in " + " and ".join(label for label, ok in has.items() if not ok)
 
 
 # ------------------------------------------------------------------ findings
@@ -467,6 +573,14 @@ def comparison_findings(c: Comparison) -> tuple[Finding, ...]:
     if h is None or h.speedup is None:
         return ()
     a, b = c.a, c.b
+    if c.identical is not None:
+        return (Finding("identical_inputs", "info", "The two inputs are identical (same SHA-256)",
+                        (Evidence("SHA-256 of both inputs", c.identical, "text"),
+                         Evidence(f"{a.label}: {h.metric}", h.a_ns, "ns"), Evidence(f"{b.label}: {h.metric}", h.b_ns, "ns")),
+                        f"{a.label} and {b.label} are the same bytes: every number of the comparison is the same on both "
+                        "sides, and no speedup or slowdown is measured.",
+                        "Compare a capture of the changed run against the baseline (check that the paths name two "
+                        "different captures)."),)
     ev = [Evidence(f"{a.label}: {h.metric}", h.a_ns, "ns"), Evidence(f"{b.label}: {h.metric}", h.b_ns, "ns"),
           Evidence(f"speedup of {b.label} vs {a.label} ({h.metric})", h.speedup, "x"),
           Evidence(f"{a.label}: compile evidence", a.compile_evidence, "text"),

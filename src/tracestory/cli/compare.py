@@ -4,23 +4,33 @@ Each of A and B is one trace file or a capture folder holding one trace (one ran
 the comparison as tables; ``-o`` writes it as Markdown, ``--json`` as JSON
 (:mod:`tracestory.analysis.compare` has the model, :mod:`tracestory.render.compare` the
 rendering).
+
+``--window``/``--steps``/``--steady-state`` restrict both sides alike before they are analysed
+(:mod:`tracestory.analysis.window`). ``--gate PCT`` and ``--gate-metric NAME=PCT`` make it a CI
+check: exit code 1 when B regresses against A beyond a gate, one ``regression:`` line per
+metric on standard error (0 when every gated metric is within its gate; 2 for bad input).
+Byte-identical inputs (same SHA-256) are named as such.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
-from .common import add_taxonomy, refuse_overwrite, side_inputs, taxonomy_from
+from .common import add_taxonomy, add_window_options, refuse_overwrite, side_inputs, taxonomy_from, window_spec
+from ..analysis.window import WindowSelection, rule_text as window_rule, window_traces
 from .. import outputs
 from ..analysis import analyze
 from ..errors import UsageError
 from ..ingest import load_inputs
 from ..render.ascii import fmt_ns, fmt_pct
 from ..render.story import short_name
-from ..analysis.compare import compare
-from ..render.compare import comparison_json, render_comparison
+from ..analysis.compare import GATE_METRICS, check_gates, compare
+from ..render.compare import comparison_json, gate_line, render_comparison
 
 
 def _label(path: str) -> str:
@@ -30,12 +40,67 @@ def _label(path: str) -> str:
     return name or path
 
 
-def _load_one(path: str, taxonomy):
+def _load_one(path: str, taxonomy, spec=None):
+    """(analysis, TraceWindow or None) of the one trace of ``path``, restricted by ``spec``."""
     inputs = load_inputs([path])
     if len(inputs.traces) != 1:
         raise UsageError(f"{path}: compare takes one trace per side, found {len(inputs.traces)} "
                          f"(pass one rank's trace file)")
-    return analyze(inputs.traces[0], taxonomy)
+    trace, tw = inputs.traces[0], None
+    if spec is not None:
+        (trace,), sel = window_traces([trace], spec)
+        tw = sel.traces[0]
+    return analyze(trace, taxonomy), tw
+
+
+_CHUNK = 1 << 20
+
+
+def digest(path: str) -> str:
+    """SHA-256 of a file's bytes (what ``sha256sum`` prints); of a folder, of every file under it
+    (relative path, then the file's SHA-256, in name order), so two copies of one capture folder
+    have one digest."""
+    p = Path(path)
+    if not p.is_dir():
+        h = hashlib.sha256()
+        with open(p, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                h.update(chunk)
+        return h.hexdigest()
+    h = hashlib.sha256()
+    for f in sorted(f for f in p.rglob("*") if f.is_file()):
+        h.update(f.relative_to(p).as_posix().encode() + b"\0" + digest(str(f)).encode() + b"\n")
+    return h.hexdigest()
+
+
+def identical(a: str, b: str) -> str | None:
+    """The shared SHA-256 of ``a`` and ``b`` when they are byte-identical, else None (sizes are
+    compared first, so two different files are rarely hashed)."""
+    pa, pb = Path(a), Path(b)
+    if pa.is_file() and pb.is_file() and os.path.getsize(pa) != os.path.getsize(pb):
+        return None
+    if pa.is_dir() != pb.is_dir():
+        return None
+    da = digest(a)
+    return da if da == digest(b) else None
+
+
+def parse_gate_metrics(items) -> dict[str, float]:
+    """``NAME=PCT`` items -> {name: pct}; one line for a malformed one."""
+    out = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        try:
+            if not sep:
+                raise ValueError
+            out[name] = float(value)
+        except ValueError:
+            raise UsageError(f"--gate-metric: expected NAME=PCT (NAME one of {', '.join(GATE_METRICS)}), "
+                             f"found {item!r}") from None
+        if name not in GATE_METRICS:
+            raise UsageError(f"--gate-metric {name}: expected one of {', '.join(GATE_METRICS)}")
+    return out
 
 
 def _renderables(c, findings):
@@ -48,11 +113,19 @@ def _renderables(c, findings):
     na = lambda v: "n/a" if v is None else f"{v:,}"
     out = [Text(f"A = {a.label}: {a.source} ({'compiled' if a.compiled else 'eager'}: {a.compile_evidence})"),
            Text(f"B = {b.label}: {b.source} ({'compiled' if b.compiled else 'eager'}: {b.compile_evidence})")]
+    if c.identical is not None:
+        out.append(Text(f"The two inputs are identical (same SHA-256 {c.identical[:16]}...): every number is the "
+                        "same on both sides"))
+    if c.window is not None:
+        out.append(Text(f"Compared: {c.window.request} ({c.window.rule}); " + "; ".join(
+            f"{side} {tw.start_ms:.3f}..{tw.end_ms:.3f} ms, {tw.kernels_kept} of {tw.kernels_total} kernels"
+            for side, tw in zip("AB", c.window.traces, strict=True))))
     t = Table(title="B vs A (speedup = A time / B time; > 1: B is faster)", title_justify="left")
     for col in ("metric", "A", "B", "speedup"):
         t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
     for s in c.speedups:
-        t.add_row(s.metric, fmt_ns(s.a_ns), fmt_ns(s.b_ns), "n/a" if s.speedup is None else f"{s.speedup:.2f}x")
+        t.add_row(s.metric, fmt_ns(s.a_ns), fmt_ns(s.b_ns), "identical" if c.identical else
+                  "n/a" if s.speedup is None else f"{s.speedup:.2f}x")
     t.add_row("kernels", f"{a.kernel_count:,}", f"{b.kernel_count:,}", "")
     t.add_row("launches", na(a.launch_count), na(b.launch_count), "")
     t.add_row("GPU idle share", fmt_pct(a.idle_fraction), fmt_pct(b.idle_fraction), "")
@@ -84,13 +157,22 @@ def cmd_compare(args) -> int:
 
     refuse_overwrite((args.a, args.b, *side_inputs(args)), ("-o", args.output), ("--json", args.json))
     data_on_stdout = any(o and outputs.is_stdout(o) for o in (args.output, args.json))
+    spec = window_spec(args)
+    per_metric = parse_gate_metrics(args.gate_metric)
+    if args.gate is not None and not args.gate >= 0:
+        raise UsageError(f"--gate {args.gate:g}: expected a limit >= 0 (percent)")
     tax = taxonomy_from(args)
     label_a = args.label_a or _label(args.a)
     label_b = args.label_b or _label(args.b)
     if label_a == label_b:
         label_a, label_b = f"A {label_a}", f"B {label_b}"
-    c = compare(_load_one(args.a, tax), _load_one(args.b, tax),
-                label_a=label_a, label_b=label_b, top=args.top)
+    (an_a, tw_a), (an_b, tw_b) = _load_one(args.a, tax, spec), _load_one(args.b, tax, spec)
+    window = (WindowSelection(request=spec.request, rule=window_rule(spec), traces=(tw_a, tw_b))
+              if spec is not None else None)
+    c = compare(an_a, an_b, label_a=label_a, label_b=label_b, top=args.top,
+                identical=identical(args.a, args.b), window=window)
+    if args.gate is not None or per_metric:
+        c = dataclasses.replace(c, gates=check_gates(c, args.gate, per_metric))
     # the tables go to stderr when stdout carries the Markdown or the JSON
     console = Console(stderr=data_on_stdout, width=None if sys.stdout.isatty() else 120)
     for r in _renderables(c, c.findings):
@@ -103,7 +185,13 @@ def cmd_compare(args) -> int:
     for o in (args.output, args.json):
         if o and not outputs.is_stdout(o):
             console.print(f"wrote {o}")
-    return 0
+    regressions = [g for g in c.gates if g.regressed]
+    for g in regressions:
+        print(gate_line(g), file=sys.stderr)
+    if c.gates and not regressions:
+        print(f"gate: {len(c.gates)} metric(s) within their gates ({', '.join(g.name for g in c.gates)})",
+              file=sys.stderr)
+    return 1 if regressions else 0
 
 
 def register(subparsers) -> None:
@@ -117,4 +205,11 @@ def register(subparsers) -> None:
     p.add_argument("--json", metavar="OUT", help="write the comparison as JSON")
     add_taxonomy(p)
     p.add_argument("--top", type=int, default=15, help="kernels in the top-kernels table (default: 15)")
+    add_window_options(p)
+    p.add_argument("--gate", type=float, metavar="PCT",
+                   help="exit 1 when B is slower than A by more than PCT%% on a time metric both have (iteration "
+                        "median and mean, wall, GPU busy, GPU op time); one line per regression on stderr")
+    p.add_argument("--gate-metric", action="append", metavar="NAME=PCT",
+                   help=f"gate one metric (repeatable; replaces --gate for it): {', '.join(GATE_METRICS)} "
+                        "(idle: percentage points of the GPU idle share)")
     p.set_defaults(func=cmd_compare)

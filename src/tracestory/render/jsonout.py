@@ -18,6 +18,7 @@ from ..ingest.ncu import kernel_metrics_to_json
 from .batch_story import batch_json
 from .jsonable import jsonable
 from .multigpu import multigpu_json
+from .window import window_json
 
 SCHEMA = "tracestory.analysis/1"
 
@@ -250,6 +251,8 @@ def document(results) -> dict:
     Nsight Compute rows go under ``kernels`` with the peaks of their GPUs under ``ncu_peaks``;
     without any trace their findings go to ``ncu_findings``."""
     doc = {"schema": SCHEMA, "traces": [analysis_json(run) for run in results.runs]}
+    if getattr(results.inputs, "window", None) is not None:
+        doc["window"] = window_json(results.inputs.window)
     if results.hardware:
         rows = kernel_rows(results.hardware)
         doc["kernels"] = rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...units import fmt_ns, fmt_pct
 from ...analysis.findings.multigpu import headline
 from ..md import label
+from ..window import window_lines
 from . import Context
 
 
@@ -138,7 +139,8 @@ def render(c: Context) -> list[str]:
     r = c.results
     if c.no_trace:
         return [_without_trace(c), ""]
-    head = [_batch_summary(r.batching), ""] if r.batching is not None else []
+    head = window_lines(getattr(r.inputs, "window", None))
+    head += [_batch_summary(r.batching), ""] if r.batching is not None else []
     return (head + _multigpu_summary(r.multigpu, r.multigpu_findings) + _many(r)
             + _executive(c.shown, many=len(r.runs) > 1) + _limitations(r.limitations))
 
