@@ -12,6 +12,9 @@ mark its iterations; a region listener (:class:`RegionMarks`) opens the
 or a stop without one, is a 409; a torch without ``profile_all_threads`` cannot see the engine
 thread, so start says so (501) instead of writing an empty trace. Without ``--profiler-dir``
 the endpoints answer 404, as vLLM's do without its variable. torch is imported on first start.
+The profiler's first start sets Kineto up (about 2 s on a CPU); libkineto wants that done on
+the thread that loaded torch, so the server does one empty CPU session when it is built (with
+``--profiler-dir`` only), and later starts, off the event loop, take milliseconds.
 Limits: one session at a time; the trace holds whatever ran between start and stop (SGLang's
 ``num_steps`` and other body fields are not read: the body is ignored).
 """
@@ -70,6 +73,16 @@ class ServerProfiler:
         self._session = None
         self._marks: RegionMarks | None = None
         self._count = 0
+        self._set_up()
+
+    @staticmethod
+    def _set_up() -> None:
+        """One empty CPU session on the building thread (module docstring)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        session = profile(activities=[ProfilerActivity.CPU])
+        session.start()
+        session.stop()
 
     @property
     def running(self) -> bool:
