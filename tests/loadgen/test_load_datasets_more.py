@@ -128,10 +128,50 @@ def test_prefix_repetition_prompts_share_prefixes_block_by_block():
     ({"num_prefixes": 0}, "--prefix-repetition-num-prefixes: expected an integer >= 1, found 0"),
     ({"prefix_len": 0}, "--prefix-repetition-prefix-len: expected an integer >= 1, found 0"),
     ({"custom_output_len": -2, "dataset": "custom", "dataset_path": "x"}, "--custom-output-len: expected"),
-    ({"dataset": "sonnet"}, "--dataset-name: expected one of random, sharegpt, custom, prefix_repetition"),
+    ({"dataset": "sonnets"}, "--dataset-name: expected one of random, sharegpt, custom, prefix_repetition, sonnet"),
+    ({"dataset": "sonnet"}, "--dataset-path: expected a local text file with --dataset-name sonnet"),
 ])
 def test_dataset_settings_are_checked(kw, found):
     base = {"url": "http://h", "model": "m", "dataset": "prefix_repetition"}
     base.update(kw)
     with pytest.raises(UsageError, match=found.replace("(", r"\(").replace(")", r"\)")):
         LoadConfig(**base).validate()
+
+
+POEM = ["shall the small test compare its", "each line a row of words", "",
+        "no sonnet here but lines written", "six words in every line here", "and then six more words again"]
+
+
+def test_sonnet_prompts_follow_the_line_counts(tmp_path):
+    path = tmp_path / "poem.txt"
+    path.write_text("\n".join(POEM) + "\n")
+    # 5 non-blank lines of 6 words: average 6; the base sentence "Pick as many lines as you can
+    # from these poem lines:" has 11 words
+    cfg = LoadConfig(url="http://h", model="m", dataset="sonnet", dataset_path=str(path), sonnet_input_len=48,
+                     sonnet_prefix_len=24, sonnet_output_len=9, seed=2)
+    src = prompt_source(cfg, WORDS)
+    lines = [x for x in POEM if x]
+    # lines in all: round((48 - 11) / 6) = round(6.17) = 6; prefix lines: round((24 - 11) / 6) = round(2.17) = 2
+    assert (src.num_lines, src.num_prefix) == (6, 2)
+    for i in range(3):
+        p = src[i]
+        body = p.text.split("\n")
+        assert body[0] == "Pick as many lines as you can from these poem lines:" and body[-1] == ""
+        assert body[1:3] == lines[:2] and len(body[1:-1]) == 6
+        # 11 + 6 lines x 6 words = 47 <= 48: the first draw is kept
+        picks = np.random.default_rng([2, 8, i]).integers(0, 5, size=4)
+        assert body[3:7] == [lines[k] for k in picks]
+        assert p.prompt_len == 47 and p.output_len == 9
+    assert src.inexact == 0 and prompt_source(cfg, WORDS)[2].text == src[2].text
+
+
+def test_sonnet_prompt_longer_than_the_input_len_is_counted(tmp_path):
+    path = tmp_path / "poem.txt"
+    path.write_text("one two three four five six seven eight nine ten\n")
+    # base 11 words + lines of 10: input 28 -> round(17 / 10) = 2 lines -> 31 words > 28 on every draw
+    src = prompt_source(LoadConfig(url="http://h", model="m", dataset="sonnet", dataset_path=str(path),
+                                   sonnet_input_len=28, sonnet_prefix_len=0), WORDS)
+    assert src[0].prompt_len == 31 and src.inexact == 1
+    with pytest.raises(UsageError, match="--sonnet-input-len: expected more than the base prompt's 11 tokens"):
+        prompt_source(LoadConfig(url="http://h", model="m", dataset="sonnet", dataset_path=str(path),
+                                 sonnet_input_len=11), WORDS)

@@ -129,9 +129,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     data = p.add_argument_group("prompts")
     data.add_argument("--dataset-name", choices=DATASETS, default="random",
-                      help="random token lengths, a local ShareGPT file, a local JSONL of prompts (custom), or "
-                           "shared prefixes with random suffixes (prefix_repetition) (default: random)")
-    data.add_argument("--dataset-path", help="ShareGPT-format JSON file, or the custom dataset's JSONL (local path)")
+                      help="random token lengths, a local ShareGPT file, a local JSONL of prompts (custom), "
+                           "shared prefixes with random suffixes (prefix_repetition), or lines of a local poem "
+                           "file (sonnet) (default: random)")
+    data.add_argument("--dataset-path", help="ShareGPT-format JSON file, the custom dataset's JSONL, or the sonnet "
+                                             "text file (local path)")
     data.add_argument("--custom-output-len", type=int, default=None,
                       help="custom: max_tokens of every request; -1: each line's output_tokens (default: the "
                            "line's output_tokens when it has one, else 256)")
@@ -141,6 +143,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     data.add_argument("--prefix-repetition-suffix-len", type=int, default=256, help="tokens of each random suffix")
     data.add_argument("--prefix-repetition-num-prefixes", type=int, default=10, help="number of shared prefixes")
     data.add_argument("--prefix-repetition-output-len", type=int, default=128, help="max_tokens of every request")
+    data.add_argument("--sonnet-input-len", type=int, default=550, help="sonnet: tokens of each prompt at most")
+    data.add_argument("--sonnet-output-len", type=int, default=150, help="sonnet: max_tokens of every request")
+    data.add_argument("--sonnet-prefix-len", type=int, default=200, help="sonnet: tokens of the shared first lines")
     data.add_argument("--tokenizer", help="transformers tokenizer (name or folder, loaded offline) for exact "
                                           "token lengths; without it lengths are word counts")
     data.add_argument("--random-input-len", type=int, default=None,
@@ -217,8 +222,9 @@ def config_from_args(args) -> LoadConfig:
                       max_in_flight=args.max_in_flight, custom_output_len=args.custom_output_len,
                       disable_shuffle=args.disable_shuffle, prefix_len=args.prefix_repetition_prefix_len,
                       suffix_len=args.prefix_repetition_suffix_len, num_prefixes=args.prefix_repetition_num_prefixes,
-                      prefix_output_len=args.prefix_repetition_output_len, ramp_up_strategy=args.ramp_up_strategy,
-                      ramp_up_start_rps=args.ramp_up_start_rps, ramp_up_end_rps=args.ramp_up_end_rps,
+                      prefix_output_len=args.prefix_repetition_output_len, sonnet_input_len=args.sonnet_input_len,
+                      sonnet_output_len=args.sonnet_output_len, sonnet_prefix_len=args.sonnet_prefix_len,
+                      ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps, ramp_up_end_rps=args.ramp_up_end_rps,
                       temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                       extra_body=parse_extra_body(args.extra_body), stream=args.stream)
 

@@ -39,7 +39,7 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 DEFAULT_NUM_REQUESTS = 1000
 DEFAULT_MAX_REQUESTS = 100_000
 DEFAULT_MAX_IN_FLIGHT = 1024
-DATASETS = ("random", "sharegpt", "custom", "prefix_repetition")
+DATASETS = ("random", "sharegpt", "custom", "prefix_repetition", "sonnet")
 RAMP_UP = ("linear", "exponential")
 # body keys that --extra-body may not set: the run itself decides them
 RESERVED_BODY_KEYS = ("model", "prompt", "messages", "stream", "stream_options", "max_tokens")
@@ -180,6 +180,9 @@ class LoadConfig:
     suffix_len: int = 256
     num_prefixes: int = 10
     prefix_output_len: int = 128
+    sonnet_input_len: int = 550               # sonnet (vLLM's defaults)
+    sonnet_output_len: int = 150
+    sonnet_prefix_len: int = 200
     ramp_up_strategy: str | None = None       # None | "linear" | "exponential"
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
@@ -305,8 +308,8 @@ class LoadConfig:
                              f"({self.min_output}), found {self.max_new_tokens}")
         if self.dataset not in DATASETS:
             raise UsageError(f"--dataset-name: expected one of {', '.join(DATASETS)}, found {self.dataset!r}")
-        if self.dataset in ("sharegpt", "custom") and not self.dataset_path:
-            kind = "ShareGPT JSON" if self.dataset == "sharegpt" else "JSONL"
+        if self.dataset in ("sharegpt", "custom", "sonnet") and not self.dataset_path:
+            kind = {"sharegpt": "ShareGPT JSON", "custom": "JSONL", "sonnet": "text"}[self.dataset]
             raise UsageError(f"--dataset-path: expected a local {kind} file with --dataset-name {self.dataset}, "
                              "found none")
         if self.custom_output_len is not None and not (self.custom_output_len > 0 or self.custom_output_len == -1):
@@ -315,9 +318,12 @@ class LoadConfig:
         for flag, v in (("--prefix-repetition-prefix-len", self.prefix_len),
                         ("--prefix-repetition-suffix-len", self.suffix_len),
                         ("--prefix-repetition-num-prefixes", self.num_prefixes),
-                        ("--prefix-repetition-output-len", self.prefix_output_len)):
+                        ("--prefix-repetition-output-len", self.prefix_output_len),
+                        ("--sonnet-input-len", self.sonnet_input_len), ("--sonnet-output-len", self.sonnet_output_len)):
             if not (isinstance(v, int) and v >= 1):
                 raise UsageError(f"{flag}: expected an integer >= 1, found {v}")
+        if not (isinstance(self.sonnet_prefix_len, int) and self.sonnet_prefix_len >= 0):
+            raise UsageError(f"--sonnet-prefix-len: expected an integer >= 0, found {self.sonnet_prefix_len}")
         self._validate_ramp_up()
         self._validate_sampling()
         for name, ms in self.goodput_ms.items():

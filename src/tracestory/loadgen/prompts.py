@@ -1,5 +1,5 @@
 """Which prompt source a run uses: ``--dataset-name`` -> the class that builds prompt ``i``
-(:mod:`.datasets` random and sharegpt, :mod:`.custom`, :mod:`.prefix`)."""
+(:mod:`.datasets` random and sharegpt, :mod:`.custom`, :mod:`.prefix`, :mod:`.sonnet`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from .config import LoadConfig
 from .custom import CustomPrompts
 from .datasets import PromptSource, RandomPrompts, ShareGPTPrompts, TokenizerChoice
 from .prefix import PrefixRepetitionPrompts
+from .sonnet import SonnetPrompts
 
 SOURCES = {"random": RandomPrompts, "sharegpt": ShareGPTPrompts, "custom": CustomPrompts,
-           "prefix_repetition": PrefixRepetitionPrompts}
+           "prefix_repetition": PrefixRepetitionPrompts, "sonnet": SonnetPrompts}
 
 
 def prompt_source(cfg: LoadConfig, tokenizer: TokenizerChoice) -> PromptSource:
