@@ -52,6 +52,13 @@ def test_values_that_mean_off_are_accepted(extra):
     assert unsupported_field({"model": "tiny", "prompt": "t1", "max_tokens": 2, **extra}) is None
 
 
+def test_fields_of_the_other_endpoint_are_refused():
+    assert unsupported_field({"prompt": "t1", "messages": []}, chat=True).param == "prompt"
+    assert unsupported_field({"prompt": "t1", "max_completion_tokens": 3}, chat=False).param == "max_completion_tokens"
+    assert unsupported_field({"messages": [], "max_completion_tokens": 3}, chat=True) is None
+    assert unsupported_field({"prompt": "t1", "max_tokens": 3}, chat=False) is None
+
+
 def request(url: str, body: dict | None = None) -> tuple[int, dict]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})

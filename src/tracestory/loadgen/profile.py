@@ -15,7 +15,8 @@ servers we know:
 A start that is not answered 2xx stops the command before any request is sent (one line, exit
 2): a run the user asked to profile is not run unprofiled. A stop that fails is reported (the
 result is still written, with the failure in its ``profile`` key). Plain ``urllib`` (one call
-each), so no event loop is needed around the run.
+each, no proxy: the same direct connection as the load's requests), so no event loop is needed
+around the run.
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ def profile_call(base_url: str, action: str, body: dict | None = None, timeout_s
     data = json.dumps(body).encode() if body is not None else b""
     headers = {"Content-Type": "application/json"} if body is not None else {}
     req = urllib.request.Request(url, data=data, method="POST", headers=headers)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # direct, as the load's requests
     t = time.perf_counter()
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310  (a URL the user gave)
+        with opener.open(req, timeout=timeout_s) as resp:
             return ProfileCall(action, url, resp.status, resp.read(300).decode("utf-8", "replace").strip(),
                                time.perf_counter() - t)
     except urllib.error.HTTPError as e:

@@ -10,7 +10,9 @@ nothing here are accepted with any value of the right type: ``seed`` (greedy dec
 nothing), ``user``, ``parallel_tool_calls``, ``include_stop_str_in_output``,
 ``skip_special_tokens``, ``spaces_between_special_tokens``. A field not listed at all is refused
 as unknown (vLLM accepts unknown fields and ignores them). ``stream_options`` may hold
-``include_usage`` only (the last chunk always carries ``usage``).
+``include_usage`` only (the last chunk always carries ``usage``). A field of the other endpoint
+(``prompt`` in a chat request; ``messages`` or ``max_completion_tokens`` in a completion) is
+refused too.
 
 Types are checked first (:mod:`.request_body`); this module checks values.
 """
@@ -57,9 +59,19 @@ _USED = ("model", "prompt", "messages", "max_tokens", "max_completion_tokens", "
          "ignore_eos", "n")
 
 
-def unsupported_field(body: dict) -> BadRequest | None:
+# fields of the other endpoint: a chat request does not read a prompt, a completion no messages
+_OTHER_ENDPOINT = {True: ("prompt",), False: ("messages", "max_completion_tokens")}
+
+
+def unsupported_field(body: dict, chat: bool | None = None) -> BadRequest | None:
     """The first field of ``body`` (in body order) the server would not honour, as a
-    :class:`BadRequest` naming it; None when every field is honoured."""
+    :class:`BadRequest` naming it; None when every field is honoured. ``chat`` (when known)
+    also refuses the other endpoint's fields."""
+    for name in _OTHER_ENDPOINT.get(chat, ()):
+        if body.get(name) is not None:
+            where = "/v1/chat/completions reads 'messages'" if chat else \
+                "/v1/completions reads 'prompt' and 'max_tokens'"
+            return BadRequest(f"'{name}' is not read by this endpoint: {where}", name)
     for name, value in body.items():
         if value is None or name in _USED or name in _NO_EFFECT:
             continue

@@ -231,7 +231,7 @@ class Api:
             if req.model and req.model not in self.served_model_names:
                 adm.refuse("unknown_model")
                 return _error(404, f"The model `{req.model}` does not exist.", "NotFoundError", "model", code=404)
-            refused = unsupported_field(body)
+            refused = unsupported_field(body, chat=request.path.endswith("/chat/completions"))
             if refused is not None:
                 raise refused
             problem = request_problem(self.engine.scheduler.config, len(req.prompt_ids), req.max_new_tokens)
