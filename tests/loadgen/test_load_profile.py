@@ -138,7 +138,8 @@ def test_tracestory_serve_profiles_every_iteration_of_the_run(tmp_path):
     finally:
         h.stop()
     iters = {json.loads(x)["iter"] for x in log.read_text().splitlines() if json.loads(x).get("type") == "iteration"}
-    events = json.loads(open(path).read())["traceEvents"]
+    with open(path) as fh:
+        events = json.load(fh)["traceEvents"]
     marked = {int(e["name"].split()[1]) for e in events
               if e.get("cat") == "user_annotation" and e.get("name", "").startswith("iteration ")}
     assert iters and marked == iters                # every iteration the scheduler ran is in the trace

@@ -30,8 +30,8 @@ Outcomes (``error_kind``): None (OK); failures of a sent request: ``connection_r
 ``connection_error`` (other connect failures), ``http_status`` (with ``http_status``),
 ``timeout`` (no ``[DONE]`` within ``timeout_s`` of the send), ``malformed_stream`` (not
 ``text/event-stream``, a line that is not SSE, a data payload that is not a JSON object, or the
-stream ended without ``[DONE]``; without streaming, a response that is not a JSON completion), ``stream_error`` (the server put an ``error`` object in the
-stream), ``server_disconnect`` (connection closed or reset mid-response), ``cancelled`` (in
+stream ended without ``[DONE]``; without streaming, a response that is not a JSON completion),
+``stream_error`` (the server put an ``error`` object in the stream), ``server_disconnect`` (connection closed or reset mid-response), ``cancelled`` (in
 flight at the global deadline ``duration + timeout`` or at Ctrl-C), ``other``; and
 ``not_sent``: planned, never sent (the window closed, the deadline, Ctrl-C). ``not_sent`` is not
 a failure.
