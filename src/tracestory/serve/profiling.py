@@ -15,7 +15,8 @@ the endpoints answer 404, as vLLM's do without its variable. torch is imported o
 The profiler's first start sets Kineto up (about 2 s on a CPU); libkineto wants that done on
 the thread that loaded torch, so the server does one empty CPU session when it is built (with
 ``--profiler-dir`` only), and later starts, off the event loop, take milliseconds.
-Limits: one session at a time; the trace holds whatever ran between start and stop (SGLang's
+Limits: one session at a time; under tensor parallelism only the process that answers HTTP
+(rank 0) is profiled; the trace holds whatever ran between start and stop (SGLang's
 ``num_steps`` and other body fields are not read: the body is ignored).
 """
 
