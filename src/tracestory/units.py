@@ -126,7 +126,7 @@ def short_name(name: str, width: int = 48) -> str:
         return clip_text(s, width)
     if s.startswith("void "):
         s = s[5:]
-    s = s.replace("(anonymous namespace)::", "")
+    s = s.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     base_end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
     base = s[:base_end].split("::")[-1] or s[:base_end]
     inner = ""
@@ -149,6 +149,6 @@ def kernel_base(name: str) -> str:
     s = name.strip()
     if s.startswith("void "):
         s = s[5:]
-    s = s.replace("(anonymous namespace)::", "")
+    s = s.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
     return s[:end].split("::")[-1] or s[:end] or s

@@ -62,3 +62,24 @@ def test_unexplained_wait_is_named():
     t = _trace([(10, 20, 1, 1), (400, 410, 2, 2)], [("cudaLaunchKernel", 0, 5, 1), ("cudaLaunchKernel", 6, 9, 2)])
     cp, parts = _path(t)
     assert parts == {"gpu": 20, "wait": 380} and cp.dominant == "wait"
+
+
+def test_the_walk_is_bounded_on_big_steps(monkeypatch):
+    """Above MAX_EVENTS GPU ops the path is walked over the last MAX_EVENTS GPU ops of the median step
+    only, and the scope says so (real H200 trace; the bound lowered to 10 so its decode steps exceed it)."""
+    from conftest import H200_LLAMA
+
+    from tracestory.analysis import analyze, critical_path as cp_module
+    from tracestory.ingest.kineto import load_kineto
+
+    a = analyze(load_kineto(H200_LLAMA))
+    monkeypatch.setattr(cp_module, "MAX_EVENTS", 10)
+    path, scope = cp_module.step_critical_path(a.trace, a.classification, a.phases)
+    assert scope.startswith("the median step (") and scope.endswith("its last 10 GPU ops")
+    steps = sorted([p for p in a.phases.phases if p.gpu_span_ns], key=lambda p: p.gpu_span_ns)
+    mid = steps[len(steps) // 2]
+    k = a.trace.kernels
+    inside = (k["start_ns"] >= mid.gpu_start_ns) & (k["end_ns"] <= mid.gpu_end_ns)
+    ends = sorted(k["end_ns"][inside].tolist() + a.trace.memops["end_ns"][
+        (a.trace.memops["start_ns"] >= mid.gpu_start_ns) & (a.trace.memops["end_ns"] <= mid.gpu_end_ns)].tolist())
+    assert len(ends) > 10 and path.start_ns >= ends[-10] and path.end_ns == ends[-1]

@@ -1,6 +1,7 @@
 """A stub OpenAI-style SSE server for the load generator's tests: request number k (arrival
 order) behaves as its behaviour table says (a normal stream, HTTP 500/429, plain JSON, a slow
-answer, a disconnect, bad JSON, an error object, a non-SSE line, no [DONE])."""
+answer, a disconnect, bad JSON, an error object, a non-SSE line, no [DONE]); a body with
+``"stream": false`` gets one JSON completion of ``max_tokens`` words."""
 
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ class Stub:
             return web.json_response({"choices": [{"text": "x"}]})
         if b == "slow":
             await asyncio.sleep(5)
+        if body.get("stream") is False:   # one JSON completion: max_tokens words, usage when asked
+            await asyncio.sleep(self.delay_s * body["max_tokens"])
+            text = "".join(f" t{i}" for i in range(body["max_tokens"]))
+            choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+            doc = {"id": f"c{k}", "choices": [choice]}
+            if self.usage:
+                doc["usage"] = {"prompt_tokens": 1000 + k, "completion_tokens": body["max_tokens"]}
+            return web.json_response(doc)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
 
@@ -71,10 +80,13 @@ def stub_server_fixture():
     """Start a Stub in a background event loop; yields (start(stub) -> url)."""
     started = []
 
-    def start(stub: Stub, port: int = 0) -> str:
+    def start(stub: Stub, port: int = 0, routes=()) -> str:
+        """``routes``: extra ``(method, path, handler)`` (the profile endpoints of a fake server)."""
         app = web.Application()
         app.router.add_post("/v1/completions", stub.handle)
         app.router.add_post("/v1/chat/completions", stub.handle)
+        for method, path, handler in routes:
+            app.router.add_route(method, path, handler)
         loop = asyncio.new_event_loop()
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
         loop.run_until_complete(runner.setup())

@@ -334,6 +334,14 @@ def test_vllm_result_every_metric_from_the_records(real_servers, tmp_path):
     assert res["request_goodput"] == pytest.approx(good / duration)
     in_flight = max(sum(1 for o in recs if o["send_ns"] <= r["send_ns"] < o["end_ns"]) for r in recs)
     assert res["max_concurrent_requests"] == in_flight <= 3
+    # peak output throughput: token events (send + ttft, then each gap) in whole seconds from the first send
+    first, bins = min(r["send_ns"] for r in ok), {}
+    for r in ok:
+        t = r["send_ns"] + r["ttft_ns"]
+        for gap in [0, *r["itl_ns"]]:
+            t += gap
+            bins[(t - first) // 10**9] = bins.get((t - first) // 10**9, 0) + 1
+    assert res["max_output_tokens_per_s"] == max(bins.values())
     # per-request lists in request order, seconds as vLLM writes them
     assert res["input_lens"] == planned_in and res["output_lens"] == out_lens
     assert res["ttfts"] == pytest.approx([r["ttft_ns"] / 1e9 for r in recs])

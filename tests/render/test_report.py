@@ -199,6 +199,10 @@ def test_short_name():
     assert short_name("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16,"
                       " float>(int, float)") == "vectorized_layer_norm_kernel"
     assert short_name("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_TNT") == "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_TNT"
+    # nvFuser's kernels sit in an anonymous namespace that nsys demangles as "<unnamed>" (the real
+    # name of tests/data/corpus/nsight/NVIDIA_Fuser__h200_phi3_cross_entropy_thunder.sqlite)
+    assert short_name("<unnamed>::nvfuser_pointwise_f0_c1_r0_g0(<unnamed>::Tensor<float, (int)2, (int)2>, "
+                      "<unnamed>::Tensor<float, (int)2, (int)2>)") == "nvfuser_pointwise_f0_c1_r0_g0"
     assert short_name("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
 
 

@@ -39,6 +39,16 @@ elementwise / reduction families) found only on the other side; those it covers 
 what it replaces. This explains a fusion; it is not a proof (an op word can match a kernel that
 another fused kernel replaced, and one eager kernel may be replaced by several fused ones).
 
+Identical inputs: when the two files (or folders) are byte-identical (same SHA-256, computed by
+the caller), ``Comparison.identical`` holds the digest and the verdict says so instead of "1.00x".
+
+Gates (:func:`check_gates`, for CI): a metric *regresses* when B is worse than A by more than its
+gate, in percent of A: ``100 * (b - a) / a > gate`` for the time metrics (iteration median and
+mean, wall, GPU busy, GPU op time) and the counts (kernels, launches); for the GPU idle share,
+``100 * (b - a) > gate`` in percentage points. ``--gate PCT`` gates every time metric both sides
+have; ``--gate-metric NAME=PCT`` gates one metric (named in :data:`GATE_METRICS`), and a named
+metric one side lacks is refused rather than passed unchecked.
+
 Limits: one trace per side (one rank); both sides should use the same taxonomy (categories
 are matched by name). Numbers are only as comparable as the captures: same workload, same
 phases, warm-up outside the capture.
@@ -47,9 +57,12 @@ phases, warm-up outside the capture.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -58,6 +71,7 @@ from ..ingest import load_inputs
 from . import Analysis, analyze
 from .categories import Taxonomy
 from .families import SMALL_OP_FAMILIES, kernel_family
+from .window import TraceWindow, WindowSelection, WindowSpec, rule_text, window_traces
 from ..units import fmt_ns
 from .launch_apis import is_graph_launch, is_launch_name
 from .findings import Evidence, Finding
@@ -201,6 +215,9 @@ class Comparison:
     fused: tuple[FusedKernel, ...]
     changes: Changes
     findings: tuple = ()  # comparison_findings of this comparison, computed once by compare()
+    identical: str | None = None  # SHA-256 of both inputs when they are byte-identical
+    window: WindowSelection | None = None  # of (A, B) when restricted
+    gates: tuple = ()  # GateCheck per gated metric (check_gates), when gates were asked for
 
 
 # ------------------------------------------------------------------ per side
@@ -426,8 +443,10 @@ def _speedups(sa: Side, sb: Side) -> tuple[Speedup, ...]:
                  if x is not None and y is not None)
 
 
-def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15) -> Comparison:
-    """Side-by-side comparison of two analyses (see the module docstring)."""
+def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15, identical: str | None = None,
+            window=None) -> Comparison:
+    """Side-by-side comparison of two analyses (see the module docstring). ``identical``: the
+    SHA-256 both inputs share, when they do; ``window``: the part of each trace compared."""
     if a.classification.taxonomy.name != b.classification.taxonomy.name:
         raise UsageError(f"compare: both sides need the same taxonomy, got {a.classification.taxonomy.name!r} "
                          f"and {b.classification.taxonomy.name!r}")
@@ -456,23 +475,99 @@ def compare(a, b, *, label_a: str = "A", label_b: str = "B", top: int = 15) -> C
         a=sa, b=sb, taxonomy=a.classification.taxonomy.name, speedups=speedups,
         headline=speedups[0] if speedups else None, categories=cats,
         kernels=tuple(kernels[:top]), families=_families(kernels), phases=_phases(a, b),
-        fused=_fusions(kernels), changes=changes)
+        fused=_fusions(kernels), changes=changes, identical=identical, window=window)
     return dataclasses.replace(c, findings=comparison_findings(c))
 
 
-def _one_trace(path: str, taxonomy: Taxonomy | None) -> Analysis:
-    inputs = load_inputs([path])
-    if len(inputs.traces) != 1:
-        raise UsageError(f"{path}: compare takes one trace per side, found {len(inputs.traces)} "
-                         f"(pass one rank's trace file)")
-    return analyze(inputs.traces[0], taxonomy)
+# ------------------------------------------------------------------ gates
+
+# name -> (metric as in Speedup.metric or a Side field, unit: "ns", "count" or "points")
+GATE_METRICS: dict[str, tuple[str, str]] = {
+    "iteration": ("iteration median", "ns"),
+    "iteration_mean": ("iteration mean", "ns"),
+    "wall": ("wall", "ns"),
+    "busy": ("GPU busy", "ns"),
+    "gpu_time": ("GPU op time", "ns"),
+    "kernels": ("kernel_count", "count"),
+    "launches": ("launch_count", "count"),
+    "idle": ("idle_fraction", "points"),
+}
+_GATE_LABELS = {"kernel_count": "kernels", "launch_count": "launches", "idle_fraction": "GPU idle share"}
+TIME_GATES = ("iteration", "iteration_mean", "wall", "busy", "gpu_time")
 
 
-def compare_paths(path_a: str, path_b: str, taxonomy: Taxonomy | None = None, *, label_a: str = "A",
-                  label_b: str = "B", top: int = 15) -> Comparison:
-    """:func:`compare` of two inputs, each one trace file or a capture folder holding one trace."""
-    return compare(_one_trace(path_a, taxonomy), _one_trace(path_b, taxonomy), label_a=label_a,
-                   label_b=label_b, top=top)
+@dataclass(frozen=True)
+class GateCheck:
+    name: str            # key of GATE_METRICS
+    metric: str          # what it measures, as the tables name it
+    a: float
+    b: float
+    change: float | None  # percent of A (points for idle); None when A is 0
+    gate: float          # the limit, percent (points for idle)
+    unit: str            # "ns", "count", "points"
+    regressed: bool
+
+
+def _gate_values(c: Comparison, name: str) -> tuple[float, float] | None:
+    metric, unit = GATE_METRICS[name]
+    if unit == "ns":
+        s = next((s for s in c.speedups if s.metric == metric), None)
+        return (s.a_ns, s.b_ns) if s is not None else None
+    a, b = getattr(c.a, metric), getattr(c.b, metric)
+    return (float(a), float(b)) if a is not None and b is not None else None
+
+
+def check_gates(c: Comparison, gate: float | None = None, per_metric: dict[str, float] | None = None
+                ) -> tuple[GateCheck, ...]:
+    """One check per gated metric (the rule is in the module docstring): ``gate`` for every time
+    metric both sides have, ``per_metric`` (name -> limit) on top, replacing ``gate`` for its
+    metric. Raises :class:`UsageError` for an unknown name, a negative limit, or a named metric
+    that a side lacks."""
+    per_metric = dict(per_metric or {})
+    for name, limit in per_metric.items():
+        if name not in GATE_METRICS:
+            raise UsageError(f"--gate-metric {name}: expected one of {', '.join(GATE_METRICS)}")
+        if not limit >= 0:
+            raise UsageError(f"--gate-metric {name}={limit:g}: expected a limit >= 0")
+    if gate is not None and not gate >= 0:
+        raise UsageError(f"--gate {gate:g}: expected a limit >= 0 (percent)")
+    limits = {n: gate for n in TIME_GATES if gate is not None and _gate_values(c, n) is not None}
+    limits.update(per_metric)
+    out = []
+    for name in GATE_METRICS:
+        if name not in limits:
+            continue
+        values = _gate_values(c, name)
+        if values is None:
+            raise UsageError(f"--gate-metric {name}: expected {_GATE_LABELS.get(GATE_METRICS[name][0], GATE_METRICS[name][0])} "
+                             f"on both sides, found {_why_missing(c, name)}")
+        a, b = values
+        unit = GATE_METRICS[name][1]
+        change = 100.0 * (b - a) if unit == "points" else (100.0 * (b - a) / a if a else None)
+        regressed = (change > limits[name]) if change is not None else b > a
+        metric = GATE_METRICS[name][0]
+        out.append(GateCheck(name=name, metric=_GATE_LABELS.get(metric, metric), a=a, b=b, change=change,
+                             gate=float(limits[name]), unit=unit, regressed=bool(regressed)))
+    return tuple(out)
+
+
+def _why_missing(c: Comparison, name: str) -> str:
+    """Why a gated metric has no pair of values: which side lacks it, or iteration families that differ."""
+    metric, unit = GATE_METRICS[name]
+    if metric.startswith("iteration"):
+        ia, ib = c.a.iteration, c.b.iteration
+        if ia is not None and ib is not None:
+            return f"different iteration families ({c.a.label}: {ia.family}, {c.b.label}: {ib.family})"
+        has = {s.label: s.iteration is not None for s in (c.a, c.b)}
+        what = "no iteration family"
+    elif unit != "ns":
+        has = {s.label: getattr(s, metric) is not None for s in (c.a, c.b)}
+        what = "no API calls" if metric == "launch_count" else "no timeline"
+    else:
+        field = {"wall": "wall_ns", "GPU busy": "busy_ns", "GPU op time": "gpu_time_ns"}[metric]
+        has = {s.label: getattr(s, field) is not None for s in (c.a, c.b)}
+        what = "no timeline"
+    return f"{what} in " + " and ".join(label for label, ok in has.items() if not ok)
 
 
 # ------------------------------------------------------------------ findings
@@ -485,6 +580,14 @@ def comparison_findings(c: Comparison) -> tuple[Finding, ...]:
     if h is None or h.speedup is None:
         return ()
     a, b = c.a, c.b
+    if c.identical is not None:
+        return (Finding("identical_inputs", "info", "The two inputs are identical (same SHA-256)",
+                        (Evidence("SHA-256 of both inputs", c.identical, "text"),
+                         Evidence(f"{a.label}: {h.metric}", h.a_ns, "ns"), Evidence(f"{b.label}: {h.metric}", h.b_ns, "ns")),
+                        f"{a.label} and {b.label} are the same bytes: every number of the comparison is the same on both "
+                        "sides, and no speedup or slowdown is measured.",
+                        "Compare a capture of the changed run against the baseline (check that the paths name two "
+                        "different captures)."),)
     ev = [Evidence(f"{a.label}: {h.metric}", h.a_ns, "ns"), Evidence(f"{b.label}: {h.metric}", h.b_ns, "ns"),
           Evidence(f"speedup of {b.label} vs {a.label} ({h.metric})", h.speedup, "x"),
           Evidence(f"{a.label}: compile evidence", a.compile_evidence, "text"),
@@ -561,3 +664,67 @@ def _why(c: Comparison) -> str:
     if ch.launch_delta is not None:
         parts.append(f"launches {a.launch_count} -> {b.launch_count}")
     return "; ".join(parts) + "." if parts else "no timeline to explain it."
+
+
+# ------------------------------------------------------------------ two inputs, one call
+
+_CHUNK = 1 << 20
+
+
+def digest(path: str) -> str:
+    """SHA-256 of a file's bytes (what ``sha256sum`` prints); of a folder, of every file under it
+    (relative path, then the file's SHA-256, in name order), so two copies of one capture folder
+    have one digest."""
+    p = Path(path)
+    if not p.is_dir():
+        h = hashlib.sha256()
+        with open(p, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                h.update(chunk)
+        return h.hexdigest()
+    h = hashlib.sha256()
+    for f in sorted(f for f in p.rglob("*") if f.is_file()):
+        h.update(f.relative_to(p).as_posix().encode() + b"\0" + digest(str(f)).encode() + b"\n")
+    return h.hexdigest()
+
+
+def identical(a: str, b: str) -> str | None:
+    """The shared SHA-256 of ``a`` and ``b`` when they are byte-identical, else None (sizes are
+    compared first, so two different files are rarely hashed)."""
+    pa, pb = Path(a), Path(b)
+    if pa.is_file() and pb.is_file() and os.path.getsize(pa) != os.path.getsize(pb):
+        return None
+    if pa.is_dir() != pb.is_dir():
+        return None
+    da = digest(a)
+    return da if da == digest(b) else None
+
+
+def _one_trace(path: str, taxonomy: Taxonomy | None, spec: WindowSpec | None) -> tuple[Analysis, TraceWindow | None]:
+    """(analysis, TraceWindow or None) of the one trace of ``path``, restricted by ``spec``."""
+    inputs = load_inputs([path])
+    if len(inputs.traces) != 1:
+        raise UsageError(
+            f"{path}: compare takes one trace per side, found {len(inputs.traces)} (pass one rank's trace file)"
+        )
+    trace, tw = inputs.traces[0], None
+    if spec is not None:
+        (trace,), sel = window_traces([trace], spec)
+        tw = sel.traces[0]
+    return analyze(trace, taxonomy), tw
+
+
+def compare_paths(path_a: str, path_b: str, taxonomy: Taxonomy | None = None, *, label_a: str = "A",
+                  label_b: str = "B", top: int = 15, window: WindowSpec | None = None, gate: float | None = None,
+                  gate_metrics: dict[str, float] | None = None) -> Comparison:
+    """``tracestory compare`` as one call: each of ``path_a`` and ``path_b`` is one trace file or a
+    capture folder holding one trace; both are restricted alike by ``window``; byte-identical
+    inputs are named; with ``gate`` or ``gate_metrics`` the gates are checked (:func:`check_gates`)."""
+    (an_a, tw_a), (an_b, tw_b) = _one_trace(path_a, taxonomy, window), _one_trace(path_b, taxonomy, window)
+    sel = (WindowSelection(request=window.request, rule=rule_text(window), traces=(tw_a, tw_b))
+           if window is not None and tw_a is not None and tw_b is not None else None)
+    c = compare(an_a, an_b, label_a=label_a, label_b=label_b, top=top, identical=identical(path_a, path_b),
+                window=sel)
+    if gate is not None or gate_metrics:
+        c = dataclasses.replace(c, gates=check_gates(c, gate, gate_metrics))
+    return c

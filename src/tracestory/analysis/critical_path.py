@@ -227,15 +227,28 @@ MAX_EVENTS = 50_000  # above this many GPU ops + API calls (and with steps), the
 
 
 def step_critical_path(trace: Trace, cls: Classification, phases) -> tuple[CriticalPath | None, str]:
-    """The critical path over the whole trace when it is small, else over its median step
-    (by GPU span) of the phases; returns the path and the scope it covers in words."""
+    """The critical path over the whole trace when it is small, else over its median step (by GPU
+    span) of the phases; a step or trace still above :data:`MAX_EVENTS` GPU ops is walked over its
+    last :data:`MAX_EVENTS` GPU ops only (the walk starts from the last op, so the tail is the part it
+    reaches first): the cost stays bounded on million-kernel traces. Returns the path and the scope
+    it covers in words."""
     n = len(trace.kernels) + len(trace.memops) + len(trace.api)
-    if n <= MAX_EVENTS or not phases.phases:
-        scope = "the whole trace" if n <= MAX_EVENTS else "the whole trace (no steps to narrow it to)"
-        return critical_path(trace, cls), scope
-    with_gpu = [p for p in phases.phases if p.gpu_span_ns]
-    if not with_gpu:
-        return critical_path(trace, cls), "the whole trace (no step launched GPU work)"
-    ordered = sorted(with_gpu, key=lambda p: p.gpu_span_ns)
-    mid = ordered[len(ordered) // 2]
-    return critical_path(trace, cls, (mid.gpu_start_ns, mid.gpu_end_ns)), f"the median step ({mid.name})"
+    if n <= MAX_EVENTS:
+        return critical_path(trace, cls), "the whole trace"
+    with_gpu = [p for p in phases.phases if p.gpu_span_ns] if phases.phases else []
+    if len(with_gpu) > 1:
+        ordered = sorted(with_gpu, key=lambda p: p.gpu_span_ns)
+        mid = ordered[len(ordered) // 2]
+        if mid.kernel_count + mid.memop_count <= MAX_EVENTS:
+            return critical_path(trace, cls, (mid.gpu_start_ns, mid.gpu_end_ns)), f"the median step ({mid.name})"
+        lo, hi = mid.gpu_start_ns, mid.gpu_end_ns
+        what = f"the median step ({mid.name}), its last {MAX_EVENTS:,} GPU ops"
+    else:
+        lo, hi, what = None, None, f"the last {MAX_EVENTS:,} GPU ops of the trace (no steps to narrow it to)"
+    ends = np.concatenate([trace.kernels["end_ns"], trace.memops["end_ns"]]).astype(np.int64)
+    starts = np.concatenate([trace.kernels["start_ns"], trace.memops["start_ns"]]).astype(np.int64)
+    inside = np.ones(ends.size, dtype=bool) if lo is None else (starts >= lo) & (ends <= hi)
+    e = np.sort(ends[inside])
+    if e.size <= MAX_EVENTS:
+        return critical_path(trace, cls, (lo, hi) if lo is not None else None), what
+    return critical_path(trace, cls, (int(e[-MAX_EVENTS]), int(e[-1]))), what

@@ -25,7 +25,8 @@ Signals (names only; no timing):
   tell it where they can (gradient kernels: training; attention, convolution or norm kernels
   (a model's layers, not GEMMs alone) and no gradient kernel: inference); else ``unknown`` (a
   toy program or a GEMM test says neither).
-* **platform**: HIP API names (``hip*``) or AMD kernel libraries mean ROCm; CUDA API names mean CUDA.
+* **platform**: HIP API names (``hip*``) or AMD kernel libraries mean ROCm; CUDA API names mean CUDA,
+  and so does any Nsight Systems export (it records NVIDIA GPUs only).
 
 Limits: a trace without CPU ops (nsys without NVTX, a kernel-only export) says nothing about the
 framework or the mode: they are ``unknown``, never guessed; python stack names are not read.
@@ -164,6 +165,8 @@ def detect_producer(trace: Trace) -> Producer:
         platform = "ROCm"
     elif any(a.lower().startswith("cu") for a in apis) or kernels:
         platform = "CUDA" if not _first(kernels, _ROCM_KERNEL) else "ROCm"
+    elif trace.meta.source_format.startswith("nsys"):
+        platform = "CUDA"   # Nsight Systems records NVIDIA GPUs only, even a capture that missed their work
     else:
         platform = "unknown"
     return Producer(framework, engine, compiled, graphs, mode, platform, tuple(evidence))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..analysis.categories import Taxonomy, load_rules, taxonomy
 from ..analysis.results import AnalysisOptions, Results, analyze_inputs
+from ..analysis.window import WindowSpec, parse_steps, parse_window, window_inputs
 from ..errors import UsageError
 from ..outputs import OutputPlan
 from ..ingest import Inputs, load_inputs
@@ -36,6 +37,33 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", "--speedup", type=float, default=2.0, metavar="K",
                    help="what-if: speedup of one category for the Amdahl column (default: 2)")
     p.add_argument("--peaks", metavar="FILE", help="measured peak FLOP/s and bandwidth (TOML/JSON)")
+    add_window_options(p)
+
+
+def add_window_options(p: argparse.ArgumentParser) -> None:
+    """``--window``, ``--steps`` and ``--steady-state`` (one of them): the part of each trace analysed
+    (:mod:`tracestory.analysis.window` has the rule)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--window", metavar="START:END",
+                   help="analyse only START..END ms from each trace's first event (either side may be empty): "
+                        "GPU ops starting inside, CPU ops/ranges/API calls overlapping it")
+    g.add_argument("--steps", metavar="A:B",
+                   help="analyse only steps A..B (inclusive; the numbers in ProfilerStep#N or the step family's "
+                        "names)")
+    g.add_argument("--steady-state", action="store_true",
+                   help="analyse the steady state: drop the first step, a last step cut by the trace end, and "
+                        "leading steps >= 1.5x the median step time")
+
+
+def window_spec(args) -> WindowSpec | None:
+    """The window the command line asks for, or None (the whole trace)."""
+    if getattr(args, "window", None) is not None:
+        return parse_window(args.window)
+    if getattr(args, "steps", None) is not None:
+        return parse_steps(args.steps)
+    if getattr(args, "steady_state", False):
+        return WindowSpec("steady-state")
+    return None
 
 
 def taxonomy_from(args) -> Taxonomy:
@@ -149,7 +177,9 @@ def options_from(args, **extra) -> AnalysisOptions:
 
 
 def load_and_analyze(args, *outputs, **extra) -> Results:
-    """Read the inputs and compute every result once."""
-    inputs = read_inputs(args, *outputs)
+    """Read the inputs (restricted to ``--window``/``--steps``/``--steady-state``) and compute
+    every result once."""
+    spec = window_spec(args)   # a malformed flag is refused before anything is read
+    inputs = window_inputs(read_inputs(args, *outputs), spec)
     with progress_factory().status("analyzing"):
         return analyze_inputs(inputs, options_from(args, **extra))

@@ -42,9 +42,10 @@ from ..loadgen import (
                         summarize,
                         validate_base_url,
 )
-from ..loadgen.config import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_REQUESTS, range_of
+from ..loadgen.config import DATASETS, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_REQUESTS, RAMP_UP, parse_extra_body, range_of
 from ..loadgen.env import env_lines, resolve_env
 from ..loadgen.metrics import default_result_filename, result_header
+from ..loadgen.profile import start_profile, stop_profile
 from ..loadgen.warmup import DEFAULT_WARMUP_REQUESTS, warmup_config, warmup_note, warmup_result_path
 
 
@@ -87,11 +88,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     load.add_argument("--duration", type=float,
                       help="seconds during which requests are sent; those not sent by then are 'not sent' "
                            "(default: $TRACE_DURATION, else none)")
+    load.add_argument("--ramp-up-strategy", choices=RAMP_UP, default=None,
+                      help="raise the request rate over the planned requests, from --ramp-up-start-rps to "
+                           "--ramp-up-end-rps (replaces --request-rate; needs --num-prompts)")
+    load.add_argument("--ramp-up-start-rps", type=float, default=None, help="rate of the first request")
+    load.add_argument("--ramp-up-end-rps", type=float, default=None, help="rate of the last request")
     load.add_argument("--seed", type=int, default=0, help="arrival times, prompt lengths, prompts (default: 0)")
     load.add_argument("--max-requests", type=int, default=DEFAULT_MAX_REQUESTS,
                       help="safety cap on planned requests (default: %(default)s)")
     load.add_argument("--max-in-flight", type=int, default=DEFAULT_MAX_IN_FLIGHT,
                       help="safety cap on requests in flight without --max-concurrency (default: %(default)s)")
+
+    smp = p.add_argument_group("sampling and request body")
+    smp.add_argument("--temperature", type=float, default=None,
+                     help="sent in every request (default: 0.0, greedy, as vllm bench serve sends)")
+    smp.add_argument("--top-p", type=float, default=None, help="sent when given")
+    smp.add_argument("--top-k", type=int, default=None, help="sent when given")
+    smp.add_argument("--min-p", type=float, default=None, help="sent when given")
+    smp.add_argument("--extra-body", "--extra-request-body", dest="extra_body", metavar="JSON",
+                     help="a JSON object merged last into every request body, e.g. '{\"priority\": 1}'")
+    smp.add_argument("--no-stream", dest="stream", action="store_false",
+                     help="non-streaming requests: one JSON response each (E2E only; no TTFT/ITL/TPOT)")
+    prof = p.add_argument_group("server profiler")
+    prof.add_argument("--profile", action="store_true",
+                      help="POST /start_profile before the measured run and /stop_profile after (vLLM with "
+                           "VLLM_TORCH_PROFILER_DIR, SGLang, tracestory serve --profiler-dir)")
+    prof.add_argument("--profile-body", metavar="JSON",
+                      help="JSON body of /start_profile (SGLang reads output_dir, num_steps, activities, ...)")
 
     warm = p.add_argument_group("warm-up")
     warm.add_argument("--warmup-run", action="store_true", default=None,
@@ -105,9 +128,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            "when no --warmup-duration)")
 
     data = p.add_argument_group("prompts")
-    data.add_argument("--dataset-name", choices=("random", "sharegpt"), default="random",
-                      help="random token lengths, or a local ShareGPT file (default: random)")
-    data.add_argument("--dataset-path", help="ShareGPT-format JSON file (local path)")
+    data.add_argument("--dataset-name", choices=DATASETS, default="random",
+                      help="random token lengths, a local ShareGPT file, a local JSONL of prompts (custom), "
+                           "shared prefixes with random suffixes (prefix_repetition), or lines of a local poem "
+                           "file (sonnet) (default: random)")
+    data.add_argument("--dataset-path", help="ShareGPT-format JSON file, the custom dataset's JSONL, or the sonnet "
+                                             "text file (local path)")
+    data.add_argument("--custom-output-len", type=int, default=None,
+                      help="custom: max_tokens of every request; -1: each line's output_tokens (default: the "
+                           "line's output_tokens when it has one, else 256)")
+    data.add_argument("--disable-shuffle", action="store_true",
+                      help="sharegpt / custom: use the file's order (default: shuffled by --seed)")
+    data.add_argument("--prefix-repetition-prefix-len", type=int, default=256, help="tokens of each shared prefix")
+    data.add_argument("--prefix-repetition-suffix-len", type=int, default=256, help="tokens of each random suffix")
+    data.add_argument("--prefix-repetition-num-prefixes", type=int, default=10, help="number of shared prefixes")
+    data.add_argument("--prefix-repetition-output-len", type=int, default=128, help="max_tokens of every request")
+    data.add_argument("--sonnet-input-len", type=int, default=550, help="sonnet: tokens of each prompt at most")
+    data.add_argument("--sonnet-output-len", type=int, default=150, help="sonnet: max_tokens of every request")
+    data.add_argument("--sonnet-prefix-len", type=int, default=200, help="sonnet: tokens of the shared first lines")
     data.add_argument("--tokenizer", help="transformers tokenizer (name or folder, loaded offline) for exact "
                                           "token lengths; without it lengths are word counts")
     data.add_argument("--random-input-len", type=int, default=None,
@@ -181,7 +219,14 @@ def config_from_args(args) -> LoadConfig:
                       sharegpt_output_len=args.sharegpt_output_len, tokenizer=args.tokenizer,
                       served_model_name=args.served_model_name, seed=args.seed, timeout_s=args.timeout,
                       ignore_eos=args.ignore_eos, goodput_ms=goodput, max_requests=args.max_requests,
-                      max_in_flight=args.max_in_flight)
+                      max_in_flight=args.max_in_flight, custom_output_len=args.custom_output_len,
+                      disable_shuffle=args.disable_shuffle, prefix_len=args.prefix_repetition_prefix_len,
+                      suffix_len=args.prefix_repetition_suffix_len, num_prefixes=args.prefix_repetition_num_prefixes,
+                      prefix_output_len=args.prefix_repetition_output_len, sonnet_input_len=args.sonnet_input_len,
+                      sonnet_output_len=args.sonnet_output_len, sonnet_prefix_len=args.sonnet_prefix_len,
+                      ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps, ramp_up_end_rps=args.ramp_up_end_rps,
+                      temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                      extra_body=parse_extra_body(args.extra_body), stream=args.stream)
 
 
 # ------------------------------------------------------------------ files
@@ -305,6 +350,9 @@ def _main(args) -> int:
     metrics = parse_percentile_metrics(args.percentile_metrics)
     percentiles = parse_metric_percentiles(args.metric_percentiles)
     metadata = parse_metadata(args.metadata)
+    profile_body = parse_extra_body(args.profile_body, "--profile-body") if args.profile_body is not None else None
+    if profile_body is not None and not args.profile:
+        raise UsageError("--profile-body: expected with --profile, found no --profile")
     console = Console(stderr=True)
     date = time.strftime("%Y%m%d-%H%M%S")
 
@@ -351,7 +399,7 @@ def _main(args) -> int:
               f"{warm_res['duration']:.2f} s", file=sys.stderr)
         if warm_path is not None:
             doc = {**result_header(wcfg, date=date, label=args.label, metadata=metadata), "run_kind": "warmup",
-                   "settings": settings, "warmup": None, **warm_res}
+                   "settings": settings, "warmup": None, "profile": None, **warm_res}
             write_atomic(warm_path, json.dumps(doc, indent=1) + "\n")
             print(f"wrote {warm_path} (warm-up, not counted)")
         else:
@@ -361,10 +409,24 @@ def _main(args) -> int:
             return 130
     warm = warmup_note(warm_res, warm_path) if warm_res is not None else None
 
+    profile = None
+    if args.profile:
+        call = start_profile(cfg.url, profile_body)
+        print(f"load: profiler started (POST {call.url}: HTTP {call.status}, {call.elapsed_s:.2f} s)", file=sys.stderr)
+        profile = {"start": call.to_json(), "stop": None}
     stream = RecordStream(stream_path) if stream_path is not None else None
-    with telemetry.maybe_sampler(_telemetry_path(base), label="load",
-                                 enabled=not args.skip_power_monitor and base is not None):
-        result = _run(cfg, prompts, stream, "load", not args.no_progress, console)
+    try:
+        with telemetry.maybe_sampler(_telemetry_path(base), label="load",
+                                     enabled=not args.skip_power_monitor and base is not None):
+            result = _run(cfg, prompts, stream, "load", not args.no_progress, console)
+    finally:
+        if profile is not None:
+            stop = stop_profile(cfg.url, max(cfg.timeout_s, 60.0))
+            profile["stop"] = stop.to_json()
+            said = f"HTTP {stop.status}" if stop.status is not None else "no answer"
+            answer = " ".join(stop.answer.split())[:200]
+            print(f"load: profiler {'stopped' if stop.ok else 'stop FAILED'} (POST {stop.url}: {said}, "
+                  f"{stop.elapsed_s:.2f} s){f': {answer}' if answer else ''}", file=sys.stderr)
     res = benchmark_result(result, metrics, percentiles, detailed=args.save_detailed)
     for line in result_lines(res, cfg, metrics, percentiles):
         print(line)
@@ -377,11 +439,11 @@ def _main(args) -> int:
     with outputs.all_or_nothing():     # the result and the summary: both or neither
         if result_path is not None:
             doc = {**result_header(cfg, date=date, label=args.label, metadata=metadata), "run_kind": "measured",
-                   "settings": settings, "warmup": warm, **res}
+                   "settings": settings, "warmup": warm, "profile": profile, **res}
             write_atomic(result_path, json.dumps(doc, indent=1) + "\n")
         if summary_path is not None:
             config = {k: _jsonable(getattr(cfg, k)) for k in cfg.__dataclass_fields__}
-            config.update(settings=settings, warmup=warm)
+            config.update(settings=settings, warmup=warm, profile=profile)
             write_atomic(summary_path, json.dumps({"config": config, "summary": summarize(result).to_json()},
                                                   indent=1) + "\n")
     for p in (result_path, summary_path):

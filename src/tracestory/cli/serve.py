@@ -16,6 +16,7 @@ import math
 import os
 import re
 import sys
+from pathlib import Path
 
 from .. import telemetry
 from ..capture.under_load import EVENT_LOG_ENV
@@ -116,6 +117,9 @@ def register(subparsers) -> None:
                    help="largest request body, MiB; larger gets HTTP 413 (default: 8)")
     p.add_argument("--max-inflight-mb", type=float, default=64.0, metavar="MB",
                    help="request bodies being read at once, MiB; over it HTTP 503 with Retry-After (default: 64)")
+    p.add_argument("--profiler-dir", metavar="DIR", default=None,
+                   help="enable POST /start_profile and /stop_profile (vLLM's and SGLang's endpoints; "
+                        "tracestory load --profile): torch.profiler traces are written into DIR")
     p.set_defaults(func=_run)
 
 
@@ -155,6 +159,8 @@ def _check_args(args: argparse.Namespace) -> None:
         tensor_parallel.rank_from_env(args.tensor_parallel)
     if args.event_log == "-":            # stdout carries the server's status lines ("listening on ...")
         raise bad("--event-log", "a file path (stdout carries the server's status lines)", "'-'")
+    if args.profiler_dir is not None:
+        _check_profiler_dir(args.profiler_dir)
     if args.max_inflight_mb < args.max_request_mb:
         raise bad("--max-inflight-mb", f"at least --max-request-mb ({args.max_request_mb:g})", args.max_inflight_mb)
 
@@ -167,6 +173,19 @@ def _serve_words() -> list[str] | None:
             or "serve" not in sys.argv[1:3]):
         return None
     return sys.argv[sys.argv.index("serve") + 1:]
+
+
+def _check_profiler_dir(folder: str) -> None:
+    """Create ``--profiler-dir`` now, so a folder that cannot hold traces is said at start."""
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--profiler-dir: expected a folder, found a file {path}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--profiler-dir: expected a folder it can create, found {e.strerror or e} ({path})") from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"--profiler-dir: expected a writable folder, found {path} not writable")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -191,7 +210,7 @@ def _run(args: argparse.Namespace) -> int:
                         overlap=args.overlap, max_model_len=args.max_model_len,
                         power_monitor=not args.skip_power_monitor,
                         telemetry_path=os.environ.get(telemetry.PATH_ENV) or None,
-                        tensor_parallel=args.tensor_parallel, fp8=args.fp8)
+                        tensor_parallel=args.tensor_parallel, fp8=args.fp8, profiler_dir=args.profiler_dir)
 
     def ready(url: str) -> None:
         print(f"tracestory serve: listening on {url}", flush=True)

@@ -18,7 +18,9 @@ from ..errors import UsageError
 from ..ingest import load_inputs
 from ..outputs import OutputPlan, is_stdout
 from .common import (add_analysis_options, add_taxonomy, load_and_analyze, options_from, progress_factory,
-                     refuse_overwrite, side_inputs, taxonomy_from)
+                     refuse_overwrite, side_inputs, taxonomy_from, window_spec)
+from ..analysis.window import window_inputs
+from ..render.window import window_lines
 from ..analysis.tables import TABLES
 from ..render import jsonout, terminal
 from ..render.tables_out import FORMATS, table_renderable, table_text
@@ -48,7 +50,9 @@ def cmd_analyze(args) -> int:
         plan.check(args.json, "JSON")
     if not (fmt == "table" and is_stdout(out) and args.json is not None and is_stdout(args.json)):
         plan.check(out, f"--format {fmt} output")   # (terminal tables with --json -: to stderr)
-    results = analyze_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), options_from(args))
+    spec = window_spec(args)
+    results = analyze_inputs(window_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), spec),
+                             options_from(args))
     if not results.runs and not results.hardware:
         raise UsageError(f"{results.inputs.paths[0]}: analyze prints trace and kernel-metric tables; a scheduler "
                          "event log alone is told by `tracestory report`")
@@ -65,6 +69,9 @@ def cmd_analyze(args) -> int:
         buf = io.StringIO() if not is_stdout(out) else None
         console = Console(file=buf, width=120, color_system=None) if buf is not None else \
             Console(stderr=json_on_stdout, width=None if sys.stdout.isatty() else 120)
+        if results.inputs.window is not None:   # which part of the traces the tables describe
+            from rich.text import Text
+            console.print(Text(window_lines(results.inputs.window)[0].replace("**", "").replace("`", "")))
         if name is None:
             for a in results.analyses:
                 for renderable in terminal.analysis_renderables(a):

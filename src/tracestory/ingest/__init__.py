@@ -54,6 +54,7 @@ class Inputs:
     scheduler_log: SchedulerLog | None = None
     load_summary: LoadSummary | None = None
     telemetry: TelemetryLog | None = None  # GPU telemetry (a capture's telemetry.jsonl, or one named)
+    window: object | None = None           # analysis.window.WindowSelection: the part of the traces kept
 
     def __repr__(self) -> str:
         return (f"Inputs(traces={len(self.traces)}, kernel_metrics={len(self.kernel_metrics)}, "

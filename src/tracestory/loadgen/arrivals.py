@@ -9,6 +9,13 @@ drawn in blocks in order, so a run's plan depends only on the rate, the burstine
 
 The plan stops at ``count`` requests or at the first arrival at or after ``duration_s``,
 whichever comes first; at least one of them must be given.
+
+Ramp-up (:func:`ramp_offsets_ns`, vLLM's ``--ramp-up-strategy``): request ``i`` of ``count`` has
+the rate ``r_i`` with progress ``x = i / (count - 1)``: ``linear`` ``S + (E - S) x``,
+``exponential`` ``S (E / S)^x``. Request 0 is planned at 0 and the gap before request ``i`` is
+gamma of shape ``burstiness`` and mean ``1 / r_i``: ``default_rng(seed).standard_gamma(burstiness,
+count - 1) / (r_i burstiness)``. vLLM draws a gap before request 0 too; here the run starts with
+a request, as it does without a ramp.
 """
 
 from __future__ import annotations
@@ -43,4 +50,27 @@ def arrival_offsets_ns(request_rate: float, *, burstiness: float = 1.0, seed: in
     out = out[out < limit]
     if count is not None:
         out = out[:count]
+    return np.round(out * 1e9).astype(np.int64)
+
+
+def ramp_rates(strategy: str, start_rps: float, end_rps: float, count: int) -> np.ndarray:
+    """The planned rate of each of ``count`` requests (requests/s)."""
+    x = np.arange(count, dtype=np.float64) / max(count - 1, 1)
+    if strategy == "linear":
+        return start_rps + (end_rps - start_rps) * x
+    if strategy == "exponential":
+        return start_rps * (end_rps / start_rps) ** x
+    raise ValueError(f"ramp_rates: unknown strategy {strategy!r}")
+
+
+def ramp_offsets_ns(strategy: str, start_rps: float, end_rps: float, *, count: int, burstiness: float = 1.0,
+                    seed: int = 0, duration_s: float | None = None) -> np.ndarray:
+    """Planned send times in ns of a ramped run (module docstring), cut at ``duration_s``."""
+    if count < 1:
+        return np.zeros(0, dtype=np.int64)
+    rates = ramp_rates(strategy, start_rps, end_rps, count)
+    gaps = np.random.default_rng(seed).standard_gamma(burstiness, size=count - 1) / (rates[1:] * burstiness)
+    out = np.concatenate([np.zeros(1), np.cumsum(gaps)])
+    if duration_s is not None:
+        out = out[out < duration_s]
     return np.round(out * 1e9).astype(np.int64)

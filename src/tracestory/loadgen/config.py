@@ -11,6 +11,14 @@ Arrivals: ``request_rate`` requests per second with gamma-distributed gaps of sh
 of ``request_rate`` and ``max_concurrency`` (``concurrency`` alone means an infinite rate,
 that is a closed loop of that many requests).
 
+Ramp-up (vLLM's ``--ramp-up-strategy linear|exponential --ramp-up-start-rps S --ramp-up-end-rps
+E``): the rate of request ``i`` of ``N`` planned goes from S to E with the progress ``i / (N - 1)``,
+linearly or geometrically (:func:`~.arrivals.ramp_rates`); it replaces ``request_rate``.
+
+Sampling (``temperature``, ``top_p``, ``top_k``, ``min_p``; vLLM's flags) and ``extra_body`` (a
+JSON object merged last into every request body) are sent as given; ``temperature`` is 0 (greedy)
+when not given, as ``vllm bench serve`` sends it. ``stream`` False sends non-streaming requests.
+
 Safety bounds (not in vLLM): at most ``max_requests`` planned requests (records are kept in
 memory for the summary), at most ``max_in_flight`` requests in flight when no
 ``max_concurrency`` is given.
@@ -18,6 +26,7 @@ memory for the summary), at most ``max_in_flight`` requests in flight when no
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import urllib.parse
@@ -30,6 +39,10 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 DEFAULT_NUM_REQUESTS = 1000
 DEFAULT_MAX_REQUESTS = 100_000
 DEFAULT_MAX_IN_FLIGHT = 1024
+DATASETS = ("random", "sharegpt", "custom", "prefix_repetition", "sonnet")
+RAMP_UP = ("linear", "exponential")
+# body keys that --extra-body may not set: the run itself decides them
+RESERVED_BODY_KEYS = ("model", "prompt", "messages", "stream", "stream_options", "max_tokens")
 
 
 def validate_base_url(url: str, flag: str = "--base-url") -> str:
@@ -158,9 +171,27 @@ class LoadConfig:
     prompt_len_max: int = 1024
     max_new_tokens: int = 128                 # random dataset: output length range (inclusive)
     min_new_tokens: int | None = None         # None: equal to max_new_tokens
-    dataset: str = "random"                   # "random" | "sharegpt"
+    dataset: str = "random"                   # one of DATASETS
     dataset_path: str | None = None
     sharegpt_output_len: int | None = None
+    custom_output_len: int | None = None      # custom: None = a line's output_tokens, else 256; -1 = the line's
+    disable_shuffle: bool = False             # sharegpt / custom: file order
+    prefix_len: int = 256                     # prefix_repetition (vLLM's defaults)
+    suffix_len: int = 256
+    num_prefixes: int = 10
+    prefix_output_len: int = 128
+    sonnet_input_len: int = 550               # sonnet (vLLM's defaults)
+    sonnet_output_len: int = 150
+    sonnet_prefix_len: int = 200
+    ramp_up_strategy: str | None = None       # None | "linear" | "exponential"
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
+    temperature: float | None = None          # None: 0.0 is sent (vLLM's default, greedy)
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    extra_body: dict = field(default_factory=dict)
+    stream: bool = True                       # False: one JSON response per request
     tokenizer: str | None = None              # a transformers tokenizer name or folder
     served_model_name: str | None = None      # the name sent in requests (default: model)
     seed: int = 0
@@ -233,9 +264,20 @@ class LoadConfig:
     @property
     def mode(self) -> str:
         """``poisson`` / ``gamma`` (finite rate), ``concurrency`` (infinite rate, bounded), ``burst``."""
+        if self.ramp_up_strategy is not None:
+            return f"ramp-up {self.ramp_up_strategy}"
         if math.isinf(self.request_rate):
             return "concurrency" if self.max_concurrency is not None else "burst"
         return "poisson" if self.burstiness == 1 else "gamma"
+
+    @property
+    def sampling(self) -> dict:
+        """The sampling fields sent in every body (temperature 0 unless given, as vLLM)."""
+        out = {"temperature": 0.0 if self.temperature is None else self.temperature}
+        for name in ("top_p", "top_k", "min_p"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
     @property
     def min_output(self) -> int:
@@ -264,11 +306,82 @@ class LoadConfig:
         if self.max_new_tokens < self.min_output:
             raise UsageError(f"--random-output-len: expected the range's upper end >= its lower end "
                              f"({self.min_output}), found {self.max_new_tokens}")
-        if self.dataset not in ("random", "sharegpt"):
-            raise UsageError(f"--dataset-name: expected random or sharegpt, found {self.dataset!r}")
-        if self.dataset == "sharegpt" and not self.dataset_path:
-            raise UsageError("--dataset-path: expected a local ShareGPT JSON file with --dataset-name sharegpt, "
+        if self.dataset not in DATASETS:
+            raise UsageError(f"--dataset-name: expected one of {', '.join(DATASETS)}, found {self.dataset!r}")
+        if self.dataset in ("sharegpt", "custom", "sonnet") and not self.dataset_path:
+            kind = {"sharegpt": "ShareGPT JSON", "custom": "JSONL", "sonnet": "text"}[self.dataset]
+            raise UsageError(f"--dataset-path: expected a local {kind} file with --dataset-name {self.dataset}, "
                              "found none")
+        if self.custom_output_len is not None and not (self.custom_output_len > 0 or self.custom_output_len == -1):
+            raise UsageError(f"--custom-output-len: expected a value > 0, or -1 for each line's output_tokens, "
+                             f"found {self.custom_output_len}")
+        for flag, v in (("--prefix-repetition-prefix-len", self.prefix_len),
+                        ("--prefix-repetition-suffix-len", self.suffix_len),
+                        ("--prefix-repetition-num-prefixes", self.num_prefixes),
+                        ("--prefix-repetition-output-len", self.prefix_output_len),
+                        ("--sonnet-input-len", self.sonnet_input_len), ("--sonnet-output-len", self.sonnet_output_len)):
+            if not (isinstance(v, int) and v >= 1):
+                raise UsageError(f"{flag}: expected an integer >= 1, found {v}")
+        if not (isinstance(self.sonnet_prefix_len, int) and self.sonnet_prefix_len >= 0):
+            raise UsageError(f"--sonnet-prefix-len: expected an integer >= 0, found {self.sonnet_prefix_len}")
+        self._validate_ramp_up()
+        self._validate_sampling()
         for name, ms in self.goodput_ms.items():
             if name not in ("ttft", "tpot", "e2el") or not (ms > 0 and math.isfinite(ms)):
                 raise UsageError(f"--goodput: expected ttft/tpot/e2el with a value > 0 ms, found {name}:{ms}")
+
+    def _validate_ramp_up(self) -> None:
+        s, a, b = self.ramp_up_strategy, self.ramp_up_start_rps, self.ramp_up_end_rps
+        if s is None:
+            if a is not None or b is not None:
+                raise UsageError("--ramp-up-start-rps/--ramp-up-end-rps: expected with --ramp-up-strategy "
+                                 "linear|exponential, found no strategy")
+            return
+        if s not in RAMP_UP:
+            raise UsageError(f"--ramp-up-strategy: expected linear or exponential, found {s!r}")
+        if a is None or b is None:
+            raise UsageError(f"--ramp-up-strategy {s}: expected --ramp-up-start-rps and --ramp-up-end-rps, "
+                             f"found {'neither' if a is None and b is None else 'only one'}")
+        if not (math.isfinite(a) and math.isfinite(b) and a >= 0 and b > 0):
+            raise UsageError(f"--ramp-up-start-rps/--ramp-up-end-rps: expected finite rates, start >= 0 and "
+                             f"end > 0, found {a:g} and {b:g}")
+        if a > b:
+            raise UsageError(f"--ramp-up-start-rps: expected at most --ramp-up-end-rps ({b:g}), found {a:g}")
+        if s == "exponential" and a <= 0:
+            raise UsageError("--ramp-up-start-rps: expected > 0 with --ramp-up-strategy exponential, found 0")
+        if not math.isinf(self.request_rate):
+            raise UsageError(f"--request-rate: expected none with --ramp-up-strategy (the ramp sets the rate), "
+                             f"found {self.request_rate:g}")
+        if self.num_requests is None and self.duration_s is not None:
+            raise UsageError("--ramp-up-strategy: expected --num-prompts (the ramp runs over the planned "
+                             "requests), found only --duration")
+
+    def _validate_sampling(self) -> None:
+        t, p, k, m = self.temperature, self.top_p, self.top_k, self.min_p
+        if t is not None and not (t >= 0 and math.isfinite(t)):
+            raise UsageError(f"--temperature: expected a number >= 0, found {t}")
+        if p is not None and not (0 < p <= 1):
+            raise UsageError(f"--top-p: expected a number in (0, 1], found {p}")
+        if k is not None and not (isinstance(k, int) and (k >= 1 or k in (0, -1))):
+            raise UsageError(f"--top-k: expected an integer >= 1, or -1 / 0 for no limit, found {k}")
+        if m is not None and not (0 <= m <= 1):
+            raise UsageError(f"--min-p: expected a number in [0, 1], found {m}")
+        if not isinstance(self.extra_body, dict):
+            raise UsageError(f"--extra-body: expected a JSON object, found {type(self.extra_body).__name__}")
+        taken = [key for key in RESERVED_BODY_KEYS if key in self.extra_body]
+        if taken:
+            raise UsageError(f"--extra-body: expected no {', '.join(map(repr, taken))} (set by the run: "
+                             "--model, the dataset, --no-stream, the output length), found it")
+
+
+def parse_extra_body(text: str | None, flag: str = "--extra-body") -> dict:
+    """``--extra-body '{"key": value}'`` -> dict; one line for anything but a JSON object."""
+    if text is None:
+        return {}
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"{flag}: expected a JSON object, found unreadable JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{flag}: expected a JSON object, found a JSON {type(doc).__name__}")
+    return doc

@@ -1,4 +1,6 @@
-"""The prompts of a load run: ``random`` (given token lengths) or ``sharegpt`` (a local file).
+"""The prompts of a load run: ``random`` (given token lengths) or ``sharegpt`` (a local file);
+``custom`` and ``prefix_repetition`` are :mod:`.custom` and :mod:`.prefix`, and
+:func:`~.prompts.prompt_source` picks one.
 
 Tokens
 ------
@@ -28,7 +30,8 @@ sharegpt
 --------
 A JSON list of objects with ``conversations: [{"from": ..., "value": "..."}, ...]`` (the
 ShareGPT format vLLM reads). Entries with at least two turns whose first two values are strings
-are usable; they are shuffled with ``default_rng(seed)``; turn 0 is the prompt, turn 1's
+are usable; they are shuffled with ``default_rng(seed)`` (kept in file order with
+``--disable-shuffle``); turn 0 is the prompt, turn 1's
 length is the output length (or ``--sharegpt-output-len``). As vLLM does, a pair is skipped when
 the prompt or (without a fixed output length) the output has fewer than 4 tokens, the prompt
 more than 1024 or both together more than 2048. When the run needs more requests than there
@@ -174,7 +177,8 @@ class ShareGPTPrompts(PromptSource):
         self.path = cfg.dataset_path
         self.fixed_output = cfg.sharegpt_output_len
         self.pairs = read_sharegpt(cfg.dataset_path)
-        self.order = np.random.default_rng(cfg.seed).permutation(len(self.pairs))
+        self.order = np.arange(len(self.pairs)) if cfg.disable_shuffle else \
+            np.random.default_rng(cfg.seed).permutation(len(self.pairs))
         self._kept: list[tuple[int, int, int]] = []     # (pair index, prompt len, output len)
         self._pos = 0                                   # next position in self.order
 
@@ -222,9 +226,3 @@ def read_sharegpt(path: str | Path) -> list[tuple[str, str]]:
     if not pairs:
         raise TraceFormatError(p, _SHAREGPT, f"no conversation with two text turns among {len(doc)} entries")
     return pairs
-
-
-def prompt_source(cfg: LoadConfig, tokenizer: TokenizerChoice) -> PromptSource:
-    if cfg.dataset == "sharegpt":
-        return ShareGPTPrompts(cfg, tokenizer)
-    return RandomPrompts(cfg, tokenizer)

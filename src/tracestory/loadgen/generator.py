@@ -21,12 +21,17 @@ counts come from the stream's ``usage`` object when the server sends one
 (``stream_options.include_usage`` is asked for), else output = token events and input = the
 planned prompt length; each record says which.
 
+Non-streaming (``--no-stream``): one JSON response per request (``choices[0].text``; chat:
+``choices[0].message.content``). E2E = the whole response read - send; TTFT, ITL and TPOT are
+not measured (None: the client sees every token at once). Output tokens come from ``usage``,
+else from the text counted by the prompt source's rule (``output_tokens_source`` ``"text"``).
+
 Outcomes (``error_kind``): None (OK); failures of a sent request: ``connection_refused``,
 ``connection_error`` (other connect failures), ``http_status`` (with ``http_status``),
 ``timeout`` (no ``[DONE]`` within ``timeout_s`` of the send), ``malformed_stream`` (not
 ``text/event-stream``, a line that is not SSE, a data payload that is not a JSON object, or the
-stream ended without ``[DONE]``), ``stream_error`` (the server put an ``error`` object in the
-stream), ``server_disconnect`` (connection closed or reset mid-response), ``cancelled`` (in
+stream ended without ``[DONE]``; without streaming, a response that is not a JSON completion),
+``stream_error`` (the server put an ``error`` object in the stream), ``server_disconnect`` (connection closed or reset mid-response), ``cancelled`` (in
 flight at the global deadline ``duration + timeout`` or at Ctrl-C), ``other``; and
 ``not_sent``: planned, never sent (the window closed, the deadline, Ctrl-C). ``not_sent`` is not
 a failure.
@@ -49,10 +54,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ToolNotFound
-from .arrivals import arrival_offsets_ns
+from .arrivals import arrival_offsets_ns, ramp_offsets_ns
 from .backoff import RefusalBackoff
+from .body import request_body
 from .config import LoadConfig
-from .datasets import Prompt, PromptSource, TokenizerChoice, load_tokenizer, prompt_source
+from .datasets import PromptSource, TokenizerChoice, load_tokenizer
+from .prompts import prompt_source
 
 ERROR_KINDS = ("connection_refused", "connection_error", "http_status", "timeout", "malformed_stream",
                "stream_error", "server_disconnect", "cancelled", "other", "not_sent")
@@ -76,7 +83,7 @@ class RequestRecord:
     prompt_tokens: int              # 0 when never sent
     prompt_tokens_source: str       # "usage" | "planned" | "none"
     output_tokens: int
-    output_tokens_source: str       # "usage" | "chunks" | "none"
+    output_tokens_source: str       # "usage" | "chunks" | "text" (non-streaming) | "none"
     response_id: str | None
 
     @property
@@ -131,18 +138,6 @@ class LoadResult:
     refusal_probes: int = 0         # probes sent while backing off after connection refused
 
 
-def request_body(cfg: LoadConfig, prompt: Prompt) -> dict:
-    body: dict = {"model": cfg.request_model, "max_tokens": prompt.output_len, "stream": True,
-                  "stream_options": {"include_usage": True}}
-    if cfg.chat:
-        body["messages"] = [{"role": "user", "content": prompt.text}]
-    else:
-        body["prompt"] = prompt.text
-    if cfg.ignore_eos:
-        body["ignore_eos"] = True
-    return body
-
-
 # ------------------------------------------------------------------ one request
 
 
@@ -169,6 +164,7 @@ class _State:
         "response_id",
         "scheduled_ns",
         "send_ns",
+        "text_tokens",
         "token_ns",
         "usage_output",
         "usage_prompt",
@@ -179,6 +175,7 @@ class _State:
         self.send_ns = self.end_ns = self.http_status = self.usage_prompt = self.usage_output = None
         self.kind = self.error = self.response_id = self.rec = None
         self.token_ns: list[int] = []
+        self.text_tokens: int | None = None     # non-streaming: output tokens counted from the text
         self.done = False
 
     def fail(self, kind: str, message: str, now: int, http_status: int | None = None) -> None:
@@ -195,14 +192,15 @@ class _State:
         ttft = tok[0] - self.send_ns if tok and self.send_ns is not None else None
         itl = tuple(int(x) for x in np.diff(np.asarray(tok, dtype=np.int64))) if len(tok) > 1 else ()
         prompt_src = "usage" if isinstance(self.usage_prompt, int) else "planned"
-        out_src = "usage" if isinstance(self.usage_output, int) else "chunks"
+        out_src = "usage" if isinstance(self.usage_output, int) else \
+            "chunks" if self.text_tokens is None else "text"
         return RequestRecord(
             index=self.index, scheduled_ns=self.scheduled_ns, send_ns=self.send_ns, end_ns=end, ok=ok,
             error_kind=None if ok else kind, http_status=self.http_status, error=None if ok else error,
             ttft_ns=ttft, itl_ns=itl, e2e_ns=end - self.send_ns if ok else None,
             prompt_tokens=self.usage_prompt if prompt_src == "usage" else self.planned_prompt,
             prompt_tokens_source=prompt_src,
-            output_tokens=self.usage_output if out_src == "usage" else len(tok),
+            output_tokens={"usage": self.usage_output, "text": self.text_tokens}.get(out_src, len(tok)),
             output_tokens_source=out_src, response_id=self.response_id)
 
 
@@ -272,13 +270,43 @@ async def _consume_sse(resp, st: _State, chat: bool, clock: Callable[[], int]) -
     raise _Malformed("stream ended without data: [DONE]")
 
 
-async def _one_request(session, cfg: LoadConfig, body: dict, st: _State, clock: Callable[[], int]) -> None:
+async def _consume_json(resp, st: _State, chat: bool, count: Callable[[str], int], clock: Callable[[], int]) -> None:
+    """A non-streaming response: one JSON completion."""
+    ctype = resp.headers.get("Content-Type", "")
+    if "json" not in ctype:
+        raise _Malformed(f"expected Content-Type application/json, found {ctype or 'none'!r}")
+    raw = await resp.read()
+    t = clock()
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise _Malformed(f"response is not JSON: {raw[:80]!r}") from None
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _Malformed(f"response has no choices: {raw[:80]!r}")
+    c = choices[0]
+    text = (c.get("message") or {}).get("content") if chat else c.get("text")
+    if isinstance(obj.get("id"), str):
+        st.response_id = obj["id"]
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        if isinstance(usage.get("prompt_tokens"), int):
+            st.usage_prompt = usage["prompt_tokens"]
+        if isinstance(usage.get("completion_tokens"), int):
+            st.usage_output = usage["completion_tokens"]
+    st.text_tokens = count(text) if isinstance(text, str) else 0
+    st.done, st.end_ns = True, t
+
+
+async def _one_request(session, cfg: LoadConfig, body: dict, st: _State, clock: Callable[[], int],
+                       count: Callable[[str], int]) -> None:
     import aiohttp
 
     st.send_ns = clock()
+    accept = "text/event-stream" if cfg.stream else "application/json"
     try:
         async with asyncio.timeout(cfg.timeout_s):
-            async with session.post(cfg.request_url, json=body, headers={"Accept": "text/event-stream"}) as resp:
+            async with session.post(cfg.request_url, json=body, headers={"Accept": accept}) as resp:
                 if resp.status != 200:
                     try:
                         text = (await resp.content.read(400)).decode("utf-8", "replace")
@@ -286,12 +314,16 @@ async def _one_request(session, cfg: LoadConfig, body: dict, st: _State, clock: 
                         text = ""
                     st.fail("http_status", f"HTTP {resp.status}: {text.strip()[:200]}", clock(), resp.status)
                     return
+                if not cfg.stream:
+                    await _consume_json(resp, st, cfg.chat, count, clock)
+                    return
                 ctype = resp.headers.get("Content-Type", "")
                 if "text/event-stream" not in ctype:
                     raise _Malformed(f"expected Content-Type text/event-stream, found {ctype or 'none'!r}")
                 await _consume_sse(resp, st, cfg.chat, clock)
     except TimeoutError:
-        st.fail("timeout", f"no [DONE] within --timeout {cfg.timeout_s:g} s of the send", clock())
+        what = "[DONE]" if cfg.stream else "response"
+        st.fail("timeout", f"no {what} within --timeout {cfg.timeout_s:g} s of the send", clock())
     except aiohttp.ClientConnectorError as e:
         refused = isinstance(getattr(e, "os_error", None), ConnectionRefusedError)
         st.fail("connection_refused" if refused else "connection_error", str(e), clock())
@@ -311,6 +343,18 @@ async def _one_request(session, cfg: LoadConfig, body: dict, st: _State, clock: 
 
 
 # ------------------------------------------------------------------ the run
+
+
+def planned_offsets_ns(cfg: LoadConfig):
+    """The planned send times (None in a closed loop planned as slots free up)."""
+    if cfg.ramp_up_strategy is not None:
+        return ramp_offsets_ns(cfg.ramp_up_strategy, cfg.ramp_up_start_rps, cfg.ramp_up_end_rps,
+                               count=cfg.planned_count, burstiness=cfg.burstiness, seed=cfg.seed,
+                               duration_s=cfg.duration_s)
+    if cfg.open_ended:
+        return None
+    return arrival_offsets_ns(cfg.request_rate, burstiness=cfg.burstiness, seed=cfg.seed,
+                              duration_s=cfg.duration_s, count=cfg.planned_count)
 
 
 def run_load(cfg: LoadConfig, progress: Callable[[LoadProgress], None] | None = None,
@@ -340,9 +384,7 @@ async def _run(cfg: LoadConfig, prompts: PromptSource, progress, on_record) -> L
 
     window_ns = round(cfg.duration_s * 1e9) if cfg.duration_s is not None else None
     deadline_s = cfg.duration_s + cfg.timeout_s if cfg.duration_s is not None else None
-    offsets = None if cfg.open_ended else arrival_offsets_ns(
-        cfg.request_rate, burstiness=cfg.burstiness, seed=cfg.seed, duration_s=cfg.duration_s,
-        count=cfg.planned_count)
+    offsets = planned_offsets_ns(cfg)
     planned = None if offsets is None else int(offsets.size)
     capped = offsets is not None and offsets.size == cfg.max_requests and (
         (cfg.num_requests or 0) > cfg.max_requests
@@ -370,7 +412,7 @@ async def _run(cfg: LoadConfig, prompts: PromptSource, progress, on_record) -> L
         counts["sent"] += 1
         report()
         try:
-            await _one_request(session, cfg, body, st, clock)
+            await _one_request(session, cfg, body, st, clock, prompts.count)
         finally:
             slot.release()
             backoff.outcome(st.kind == "connection_refused", probe)

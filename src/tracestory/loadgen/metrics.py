@@ -19,6 +19,11 @@ same keys):
 * Goodput (vLLM's rule): a completed request is good when each of its TTFT, TPOT and E2EL with
   an SLO is at most that SLO.
 * ``max_concurrent_requests``: the most requests in flight at once (from send and end times).
+* ``max_output_tokens_per_s`` (vLLM's "Peak output token throughput"): the completed requests'
+  token events (send + TTFT, then each ITL gap) counted in 1-second bins from the earliest
+  send of a completed request; the fullest bin. A server that packs several tokens in one chunk
+  shows one event for them, as in vLLM. None without token events (no completed request, or
+  ``--no-stream``, where the client sees every token at once).
 * Per-request lists, in request order over every planned request (with ``detailed``):
   ``input_lens`` (prompt tokens; 0 never sent), ``output_lens`` (0 unless completed),
   ``ttfts`` and ``e2els`` (seconds, as vLLM's lists; None unless completed), ``itls`` (lists
@@ -35,6 +40,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+
+import numpy as np
 
 from ..stats import summarize as summarize_values
 from .config import LoadConfig
@@ -72,6 +79,17 @@ def max_concurrent(records: Sequence[RequestRecord]) -> int:
     return most
 
 
+def peak_output_tokens_per_s(records: Sequence[RequestRecord]) -> float | None:
+    """The most token events of completed requests in one 1-second bin (module docstring)."""
+    ok = [r for r in records if r.ok and r.ttft_ns is not None and r.send_ns is not None]
+    if not ok:
+        return None
+    first = min(r.send_ns for r in ok)
+    times = np.concatenate([r.send_ns + r.ttft_ns + np.concatenate([[0], np.cumsum(r.itl_ns, dtype=np.int64)])
+                            for r in ok])
+    return float(np.bincount((times - first) // 1_000_000_000).max())
+
+
 def _ms(ns: float | None) -> float | None:
     return None if ns is None else ns / 1e6
 
@@ -97,6 +115,7 @@ def benchmark_result(result: LoadResult, percentile_metrics: Sequence[str] = ("t
         "request_throughput": _per_s(len(ok), dur),
         "request_goodput": _per_s(good, dur) if good is not None else None,
         "output_throughput": _per_s(tout, dur), "total_token_throughput": _per_s(tin + tout, dur),
+        "max_output_tokens_per_s": peak_output_tokens_per_s(recs),
         "max_concurrent_requests": max_concurrent(recs),
     }
     samples = metric_samples_ns(recs)
@@ -134,7 +153,10 @@ def result_header(cfg: LoadConfig, *, date: str, label: str | None, metadata: di
             "endpoint": cfg.path, "dataset_name": cfg.dataset, "dataset_path": cfg.dataset_path,
             "num_prompts": cfg.num_requests, "duration_limit_s": cfg.duration_s,
             "request_rate": "inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
-            "burstiness": cfg.burstiness, "max_concurrency": cfg.max_concurrency, "seed": cfg.seed, **metadata}
+            "burstiness": cfg.burstiness, "max_concurrency": cfg.max_concurrency, "seed": cfg.seed,
+            "ramp_up_strategy": cfg.ramp_up_strategy, "ramp_up_start_rps": cfg.ramp_up_start_rps,
+            "ramp_up_end_rps": cfg.ramp_up_end_rps, "stream": cfg.stream, "sampling": cfg.sampling,
+            "extra_body": dict(cfg.extra_body) or None, **metadata}
 
 
 def default_result_filename(cfg: LoadConfig, label: str | None, date: str) -> str:
@@ -172,6 +194,7 @@ def result_lines(res: dict, cfg: LoadConfig, percentile_metrics: Sequence[str],
     if res["request_goodput"] is not None:
         lines.append(_line("Request goodput (req/s):", res["request_goodput"]))
     lines += [_line("Output token throughput (tok/s):", res["output_throughput"]),
+              _line("Peak output token throughput (tok/s):", res["max_output_tokens_per_s"]),
               _line("Peak concurrent requests:", res["max_concurrent_requests"]),
               _line("Total Token throughput (tok/s):", res["total_token_throughput"])]
     for m in percentile_metrics:
@@ -180,6 +203,12 @@ def result_lines(res: dict, cfg: LoadConfig, percentile_metrics: Sequence[str],
                   _line(f"Median {short} (ms):", res[f"median_{m}_ms"])]
         lines += [_line(f"P{p_word(p)} {short} (ms):", res[f"p{p_word(p)}_{m}_ms"]) for p in metric_percentiles]
     lines.append("=" * 50)
+    if cfg.ramp_up_strategy is not None:
+        lines.append(f"Ramp-up: {cfg.ramp_up_strategy} from {cfg.ramp_up_start_rps:g} to {cfg.ramp_up_end_rps:g} "
+                     "requests/s over the planned requests")
+    if not cfg.stream:
+        lines.append("Non-streaming requests (--no-stream): TTFT, TPOT, ITL and the peak output throughput are "
+                     "not measured (each response arrives whole)")
     if res["not_sent"]:
         lines.append(f"Not sent: {res['not_sent']} of {res['planned']} planned requests (not counted as failed)")
     if res["failures"]:

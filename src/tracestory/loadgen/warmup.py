@@ -41,7 +41,11 @@ def warmup_config(cfg: LoadConfig, requests: int | None, duration_s: float | Non
         raise UsageError(f"--warmup-duration: expected a number of seconds > 0, found {duration_s}")
     if requests is None and duration_s is None:
         requests = DEFAULT_WARMUP_REQUESTS
-    return replace(cfg, num_requests=requests, duration_s=duration_s, seed=cfg.seed + WARMUP_DRAW_OFFSET)
+    ramp = {}
+    if cfg.ramp_up_strategy is not None:   # the warm-up runs at the ramp's first rate, without a ramp
+        ramp = {"ramp_up_strategy": None, "ramp_up_start_rps": None, "ramp_up_end_rps": None,
+                "request_rate": cfg.ramp_up_start_rps or math.inf}
+    return replace(cfg, num_requests=requests, duration_s=duration_s, seed=cfg.seed + WARMUP_DRAW_OFFSET, **ramp)
 
 
 def warmup_result_path(main: Path) -> Path:

@@ -17,6 +17,7 @@ from ..analysis.compare import Comparison
 from .ascii import Bar, bar_chart, fmt_ms, fmt_ns, fmt_pct
 from .jsonable import jsonable
 from .md import fmt_evidence, md_table, short_name
+from .window import window_json, window_lines
 
 SCHEMA = "tracestory.comparison/1"
 
@@ -62,7 +63,7 @@ def summary_table(c: Comparison) -> list[str]:
             label = "GPU busy (union of GPU ops)"
         elif s.metric == "GPU op time":
             label = "GPU op time (sum of kernel + memop durations)"
-        rows.append((label, fmt_ms(s.a_ns), fmt_ms(s.b_ns), _x(s.speedup)))
+        rows.append((label, fmt_ms(s.a_ns), fmt_ms(s.b_ns), "identical" if c.identical else _x(s.speedup)))
     return md_table(("", f"{a.label} [ms]", f"{b.label} [ms]", f"speedup {b.label} vs {a.label}"), rows, "lrrr")
 
 
@@ -208,7 +209,12 @@ def what_changed(c: Comparison) -> list[str]:
     """The prose section: facts first, then why they matter. Every number from ``c``."""
     a, b, ch, h = c.a, c.b, c.changes, c.headline
     out = []
-    if h is not None and h.speedup is not None:
+    if c.identical is not None:
+        out.append(
+            f"- **The two inputs are identical (same SHA-256 `{c.identical[:16]}`)**: every number below is "
+            "the same on both sides."
+        )
+    elif h is not None and h.speedup is not None:
         out.append(
             f"- **{b.label} is {_verdict(h.speedup)} {a.label}** by {h.metric}: "
             f"{fmt_ns(h.a_ns)} -> {fmt_ns(h.b_ns)} ({_x(h.speedup)})."
@@ -279,6 +285,42 @@ def _why_it_matters(c: Comparison) -> list[str]:
     return out
 
 
+def gate_value(g, v: float) -> str:
+    """A gated metric's value as the tables show it."""
+    if g.unit == "ns":
+        return fmt_ns(v)
+    if g.unit == "points":
+        return fmt_pct(v)
+    return f"{v:,.0f}"
+
+
+def gate_change(g) -> str:
+    if g.change is None:
+        return "n/a (A is 0)"
+    return f"{g.change:+.1f} pts" if g.unit == "points" else f"{g.change:+.1f}%"
+
+
+def gate_line(g) -> str:
+    """One line per regression (stderr in CI): metric, A -> B, change, gate."""
+    limit = f"{g.gate:g} pts" if g.unit == "points" else f"{g.gate:g}%"
+    return f"regression: {g.metric} {gate_value(g, g.a)} -> {gate_value(g, g.b)} ({gate_change(g)}, gate {limit})"
+
+
+def gate_table(c: Comparison) -> list[str]:
+    rows = [
+        (
+            g.metric,
+            gate_value(g, g.a),
+            gate_value(g, g.b),
+            gate_change(g),
+            f"{g.gate:g} pts" if g.unit == "points" else f"{g.gate:g}%",
+            "REGRESSION" if g.regressed else "ok",
+        )
+        for g in c.gates
+    ]
+    return md_table(("metric", c.a.label, c.b.label, "change", "gate", "result"), rows, "lrrrrl")
+
+
 def findings_lines(c: Comparison) -> list[str]:
     out = []
     for i, f in enumerate(c.findings, 1):
@@ -297,6 +339,7 @@ def comparison_section(c: Comparison) -> list[str]:
         f"Speedup = {a.label} time / {b.label} time (> 1: {b.label} is faster).",
         "",
     ]
+    out += window_lines(c.window)
     out += summary_table(c) + [""] + counts_table(c) + [""]
     out += ["### What changed and why it matters", ""] + what_changed(c) + [""]
     out += ["### Per category", ""] + category_table(c) + [""]
@@ -327,6 +370,20 @@ def comparison_section(c: Comparison) -> list[str]:
             + phase_table(c)
             + [""]
         )
+    if c.gates:
+        bad = sum(g.regressed for g in c.gates)
+        out += [
+            "### Regression gate",
+            "",
+            (
+                f"{bad} of {len(c.gates)} gated metrics regressed"
+                if bad
+                else f"All {len(c.gates)} gated metrics within their gates"
+            )
+            + f" (a regression: {b.label} worse than {a.label} by more than the gate).",
+            "",
+        ]
+        out += gate_table(c) + [""]
     fs = findings_lines(c)
     if fs:
         out += ["### Findings", ""] + fs
@@ -344,5 +401,6 @@ def comparison_json(c: Comparison) -> dict:
     """All of the comparison in base units (ns, counts, fractions), plus its findings."""
     doc: dict[str, Any] = {"schema": SCHEMA}
     doc.update(jsonable(c))
+    doc["window"] = window_json(c.window)
     doc["findings"] = [jsonable(f) for f in c.findings]
     return doc

@@ -17,6 +17,7 @@ import numpy as np
 from .batch_story import batch_json
 from .jsonable import jsonable
 from .multigpu import multigpu_json
+from .window import window_json
 
 SCHEMA = "tracestory.analysis/1"
 
@@ -307,6 +308,8 @@ def document(results) -> dict:
     Nsight Compute rows go under ``kernels`` with the peaks of their GPUs under ``ncu_peaks``;
     without any trace their findings go to ``ncu_findings``."""
     doc: dict[str, Any] = {"schema": SCHEMA, "traces": [analysis_json(run) for run in results.runs]}
+    if getattr(results.inputs, "window", None) is not None:
+        doc["window"] = window_json(results.inputs.window)
     if results.hardware:
         rows = kernel_rows(results.hardware)
         doc["kernels"] = rows

@@ -173,11 +173,29 @@ def comparison_renderables(c: Comparison) -> list[Table | Text]:
         Text(f"A = {a.label}: {a.source} ({'compiled' if a.compiled else 'eager'}: {a.compile_evidence})"),
         Text(f"B = {b.label}: {b.source} ({'compiled' if b.compiled else 'eager'}: {b.compile_evidence})"),
     ]
+    if c.identical is not None:
+        out.append(
+            Text(
+                f"The two inputs are identical (same SHA-256 {c.identical[:16]}...): every number is the "
+                "same on both sides"
+            )
+        )
+    if c.window is not None:
+        out.append(
+            Text(
+                f"Compared: {c.window.request} ({c.window.rule}); "
+                + "; ".join(
+                    f"{side} {tw.start_ms:.3f}..{tw.end_ms:.3f} ms, {tw.kernels_kept} of {tw.kernels_total} kernels"
+                    for side, tw in zip("AB", c.window.traces, strict=True)
+                )
+            )
+        )
     t = Table(title="B vs A (speedup = A time / B time; > 1: B is faster)", title_justify="left")
     for col in ("metric", "A", "B", "speedup"):
         t.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
     for s in c.speedups:
-        t.add_row(s.metric, fmt_ns(s.a_ns), fmt_ns(s.b_ns), "n/a" if s.speedup is None else f"{s.speedup:.2f}x")
+        verdict = "identical" if c.identical else "n/a" if s.speedup is None else f"{s.speedup:.2f}x"
+        t.add_row(s.metric, fmt_ns(s.a_ns), fmt_ns(s.b_ns), verdict)
     t.add_row("kernels", f"{a.kernel_count:,}", f"{b.kernel_count:,}", "")
     t.add_row("launches", na(a.launch_count), na(b.launch_count), "")
     t.add_row("GPU idle share", fmt_pct(a.idle_fraction), fmt_pct(b.idle_fraction), "")

@@ -122,6 +122,7 @@ class ServeOptions:
     telemetry_path: str | None = None     # None: telemetry.jsonl beside the event log
     tensor_parallel: int = 1              # ranks of torchrun sharing the model (.tensor_parallel)
     fp8: str = "off"                      # off | rowwise | tensorwise: FP8 projections (models.fp8)
+    profiler_dir: str | None = None       # POST /start_profile, /stop_profile write traces here (.profiling)
 
 
 GPU_PRESET = "llama-3-8b"     # the default shape on CUDA (all its layers); tiny on the CPU
@@ -228,7 +229,7 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     names = tuple(opts.served_model_names) or (cfg.name,)
     engine = Engine(Scheduler(sc), model, EventLog(opts.event_log, meta), make_metrics(names[0]),
                     overlap=opts.overlap)
-    api = Api(engine, names, vocab, opts.fail_rate, opts.limits)
+    api = Api(engine, names, vocab, opts.fail_rate, opts.limits, profiler_dir=opts.profiler_dir)
     return engine, api
 
 

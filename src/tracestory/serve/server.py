@@ -3,11 +3,16 @@
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming as SSE
 ``data: {...}`` chunks ending with ``data: [DONE]``, or one JSON response), ``GET /health``
 (200 while the engine thread runs, else 503), ``GET /v1/models`` (the served model names),
-``GET /metrics`` (Prometheus text format, :mod:`.metrics`; 501 without prometheus-client).
+``GET /v1/models/{id}`` (one of them; 404 with an OpenAI error for another id),
+``GET /metrics`` (Prometheus text format, :mod:`.metrics`; 501 without prometheus-client),
+``POST /start_profile`` / ``POST /stop_profile`` (torch.profiler into ``--profiler-dir``,
+:mod:`.profiling`; 404 without it, as vLLM's).
 Prompts follow the token rule of :mod:`.tokens` (one token per word, or a list of token ids).
 Request fields used: ``model``, ``prompt`` / ``messages``, ``max_tokens`` (chat also
-``max_completion_tokens``; default 16), ``stream``, ``ignore_eos``; sampling fields
-(temperature, top_p, stop, ...) are ignored: decoding is greedy. ``n`` must be 1.
+``max_completion_tokens``; default 16), ``stream``, ``ignore_eos``. Decoding is greedy: a field
+asking for something else (``temperature`` > 0, ``logprobs``, ``tools``, ``response_format``,
+stop strings, ``n`` > 1, an unknown field, ...) is answered 400 naming it, never ignored
+(:mod:`.request_fields`).
 
 Model names: a request whose ``model`` is not one of the served names gets HTTP 404
 (``NotFoundError``, "The model `X` does not exist.", as vLLM answers); a request without
@@ -54,7 +59,9 @@ from .admission import RETRY_AFTER_S, Admission
 from .engine import Engine
 from .guard import LISTEN_BACKLOG, ConnectionGuard, default_max_connections
 from .metrics import MISSING_HINT
+from .profiling import ProfilerError, ServerProfiler
 from .request_body import BadRequest, load_json, parse_request
+from .request_fields import unsupported_field
 from .scheduler import Finish, request_problem
 from .tokens import token_text
 
@@ -93,7 +100,7 @@ class Api:
     """The aiohttp handlers over one :class:`Engine`."""
 
     def __init__(self, engine: Engine, served_model_names: str | Sequence[str], vocab: int, fail_rate: float = 0.0,
-                 limits: ServerLimits | None = None):
+                 limits: ServerLimits | None = None, profiler_dir: str | None = None):
         if not 0.0 <= fail_rate <= 1.0:
             raise ValueError(f"fail_rate must be in [0, 1], got {fail_rate}")
         names = (served_model_names,) if isinstance(served_model_names, str) else tuple(served_model_names)
@@ -108,6 +115,8 @@ class Api:
         self._accepted = 0
         self._next_id = 0
         self.created = int(time.time())
+        device = str(getattr(getattr(engine, "model", None), "device", "cpu"))
+        self.profiler = ServerProfiler(profiler_dir, cuda=device.startswith("cuda")) if profiler_dir else None
 
     def app(self):
         from aiohttp import web
@@ -116,6 +125,9 @@ class Api:
         app = web.Application(client_max_size=self.limits.max_request_bytes)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{model_id:.+}", self.model_info)
+        app.router.add_post("/start_profile", self.start_profile)
+        app.router.add_post("/stop_profile", self.stop_profile)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -134,6 +146,39 @@ class Api:
         return web.json_response({"object": "list", "data": [
             {"id": name, "object": "model", "created": self.created, "owned_by": "tracestory"}
             for name in self.served_model_names]})
+
+    async def model_info(self, request):
+        """``GET /v1/models/{id}``: the model object, or 404 as for a request naming an unknown model."""
+        from aiohttp import web
+
+        name = request.match_info["model_id"]
+        if name not in self.served_model_names:
+            return _error(404, f"The model `{name}` does not exist.", "NotFoundError", "model", code=404)
+        return web.json_response({"id": name, "object": "model", "created": self.created, "owned_by": "tracestory"})
+
+    async def start_profile(self, request):
+        return await self._profile(start=True)
+
+    async def stop_profile(self, request):
+        return await self._profile(start=False)
+
+    async def _profile(self, *, start: bool):
+        """Start or stop torch.profiler off the event loop (:mod:`.profiling`)."""
+        from aiohttp import web
+
+        if self.profiler is None:
+            return _error(404, "profiling is off: start tracestory serve with --profiler-dir DIR",
+                          "NotFoundError", code=404)
+        loop = asyncio.get_running_loop()
+        try:
+            if start:
+                await loop.run_in_executor(None, self.profiler.start)
+                return web.json_response({"status": "started", "folder": str(self.profiler.folder)})
+            path = await loop.run_in_executor(None, self.profiler.stop)
+        except ProfilerError as e:
+            return _error(e.status, str(e), "invalid_request_error" if e.status < 500 else "server_error",
+                          code=e.status)
+        return web.json_response({"status": "stopped", "trace": str(path)})
 
     async def metrics(self, request):
         from aiohttp import web
@@ -186,6 +231,9 @@ class Api:
             if req.model and req.model not in self.served_model_names:
                 adm.refuse("unknown_model")
                 return _error(404, f"The model `{req.model}` does not exist.", "NotFoundError", "model", code=404)
+            refused = unsupported_field(body, chat=request.path.endswith("/chat/completions"))
+            if refused is not None:
+                raise refused
             problem = request_problem(self.engine.scheduler.config, len(req.prompt_ids), req.max_new_tokens)
             if problem is not None:
                 raise BadRequest(problem, "max_tokens")

@@ -1,44 +1,36 @@
-"""Observations rule engine: findings derived from the analysis results.
+"""The rules of one trace: each is ``rule(facts: RunFacts) -> list[Finding]``.
 
-Each rule reads the results of one trace (breakdown, timeline, phases, plus a few cheap
-lookups on the trace itself) and returns zero or more :class:`Finding`: a title, the numbers
-that support it (:class:`Evidence`, raw values in base units so the report can format them and
-tests can trace every printed number back to a result), the implication, a recommendation and
-a severity. Rules never print and never guess: a rule whose inputs are absent returns nothing.
+A rule reads only the run's facts (:mod:`tracestory.analysis.facts`: the analysis, the gaps with their
+CPU cause, the roofline, the producer, the kind of trace, the workload, what the program already uses,
+the exposure, the critical path, a rank's wait in collectives) and returns zero or more
+:class:`Finding`: a title, the numbers behind it (:class:`Evidence`, raw values in base units), the
+implication, a recommendation and a severity. Which rule may speak about which run is declared in
+:mod:`tracestory.analysis.claims` (trace kinds, workloads, platforms, frameworks, modes); inside a
+rule, each recommendation clause is chosen by :mod:`tracestory.analysis.advice` from the facts, so
+it only names what fits the program. Rules never print and never guess.
 
-Rules, in report order within a severity (a dominant category is at most "medium" when the
-GPU is idle half its window, since kernel time is then not the first lever):
+* ``trace_kind``: a stream capture, a range-profiler trace, a summary or an empty capture is said
+  first, with its evidence, and no timeline verdict follows.
+* ``gpu_idle``: idle share of the GPU window and its split. Long gaps (most idle time in gaps of
+  1 ms or more) are host work or waits, never "launch-bound"; with graph replays the idle time is
+  between replays; a rank whose busy time is mostly waiting in collectives is paced by its peers.
+* ``cpu_stall``: idle gaps of at least 1 ms grouped by the CPU op the launching thread ran during
+  them (:mod:`tracestory.analysis.gaps`); it explains ``gpu_idle`` and goes first when as severe.
+* ``dominant_category``: the category with the most GPU op time, with ONE ceiling: the GPU window
+  if the category's exposed time (no other category running) were gone, ``W / (W - x)``; without a
+  timeline, 1/(1-p) on summed time, named as such. Communication mostly spent waiting for a late
+  peer, or from one rank of a job whose other ranks are not given, is told as such.
+  Outside the taxonomy (a program without PyTorch, > 20% ``other``) the top kernels by name.
+* ``first_step``, ``step_outlier``, ``step_trend``: :mod:`.steps` (KV-length advice only for LLM decode).
+* ``bound`` (memory- vs compute-bound kernels, ncu counters or the shape estimate; a verdict on
+  under half the kernel time says so), ``occupancy_limiter``, ``occupancy_achieved``: :mod:`.hardware`.
+* ``small_grids``: kernel time in launches of fewer blocks than a tenth of the SMs (CUs).
+* ``memcpy_share``, ``communication``, ``eager_fusion``: copies, collectives (overlap, exposure,
+  waiting) and small-op launches, each folded into ``dominant_category`` when that category is on top.
+* ``graph_replay``, ``critical_path``, ``memory`` (:mod:`.memory`).
 
-* ``gpu_idle`` (launch-bound): idle share of the GPU window, its split (launch wait vs other),
-  short kernels, kernels per ms, launch latency, gap count, mean and largest gap; the verdict is
-  the timeline's ``launch_bound``.
-* ``cpu_stall``: idle gaps of at least 1 ms whose cause is one CPU op. The cause of a gap
-  ``[g0, g1)`` is the innermost CPU op (same thread as the launch call) that encloses the launch
-  call of the GPU op starting at ``g1`` and lasts at least half the gap: the host was inside it
-  while the GPU waited. Gaps are grouped by that op's name.
-* ``dominant_category``: the category with the most GPU op time, its share p, the Amdahl
-  ceiling ``1/(1-p)`` (that category at zero cost) and the what-if ``1/((1-p)+p/k)``. Because
-  the breakdown's base is GPU op time, not wall time, the finding also gives the ceiling on the
-  GPU window when idle time is kept: ``W / (W - c)`` with W the window and c the category's
-  busy time inside it (its union, overlaps counted once) - the honest end-to-end bound.
-* ``first_step``, ``step_outlier``, ``step_trend`` (ITL against KV length): :mod:`.steps`.
-* ``bound`` (memory- vs compute-bound kernels, from ncu counters or the shape estimate),
-  ``occupancy_limiter``, ``occupancy_achieved`` (ncu only): :mod:`.hardware`.
-* ``memcpy_share``: memcpy + memset >= 5% of GPU op time, split by copy kind.
-* ``communication``: communication kernels' share and the part of their time overlapped by
-  other GPU ops (intersection of unions).
-* ``eager_fusion``: no Triton kernels and >= 30% of launches in small-op categories
-  (elementwise, norm, reduction, softmax, rope, embedding): a fusion candidate; or, with Triton
-  kernels, a note that the run is compiled.
-* ``memory`` (peak, fragmentation, what ran at the peak): :mod:`.memory`.
-
-The multi-GPU rules (straggler, imbalance, communication, clocks, bandwidth) take the combined
-multi-GPU result instead of one trace: :mod:`.multigpu`. The comparison rules stay with their
-model in :mod:`tracestory.analysis.compare`. Every rule runs once per report, from
-:func:`~tracestory.analysis.results.analyze_inputs`.
-
-The records (:class:`Finding`, :class:`Evidence`) live in :mod:`.base` and are
-re-exported here.
+The multi-GPU rules take the combined multi-GPU result: :mod:`.multigpu`. The records
+(:class:`Finding`, :class:`Evidence`) live in :mod:`.base` and are re-exported here.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...units import fmt_ns, fmt_pct
 from ..md import label
+from ..window import window_lines
 from . import Context
 
 _WORKLOAD_WORDS = {
@@ -173,7 +174,8 @@ def render(c: Context) -> list[str]:
     r = c.results
     if c.no_trace:
         return [_without_trace(c), ""]
-    head = [_batch_summary(r.batching), ""] if r.batching is not None else []
+    head = window_lines(getattr(r.inputs, "window", None))
+    head += [_batch_summary(r.batching), ""] if r.batching is not None else []
     return (
         head
         + _multigpu_summary(r.multigpu, r.multigpu_findings)
