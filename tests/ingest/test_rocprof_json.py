@@ -195,3 +195,12 @@ def test_flow_links_survive_a_shuffled_event_order(tmp_path, trace):
     t = load_rocprof_json(_write(tmp_path, doc))
     assert t.memops["bytes"].tolist() == trace.memops["bytes"].tolist()
     assert (launch_index(t, t.kernels) >= 0).all()
+
+
+def test_a_rank_source_too():
+    from tracestory.ingest.ranks import load_source, rank_sources
+
+    (source,) = rank_sources([ROCPROF])
+    assert source.kind == "rocprof-json"
+    (t,) = load_source(source)
+    assert t.meta.source_format == "rocprof-json" and len(t.kernels) == len(_gpu_events(_plain()[1]))
