@@ -90,8 +90,8 @@ def _ints(values: list) -> np.ndarray:
     """int64 column of values written as numbers or strings of digits; -1 where unreadable."""
     if not values:
         return np.zeros(0, dtype=np.int64)
-    try:
-        return np.array(["-1" if v is None else v for v in values]).astype(np.int64)
+    try:   # C-level map: every value a number or a string of digits (the usual file)
+        return np.fromiter(map(int, values), dtype=np.int64, count=len(values))
     except (ValueError, OverflowError, TypeError):
         return np.fromiter((_int(v) for v in values), dtype=np.int64, count=len(values))
 
