@@ -72,3 +72,14 @@ def test_gpu_only_pytorch_trace_is_pytorch(tmp_path):
     assert not [k for k in kernels if "backward" in k.lower() or "bwd" in k.lower()]
     assert (prod.framework, prod.mode) == ("pytorch", "inference")
     assert any(e.startswith("PyTorch's kernels without PyTorch ops") for e in prod.evidence)
+
+
+def test_a_source_without_cpu_ops_leaves_the_framework_unknown():
+    """rocprof v1 records HIP calls and base kernel names only, never CPU ops: a torch program's trace
+    (tests/data/corpus/kineto_public/rocm-blogs__..., the blog runs torch) cannot show PyTorch's ops, so the
+    framework is unknown, not 'a program without PyTorch'."""
+    path = TEST_DATA / "corpus" / "kineto_public" / "rocm-blogs__mi210_rocprof_hip_trace_torch_add.json.gz"
+    t = load_inputs([path]).traces[0]
+    assert t.meta.source_format == "rocprof-json" and len(t.ops) == 0 and len(t.api) > 0
+    p = detect_producer(t)
+    assert (p.framework, p.platform) == ("unknown", "ROCm")

@@ -42,6 +42,9 @@ import numpy as np
 from ..trace import Trace
 from .graphs import GraphReplays, graph_replays
 
+# Sources that never record CPU ops (rocprof v1 keeps API calls and base kernel names only): the absence
+# of PyTorch ops there says nothing about the framework.
+NO_CPU_OPS = ("rocprof-json",)
 _PYTORCH_OP = re.compile(r"^(aten|autograd|c10d|profiler)::|^ProfilerStep#\d+$")
 # ATen's kernels: launched only by PyTorch (libtorch), whatever program calls it.
 _ATEN_KERNEL = re.compile(r"^(void )?at::native::|\bat::native::|^(void )?at_cuda_detail::|\bcunn_")
@@ -114,7 +117,7 @@ def detect_producer(trace: Trace) -> Producer:
     elif aten_kernel:
         framework = "pytorch"
         evidence.append(f"PyTorch's kernels without PyTorch ops on the CPU side ({aten_kernel[:60]})")
-    elif apis or cpu_names:
+    elif cpu_names or (apis and trace.meta.source_format not in NO_CPU_OPS):
         framework = "none"
         evidence.append("no PyTorch ops among the CPU-side names: a program without PyTorch")
     else:

@@ -1,7 +1,8 @@
 """Files -> :class:`Inputs`: traces, Nsight Compute kernel metrics, capture manifests, and the
 serving run's scheduler event log and load summary.
 
-:func:`load_inputs` takes whatever a user passes on the command line — Kineto traces, Nsight
+:func:`load_inputs` takes whatever a user passes on the command line — Kineto traces, rocprof (v1)
+JSON traces, Nsight
 Systems SQLite/CSV/report files, Nsight Compute reports or CSVs, capture folders, folders of
 rank traces, a scheduler event log (docs/SCHEDULER_LOG.md) and a ``tracestory load --json``
 summary — sniffs each one and returns what it holds. Each reader lives in its own module of
@@ -21,7 +22,7 @@ from typing import Callable
 from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
 from .capture_folder import MANIFEST, capture_root, load_artifact_folder
-from .files import check_sparse, read_head, refuse_special
+from .files import SNIFF_BYTES, check_sparse, read_head, refuse_special
 from .load_summary import LoadSummary, is_summary_file, read_summary
 from .scheduler_log import SchedulerLog, is_scheduler_log, read_scheduler_log
 from .telemetry import TelemetryLog, is_telemetry_file, read_telemetry
@@ -30,6 +31,7 @@ from .nsys_sqlite import load_nsys_sqlite
 from .nsys_rep import export_nsys_rep
 from .nsys_csv import load_nsys_csv
 from .ncu import load_ncu
+from .rocprof_json import is_rocprof_head, load_rocprof_json
 
 Progress = Callable[[int, int], None]
 
@@ -68,21 +70,27 @@ class Inputs:
 
 
 def sniff(path: Path) -> str:
-    """The format of one file: kineto, nsys-sqlite, nsys-rep, nsys-csv, ncu-rep, ncu-csv."""
+    """The format of one file: kineto, rocprof-json, nsys-sqlite, nsys-rep, nsys-csv, ncu-rep, ncu-csv.
+
+    A JSON document is rocprof's (v1) when its first 64 KiB hold one of the process names or
+    rocminfo keys rocprof writes (:func:`~.rocprof_json.is_rocprof_head`), else Kineto's."""
     name = path.name.lower().removesuffix(".gz")
     if name.endswith(".ncu-rep"):
         return "ncu-rep"
     if name.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
     check_sparse(path, refuse_special(path))  # before a byte is read: special files, sparse giants
-    head = read_head(path)  # at most 4 KiB; a gzip layer inflated (damage: one line)
+    # one read of at most 64 KiB, gzip inflated (damage: one line); the CSV and JSON-start checks
+    # look at its first 4 KiB, the rocprof markers at all of it
+    full = read_head(path, SNIFF_BYTES)
+    head = full[:4096]
     if head.startswith(b"SQLite format 3\x00"):
         return "nsys-sqlite"
     if name.endswith(".csv") or b'"Kernel Name"' in head or b"Time (%)" in head:
         return _sniff_csv(head, path)
     if name.endswith(".json") or head.lstrip()[:1] in (b"{", b"["):
-        return "kineto"
-    raise TraceFormatError(path, "a Kineto .json(.gz), nsys .sqlite/.nsys-rep/CSV or ncu .ncu-rep/CSV",
+        return "rocprof-json" if is_rocprof_head(full) else "kineto"
+    raise TraceFormatError(path, "a Kineto or rocprof .json(.gz), nsys .sqlite/.nsys-rep/CSV or ncu .ncu-rep/CSV",
                            f"an unrecognized file starting with {head[:16]!r}")
 
 
@@ -106,6 +114,8 @@ def load_file(path: str | os.PathLike, *, require_gpu: bool = True, progress: Pr
     kind = sniff(path)
     if kind == "kineto":
         return "traces", [load_kineto(path, require_gpu=require_gpu, progress=progress)]
+    if kind == "rocprof-json":
+        return "traces", [load_rocprof_json(path, require_gpu=require_gpu)]
     if kind in ("nsys-sqlite", "nsys-rep"):
         if kind == "nsys-rep":
 

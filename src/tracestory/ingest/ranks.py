@@ -2,7 +2,7 @@
 
 Inputs (any mix, each given as a path or a glob pattern):
 
-* a Kineto trace per rank (``rank3.trace.json.gz``, ``worker_3.json``, ...);
+* a Kineto trace per rank (``rank3.trace.json.gz``, ``worker_3.json``, ...), or a rocprof (v1) JSON;
 * a folder of such traces, searched recursively;
 * a capture folder written by ``tracestory capture torch --torchrun N`` (it holds
   ``manifest.json`` and ``torch/rank<r>.trace.json.gz``; see :mod:`..capture.artifacts`);
@@ -36,6 +36,7 @@ from . import sniff
 from .capture_folder import load_artifact_folder
 from .files import sniff_head
 from .kineto import load_kineto
+from .rocprof_json import load_rocprof_json
 from .nsys_sqlite import load_nsys_sqlite
 from .nsys_rep import export_nsys_rep
 
@@ -52,7 +53,7 @@ class RankSource:
     """One file to load: a Kineto trace (one rank) or an nsys export (one rank per process)."""
 
     path: Path
-    kind: str               # "kineto", "nsys-sqlite" or "nsys-rep"
+    kind: str               # "kineto", "rocprof-json", "nsys-sqlite" or "nsys-rep"
     rank_hint: int | None   # distributedInfo in the file's head, else the file name; None if neither
 
 
@@ -81,7 +82,7 @@ def _peek_rank(path: Path) -> int | None:
 
 def _kind(path: Path) -> str | None:
     kind = sniff(path)
-    return kind if kind in ("kineto", "nsys-sqlite", "nsys-rep") else None
+    return kind if kind in ("kineto", "rocprof-json", "nsys-sqlite", "nsys-rep") else None
 
 
 def _files_of(raw: str | os.PathLike) -> list[Path]:
@@ -140,7 +141,7 @@ def rank_sources(inputs: Iterable[str | os.PathLike]) -> list[RankSource]:
                                            "a file of another kind (Nsight Compute or CSV)")
                 continue
             hint = _peek_rank(f) if kind == "kineto" else None
-            if hint is None and kind == "kineto":
+            if hint is None and kind in ("kineto", "rocprof-json"):
                 hint = rank_from_name(f)
             out.append(RankSource(path=f, kind=kind, rank_hint=hint))
     if not out:
@@ -154,6 +155,8 @@ def load_source(source: RankSource, *, require_gpu: bool = True) -> list[Trace]:
     module docstring); :func:`check_ranks` decides across sources."""
     if source.kind == "kineto":
         traces = [load_kineto(source.path, require_gpu=require_gpu)]
+    elif source.kind == "rocprof-json":
+        traces = [load_rocprof_json(source.path, require_gpu=require_gpu)]
     else:
         path = source.path
         if source.kind == "nsys-rep":
