@@ -31,7 +31,12 @@ def _producer(run) -> str:
              f"{p.graphs.graph_launches} graph launch{'es' if p.graphs.graph_launches != 1 else ''}"
              if p.graphs.graph_kernels else "", p.platform if p.platform != "unknown" else ""]
     detail = ", ".join(x for x in parts if x)
-    text = (f"Made by {what}" + (f": {detail}." if detail else ".")) if what else ""
+    if what:
+        text = f"Made by {what}" + (f": {detail}." if detail else ".")
+    elif detail:
+        text = f"Made by a program whose framework the trace cannot show: {detail}."
+    else:
+        text = ""
     if w.kind in _WORKLOAD_WORDS:
         text += f" Workload: {_WORKLOAD_WORDS[w.kind]} ({w.evidence[0]})." if w.evidence else ""
     elif w.kind == "unknown":
