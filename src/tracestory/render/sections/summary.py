@@ -43,7 +43,12 @@ def _producer(run) -> str:
         p.platform if p.platform != "unknown" else "",
     ]
     detail = ", ".join(x for x in parts if x)
-    text = (f"Made by {what}" + (f": {detail}." if detail else ".")) if what else ""
+    if what:
+        text = f"Made by {what}" + (f": {detail}." if detail else ".")
+    elif detail:
+        text = f"Made by a program whose framework the trace cannot show: {detail}."
+    else:
+        text = ""
     if w.kind in _WORKLOAD_WORDS:
         text += f" Workload: {_WORKLOAD_WORDS[w.kind]} ({w.evidence[0]})." if w.evidence else ""
     elif w.kind == "unknown":
