@@ -29,7 +29,8 @@ def cpu_profiler(f: RunFacts) -> str:
     if f.producer.is_pytorch:
         return "py-spy, or torch.profiler with with_stack=True"
     return {"CUDA": "perf, or nsys with CPU sampling", "ROCm": "perf, or rocprofv3 with host tracing"}.get(
-        f.platform, "perf, or the profiler of the GPU vendor with CPU sampling")
+        f.platform, "perf, or the profiler of the GPU vendor with CPU sampling"
+    )
 
 
 def graph_capture(f: RunFacts) -> str | None:
@@ -40,15 +41,23 @@ def graph_capture(f: RunFacts) -> str | None:
         return None
     if f.in_use.graphs:
         share = g.graph_time_fraction or 0.0
-        return (f"move more of the step into graphs ({share * 100:.1f}% of kernel time is replayed from "
-                f"{g.graph_launches} graph launch{'es' if g.graph_launches != 1 else ''} already; the rest runs "
-                "outside them: graph breaks, eager ops, dynamic shapes)")
+        return (
+            f"move more of the step into graphs ({share * 100:.1f}% of kernel time is replayed from "
+            f"{g.graph_launches} graph launch{'es' if g.graph_launches != 1 else ''} already; the rest runs "
+            "outside them: graph breaks, eager ops, dynamic shapes)"
+        )
     hip = f.platform == "ROCm"
     if f.producer.is_pytorch:
-        return ("capture the step in " + ("HIP graphs" if hip else "CUDA Graphs")
-                + " (torch.compile mode='reduce-overhead' or torch.cuda.graphs)")
-    return ("capture the launch sequence in a " + ("HIP graph (hipStreamBeginCapture / hipGraphLaunch)" if hip
-                                                    else "CUDA graph (cudaStreamBeginCapture / cudaGraphLaunch)"))
+        return (
+            "capture the step in "
+            + ("HIP graphs" if hip else "CUDA Graphs")
+            + " (torch.compile mode='reduce-overhead' or torch.cuda.graphs)"
+        )
+    return "capture the launch sequence in a " + (
+        "HIP graph (hipStreamBeginCapture / hipGraphLaunch)"
+        if hip
+        else "CUDA graph (cudaStreamBeginCapture / cudaGraphLaunch)"
+    )
 
 
 def fusion(f: RunFacts) -> str:
@@ -67,12 +76,15 @@ def fusion(f: RunFacts) -> str:
     compile_ = f.producer.is_pytorch and not use.compiled and len(f.trace.ops) > 0
     engine = f.producer.engine
     if engine == "vLLM":
-        return ("fuse the small ops: vLLM compiles the model (torch.compile) and fuses them unless --enforce-eager "
-                "or a compilation level of 0 is set; check the compilation config" + ("; " + "; ".join(blocks)
-                                                                                     if blocks else ""))
+        return (
+            "fuse the small ops: vLLM compiles the model (torch.compile) and fuses them unless --enforce-eager "
+            "or a compilation level of 0 is set; check the compilation config"
+            + ("; " + "; ".join(blocks) if blocks else "")
+        )
     if engine == "SGLang":
-        return ("fuse the small ops: SGLang runs torch.compile on the decode batch sizes with --enable-torch-compile"
-                + ("; " + "; ".join(blocks) if blocks else ""))
+        return "fuse the small ops: SGLang runs torch.compile on the decode batch sizes with --enable-torch-compile" + (
+            "; " + "; ".join(blocks) if blocks else ""
+        )
     if compile_ and blocks:
         return "fuse the small ops: torch.compile (Inductor) fuses elementwise chains, or use " + "; ".join(blocks)
     if compile_:
@@ -80,10 +92,13 @@ def fusion(f: RunFacts) -> str:
     if blocks:
         return "fuse the small ops: " + "; ".join(blocks)
     if use.compiled:
-        return ("the run is compiled already: look at the small kernels it still launches (graph breaks, ops "
-                "Inductor does not fuse) in the top kernels table")
-    return ("fuse the small kernels into fewer, larger ones (one pass over memory per fused chain) "
-            "and launch fewer of them")
+        return (
+            "the run is compiled already: look at the small kernels it still launches (graph breaks, ops "
+            "Inductor does not fuse) in the top kernels table"
+        )
+    return (
+        "fuse the small kernels into fewer, larger ones (one pass over memory per fused chain) and launch fewer of them"
+    )
 
 
 def memory_bound(f: RunFacts) -> str:
@@ -91,9 +106,12 @@ def memory_bound(f: RunFacts) -> str:
     low = f.in_use.low_precision_gemm
     if f.workload.decodes:
         kv = "" if "fp8" in low or "int8" in low else " and KV cache"
-        clauses = [f"lower-precision weights{kv} (fp8/int8/int4)" if not low else
-                   f"a quantized KV cache (the weights already run in {', '.join(low)})",
-                   "batch more sequences per weight read (decode reads every weight once per step)"]
+        clauses = [
+            f"lower-precision weights{kv} (fp8/int8/int4)"
+            if not low
+            else f"a quantized KV cache (the weights already run in {', '.join(low)})",
+            "batch more sequences per weight read (decode reads every weight once per step)",
+        ]
         head = "move fewer bytes per token: "
     else:
         clauses = [] if low else ["lower-precision data where accuracy allows"]
@@ -105,10 +123,13 @@ def memory_bound(f: RunFacts) -> str:
 def compute_bound(f: RunFacts) -> str:
     low = f.in_use.low_precision_gemm
     if low:
-        return (f"the GEMMs already run in {', '.join(low)}: check tile shapes and padding, or do less work "
-                "(skip padding, exploit sparsity or causality)")
-    return ("use a faster math path (" + precision_path(f) + ") or less work (skip padding, exploit sparsity or "
-            "causality)")
+        return (
+            f"the GEMMs already run in {', '.join(low)}: check tile shapes and padding, or do less work "
+            "(skip padding, exploit sparsity or causality)"
+        )
+    return (
+        "use a faster math path (" + precision_path(f) + ") or less work (skip padding, exploit sparsity or causality)"
+    )
 
 
 def precision_path(f: RunFacts) -> str:
@@ -132,10 +153,14 @@ def gemm(f: RunFacts) -> str:
     low = f.in_use.low_precision_gemm
     conv = " (and convolution)" if f.workload.has("conv") else ""
     if low:
-        return (f"check the GEMM{conv} shapes: larger batches per GEMM and dimensions that fill the matrix-unit "
-                f"tiles; the GEMMs already run in {', '.join(low)}")
-    return (f"check the GEMM{conv} shapes and precision: larger batches per GEMM, dimensions multiples of 64/128 "
-            f"for the {'matrix' if f.platform == 'ROCm' else 'tensor'} cores, and {precision_path(f)}")
+        return (
+            f"check the GEMM{conv} shapes: larger batches per GEMM and dimensions that fill the matrix-unit "
+            f"tiles; the GEMMs already run in {', '.join(low)}"
+        )
+    return (
+        f"check the GEMM{conv} shapes and precision: larger batches per GEMM, dimensions multiples of 64/128 "
+        f"for the {'matrix' if f.platform == 'ROCm' else 'tensor'} cores, and {precision_path(f)}"
+    )
 
 
 def communication(f: RunFacts) -> str:
@@ -144,41 +169,55 @@ def communication(f: RunFacts) -> str:
     names = " ".join(t.name(int(c)) for c in set(t.kernels["name"][:200_000].tolist())).lower()
     if "alltoall" in names or "all_to_all" in names or ("dispatch" in names and "combine" in names):
         what = "embedding rows per rank" if f.workload.kind == "recommender" else "tokens per expert"
-        return (f"balance what each rank sends in the all-to-all ({what}) and overlap the exchange with compute "
-                "(pipeline the next micro-batch's exchange)")
+        return (
+            f"balance what each rank sends in the all-to-all ({what}) and overlap the exchange with compute "
+            "(pipeline the next micro-batch's exchange)"
+        )
     if f.producer.mode == "training" and any(n in names for n in ("allreduce", "reduce_scatter", "reducescatter")):
-        return ("overlap gradient collectives with the backward pass (DDP/FSDP bucketing, larger buckets) or "
-                "reduce their volume (lower-precision gradients)")
+        return (
+            "overlap gradient collectives with the backward pass (DDP/FSDP bucketing, larger buckets) or "
+            "reduce their volume (lower-precision gradients)"
+        )
     if f.producer.mode == "inference":
-        return ("overlap the tensor-parallel collectives with compute (async TP, fused all-reduce + norm, one-shot "
-                "all-reduce for small messages) or use fewer ranks for small batches")
+        return (
+            "overlap the tensor-parallel collectives with compute (async TP, fused all-reduce + norm, one-shot "
+            "all-reduce for small messages) or use fewer ranks for small batches"
+        )
     return "overlap the collectives with compute or send less per step"
 
 
 def attention(f: RunFacts) -> str:
     use = f.in_use
     if f.workload.has("unfused_attention") and not use.fused_attention:
-        return ("replace the unfused attention (batched GEMMs with a softmax between them) by a fused kernel "
-                + ("(torch.nn.functional.scaled_dot_product_attention)" if f.producer.is_pytorch else
-                   "(FlashAttention-style)"))
+        return "replace the unfused attention (batched GEMMs with a softmax between them) by a fused kernel " + (
+            "(torch.nn.functional.scaled_dot_product_attention)" if f.producer.is_pytorch else "(FlashAttention-style)"
+        )
     if use.fused_attention:
         if f.workload.decodes and not use.split_kv:
-            return (f"attention already runs in fused kernels ({use.fused_attention}); for decode, a kernel "
-                    "that splits the KV length across blocks (split-KV / flash-decoding) keeps the GPU full at "
-                    "small batch")
-        return (f"attention already runs in fused kernels ({use.fused_attention}): check its shapes (head dim, "
-                "sequence padding) and profile the top attention kernel with " + kernel_profiler(f))
+            return (
+                f"attention already runs in fused kernels ({use.fused_attention}); for decode, a kernel "
+                "that splits the KV length across blocks (split-KV / flash-decoding) keeps the GPU full at "
+                "small batch"
+            )
+        return (
+            f"attention already runs in fused kernels ({use.fused_attention}): check its shapes (head dim, "
+            "sequence padding) and profile the top attention kernel with " + kernel_profiler(f)
+        )
     return "use a fused attention kernel suited to the phase"
 
 
 def copies(f: RunFacts, top_kind: str | None) -> str:
     if top_kind == "memcpy_dtod":
-        return ("most copy time is device-to-device: look for layout copies (.contiguous(), transposes, "
-                "concatenations) and copies into communication or cache buffers that an in-place or fused op "
-                "would avoid")
+        return (
+            "most copy time is device-to-device: look for layout copies (.contiguous(), transposes, "
+            "concatenations) and copies into communication or cache buffers that an in-place or fused op "
+            "would avoid"
+        )
     if top_kind == "memset":
         return "avoid re-zeroing buffers every step (reuse them, or allocate without zeroing)"
     if f.producer.is_pytorch:
-        return ("remove host<->device copies from the step (pinned memory, keep tensors on the GPU, avoid "
-                ".item()/.cpu() in the loop)")
+        return (
+            "remove host<->device copies from the step (pinned memory, keep tensors on the GPU, avoid "
+            ".item()/.cpu() in the loop)"
+        )
     return "remove host<->device copies from the loop (pinned memory, keep data on the GPU, copy asynchronously)"

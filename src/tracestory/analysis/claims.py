@@ -20,10 +20,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .facts import RunFacts
-from .findings import (SEVERITIES, Finding, rule_bound, rule_communication, rule_cpu_stall, rule_critical_path,
-                       rule_dominant_category, rule_eager_fusion, rule_first_step, rule_gpu_idle, rule_graph_replay,
-                       rule_memcpy_share, rule_memory, rule_occupancy, rule_small_grids, rule_step_outlier,
-                       rule_step_trend, rule_trace_kind)
+from .findings import (
+    SEVERITIES,
+    Finding,
+    rule_bound,
+    rule_communication,
+    rule_cpu_stall,
+    rule_critical_path,
+    rule_dominant_category,
+    rule_eager_fusion,
+    rule_first_step,
+    rule_gpu_idle,
+    rule_graph_replay,
+    rule_memcpy_share,
+    rule_memory,
+    rule_occupancy,
+    rule_small_grids,
+    rule_step_outlier,
+    rule_step_trend,
+    rule_trace_kind,
+)
 from .workload import LLM
 
 TIMELINE = frozenset({"timeline"})
@@ -44,8 +60,12 @@ class Applies:
         """Why the rule does not apply to ``f`` (None when it does)."""
         if f.kind.kind not in self.kinds:
             return f"the trace is a {f.kind.kind.replace('_', ' ')}, not a " + " or ".join(sorted(self.kinds))
-        checks = (("workload", self.workloads, f.workload.kind), ("platform", self.platforms, f.platform),
-                  ("framework", self.frameworks, f.producer.framework), ("mode", self.modes, f.producer.mode))
+        checks = (
+            ("workload", self.workloads, f.workload.kind),
+            ("platform", self.platforms, f.platform),
+            ("framework", self.frameworks, f.producer.framework),
+            ("mode", self.modes, f.producer.mode),
+        )
         for what, allowed, value in checks:
             if allowed is not None and value not in allowed:
                 return f"{what} is {value}"
@@ -57,7 +77,7 @@ class Rule:
     name: str
     check: Callable[[RunFacts], list[Finding]]
     applies: Applies = Applies()
-    explains: tuple[str, ...] = ()     # rules whose finding this one names the cause of
+    explains: tuple[str, ...] = ()  # rules whose finding this one names the cause of
 
 
 NOT_A_TIMELINE = frozenset({"stream_capture", "range_profiler", "summary_only", "empty"})
@@ -85,21 +105,25 @@ RULES: tuple[Rule, ...] = (
 def basis(f: RunFacts) -> tuple[str, ...]:
     """The facts every claim about ``f`` rests on, as short phrases."""
     w = f.workload
-    return (f"trace kind: {f.kind.kind}", f"platform: {f.platform}", f"framework: {f.producer.framework}",
-            f"workload: {w.kind}" + (f" ({w.evidence[0]})" if w.evidence else ""))
+    return (
+        f"trace kind: {f.kind.kind}",
+        f"platform: {f.platform}",
+        f"framework: {f.producer.framework}",
+        f"workload: {w.kind}" + (f" ({w.evidence[0]})" if w.evidence else ""),
+    )
 
 
 def _ordered(found: list[tuple[Rule, Finding]]) -> tuple[Finding, ...]:
     sev = {s: i for i, s in enumerate(SEVERITIES)}
     by_rule = {r.name: i for i, r in enumerate(RULES)}
-    present = {fd.rule: (by_rule[rule.name], fd) for rule, fd in found}   # finding name -> (its rule's place, it)
+    present = {fd.rule: (by_rule[rule.name], fd) for rule, fd in found}  # finding name -> (its rule's place, it)
     keyed = []
     for i, (rule, fd) in enumerate(found):
         key = (sev[fd.severity], by_rule[rule.name], 0, i)
         explained = [present[e] for e in rule.explains if e in present]
         if explained and fd.severity in ("high", "medium"):
             place, target = min(explained, key=lambda x: (sev[x[1].severity], x[0]))
-            if sev[fd.severity] <= sev[target.severity]:   # a cause as weighty as what it explains goes first
+            if sev[fd.severity] <= sev[target.severity]:  # a cause as weighty as what it explains goes first
                 key = (sev[target.severity], place, -1, i)
         keyed.append((key, fd))
     return tuple(fd for _, fd in sorted(keyed, key=lambda kv: kv[0]))
@@ -121,11 +145,16 @@ def withheld(f: RunFacts) -> tuple[str, ...]:
     """What these inputs cannot tell, where it hides advice a reader would look for."""
     out = []
     if f.workload.kind == "unknown" and f.kind.kind == "timeline":
-        out.append("the names in the trace do not show what the workload is (" + f.workload.evidence[0]
-                   + "): advice that depends on the kind of model is withheld")
+        out.append(
+            "the names in the trace do not show what the workload is ("
+            + f.workload.evidence[0]
+            + "): advice that depends on the kind of model is withheld"
+        )
     if f.kind.kind not in ("timeline",):
-        out.append(f"the trace is a {f.kind.kind.replace('_', ' ')}: no timeline verdict (idle time, launch cost, "
-                   "critical path, steps) is given")
+        out.append(
+            f"the trace is a {f.kind.kind.replace('_', ' ')}: no timeline verdict (idle time, launch cost, "
+            "critical path, steps) is given"
+        )
     return tuple(out)
 
 

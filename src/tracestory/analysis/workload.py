@@ -68,8 +68,21 @@ from ..trace import Trace
 from ..units import fmt_pct
 from .producer import Producer
 
-WORKLOADS = ("llm_decode", "llm_prefill", "llm_generate", "llm_serving", "llm_training", "transformer", "vision",
-             "diffusion", "recommender", "speech", "ml_other", "non_ml", "unknown")
+WORKLOADS = (
+    "llm_decode",
+    "llm_prefill",
+    "llm_generate",
+    "llm_serving",
+    "llm_training",
+    "transformer",
+    "vision",
+    "diffusion",
+    "recommender",
+    "speech",
+    "ml_other",
+    "non_ml",
+    "unknown",
+)
 LLM = frozenset({"llm_decode", "llm_prefill", "llm_generate", "llm_serving", "llm_training"})
 DECODING = frozenset({"llm_decode", "llm_generate", "llm_serving"})
 MIN_KERNELS = 10
@@ -79,38 +92,74 @@ PREFILL_ROWS = 128
 _I = re.IGNORECASE
 # signal -> (pattern on CPU op and range names, pattern on kernel names); None: not read there
 _NAME_SIGNALS: dict[str, tuple[re.Pattern | None, re.Pattern | None]] = {
-    "conv": (re.compile(r"^aten::(conv[23]d|conv_transpose[23]d|cudnn_convolution|miopen_convolution|"
-                        r"mkldnn_convolution|_convolution$|convolution$)", _I),
-             re.compile(r"convolv|winograd|fprop|dgrad|wgrad|implicit_?gemm|conv2d|conv_fwd|naive_conv|"
-                        r"igemm_fwd|ConvolutionForward", _I)),
+    "conv": (
+        re.compile(
+            r"^aten::(conv[23]d|conv_transpose[23]d|cudnn_convolution|miopen_convolution|"
+            r"mkldnn_convolution|_convolution$|convolution$)",
+            _I,
+        ),
+        re.compile(
+            r"convolv|winograd|fprop|dgrad|wgrad|implicit_?gemm|conv2d|conv_fwd|naive_conv|"
+            r"igemm_fwd|ConvolutionForward",
+            _I,
+        ),
+    ),
     "conv1d": (re.compile(r"^aten::conv1d$"), None),
-    "batch_norm": (re.compile(r"^aten::(batch_norm|cudnn_batch_norm|native_batch_norm|miopen_batch_norm|"
-                              r"_batch_norm_impl_index)", _I),
-                   re.compile(r"bn_fw|bn_bw|batch_?norm", _I)),
+    "batch_norm": (
+        re.compile(
+            r"^aten::(batch_norm|cudnn_batch_norm|native_batch_norm|miopen_batch_norm|"
+            r"_batch_norm_impl_index)",
+            _I,
+        ),
+        re.compile(r"bn_fw|bn_bw|batch_?norm", _I),
+    ),
     "group_norm": (re.compile(r"^aten::(group_norm|native_group_norm)", _I), re.compile(r"group_?norm", _I)),
     "layer_norm": (re.compile(r"^aten::(layer_norm|native_layer_norm)", _I), re.compile(r"layer_?norm", _I)),
-    "pooling": (re.compile(r"^aten::(max_pool[123]d|avg_pool[123]d|adaptive_(avg|max)_pool[123]d)", _I),
-                re.compile(r"max_pool|avg_pool|pooling_fw|AdaptiveAvg|AdaptiveMax", _I)),
+    "pooling": (
+        re.compile(r"^aten::(max_pool[123]d|avg_pool[123]d|adaptive_(avg|max)_pool[123]d)", _I),
+        re.compile(r"max_pool|avg_pool|pooling_fw|AdaptiveAvg|AdaptiveMax", _I),
+    ),
     "upsample": (re.compile(r"^aten::upsample_", _I), re.compile(r"upsample", _I)),
     "embedding": (re.compile(r"^aten::embedding$"), None),
-    "embedding_bag": (re.compile(r"^aten::_?embedding_bag|^fbgemm::.*embedding|torchrec", _I),
-                      re.compile(r"embedding_bag|split_embedding|batched_embedding", _I)),
+    "embedding_bag": (
+        re.compile(r"^aten::_?embedding_bag|^fbgemm::.*embedding|torchrec", _I),
+        re.compile(r"embedding_bag|split_embedding|batched_embedding", _I),
+    ),
     "stft": (re.compile(r"^aten::stft$"), None),
-    "attention": (re.compile(r"^aten::(scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_\w+|"
-                             r"_efficient_attention_\w+)|unified_attention|^vllm::.*attention|flash_attn", _I), None),
-    "rms_norm_fused": (re.compile(r"rms_?norm", _I),
-                       re.compile(r"rms_?norm|^triton_\w*(pow\w*mean|mean\w*pow)\w*rsqrt", _I)),
-    "gated_act_fused": (re.compile(r"silu_and_mul|act_and_mul|gelu_and_mul|swiglu", _I),
-                        re.compile(r"silu_and_mul|act_and_mul|gelu_and_mul|swiglu|^triton_\w*(mul\w*silu|silu\w*mul)",
-                                   _I)),
+    "attention": (
+        re.compile(
+            r"^aten::(scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_\w+|"
+            r"_efficient_attention_\w+)|unified_attention|^vllm::.*attention|flash_attn",
+            _I,
+        ),
+        None,
+    ),
+    "rms_norm_fused": (
+        re.compile(r"rms_?norm", _I),
+        re.compile(r"rms_?norm|^triton_\w*(pow\w*mean|mean\w*pow)\w*rsqrt", _I),
+    ),
+    "gated_act_fused": (
+        re.compile(r"silu_and_mul|act_and_mul|gelu_and_mul|swiglu", _I),
+        re.compile(r"silu_and_mul|act_and_mul|gelu_and_mul|swiglu|^triton_\w*(mul\w*silu|silu\w*mul)", _I),
+    ),
     "rope_fused": (re.compile(r"rotary|_rope|rope_", _I), re.compile(r"rotary|_rope|rope_", _I)),
-    "paged_kv": (re.compile(r"reshape_and_cache|paged_attention|store_kvcache", _I),
-                 re.compile(r"paged_attention|reshape_and_cache|store_kvcache|BatchDecodeWithPaged|"
-                            r"_copy_page_indices|PagedAttention", _I)),
-    "split_kv": (None, re.compile(r"splitkv|split_kv|flash_?decoding|ll4mi_reduce|paged_attention_v2|"
-                                  r"flex_decoding|combine_kernel", _I)),
-    "decode_ranges": (re.compile(r"\bdecode(?!r)|step\[DECODE|execute_(\d+_)?context_0\b|_generation_[1-9]", _I),
-                      None),
+    "paged_kv": (
+        re.compile(r"reshape_and_cache|paged_attention|store_kvcache", _I),
+        re.compile(
+            r"paged_attention|reshape_and_cache|store_kvcache|BatchDecodeWithPaged|"
+            r"_copy_page_indices|PagedAttention",
+            _I,
+        ),
+    ),
+    "split_kv": (
+        None,
+        re.compile(
+            r"splitkv|split_kv|flash_?decoding|ll4mi_reduce|paged_attention_v2|"
+            r"flex_decoding|combine_kernel",
+            _I,
+        ),
+    ),
+    "decode_ranges": (re.compile(r"\bdecode(?!r)|step\[DECODE|execute_(\d+_)?context_0\b|_generation_[1-9]", _I), None),
     "prefill_ranges": (re.compile(r"\bprefill|step\[(EXTEND|PREFILL)|execute_(\d+_)?context_[1-9]", _I), None),
 }
 _CONV_2D_OP = re.compile(r"^aten::(conv[23]d|conv_transpose[23]d)$")
@@ -118,19 +167,25 @@ _GEMM_OPS = re.compile(r"^aten::(linear|mm|addmm|matmul|_scaled_mm|bmm)$")
 _GEMM_KERNEL = re.compile(r"gemm|nvjet|cutlass|xmma|Cijk_|cublas|hipblaslt", _I)
 _ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|attn", _I)
 _DECODER_BLOCKS = ("rms_norm", "gated_act", "rope", "causal", "paged_kv", "engine")
-_BLOCK_WORDS = {"rms_norm": "RMSNorm", "gated_act": "gated activation", "rope": "rotary embedding",
-                "causal": "causal attention", "paged_kv": "paged KV cache", "engine": "a serving engine"}
+_BLOCK_WORDS = {
+    "rms_norm": "RMSNorm",
+    "gated_act": "gated activation",
+    "rope": "rotary embedding",
+    "causal": "causal attention",
+    "paged_kv": "paged KV cache",
+    "engine": "a serving engine",
+}
 
 
 @dataclass(frozen=True)
 class Workload:
     """The workload kind and the signals behind it (see the module docstring)."""
 
-    kind: str                                   # one of WORKLOADS
-    evidence: tuple[str, ...]                   # why this kind, one short phrase each
-    signals: tuple[tuple[str, str], ...]        # (signal, the name that showed it)
-    gemm_ops: int = 0                           # GEMM ops with a recorded input shape
-    small_gemm_share: float | None = None       # share of them with <= DECODE_ROWS rows
+    kind: str  # one of WORKLOADS
+    evidence: tuple[str, ...]  # why this kind, one short phrase each
+    signals: tuple[tuple[str, str], ...]  # (signal, the name that showed it)
+    gemm_ops: int = 0  # GEMM ops with a recorded input shape
+    small_gemm_share: float | None = None  # share of them with <= DECODE_ROWS rows
 
     def has(self, *signals: str) -> bool:
         """Whether any of ``signals`` was seen."""
@@ -188,8 +243,9 @@ def _first_dims(cell) -> list | None:
     return None
 
 
-def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np.ndarray,
-             unfused: tuple[str, ...]) -> dict[str, str]:
+def _signals(
+    trace: Trace, producer: Producer, attention_kernels: bool, rows: np.ndarray, unfused: tuple[str, ...]
+) -> dict[str, str]:
     ops = _unique_names(trace, trace.ops["name"])
     ranges = _unique_names(trace, trace.ranges["name"])
     kernels = _unique_names(trace, trace.kernels["name"])
@@ -200,8 +256,9 @@ def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np
 
     not_attention = [k for k in kernels if not _ATTENTION_KERNEL.search(k)]
     for signal, (cpu_pat, kernel_pat) in _NAME_SIGNALS.items():
-        hit = first(ops if signal not in ("decode_ranges", "prefill_ranges") else ranges, cpu_pat) \
-            or first(not_attention if signal == "conv" else kernels, kernel_pat)
+        hit = first(ops if signal not in ("decode_ranges", "prefill_ranges") else ranges, cpu_pat) or first(
+            not_attention if signal == "conv" else kernels, kernel_pat
+        )
         if hit:
             found[signal] = hit[:80]
     opset = set(ops)
@@ -230,8 +287,9 @@ def _signals(trace: Trace, producer: Producer, attention_kernels: bool, rows: np
     if rows.size >= 4:
         small = float((rows <= DECODE_ROWS).mean())
         if small >= 0.5:
-            found["decode_shapes"] = (f"one-token decode steps: {fmt_pct(small)} of {rows.size} GEMM ops have <= "
-                                      f"{DECODE_ROWS} rows")
+            found["decode_shapes"] = (
+                f"one-token decode steps: {fmt_pct(small)} of {rows.size} GEMM ops have <= {DECODE_ROWS} rows"
+            )
         if (rows >= PREFILL_ROWS).any() and (found.get("causal") or found.get("prefill_ranges")):
             found["prefill_shapes"] = f"GEMM ops of up to {int(rows.max())} rows"
     gemm = first(kernels, _GEMM_KERNEL)
@@ -246,24 +304,28 @@ def _llm_kind(s: dict[str, str], producer: Producer) -> str:
     decode = "decode_shapes" in s or "decode_ranges" in s or "split_kv" in s
     prefill = "prefill_shapes" in s or "prefill_ranges" in s
     if producer.engine and decode == prefill:
-        return "llm_serving"    # an engine's batched steps: both kinds of work, or neither told apart
+        return "llm_serving"  # an engine's batched steps: both kinds of work, or neither told apart
     if decode and prefill:
         return "llm_generate"
     if decode:
         return "llm_decode"
-    return "llm_prefill"        # a forward over whole sequences, no one-token steps
+    return "llm_prefill"  # a forward over whole sequences, no one-token steps
 
 
-def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool = False,
-                      unfused_attention: tuple[str, ...] = ()) -> Workload:
+def classify_workload(
+    trace: Trace, producer: Producer, attention_kernels: bool = False, unfused_attention: tuple[str, ...] = ()
+) -> Workload:
     """The :class:`Workload` of one trace. ``attention_kernels``: kernels of the attention category
     ran (from the classification); ``unfused_attention``: the evidence of attention run as bmm +
     softmax ops (:func:`tracestory.analysis.kernels.unfused_attention`)."""
     rows = _gemm_rows(trace)
     s = _signals(trace, producer, attention_kernels, rows, unfused_attention)
     has = s.__contains__
-    blocks = {b: s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)
-              for b in _DECODER_BLOCKS if s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)}
+    blocks = {
+        b: s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)
+        for b in _DECODER_BLOCKS
+        if s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)
+    }
     decode = has("decode_shapes") or has("decode_ranges")
     cnn = has("conv") and (has("batch_norm") or has("group_norm") or has("pooling"))
     evidence: list[str] = []
@@ -271,35 +333,48 @@ def classify_workload(trace: Trace, producer: Producer, attention_kernels: bool 
     if has("embedding_bag") and not producer.engine:
         kind, evidence = "recommender", [f"embedding bags ({s['embedding_bag']})"]
     elif has("stft") or (has("conv1d") and not has("conv") and (has("attention") or has("unfused_attention"))):
-        kind, evidence = "speech", [f"audio front end ({s.get('stft') or s.get('conv1d')})"
-                                    + (" with a decoder" if decode else "")]
+        kind, evidence = (
+            "speech",
+            [f"audio front end ({s.get('stft') or s.get('conv1d')})" + (" with a decoder" if decode else "")],
+        )
     elif producer.engine or (not cnn and (len(blocks) >= 2 or (blocks and decode) or has("causal_op"))):
         kind = _llm_kind(s, producer)
         words = [_BLOCK_WORDS[b] + (" (decomposed)" if s.get(f"{b}_unfused") else "") for b in blocks]
-        evidence.append("decoder-LLM blocks: " + ", ".join(words)
-                        + ("; " + (s.get("decode_shapes") or "decode ranges") if decode else ""))
+        evidence.append(
+            "decoder-LLM blocks: "
+            + ", ".join(words)
+            + ("; " + (s.get("decode_shapes") or "decode ranges") if decode else "")
+        )
     elif has("group_norm") and has("conv") and (has("attention") or has("unfused_attention") or has("upsample")):
         kind = "diffusion"
-        evidence = [f"group norm ({s['group_norm']}) with convolutions ({s['conv']})"
-                    + (" and attention" if has("attention") or has("unfused_attention") else " and upsampling")]
+        evidence = [
+            f"group norm ({s['group_norm']}) with convolutions ({s['conv']})"
+            + (" and attention" if has("attention") or has("unfused_attention") else " and upsampling")
+        ]
     elif has("conv") and (has("batch_norm") or has("pooling")):
         kind = "vision"
-        evidence = [f"convolutions ({s['conv']}) with " + (f"batch norm ({s['batch_norm']})" if has("batch_norm")
-                                                         else f"pooling ({s['pooling']})")]
+        evidence = [
+            f"convolutions ({s['conv']}) with "
+            + (f"batch norm ({s['batch_norm']})" if has("batch_norm") else f"pooling ({s['pooling']})")
+        ]
     elif has("conv") and (has("attention") or has("unfused_attention")) and has("layer_norm"):
         kind, evidence = "vision", [f"convolutions ({s['conv']}) with attention and layer norm (a vision transformer)"]
     elif (has("attention") or has("unfused_attention")) and has("layer_norm"):
-        kind, evidence = "transformer", [f"attention ({s.get('attention') or s['unfused_attention']}) with "
-                                         f"layer norm and no decoder-LLM block"]
+        kind, evidence = (
+            "transformer",
+            [f"attention ({s.get('attention') or s['unfused_attention']}) with layer norm and no decoder-LLM block"],
+        )
     elif producer.is_pytorch and len(trace.kernels) >= MIN_KERNELS:
         kind, evidence = "ml_other", ["a PyTorch program whose ops name no model family"]
-    elif producer.framework == "none" and not (has("gemm_kernels") or has("conv") or has("attention")) \
-            and len(trace.kernels):
+    elif (
+        producer.framework == "none"
+        and not (has("gemm_kernels") or has("conv") or has("attention"))
+        and len(trace.kernels)
+    ):
         kind, evidence = "non_ml", ["no PyTorch, and no GEMM, convolution or attention library kernel"]
     elif has("conv") and len(trace.kernels) >= MIN_KERNELS:
         kind, evidence = "vision", [f"convolution kernels ({s['conv']})"]
     if kind == "unknown":
-        evidence = [f"{len(trace.kernels)} kernels and {len(trace.ops)} CPU ops: not enough names to tell the "
-                    "workload"]
+        evidence = [f"{len(trace.kernels)} kernels and {len(trace.ops)} CPU ops: not enough names to tell the workload"]
     small = float((rows <= DECODE_ROWS).mean()) if rows.size else None
     return Workload(kind, tuple(evidence), tuple(sorted(s.items())), int(rows.size), small)
