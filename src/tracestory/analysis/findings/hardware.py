@@ -28,10 +28,7 @@ from .. import advice
 from ..facts import RunFacts
 from .base import Evidence, Finding
 from ...units import fmt_pct
-from ...specs import peaks_for
 from ..hardware import waves
-from ..ncu_join import join_ncu
-from ..roofline import estimate_roofline, roofline
 
 HEADROOM = 0.6
 LATENCY_PCT = 0.1
@@ -39,53 +36,23 @@ ACHIEVED_GAP = 0.8
 TOP = 3
 
 
-def metrics_list(kernel_metrics) -> list:
-    """``KernelMetrics``, a list of them, or ``Inputs.kernel_metrics`` ``(path, km)`` pairs -> list."""
-    if kernel_metrics is None:
-        return []
-    if hasattr(kernel_metrics, "kernels"):
-        return [kernel_metrics]
-    return [km[1] if isinstance(km, tuple) else km for km in kernel_metrics]
-
-
-def _peaks_for(name, peaks):
-    if peaks is not None or not name:
-        return peaks
-    return peaks_for(name)
-
-
-def roofline_points(a, kernel_metrics=None, peaks=None, hardware=None, estimate=None) -> tuple[list, bool]:
-    """(roofline points, estimated?) for a trace: ncu counters when given, else the estimate.
-    ``hardware`` (the ncu inputs' precomputed rooflines, objects with ``.roofline``) and
-    ``estimate`` (the trace's precomputed shape estimate) are used as given."""
+def roofline_points(hardware, estimate) -> tuple[list, bool]:
+    """(roofline points, estimated?): the Nsight Compute inputs' rooflines when there are any, else
+    the trace's shape estimate (both computed once, by the facts)."""
     if hardware:
         return [p for h in hardware for p in h.roofline.points], False
-    kms = metrics_list(kernel_metrics)
-    dev = a.trace.meta.devices[0].name if a is not None and a.trace.meta.devices else None
-    if kms:
-        pts = []
-        for km in kms:
-            pts += list(roofline(km, _peaks_for(km.device_name or dev, peaks)).points)
-        return pts, False
-    if a is None:
-        return [], True
-    if estimate is not None:
-        return list(estimate.points), True
-    return list(estimate_roofline(a.trace, _peaks_for(dev, peaks)).points), True
+    return (list(estimate.points) if estimate is not None else []), True
 
 
-def trace_time_by_name(a, kernel_metrics, joins=None) -> dict[str, int]:
-    """For each ncu kernel name, the trace's total time of the kernel it joins to
-    (``ncu_join``: name key and launch order; the matched trace name's summed durations).
-    ``joins``: the precomputed join of each kernel-metrics input to this trace, in order.
-    Empty without a trace."""
-    if a is None or len(a.trace.kernels) == 0:
+def trace_time_by_name(a, hardware, joins) -> dict[str, int]:
+    """For each ncu kernel name, the trace's total time of the kernel it joins to (``ncu_join``: name
+    key and launch order; the matched trace name's summed durations), from the joins the facts made
+    (one per ncu input, in order). Empty without a trace."""
+    if a is None or len(a.trace.kernels) == 0 or not joins:
         return {}
     out: dict[str, int] = {}
-    kms = metrics_list(kernel_metrics)
-    for i, km in enumerate(kms):
-        join = joins[i] if joins is not None else join_ncu(a.trace, km)
-        for k in km.kernels:
+    for h, join in zip(hardware, joins):
+        for k in h.metrics.kernels:
             m = join.for_kernel(k.id)
             if m is not None and m.name_total_ns:
                 out.setdefault(k.name, int(m.name_total_ns))
@@ -115,25 +82,23 @@ def _by_name(points, weights: dict[str, int] | None = None) -> list[tuple[str, i
 
 def rule_bound(f: RunFacts) -> list[Finding]:
     """Memory- vs compute-bound kernels of one run (ncu counters, else the shape estimate)."""
-    return _bound(f.analysis, peaks=f.peaks, hardware=f.hardware, joins=f.joins or None, estimate=f.estimate,
-                  facts=f)
+    return _bound(f.analysis, f.hardware, f.joins, f.estimate, facts=f)
 
 
 def rule_occupancy(f: RunFacts) -> list[Finding]:
-    return _occupancy(f.analysis, peaks=f.peaks, hardware=f.hardware, graphs=bool(f.in_use.graphs))
+    return _occupancy(f.analysis, f.hardware, graphs=bool(f.in_use.graphs))
 
 
 def ncu_only_findings(hardware) -> list[Finding]:
     """Roofline and occupancy findings of Nsight Compute inputs without a trace."""
-    return _bound(None, hardware=hardware) + _occupancy(None, hardware=hardware)
+    return _bound(None, hardware, (), None) + _occupancy(None, hardware)
 
 
-def _bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, estimate=None,
-           facts: RunFacts | None = None) -> list[Finding]:
-    if hardware:
-        kernel_metrics = [h.metrics for h in hardware]
-    pts, est = roofline_points(a, kernel_metrics, peaks, hardware, estimate)
-    weights = trace_time_by_name(a, kernel_metrics, joins) if not est else None
+def _bound(a, hardware, joins, estimate, facts: RunFacts | None = None) -> list[Finding]:
+    """The bound finding over ``hardware``'s rooflines (weighted by the joined trace's time) or the
+    trace's shape ``estimate``; ``facts`` (None for ncu alone) picks the advice."""
+    pts, est = roofline_points(hardware, estimate)
+    weights = trace_time_by_name(a, hardware, joins) if not est else None
     rows = _by_name(pts, weights)
     if not rows:
         return []
@@ -207,10 +172,10 @@ def _bound(a, kernel_metrics=None, peaks=None, hardware=None, joins=None, estima
     return [Finding("bound", sev, title, tuple(ev), imp, rec)]
 
 
-def _kernels(kernel_metrics) -> list:
+def _kernels(hardware) -> list:
     """The ncu kernel records, the longest record per name, longest first."""
     best: dict[str, object] = {}
-    for km in metrics_list(kernel_metrics):
+    for km in (h.metrics for h in hardware):
         for k in km.kernels:
             cur = best.get(k.name)
             if cur is None or (k.duration_ns or 0) > (cur.duration_ns or 0):
@@ -227,13 +192,11 @@ _FIX = {
 }
 
 
-def _occupancy(a, kernel_metrics=None, peaks=None, hardware=None, graphs: bool = False) -> list[Finding]:
-    if hardware:
-        kernel_metrics = [h.metrics for h in hardware]
-    ks = _kernels(kernel_metrics)
+def _occupancy(a, hardware, graphs: bool = False) -> list[Finding]:
+    ks = _kernels(hardware or ())
     if not ks:
         return []
-    pts, _ = roofline_points(a, kernel_metrics, peaks, hardware)
+    pts, _ = roofline_points(hardware, None)
     pct = {}
     for p in pts:
         if p.pct_of_roof is not None:
