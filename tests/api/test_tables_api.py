@@ -121,7 +121,7 @@ def test_report_and_json_carry_the_ten_largest_op_groups(tmp_path):
     assert [r["gpu_ns"] for r in rows] == [ns for _, ns in want]
     assert {(r["name"], json.dumps(json.loads(r["input_dims"]))) for r in rows} == {(k[0], k[1]) for k, _ in want}
     text = md.read_text()
-    part = text[text.index("**GPU time per operator**"):text.index("**Phases**")]
+    part = text[text.index("**GPU time per operator**"):text.index("**Timeline**")]
     # by hand from the file: 17 aten::linear calls on [[1, 141, 512], [512, 512], [512]] lead
     assert "| `aten::linear` | `[[1, 141, 512], [512, 512], [512]]` |" in part.splitlines()[4]
     assert sum(1 for ln in part.splitlines() if ln.startswith("| `aten::")) == 10

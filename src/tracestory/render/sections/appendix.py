@@ -106,25 +106,26 @@ def _appendix(runs, inputs, command) -> list[str]:
             "llrrrr",
         )
         out += [""] + operators_part(run)
-        out += [f"**Phases** (source: {phs.source})", ""]
-        out += md_table(
-            ("#", "phase", "CPU wall (ms)", "GPU span (ms)", "GPU busy (ms)", "kernels", "memops"),
-            [
-                (
-                    p.index,
-                    p.name,
-                    fmt_ms(p.wall_ns),
-                    fmt_ms(p.gpu_span_ns),
-                    fmt_ms(p.gpu_busy_ns),
-                    p.kernel_count,
-                    p.memop_count,
-                )
-                for p in phs.phases[:64]
-            ],
-            "rlrrrrr",
-        )
-        if len(phs.phases) > 64:
-            out.append(f"({len(phs.phases) - 64} more phases not listed)")
+        if len(phs.phases) > 1:  # one phase is the whole story above, with these numbers
+            out += [f"**Phases** (source: {phs.source})", ""]
+            out += md_table(
+                ("#", "phase", "CPU wall (ms)", "GPU span (ms)", "GPU busy (ms)", "kernels", "memops"),
+                [
+                    (
+                        p.index,
+                        p.name,
+                        fmt_ms(p.wall_ns),
+                        fmt_ms(p.gpu_span_ns),
+                        fmt_ms(p.gpu_busy_ns),
+                        p.kernel_count,
+                        p.memop_count,
+                    )
+                    for p in phs.phases[:64]
+                ],
+                "rlrrrrr",
+            )
+            if len(phs.phases) > 64:
+                out.append(f"({len(phs.phases) - 64} more phases not listed)")
         if tl is not None:
             out += ["", "**Timeline**", ""]
             ll = tl.launch_latency

@@ -21,13 +21,22 @@ def _surprises(findings, multigpu, multigpu_fs=()) -> list[str]:
     return [f"**Surprises**: none found by the checks for {checks}.", ""]
 
 
+EVIDENCE_SHOWN = 12  # evidence lines per finding in the report; the JSON holds every one
+
+
+def _evidence(f) -> list[str]:
+    lines = [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence[:EVIDENCE_SHOWN]]
+    rest = len(f.evidence) - EVIDENCE_SHOWN
+    return lines + ([f"- ({rest} more in the JSON output, `findings[].evidence`)"] if rest > 0 else [])
+
+
 def _multigpu_observations(multigpu, fs) -> list[str]:
     if multigpu is None:
         return []
     out = ["### Multi-GPU", ""]
     for i, f in enumerate(fs, 1):
         out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
-        out += [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence]
+        out += _evidence(f)
         out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
     return out
 
@@ -41,7 +50,7 @@ def _observations(findings, analyses) -> list[str]:
             out += ["No rule fired.", ""]
         for i, f in enumerate(fs, 1):
             out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
-            out += [f"- {e.label}: {fmt_evidence(e)}" for e in f.evidence]
+            out += _evidence(f)
             out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
     return out
 
