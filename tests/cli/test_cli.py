@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -76,9 +77,11 @@ def test_missing_file_exit_2(tmp_path, capsys):
 
 def test_demo_writes_report(tmp_path, capsys):
     assert main(["demo", "--output-dir", str(tmp_path / "d")]) == 0
-    printed = capsys.readouterr().out.strip()
+    printed = capsys.readouterr().out.split()
     report = tmp_path / "d" / "report.md"
-    assert printed == str(report)
+    # every file it wrote, the report first
+    assert printed == [str(report), str(tmp_path / "d" / "analysis.json"), str(tmp_path / "d" / "report.html")]
+    assert all(Path(p).is_file() for p in printed)
     text = report.read_text()
     assert text.startswith("# ") and "## Execution Story" in text
     assert json.loads((tmp_path / "d" / "analysis.json").read_text())["traces"][0]["gpu"]["kernel_count"] == 848

@@ -63,12 +63,21 @@ def test_bench_samples_by_default_beside_its_json(tmp_path, fake_nvml, capsys):
     assert f"telemetry: {path}" in capsys.readouterr().out
 
 
-def test_bench_on_an_explicit_cpu_does_not_sample(tmp_path, fake_nvml):
+def test_bench_says_it_is_a_gpu_benchmark_before_running_on_the_cpu(tmp_path, fake_nvml, capsys):
+    import torch
+
+    assert not torch.cuda.is_available()   # CI's torch is the CPU build
+    _bench(tmp_path)
+    assert "bench llama: no CUDA GPU here: this is a GPU benchmark" in capsys.readouterr().err
+
+
+def test_bench_on_an_explicit_cpu_does_not_sample(tmp_path, fake_nvml, capsys):
     from tracestory.cli import main as cli_main
 
     rc = cli_main(["bench", "llama", "--preset", "tiny", "--device", "cpu", "--layers", "1", "--kv-len", "4",
                    "--warmup-ms", "0", "--rep-ms", "0", "--json", str(tmp_path / "l.json")])
     assert rc == 0 and not (tmp_path / "l.telemetry.jsonl").exists() and fake_nvml.calls == 0
+    assert "no CUDA GPU here" not in capsys.readouterr().err   # --device cpu asked for it
 
 
 def test_bench_skip_power_monitor_writes_no_file(tmp_path, fake_nvml):

@@ -431,6 +431,7 @@ def _runner(w: Workload):
 
     def _run(args) -> int:
         common.require_package("torch", f"tracestory bench {w.name}", "torch")
+        _warn_without_gpu(w.name, getattr(args, "device", "auto"))
         if w.check is not None:
             w.check(args)
         prof = getattr(args, "profile", None)
@@ -443,6 +444,16 @@ def _runner(w: Workload):
         return rc
 
     return run
+
+
+def _warn_without_gpu(name: str, device: str | None) -> None:
+    """Say, before a long silence, that a GPU benchmark is about to run on the CPU (``--device auto``
+    on a machine without CUDA); an explicit ``--device cpu`` asked for it and gets no line."""
+    import torch
+
+    if device in (None, "auto") and not torch.cuda.is_available():
+        print(f"bench {name}: no CUDA GPU here: this is a GPU benchmark; on the CPU it can run for minutes and its "
+              "numbers say nothing about a GPU (--device cpu runs it without this line)", file=sys.stderr)
 
 
 def _telemetry(args):

@@ -1,6 +1,10 @@
-"""``tracestory check report.md``: the report checklist against a Markdown report.
+"""``tracestory check report.md``: does a report hold every part the report format asks for?
 
-Prints one line per item (PASS / FAIL / N/A with the reason; rules in
+A self-check of tracestory's own output, not a verdict on your program: it grades a Markdown report
+(one written by ``tracestory report``, perhaps edited by hand) against the 11-section report format
+the tool follows (an executive summary with a key insight, the execution story, the charts, the
+hardware section, findings with evidence, a reproduction guide that runs, ...). Use it when you
+edit or extend a report, or in CI to keep generated reports complete. Prints one line per item (PASS / FAIL / N/A with the reason; rules in
 :mod:`tracestory.render.checklist`). Exit code 0 when no item fails, 1 when any fails, 2 when
 the input is not a readable Markdown report.
 """
@@ -33,7 +37,8 @@ def cmd_check(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("check", help="evaluate the report checklist against a Markdown report",
+    p = subparsers.add_parser("check", help="self-check a written report against tracestory's report format "
+                                             "(every section present and filled; not a verdict on the program)",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("reports", nargs="+", metavar="REPORT", help="Markdown report(s) written by tracestory report")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON")

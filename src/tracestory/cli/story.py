@@ -148,7 +148,8 @@ def cmd_demo(args) -> int:
     with outputs.all_or_nothing():
         out = write_report(results, out_dir / names[0], json_path=out_dir / names[1])
         write_html(outputs.staged(out), out_dir / names[2])
-    print(out)
+    for path in (out, out_dir / names[1], out_dir / names[2]):   # every file written, the report first
+        print(path)
     return 0
 
 
@@ -200,7 +201,8 @@ def register(sub) -> None:
                         "- for standard output)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("demo", help="report on the bundled H200 Llama trace; prints the report path")
+    p = sub.add_parser("demo", help="report on the bundled H200 Llama trace; prints the files it wrote "
+                                    "(report.md, analysis.json, report.html)")
     p.add_argument("--output-dir", default="tracestory-demo", help="folder to write (default: tracestory-demo)")
     p.set_defaults(func=cmd_demo)
 
