@@ -28,10 +28,12 @@ COMMANDS = (
     ("analyze", "story", "tables of the breakdown, timeline and phases; one named table as CSV/JSON/Markdown "
                          "(--table, --format); all results as JSON (--json)"),
     ("report", "story", "write the Markdown story report"),
-    ("demo", "story", "report on the bundled H200 Llama trace; prints the report path"),
+    ("demo", "story", "report on the bundled H200 Llama trace; prints the files it wrote "
+                      "(report.md, analysis.json, report.html)"),
     ("categories", "story", "kernel-category table: GPU time per category and the Amdahl ceiling of the expert "
                             "GEMMs (and --output JSON)"),
-    ("check", "check", "evaluate the report checklist against a Markdown report"),
+    ("check", "check", "self-check a written report against tracestory's report format "
+                       "(every section present and filled; not a verdict on the program)"),
     ("compare", "compare", "two runs side by side: time, categories, kernels, speedup"),
     ("export", "export", "export the analyzed timeline to other tools (perfetto)"),
     ("ranks", "ranks", "multi-GPU analysis of many rank traces (process pool or dask)"),
