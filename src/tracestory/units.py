@@ -152,3 +152,22 @@ def kernel_base(name: str) -> str:
     s = s.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
     return s[:end].split("::")[-1] or s[:end] or s
+
+
+COLLECTIVE_TITLE = {"allreduce": "all-reduce", "allgather": "all-gather", "reduce_scatter": "reduce-scatter",
+                    "alltoall": "all-to-all", "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "send/recv",
+                    "send": "send", "recv": "recv"}
+
+
+def collective_title(kind: str | None) -> str:
+    """A collective's kind as prose (``allreduce`` -> ``all-reduce``)."""
+    return COLLECTIVE_TITLE.get(kind or "", kind or "unknown")
+
+
+def fmt_gbps(bytes_per_s: float | None) -> str:
+    """A bandwidth in GB/s (10^9 bytes per second), ``n/a`` when unknown."""
+    return "n/a" if bytes_per_s is None else f"{bytes_per_s / 1e9:.1f} GB/s"
+
+
+def gpu_label(rank: int) -> str:
+    return f"GPU {rank}"

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis.findings.multigpu import _KIND_TITLE
 from ..analysis.multigpu import MultiGpu
+from ..units import collective_title as _kind
+from ..units import fmt_gbps as _gbps
+from ..units import gpu_label as _gpu
 from .ascii import (
     IDLE,
     WIDTH,
@@ -33,19 +35,6 @@ from .ascii import (
 from .jsonable import jsonable
 from .md import md_table
 from .mpl import pyplot, save
-
-
-def _kind(kind: str | None) -> str:
-    return _KIND_TITLE.get(kind or "", kind or "unknown")
-
-
-def _gbps(bps: float | None) -> str:
-    return "n/a" if bps is None else f"{bps / 1e9:.1f} GB/s"
-
-
-def _gpu(rank: int) -> str:
-    return f"GPU {rank}"
-
 
 COMPUTE, WAIT, COMM = "▓", "▒", "░"
 BARRIER = "↑"

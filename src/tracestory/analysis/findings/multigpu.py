@@ -19,25 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...units import collective_title as _kind
 from ...units import fmt_bytes, fmt_ns, fmt_pct
+from ...units import fmt_gbps as _gbps
+from ...units import gpu_label as _gpu
 from ..multigpu import MultiGpu
 from .base import Evidence, Finding
-
-_KIND_TITLE = {"allreduce": "all-reduce", "allgather": "all-gather", "reduce_scatter": "reduce-scatter",
-               "alltoall": "all-to-all", "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "send/recv",
-               "send": "send", "recv": "recv"}
-
-
-def _kind(kind: str | None) -> str:
-    return _KIND_TITLE.get(kind or "", kind or "unknown")
-
-
-def _gbps(bps: float | None) -> str:
-    return "n/a" if bps is None else f"{bps / 1e9:.1f} GB/s"
-
-
-def _gpu(rank: int) -> str:
-    return f"GPU {rank}"
 
 
 def _late_text(s) -> str:
