@@ -57,13 +57,14 @@ shows fewer signals. Python stack frames and ``nn.Module`` names are not read.
 
 from __future__ import annotations
 
-import json
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..ingest.kineto import parse_json_field
 from ..trace import Trace
 from ..units import fmt_pct
 from .producer import Producer
@@ -220,27 +221,15 @@ def _gemm_rows(trace: Trace) -> np.ndarray:
     codes = [int(c) for c in np.unique(ops["name"]) if c >= 0 and _GEMM_OPS.match(trace.strings[int(c)])]
     if not codes:
         return np.zeros(0, dtype=np.int64)
-    rows = []
-    for dims in ops["input_dims"][np.isin(ops["name"], codes)]:
-        first = _first_dims(dims)
+    # each distinct shape cell is decoded once (a model repeats a few shapes over thousands of calls)
+    rows, counts = [], []
+    for cell, n in Counter(ops["input_dims"][np.isin(ops["name"], codes)].tolist()).items():
+        dims = parse_json_field(cell) if isinstance(cell, (bytes, bytearray)) else None
+        first = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
         if first and len(first) >= 2 and all(isinstance(d, int) for d in first):
             rows.append(int(np.prod(first[:-1])))
-    return np.asarray(rows, dtype=np.int64)
-
-
-def _first_dims(cell) -> list | None:
-    if cell is None:
-        return None
-    if isinstance(cell, (bytes, bytearray)):
-        cell = cell.decode("utf-8", "replace")
-    if isinstance(cell, str):
-        try:
-            cell = json.loads(cell)
-        except ValueError:
-            return None
-    if isinstance(cell, list) and cell and isinstance(cell[0], list):
-        return cell[0]
-    return None
+            counts.append(n)
+    return np.repeat(np.asarray(rows, dtype=np.int64), np.asarray(counts, dtype=np.int64))
 
 
 def _signals(

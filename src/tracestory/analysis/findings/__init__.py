@@ -195,33 +195,41 @@ def rule_dominant_category(f: RunFacts) -> list[Finding]:
                Evidence(f"summed GPU op time if it ran {k:g}x faster", top.whatif_speedup, "x")]
     if sev == "high" and tl is not None and tl.idle_fraction >= 0.5:
         sev = "medium"  # the GPU is mostly idle: kernel time is not the first lever
-    wait = _peer_wait(f, top.name, top.time_ns)
-    if wait is not None:
-        ev.append(Evidence("of it, waiting inside collectives for the last rank to arrive", f.comm_wait_ns, "ns"))
-        return [Finding(
-            "dominant_category", "medium" if sev == "high" else sev,
-            f"{top.name} kernels hold {_p(p)} of GPU op time, {_p(wait)} of that waiting for late peers",
-            tuple(ev), f"Most of this rank's {top.name} time is spent waiting inside collectives for a rank that "
-            f"arrives later (Multi-GPU: the straggler); the transfer itself is {_t(top.time_ns - f.comm_wait_ns)}. "
-            "Shrinking the collectives here would not help: the late rank sets the pace.",
-            "Fix the late rank first (Multi-GPU findings: its extra work or late host), then overlap what remains "
-            "of the collectives with compute.")]
-    if top.name in COMM_CATEGORIES and f.some_ranks_missing:
-        given, declared = f.ranks
-        return [Finding(
-            "dominant_category", "medium" if sev == "high" else sev,
-            f"{top.name} kernels hold {_p(p)} of GPU op time, waiting for other ranks included",
-            tuple(ev), f"A collective kernel runs from this rank's arrival until the last rank's, so part of this time "
-            f"may be waiting, not transfer; with {given} of the job's {declared} ranks in the inputs, the wait on the "
-            "others cannot be told apart.",
-            f"Pass every rank's trace (all {declared}) to split waiting from transfer before shrinking the "
-            "collectives; a late rank, not this one's collectives, may set the pace.")]
+    waiting = _collectives_not_work(f, top.name, top.time_ns, p, "medium" if sev == "high" else sev, ev)
+    if waiting is not None:
+        return [waiting]
     rec = _category_advice(f, top.name)
     return [Finding("dominant_category", sev, f"{top.name} dominates GPU op time ({_p(p)})",
                     tuple(ev), implication, capital(rec) + ".")]
 
 
 PEER_WAIT_SHARE = 0.5   # above this share of collective time spent waiting, the collectives are not the work
+
+
+def _collectives_not_work(f: RunFacts, name: str, time_ns: int, p: float, sev: str,
+                          ev: list[Evidence]) -> Finding | None:
+    """The dominant-category finding when the category is communication whose time is mostly a wait
+    for late peers (measured across the ranks given), or may be (ranks of the job are missing); else None."""
+    wait = _peer_wait(f, name, time_ns)
+    if wait is not None:
+        ev.append(Evidence("of it, waiting inside collectives for the last rank to arrive", f.comm_wait_ns, "ns"))
+        title = f"{name} kernels hold {_p(p)} of GPU op time, {_p(wait)} of that waiting for late peers"
+        imp = (f"Most of this rank's {name} time is spent waiting inside collectives for a rank that arrives later "
+               f"(Multi-GPU: the straggler); the transfer itself is {_t(time_ns - (f.comm_wait_ns or 0))}. "
+               "Shrinking the collectives here would not help: the late rank sets the pace.")
+        rec = ("Fix the late rank first (Multi-GPU findings: its extra work or late host), then overlap what remains "
+               "of the collectives with compute.")
+    elif name in COMM_CATEGORIES and f.some_ranks_missing:
+        declared = f.ranks[1]
+        title = f"{name} kernels hold {_p(p)} of GPU op time, waiting for other ranks included"
+        imp = (f"A collective kernel runs from this rank's arrival until the last rank's, so part of this time may be "
+               f"waiting, not transfer; with {f.ranks[0]} of the job's {declared} ranks in the inputs, the wait on "
+               "the others cannot be told apart.")
+        rec = (f"Pass every rank's trace (all {declared}) to split waiting from transfer before shrinking the "
+               "collectives; a late rank, not this one's collectives, may set the pace.")
+    else:
+        return None
+    return Finding("dominant_category", sev, title, tuple(ev), imp, rec)
 
 
 def _peer_wait(f: RunFacts, category: str, time_ns: int) -> float | None:
