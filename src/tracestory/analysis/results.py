@@ -39,7 +39,7 @@ from ..ingest.ranks import rank_sources
 from ..parallel import map_ranks
 from ..specs import Peaks, peaks_warning, resolve_peaks
 from ..trace import Trace
-from . import Analysis, analyze
+from . import Analysis, advice, analyze
 from .batching import BatchingResult, analyze_batching
 from .categories import Taxonomy
 from .claims import derive_findings, withheld
@@ -157,6 +157,11 @@ class RunResults:
     @property
     def kernel_facts(self) -> KernelFacts:
         return self.facts.kernel_facts
+
+    @property
+    def recapture(self) -> str:
+        """How to capture this program again for a fuller report (:func:`advice.recapture`)."""
+        return advice.recapture(self.facts)
 
     @property
     def op_count(self) -> int:
