@@ -67,6 +67,8 @@ from .operators import operators as compute_operators
 from .producer import Producer
 from .questions import Answer, answer_all
 from .roofline import Roofline, roofline
+from .story import Story
+from .story import story as build_story
 from .tables import TABLES, Table
 from .tables import table as make_table
 from .telemetry import TelemetryResult, analyze_telemetry
@@ -99,8 +101,8 @@ class RunResults:
 
     facts: RunFacts
     findings: tuple[Finding, ...]
-    # GPU time per operator, computed on first request (seconds on million-op traces)
-    _operators: dict = field(default_factory=dict, compare=False, repr=False)
+    # GPU time per operator and the story model, computed on first request (seconds on million-op traces)
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def trace(self) -> Trace:
@@ -159,6 +161,13 @@ class RunResults:
         return self.facts.kernel_facts
 
     @property
+    def story(self) -> Story:
+        """The Execution Story's model (:func:`tracestory.analysis.story.story`), built on first use."""
+        if "story" not in self._cache:
+            self._cache["story"] = build_story(self.facts)
+        return self._cache["story"]
+
+    @property
     def recapture(self) -> str:
         """How to capture this program again for a fuller report (:func:`advice.recapture`)."""
         return advice.recapture(self.facts)
@@ -179,13 +188,13 @@ class RunResults:
         'aten::linear'
         """
         key = "modules" if modules else "ops"
-        if key not in self._operators:
+        if key not in self._cache:
             if modules:
                 mods = _module_ranges_of(self.trace)
-                self._operators[key] = compute_operators(self.trace, mods) if mods is not None else self.operators()
+                self._cache[key] = compute_operators(self.trace, mods) if mods is not None else self.operators()
             else:
-                self._operators[key] = compute_operators(self.trace)
-        return self._operators[key]
+                self._cache[key] = compute_operators(self.trace)
+        return self._cache[key]
 
     @property
     def op_limit(self) -> int:
