@@ -45,6 +45,7 @@ from ..facts import LONG_GAP_SHARE, RunFacts
 from ..gaps import GapCause, gap_causes
 from .base import SEVERITIES, Evidence, Finding, capital
 from .hardware import ncu_only_findings, rule_bound, rule_occupancy
+from .layout import rule_layout_conversion
 from .memory import rule_memory
 from .steps import rule_first_step, rule_step_outlier, rule_step_trend
 
