@@ -50,7 +50,8 @@ from .memory import rule_memory
 from .steps import rule_first_step, rule_step_outlier, rule_step_trend
 
 __all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "gap_causes", "category_mask", "ncu_findings",
-           "rule_bound", "rule_occupancy", "rule_memory", "rule_first_step", "rule_step_outlier", "rule_step_trend"]
+           "rule_bound", "rule_occupancy", "rule_memory", "rule_first_step", "rule_step_outlier", "rule_step_trend",
+           "rule_layout_conversion"]
 
 SMALL_OP_CATEGORIES = ("elementwise", "norm", "reduction", "softmax", "rope", "embedding")
 COMM_CATEGORIES = ("communication", "allreduce")
