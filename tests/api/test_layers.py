@@ -145,6 +145,7 @@ CLI_ENTRY_POINTS = {
     "tracestory.analysis.results.analyze_ranks",
     "tracestory.analysis.compare.compare_paths",
     "tracestory.analysis.category_totals.category_totals",
+    "tracestory.loadgen.session.run_session",
     # render and export
     "tracestory.render.build.write_report",
     "tracestory.render.html.write_html",
@@ -183,9 +184,6 @@ SEAM_ALLOWED: dict[tuple[str, str], str] = {
         "AnalysisOptions (one call) next",
     ("tracestory.cli.story", "tracestory.analysis.window.window_inputs"):
         "as in cli.common: the --window restriction between load_inputs and analyze_inputs",
-    ("tracestory.cli.loadgen", "*"):
-        "the load session (warm-up, record stream, telemetry, result files) is still wired in the cli "
-        "module; it moves behind loadgen.session.run_session next",
 }
 
 
