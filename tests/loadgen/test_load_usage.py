@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tracestory.loadgen import LoadConfig, benchmark_result, result_lines, run_load, summarize
-from tracestory.loadgen.usage import check_usage
+from tracestory.loadgen.usage import check_usage, choices_per_request
 
 from sse_stub import Stub
 from sse_stub import stub_server_fixture  # noqa: F401  (the stub_server fixture)
@@ -97,6 +97,16 @@ def test_check_usage_bounds_with_an_exact_tokenizer():
     assert check_usage(3024, 216, **kw) is None and check_usage(0, 0, **kw) is None
     assert "expected at most 3024 (a prompt of 2000 bytes)" in check_usage(3025, 100, **kw)
     assert check_usage(None, None, **kw) is None
+
+
+def test_several_choices_per_request_widen_the_completion_bound():
+    """``--extra-body '{"n": 4}'``: the usage sums 4 sequences, at most 2 x 5 x 4 + 16 = 56 tokens."""
+    assert (choices_per_request({"n": 4, "best_of": 6}), choices_per_request({}),
+            choices_per_request({"n": True})) == (6, 1, 1)
+    kw = {"max_tokens": 5, "planned_prompt": 3, "prompt_bytes": 14, "exact": False, "token_events": None}
+    assert check_usage(None, 56, choices=4, **kw) is None
+    assert check_usage(None, 57, choices=4, **kw) == ("usage.completion_tokens: expected at most 56 (max_tokens 5 x 4 "
+                                                     "choices), found 57")
 
 
 def test_the_cli_never_prints_a_throughput_from_a_negative_usage(stub_server, tmp_path):

@@ -22,12 +22,13 @@ FILES = ("tests/loadgen/test_load_usage.py", "tests/telemetry/test_telemetry_fai
 
 CLASSES = (
     ("load: a server's `usage` that is not a credible count (negative, 3.5, 5.0, \"5\", true, 3.9e12, over "
-     "2 x max_tokens + 16, under half the token events, a prompt count over the prompt's bytes + 1024), "
+     "2 x max_tokens x choices + 16, under half the token events, a prompt count over the prompt's bytes + 1024), "
      "streaming and not", "failed `bad_usage` with its reason, never counted; `usage_rejected` in the result "
      "(without streaming the token-event bound does not apply: accepted, as documented)",
      ("test_a_bad_usage_is_a_failure_with_its_reason",)),
     ("load: usage within the bounds, or a field left out / null", "used (or our own count, stated by its source)",
-     ("test_usage_within_the_bounds_or_left_out_is_used", "test_check_usage_bounds_with_an_exact_tokenizer")),
+     ("test_usage_within_the_bounds_or_left_out_is_used", "test_check_usage_bounds_with_an_exact_tokenizer",
+      "test_several_choices_per_request_widen_the_completion_bound")),
     ("load: every response with negative completion tokens, through the CLI", "exit 1, throughput 0.00, "
      "`Usage rejected: 3`, summary `failures: {bad_usage: 3}`",
      ("test_the_cli_never_prints_a_throughput_from_a_negative_usage",)),

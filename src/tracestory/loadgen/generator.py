@@ -64,7 +64,7 @@ from .body import request_body
 from .config import LoadConfig
 from .datasets import Prompt, PromptSource, TokenizerChoice, load_tokenizer
 from .prompts import prompt_source
-from .usage import check_usage
+from .usage import check_usage, choices_per_request
 
 ERROR_KINDS = ("connection_refused", "connection_error", "http_status", "timeout", "malformed_stream",
                "stream_error", "server_disconnect", "bad_usage", "cancelled", "other", "not_sent")
@@ -158,6 +158,7 @@ class _State:
     """Mutable progress of one sent request; turned into its RequestRecord when it ends."""
 
     __slots__ = (
+        "choices",
         "done",
         "end_ns",
         "error",
@@ -178,9 +179,10 @@ class _State:
         "usage_prompt",
     )
 
-    def __init__(self, index: int, scheduled_ns: int | None, prompt: Prompt, exact: bool = False):
+    def __init__(self, index: int, scheduled_ns: int | None, prompt: Prompt, exact: bool = False, choices: int = 1):
         self.index, self.scheduled_ns, self.planned_prompt = index, scheduled_ns, prompt.prompt_len
         self.max_tokens, self.prompt_bytes, self.exact = prompt.output_len, len(prompt.text.encode()), exact
+        self.choices = choices
         self.send_ns = self.end_ns = self.http_status = None
         self.usage_prompt: object = None        # as the server sent it (checked in record())
         self.usage_output: object = None
@@ -204,7 +206,7 @@ class _State:
         if self.usage_prompt is not None or self.usage_output is not None:
             bad = check_usage(self.usage_prompt, self.usage_output, max_tokens=self.max_tokens,
                               planned_prompt=self.planned_prompt, prompt_bytes=self.prompt_bytes, exact=self.exact,
-                              token_events=len(tok) if self.text_tokens is None else None)
+                              token_events=len(tok) if self.text_tokens is None else None, choices=self.choices)
             if bad is not None and ok:      # a completed request with a count we cannot believe
                 ok, kind, error = False, "bad_usage", bad
         ttft = tok[0] - self.send_ns if tok and self.send_ns is not None else None
@@ -413,6 +415,7 @@ async def _run(cfg: LoadConfig, prompts: PromptSource, progress, on_record) -> L
     backoff = RefusalBackoff(clock=lambda: clock() / 1e9)
     counts = {"sent": 0, "finished": 0, "ok": 0, "waited": 0}
     stop_reason = "the run ended"
+    choices = choices_per_request(cfg.extra_body)   # sequences per request: the usage sums them
 
     def report() -> None:
         if progress is not None:
@@ -470,7 +473,7 @@ async def _run(cfg: LoadConfig, prompts: PromptSource, progress, on_record) -> L
                 stop_reason = "the send window (--duration) closed"
                 return
             prompt = prompts[i]
-            st = _State(i, due, prompt, exact=prompts.choice.exact)
+            st = _State(i, due, prompt, exact=prompts.choice.exact, choices=choices)
             states.append(st)
             t = asyncio.create_task(send(session, st, request_body(cfg, prompt), probe))
             tasks.add(t)

@@ -10,8 +10,10 @@ server's nonsense never turns into a throughput ("3.9e12 tok/s, exit 0"); the re
 server sent (a field left out or ``null`` is not reported, and our own count is used as before):
 
 * **a non-negative JSON integer**: ``true``, ``12.5``, ``12.0``, ``"12"`` and ``-5`` are refused;
-* ``completion_tokens`` at most ``2 * max_tokens + 16`` (the request's ``max_tokens``; the
-  margin covers a stop token or a reasoning section counted apart, not a 10x over-count);
+* ``completion_tokens`` at most ``2 * max_tokens * choices + 16`` (the request's ``max_tokens``;
+  ``choices`` is ``n`` or ``best_of`` of ``--extra-body``, whichever is larger, else 1: the usage
+  sums every choice; the margin covers a stop token or a reasoning section counted apart, not a
+  10x over-count);
 * streaming: ``completion_tokens`` at least half the stream's token events (a chunk with
   non-empty text carries at least one token);
 * ``prompt_tokens`` at most an upper bound from our own count: with an exact tokenizer
@@ -28,12 +30,20 @@ few tokens; a server that truncates prompts on purpose (``truncate_prompt_tokens
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 COMPLETION_FACTOR, COMPLETION_SLACK = 2, 16
 PROMPT_FACTOR, PROMPT_SLACK = 2, 1024
 PROMPT_FLOOR_DIVISOR, PROMPT_FLOOR_SLACK = 4, 16
 EVENTS_DIVISOR = 2
+
+
+def choices_per_request(extra_body: Mapping[str, Any]) -> int:
+    """How many sequences one request asks for (``n`` / ``best_of`` of the body, at least 1)."""
+    asked = [v for v in (extra_body.get("n"), extra_body.get("best_of")) if isinstance(v, int) and not
+             isinstance(v, bool)]
+    return max([1, *asked])
 
 
 def _integer(name: str, value: Any) -> str | None:
@@ -46,18 +56,18 @@ def _integer(name: str, value: Any) -> str | None:
 
 
 def check_usage(prompt_tokens: Any, completion_tokens: Any, *, max_tokens: int, planned_prompt: int,
-                prompt_bytes: int, exact: bool, token_events: int | None) -> str | None:
+                prompt_bytes: int, exact: bool, token_events: int | None, choices: int = 1) -> str | None:
     """The reason the server's usage is not credible, or None when it passes every check of the
-    module docstring. ``None`` for a field means the server did not report it (not checked).
+    module docstring (``choices``: sequences the request asks for, :func:`choices_per_request`). ``None`` for a field means the server did not report it (not checked).
     ``token_events``: the streamed events with text (None when not streaming)."""
     if completion_tokens is not None:
         why = _integer("completion_tokens", completion_tokens)
         if why:
             return why
-        most = COMPLETION_FACTOR * max_tokens + COMPLETION_SLACK
+        most = COMPLETION_FACTOR * max_tokens * choices + COMPLETION_SLACK
         if completion_tokens > most:
-            return (f"usage.completion_tokens: expected at most {most} (max_tokens {max_tokens}), "
-                    f"found {completion_tokens}")
+            asked = f"max_tokens {max_tokens}" + (f" x {choices} choices" if choices > 1 else "")
+            return f"usage.completion_tokens: expected at most {most} ({asked}), found {completion_tokens}"
         if token_events is not None and completion_tokens < token_events / EVENTS_DIVISOR:
             return (f"usage.completion_tokens: expected at least {-(-token_events // EVENTS_DIVISOR)} (the stream "
                     f"carried {token_events} token events), found {completion_tokens}")
