@@ -18,7 +18,9 @@ Once running, telemetry cannot fail the run it watches: a failing reading, a bad
 sampling thread that stops are kept in :attr:`Sampler.incomplete` (and the file's ``end``
 record), :meth:`Sampler.stop` never raises, and a command records
 :attr:`Sampler.incomplete_reason` ("telemetry incomplete: <reason>") where it records the
-telemetry (the capture manifest's ``telemetry.incomplete``; the result of ``load``/``bench``).
+telemetry: the capture manifest's ``telemetry.incomplete``, ``load``'s result and summary
+(``telemetry_incomplete``); ``bench`` and ``serve`` leave it in the file's ``end`` record, which
+the report states.
 
 While a sampler runs it is :func:`active` (``bench.timer.measure`` reads the energy counter
 through it).
