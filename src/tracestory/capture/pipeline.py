@@ -36,7 +36,9 @@ the capture creates or replaces is checked against its inputs
 
 GPU telemetry: while the steps run, this process samples NVML into ``<tool>/telemetry.jsonl``
 (:mod:`tracestory.telemetry`; the capture's ``telemetry`` record says on or off and why); off
-with ``--skip-power-monitor`` and always off for ncu. Its children run with
+with ``--skip-power-monitor`` and always off for ncu. Telemetry cannot fail a capture: a sampler
+whose readings fail, return bad values or whose thread stops leaves ``telemetry.incomplete``
+("telemetry incomplete: <reason>") in the record, and the capture ends as its steps did. Its children run with
 ``TRACESTORY_SKIP_POWER_MONITOR=1``, so a workload that samples by default does not sample twice.
 
 Commands are recorded as the user would type them (final paths, not staging paths), and each
@@ -378,22 +380,31 @@ def _telemetry(p: CapturePlan, rec: dict[str, Any]):
     else:
         rec["telemetry"], on = {"status": "on"}, True
     why: list[str] = []
-    with telemetry.maybe_sampler(p.staging / telemetry.FILE_NAME, enabled=on, label=f"capture {p.tool}",
-                                 why=why) as sampler:
-        if sampler is None and on:
-            rec["telemetry"] = {"status": "off", "reason": why[0] if why else "unavailable"}
-        elif sampler is not None:
-            rec["telemetry"].update(rate_hz=sampler.rate_hz, gpus=len(sampler.devices),
-                                    sampled_by="the capture process")
-        old = os.environ.get(telemetry.SKIP_ENV)
-        os.environ[telemetry.SKIP_ENV] = "1"        # for the children, once this process samples
-        try:
-            yield sampler
-        finally:
-            if old is None:
-                os.environ.pop(telemetry.SKIP_ENV, None)
-            else:
-                os.environ[telemetry.SKIP_ENV] = old
+    sampler = None
+    try:
+        with telemetry.maybe_sampler(p.staging / telemetry.FILE_NAME, enabled=on, label=f"capture {p.tool}",
+                                     why=why) as sampler:
+            if sampler is None and on:
+                rec["telemetry"] = {"status": "off", "reason": why[0] if why else "unavailable"}
+            elif sampler is not None:
+                rec["telemetry"].update(rate_hz=sampler.rate_hz, gpus=len(sampler.devices),
+                                        sampled_by="the capture process")
+            old = os.environ.get(telemetry.SKIP_ENV)
+            os.environ[telemetry.SKIP_ENV] = "1"        # for the children, once this process samples
+            try:
+                yield sampler
+            finally:
+                if old is None:
+                    os.environ.pop(telemetry.SKIP_ENV, None)
+                else:
+                    os.environ[telemetry.SKIP_ENV] = old
+    finally:
+        # a failing sampler never fails the capture (telemetry.Sampler.stop does not raise): it is
+        # recorded, and the capture ends as its steps did
+        reason = sampler.incomplete_reason if sampler is not None else None
+        if reason is not None:
+            rec["telemetry"]["incomplete"] = reason
+            print(f"GPU {reason}", file=sys.stderr, flush=True)
 
 
 def _telemetry_file(p: CapturePlan, rec: dict[str, Any]) -> None:
