@@ -33,8 +33,9 @@ rank that hears nothing for :data:`CONTROL_TIMEOUT_S` seconds stops with one lin
 failed send on rank 0 (a rank died) prints one line naming it and stops the server (exit 1).
 At shutdown (SIGINT/SIGTERM to rank 0, as ``tracestory capture --load`` sends) rank 0 finishes
 serving, then broadcasts *stop*; the others leave their loop and every rank exits 0. The other
-ranks ignore SIGINT/SIGTERM while they follow (``torchrun`` and a process-group Ctrl-C deliver
-them too); they stop when rank 0 says so, or at the timeout. Each rank then leaves its process
+ranks ignore SIGINT/SIGTERM from the moment they follow to their exit (``torchrun`` and a
+process-group Ctrl-C deliver them too, and such a signal may land after rank 0's *stop*); they
+stop when rank 0 says so, or at the timeout. Each rank then leaves its process
 groups (:meth:`Group.close`: destroyed on the CPU; on CUDA left to the process exit, because
 closing the NCCL communicators did not return within 20 s on two H100s) and says in one line how
 long its stop took. How the processes start and end (``tracestory serve --tensor-parallel N``
@@ -468,6 +469,11 @@ def run(opts, build_server: Callable, serve: Callable) -> None:
     try:
         engine, api = build_server(g.options, prepare_hook=g.shard)
         if info.rank != 0:
+            # SIGINT/SIGTERM ignored from here to the exit, not only inside follow(): the launcher
+            # signals every rank, and rank 0 may stop and broadcast *stop* before this rank's
+            # signal lands; back under Python's handler it became KeyboardInterrupt (exit 130)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
             try:
                 follow(engine.model, g.control)
             except Exception as e:  # noqa: BLE001 -- the other side is gone or silent
