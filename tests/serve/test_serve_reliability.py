@@ -84,7 +84,7 @@ def _scripted_server(log: EventLog, limits: ServerLimits | None = None):
     engine = Engine(Scheduler(SchedulerConfig(block_size=4, num_blocks=64, max_batch_tokens=64, max_num_seqs=4)),
                     model, log, ServerMetrics("m"))
     api = Api(engine, "m", vocab=512, limits=limits)
-    return model, engine, start_in_thread(engine, api)
+    return model, engine, api, start_in_thread(engine, api)
 
 
 # --------------------------------------------------------------------------- event log on a full disk
@@ -99,7 +99,7 @@ def test_event_log_on_dev_full_is_refused_at_start_in_one_line():
 def test_full_disk_mid_run_loses_the_log_not_the_server(tmp_path, capfd):
     path = tmp_path / "sched.jsonl"
     log = EventLog(path, {"model": "m"})
-    model, engine, h = _scripted_server(log)
+    model, engine, _, h = _scripted_server(log)
     try:
         before = [_post(h.url + "/v1/completions", {"prompt": "a b c", "max_tokens": 3})[0] for _ in range(2)]
         # the disk fills: from now on every write of the log's file fails with ENOSPC (a real
@@ -184,7 +184,7 @@ def test_progress_names_the_step_and_the_tensor_parallel_cause():
     now[0] += 2.0
     assert p.stalled(2.0) is None                  # exactly the timeout: not yet
     now[0] += 0.6
-    assert p.stalled(2.0) == ("engine stalled: no progress for 3 s (over --stall-timeout 2 s) in the forward of "
+    assert p.stalled(2.0) == ("engine stalled: no progress for 2.6 s (over --stall-timeout 2 s) in the forward of "
                               "iteration 57 (3 requests); tensor parallel 2: rank 0 waits in a collective step "
                               "for another rank, which may be stopped or dead")
     p.beat()                                       # the step returned: the loop turns again
@@ -195,16 +195,21 @@ def test_progress_names_the_step_and_the_tensor_parallel_cause():
 
 
 def test_stalled_engine_fails_requests_and_health_then_recovers():
-    model, engine, h = _scripted_server(EventLog(None, {}), ServerLimits(stall_timeout_s=1.0))
+    model, engine, api, h = _scripted_server(EventLog(None, {}), ServerLimits(stall_timeout_s=1.0))
     try:
         assert _post(h.url + "/v1/completions", {"prompt": "a b", "max_tokens": 2})[0] == 200
         assert _get(h.url + "/health")[0] == 200
         model.hold = True
         got: dict = {}
+        # the engine's clock is the test's while it is held, so both requests are surely waiting
+        # (not refused at the door) when the stall begins, however loaded the machine
+        now = [0.0]
+        held = Progress(clock=lambda: now[0])
+        t_stall = [0.0]
 
         def whole():
-            t0 = time.monotonic()
-            got["whole"] = _post(h.url + "/v1/completions", {"prompt": "a b", "max_tokens": 3}), time.monotonic() - t0
+            got["whole"] = _post(h.url + "/v1/completions", {"prompt": "a b", "max_tokens": 3})
+            got["took"] = time.monotonic() - t_stall[0]
 
         def stream():
             got["stream"] = _post_stream(h.url, {"prompt": "c d", "max_tokens": 3, "stream": True})
@@ -213,6 +218,15 @@ def test_stalled_engine_fails_requests_and_health_then_recovers():
         for t in threads:
             t.start()
         assert model.holding.wait(10)
+        held.doing(engine.progress._doing)           # what the engine entered: the held forward
+        engine.progress = held                       # the held step began at the test clock's 0
+        deadline = time.monotonic() + 10
+        while api.admission.admitted < 2:            # both handed to the engine, both waiting
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert _get(h.url + "/health")[0] == 200     # held, but not for longer than the timeout yet
+        t_stall[0] = time.monotonic()
+        now[0] = 1.5                                 # the step has now run 1.5 s > --stall-timeout 1
         for t in threads:
             t.join(15)
         status, text = _get(h.url + "/health")
@@ -227,9 +241,10 @@ def test_stalled_engine_fails_requests_and_health_then_recovers():
         after = _post(h.url + "/v1/completions", {"prompt": "a b", "max_tokens": 2})
     finally:
         h.stop()
-    (code, body, _), took = got["whole"]
-    assert code == 503 and "engine stalled: no progress for" in body["error"]["message"]
-    assert took < 8                                  # 1 s timeout + 0.5 s poll, on a loaded machine
+    code, body, _ = got["whole"]
+    assert code == 503
+    assert "engine stalled: no progress for 1.5 s (over --stall-timeout 1 s)" in body["error"]["message"]
+    assert got["took"] < 5                           # one poll (0.5 s) after the stall began, on a loaded machine
     chunks = got["stream"]
     assert chunks[-1] == "[DONE]" and "engine stalled" in chunks[-2]["error"]["message"]
     health = json.loads(text)

@@ -53,7 +53,7 @@ class Progress:
         quiet = self.quiet_s()
         if quiet <= timeout_s:
             return None
-        line = f"engine stalled: no progress for {quiet:.0f} s (over --stall-timeout {timeout_s:g} s) {self._doing}"
+        line = f"engine stalled: no progress for {quiet:.1f} s (over --stall-timeout {timeout_s:g} s) {self._doing}"
         if self.tensor_parallel > 1:
             line += (f"; tensor parallel {self.tensor_parallel}: rank 0 waits in a collective step for another "
                      "rank, which may be stopped or dead")
