@@ -236,3 +236,60 @@ def test_ctrl_c_at_plain_torchrun_stops_the_ranks_cleanly_but_torchrun_itself_ex
     assert "tracestory serve: rank 1: stopped: stop received in" in text
     assert text.count("Traceback") == 1 and "SignalException: Process" in text
     assert "tracestory/" not in text.split("Traceback", 1)[1]    # the traceback is torchrun's, not a rank's
+
+
+def test_a_server_stalled_on_a_stopped_rank_still_stops_on_sigint(tmp_path):
+    """Rank 1 stopped, rank 0 stalled in the all-reduce of a request's forward: SIGINT to rank 0
+    ends it within seconds (the engine is not waited for, *stop* cannot be sent: one line, exit
+    1 so torchrun ends the stopped rank), not after gloo's 300 s timeout."""
+    import signal
+    import threading
+    import time
+
+    port = _free_port()
+    src = str(Path(tracestory.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
+           "--tensor-parallel", "2", "--port", str(port), "--stall-timeout", "1"]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, 90, proc=proc)
+        ranks = {_rank_of(pid): pid for pid in torchrun_ranks(proc.pid)}
+        os.kill(ranks[1], signal.SIGSTOP)
+        answer: dict = {}
+
+        def ask():
+            try:
+                _complete(url, "a b c", 4)
+            except urllib.error.HTTPError as e:
+                answer["code"] = e.code
+
+        t = threading.Thread(target=ask)
+        t.start()
+        t.join(30)
+        assert answer.get("code") == 503                  # the stall was seen
+        t0 = time.monotonic()
+        os.kill(ranks[0], signal.SIGINT)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            try:
+                os.kill(ranks[0], 0)
+            except ProcessLookupError:
+                break
+            if Path(f"/proc/{ranks[0]}/stat").read_text().split()[2] == "Z":
+                break
+            time.sleep(0.1)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        for pid in torchrun_ranks(proc.pid) if proc.poll() is None else ():
+            os.kill(pid, 9)
+        proc.wait()
+    text = log.read_text(errors="replace")
+    assert took < 30, text              # 2 s for the engine, 1 s for the heartbeat, 5 s for the channel, exit
+    lines = [x for x in text.splitlines() if x.startswith("tracestory serve: tensor-parallel rank stalled")]
+    assert len(lines) == 1 and "stop not sent to the other ranks, exiting with code 1" in lines[0]

@@ -58,7 +58,8 @@ lines (``tracestory:event_log_lines_lost_total``).
 
 Shutdown (SIGINT/SIGTERM, or :meth:`ServerHandle.stop`): the engine stops after the current
 iteration, in-flight requests finish as ``cancelled`` (their streams get an error chunk and
-``[DONE]``), the listener closes and the event log is closed.
+``[DONE]``), the listener closes and the event log is closed. A stalled engine is given 2 s,
+not 30, to end its step (it will not: the process exits with the step still waiting).
 """
 
 from __future__ import annotations
@@ -471,7 +472,9 @@ async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asy
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-        await loop.run_in_executor(None, engine.stop)
+        # a stalled engine (a forward waiting on a stopped rank) will not end its step: do not wait for it
+        stalled = engine.stalled(limits.stall_timeout_s) is not None
+        await loop.run_in_executor(None, engine.stop, 2.0 if stalled else 30.0)
         if listener is not None:
             listener.close()
         await runner.cleanup()

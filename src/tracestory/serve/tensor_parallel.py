@@ -71,6 +71,7 @@ from .scheduler import Member
 HEARTBEAT_S = 1.0            # rank 0 sends a heartbeat when it sent nothing for this long
 CONTROL_TIMEOUT_S = 300.0    # a rank that hears nothing for this long gives up
 CLOSE_TIMEOUT_S = 20.0       # leaving the process groups at the end takes at most this long
+STOP_LOCK_S = 5.0            # rank 0 waits this long for the plan channel to send *stop*
 SAFE_NCCL_ENV = TORCHRUN_SAFE_ENV    # NVLink multicast off (set where unset)
 
 # control commands (header[0])
@@ -307,17 +308,28 @@ class TensorParallelFront:
                 except WorkerLost:
                     return
 
-    def stop(self) -> None:
-        """Stop the heartbeat and tell the other ranks to exit (when they can still hear)."""
+    def stop(self, lock_timeout_s: float = STOP_LOCK_S) -> None:
+        """Stop the heartbeat and tell the other ranks to exit (when they can still hear). When
+        the channel stays held for ``lock_timeout_s`` (the engine thread's forward still waits in
+        a collective: a stopped or hung rank, see :mod:`.progress`), *stop* is not sent: the
+        rank is marked lost with one line, so rank 0 exits 1 and torchrun ends the others,
+        instead of waiting for ever behind that forward."""
         self.stopping = True
         self._done.set()
-        self._beat.join(5 * HEARTBEAT_S)
-        if self.lost is None:
-            with self.control.lock:
-                try:
-                    self._send(CMD_STOP)
-                except WorkerLost:
-                    pass
+        self._beat.join(HEARTBEAT_S)          # it wakes every HEARTBEAT_S / 4; held only behind a stalled forward
+        if self.lost is not None:
+            return
+        if not self.control.lock.acquire(timeout=lock_timeout_s):
+            self.lost = (f"tensor-parallel rank stalled: rank 0's forward still waits in a collective after "
+                         f"{lock_timeout_s:g} s; stop not sent to the other ranks, exiting with code 1")
+            self._on_lost(self.lost)
+            return
+        try:
+            self._send(CMD_STOP)
+        except WorkerLost:
+            pass
+        finally:
+            self.control.lock.release()
 
 
 def follow(model, control: Control) -> int:
