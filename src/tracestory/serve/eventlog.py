@@ -88,27 +88,24 @@ class EventLog:
         return time.monotonic_ns() - self.t0
 
     def _write(self, obj: dict, flush: bool = False) -> None:
-        if self._fh is None:
-            if self.failure is not None:
-                self._lost(1)
+        if self._fh is None and self.failure is None:     # no path, or closed: nothing to write or count
             return
         line = json.dumps(obj, separators=(",", ":")) + "\n"
         with self._lock:
             if self._fh is None:
-                lost = self.failure is not None
-            else:
-                try:
-                    self._fh.write(line)          # line-buffered: on the way to the kernel now
-                    if flush:
-                        self._fh.flush()
-                    self._good += len(line)
-                    return
-                except OSError as e:
-                    lost = self._failed(e)
-        if lost:
-            self._lost(1)
+                if self.failure is not None:
+                    self._lost(1)
+                return
+            try:
+                self._fh.write(line)          # line-buffered: on the way to the kernel now
+                if flush:
+                    self._fh.flush()
+                self._good += len(line)
+            except OSError as e:
+                self._failed(e)
+                self._lost(1)
 
-    def _failed(self, e: OSError) -> bool:
+    def _failed(self, e: OSError) -> None:
         """The first failed write (lock held): say it once, close the file, write no more."""
         fh, self._fh = self._fh, None
         if fh is not None:
@@ -121,9 +118,9 @@ class EventLog:
             self.failure = (f"{self.path}: event-log write failed ({e.strerror or e}); the log stops here, "
                             "the server keeps serving")
             print(f"tracestory serve: {self.failure}", file=sys.stderr, flush=True)
-        return True
 
     def _lost(self, n: int) -> None:
+        """Count lines not written (lock held)."""
         self.lines_lost += n
         if self.on_lost is not None:
             self.on_lost(n)
