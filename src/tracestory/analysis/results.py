@@ -62,6 +62,7 @@ from .limitations import (
 from .memory import MemoryTimeline
 from .multigpu import MultiGpu, RankSummary, combine, rank_summary
 from .ncu_join import join_ncu
+from .nsys_tables import NSYS_TABLES
 from .operators import Operators
 from .operators import operators as compute_operators
 from .producer import Producer
@@ -97,6 +98,7 @@ class RunResults:
     findings: tuple[Finding, ...]
     # GPU time per operator, computed on first request (seconds on million-op traces)
     _operators: dict = field(default_factory=dict, compare=False, repr=False)
+    _summaries: dict = field(default_factory=dict, compare=False, repr=False)  # nsys summary tables, on request
 
     @property
     def trace(self) -> Trace:
@@ -179,6 +181,15 @@ class RunResults:
         return self._operators[key]
 
     @property
+    def nsys_tables(self) -> dict[str, Table]:
+        """The ``nsys stats`` summary tables (cuda_api_sum, cuda_gpu_mem_time_sum,
+        cuda_gpu_mem_size_sum, osrt_sum; :mod:`tracestory.analysis.nsys_tables`) of this trace,
+        computed on first request; a table the input cannot give says why in ``.missing``."""
+        if not self._summaries:
+            self._summaries.update({n: make_table(n, self.analysis) for n in NSYS_TABLES})
+        return dict(self._summaries)
+
+    @property
     def op_limit(self) -> int:
         """The most CPU ops and ranges for which the report computes GPU time per operator."""
         return REPORT_MAX_OPS
@@ -230,10 +241,13 @@ class Results:
 
     def table(self, name: str, run: int | None = 0) -> Table:
         """The named table (one of :data:`~tracestory.analysis.tables.TABLES`: kernels,
-        categories, ops, leaf_ops, modules, phases, gaps, collectives) of trace ``run``; with
-        ``run=None`` the tables of every trace one after the other, a ``trace`` column (the
-        trace's label) first. Columns are in base units, the unit in the name (``total_ns``,
-        ``share`` 0..1); ``.to_pandas()``, ``.to_arrow()``, ``.to_csv(f)``, ``.to_markdown()``.
+        categories, ops, leaf_ops, modules, phases, gaps, collectives, roofline, and the nsys
+        summaries cuda_api_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, osrt_sum) of trace
+        ``run``; with ``run=None`` the tables of every trace one after the other, a ``trace``
+        column (the trace's label) first. A table the input cannot give has no rows and says
+        why in ``.missing`` (``osrt_sum`` of an export captured without ``--trace=osrt``).
+        Columns are in base units, the unit in the name (``total_ns``, ``share`` 0..1);
+        ``.to_pandas()``, ``.to_arrow()``, ``.to_csv(f)``, ``.to_markdown()``.
 
         >>> results = tracestory.analyze("trace.json.gz")          # doctest: +SKIP
         >>> results.table("ops").to_pandas().head()                 # doctest: +SKIP
@@ -247,8 +261,14 @@ class Results:
         parts = [self.table(name, i) for i in range(len(self.runs))]
         if not parts:
             return Table(name, {})
+        given = [(p, r) for p, r in zip(parts, self.runs, strict=False) if p.missing is None]
+        if not given:  # no trace can give it: the first one's reason
+            return parts[0]
+        notes = [f"{r.trace.label}: {p.missing}" for p, r in zip(parts, self.runs, strict=False) if p.missing]
+        notes += [f"{r.trace.label}: {p.note}" for p, r in given if p.note]
+        parts, runs = [p for p, _ in given], [r for _, r in given]
         labels = np.concatenate(
-            [np.full(len(p), r.trace.label, dtype=object) for p, r in zip(parts, self.runs, strict=False)]
+            [np.full(len(p), r.trace.label, dtype=object) for p, r in zip(parts, runs, strict=False)]
         )
         columns: dict[str, Any] = {"trace": labels}
         for c in parts[0].columns:
@@ -257,7 +277,7 @@ class Results:
                 columns[c] = np.concatenate(vals)
             else:
                 columns[c] = [x for v in vals for x in (v.tolist() if isinstance(v, np.ndarray) else v)]
-        return Table(name, columns)
+        return Table(name, columns, note="; ".join(notes) or None)
 
     def __repr__(self) -> str:
         labels = [r.trace.label for r in self.runs[:3]] + (["..."] if len(self.runs) > 3 else [])

@@ -41,6 +41,7 @@ from ..stats import summarize
 from ..units import clip_text, sig
 from . import intervals
 from .collectives import rank_collectives
+from .nsys_tables import NSYS_TABLES, missing_reason, other_processes_note, summary_rows
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 from .operators import OUTSIDE_OPS, UNATTRIBUTED, Operators, OpStat, operators as compute_operators
 from .timeline import gap_attribution
@@ -48,7 +49,7 @@ from .timeline import gap_attribution
 if TYPE_CHECKING:
     from . import Analysis
 
-TABLES = ("kernels", "categories", "ops", "leaf_ops", "modules", "phases", "gaps", "collectives")
+TABLES = ("kernels", "categories", "ops", "leaf_ops", "modules", "phases", "gaps", "collectives", *NSYS_TABLES)
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +64,10 @@ class Table:
 
     name: str
     columns: Mapping[str, np.ndarray | list]
+    # Why the input cannot give this table (it then has no rows): never an empty table that
+    # reads as "no time" (``osrt_sum`` of an export captured without ``--trace=osrt``).
+    missing: str | None = None
+    note: str | None = None  # what the rows leave out, when something (one sentence)
 
     def __post_init__(self):
         lengths = {len(v) for v in self.columns.values()}
@@ -77,6 +82,8 @@ class Table:
         return self.columns[column]
 
     def __repr__(self) -> str:
+        if self.missing is not None:
+            return f"Table({self.name!r}, {self.missing})"
         return f"Table({self.name!r}, {len(self)} rows: {', '.join(self.columns)})"
 
     def rows(self) -> list[tuple]:
@@ -121,10 +128,14 @@ class Table:
 
     def to_markdown(self, max_width: int = 60) -> str:
         """A Markdown table; floats with 4 significant digits, text cut to ``max_width``."""
+        if self.missing is not None:
+            return f"_{self.name}: {self.missing}_\n"
         head = list(self.columns)
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         for row in self.rows():
             lines.append("| " + " | ".join(_cell(v, max_width) for v in row) + " |")
+        if self.note:
+            lines += ["", f"_{self.note}_"]
         return "\n".join(lines) + "\n"
 
 
@@ -144,9 +155,9 @@ def _cell(v, width: int) -> str:
 
 # Column kinds by name (the same name means the same thing in every table); others are int.
 _TEXT_COLUMNS = frozenset({"trace", "name", "kind", "input_dims", "input_types", "top_kernels", "category", "path", "family",
-                           "before", "after", "dtype"})
+                           "before", "after", "dtype", "operation"})
 _FLOAT_COLUMNS = frozenset({"share", "mean_ns", "median_ns", "stddev_ns", "amdahl_max_speedup",
-                            "speedup_if_k_times_faster", "k"})
+                            "speedup_if_k_times_faster", "k", "mean_bytes", "median_bytes", "stddev_bytes"})
 
 
 def column_kind(column: str) -> str:
@@ -291,6 +302,15 @@ def collectives_table(trace) -> Table:
     return _make("collectives", cols)
 
 
+def nsys_table(name: str, trace) -> Table:
+    """One ``nsys stats`` summary table (:mod:`tracestory.analysis.nsys_tables`), or the reason
+    this input cannot give it."""
+    why = missing_reason(name, trace)
+    cols, rows = summary_rows(name, trace) if why is None else (summary_rows(name, trace)[0], [])
+    t = _make(name, {c: [r[i] for r in rows] for i, c in enumerate(cols)})
+    return Table(name, t.columns, missing=why, note=other_processes_note(name, trace) if why is None else None)
+
+
 def table(name: str, analysis: "Analysis", *, operators: Operators | None = None) -> Table:
     """The table ``name`` (one of :data:`TABLES`) of one analysed trace. ``operators``: the
     result of :func:`tracestory.analysis.operators.operators` (with module ranges when there
@@ -311,4 +331,6 @@ def table(name: str, analysis: "Analysis", *, operators: Operators | None = None
         return gaps_table(trace)
     if name == "collectives":
         return collectives_table(trace)
+    if name in NSYS_TABLES:
+        return nsys_table(name, trace)
     raise UsageError(f"unknown table {name!r}: expected one of {', '.join(TABLES)}")

@@ -221,7 +221,7 @@ def restrict(trace: Trace, start_ns: int, end_ns: int, gpu_start_ns: int | None 
     return dataclasses.replace(trace, kernels=kernels, memops=memops, api=trace.api.take(overlaps(trace.api)),
                                ops=trace.ops.take(overlaps(trace.ops)),
                                ranges=trace.ranges.take(overlaps(trace.ranges)), memory=memory,
-                               collectives=coll)
+                               collectives=coll, osrt=trace.osrt.take(overlaps(trace.osrt)))
 
 
 # ------------------------------------------------------------------ steps

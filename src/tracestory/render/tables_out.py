@@ -1,6 +1,10 @@
 """Named result tables (:class:`~tracestory.analysis.tables.Table`) as text: CSV, Markdown, JSON
 records, or a rich table for the terminal.
 
+A table the input cannot give (``Table.missing``: ``osrt_sum`` of an export captured without
+``--trace=osrt``) is one line saying why in the terminal and in Markdown; CSV and JSON of it
+are refused by the command (one line, exit 2), never an empty table that reads as zero.
+
 CSV, Markdown and JSON keep base units (``total_ns`` in ns, ``share`` 0..1) and full precision,
 for a program to read; JSON is a list of one object per row, missing values ``null``. The
 terminal view picks units per column by its name: ``*_ns`` through ``fmt_ns``, ``share``
@@ -17,6 +21,7 @@ import json
 import math
 
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from ..units import clip_text, fmt_ns, fmt_pct, sig
 
@@ -82,9 +87,11 @@ def _fitting_columns(cols: list[str], widths: list[int], width: int | None) -> l
     return sorted(shown)
 
 
-def table_renderable(table, title: str | None = None, width: int | None = None) -> RichTable:
+def table_renderable(table, title: str | None = None, width: int | None = None) -> RichTable | Text:
     """A rich table of ``table`` with units chosen per column, fitted to ``width`` terminal
-    columns when given (module docstring)."""
+    columns when given (module docstring); a table the input cannot give is one line saying why."""
+    if table.missing is not None:
+        return Text(f"{title or table.name}: {table.missing}")
     cols = list(table.columns)
     rows = table.rows()
     cells = [[_cell(c, v) for c, v in zip(cols, row, strict=False)] for row in rows]
@@ -95,6 +102,8 @@ def table_renderable(table, title: str | None = None, width: int | None = None) 
     shown = _fitting_columns(cols, widths, width)
     left_out = [cols[i] for i in range(len(cols)) if i not in shown]
     caption = f"left out for width: {', '.join(left_out)} (--format csv or json has every column)" if left_out else None
+    if table.note:
+        caption = f"{table.note}\n{caption}" if caption else table.note
     tab = RichTable(title=title or table.name, title_justify="left", caption=caption, caption_justify="left")
     for i in shown:
         tab.add_column(
