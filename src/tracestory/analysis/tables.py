@@ -41,6 +41,7 @@ from ..stats import summarize
 from ..units import clip_text, sig
 from . import intervals
 from .collectives import rank_collectives
+from .gaps import gap_causes
 from .nsys_tables import NSYS_TABLES, missing_reason, other_processes_note, summary_rows
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 from .operators import OUTSIDE_OPS, UNATTRIBUTED, Operators, OpStat, operators as compute_operators
@@ -155,7 +156,7 @@ def _cell(v, width: int) -> str:
 
 # Column kinds by name (the same name means the same thing in every table); others are int.
 _TEXT_COLUMNS = frozenset({"trace", "name", "kind", "input_dims", "input_types", "top_kernels", "category", "path", "family",
-                           "before", "after", "dtype", "operation"})
+                           "before", "after", "dtype", "operation", "cpu_op", "within"})
 _FLOAT_COLUMNS = frozenset({"share", "mean_ns", "median_ns", "stddev_ns", "amdahl_max_speedup",
                             "speedup_if_k_times_faster", "k", "mean_bytes", "median_bytes", "stddev_bytes"})
 
@@ -260,9 +261,20 @@ def phases_table(analysis: "Analysis") -> Table:
     })
 
 
-def gaps_table(trace) -> Table:
-    """Every idle gap between busy periods of the GPU (the timeline's model), in time order."""
-    cols: dict[str, list] = {c: [] for c in ("start_ns", "dur_ns", "launch_wait_ns", "other_ns", "before", "after")}
+GAP_COLUMNS = ("start_ns", "dur_ns", "launch_wait_ns", "other_ns", "before", "after", "cpu_op", "cpu_op_dur_ns",
+               "within")
+
+
+def gaps_table(trace, phases=None) -> Table:
+    """Every idle gap between busy periods of the GPU (the timeline's model), in time order,
+    with the CPU op under it (:func:`tracestory.analysis.gaps.gap_causes`, the rule the report's
+    gap findings use): ``cpu_op`` is what the launching host thread ran during the gap (the
+    innermost CPU op or range covering at least half of the host's part of the gap; None when
+    none does, or when the next op had been launched before the gap began), ``cpu_op_dur_ns``
+    that op's whole duration, ``within`` the innermost op or range around the next op's launch
+    call lasting at least half the gap (e.g. the step). ``phases``: the trace's phases when
+    already computed."""
+    cols: dict[str, list] = {c: [] for c in GAP_COLUMNS}
     if trace.meta.has_timeline and len(trace.kernels) + len(trace.memops):
         starts = gpu_ops_column(trace, "start_ns").astype(np.int64)
         ends = gpu_ops_column(trace, "end_ns").astype(np.int64)
@@ -272,9 +284,15 @@ def gaps_table(trace) -> Table:
         g0, g1 = busy_e[:-1], busy_s[1:]
         before, after, wait = gap_attribution(g0, g1, starts, ends, launch_end)
         dur = g1 - g0
+        causes = {c.start_ns: c for c in gap_causes(trace, min_ns=1, limit=max(int(dur.size), 1), steps=phases)}
+        cause = [causes.get(int(x)) for x in g0.tolist()]
+        op_dur = [c.op_dur_ns if c is not None else None for c in cause]
         cols = {"start_ns": g0, "dur_ns": dur, "launch_wait_ns": wait, "other_ns": dur - wait,
-                "before": trace.names(names[before]), "after": trace.names(names[after])}
-        return Table("gaps", {k: np.asarray(v) for k, v in cols.items()})
+                "before": trace.names(names[before]), "after": trace.names(names[after]),
+                "cpu_op": _column("cpu_op", [c.op_name if c is not None else None for c in cause]),
+                "cpu_op_dur_ns": _column("cpu_op_dur_ns", op_dur),
+                "within": _column("within", [c.within if c is not None else None for c in cause])}
+        return Table("gaps", {k: v if isinstance(v, list) else np.asarray(v) for k, v in cols.items()})
     return _make("gaps", cols)
 
 
@@ -328,7 +346,7 @@ def table(name: str, analysis: "Analysis", *, operators: Operators | None = None
     if name == "phases":
         return phases_table(analysis)
     if name == "gaps":
-        return gaps_table(trace)
+        return gaps_table(trace, analysis.phases)
     if name == "collectives":
         return collectives_table(trace)
     if name in NSYS_TABLES:
