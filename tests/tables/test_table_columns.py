@@ -81,3 +81,48 @@ def test_new_columns_are_typed(name):
     from tracestory.analysis.tables import column_kind
 
     assert column_kind("cpu_op") == "str" and column_kind("within") == "str" and column_kind("cpu_op_dur_ns") == "int"
+
+
+def test_collectives_bandwidth_from_the_json_args():
+    """algbw = max(in, out) elements x 4 bytes (Float) / the median duration of the group's
+    kernels, read from the JSON; busbw = algbw x 2(n-1)/n for all-reduce, x 1 for broadcast
+    (n = 2 here, so both factors are 1)."""
+    import gzip
+    import json
+    import statistics
+
+    from conftest import A100_NCCL
+
+    from tracestory.ingest.kineto import load_kineto
+
+    with gzip.open(A100_NCCL, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    groups: dict[tuple, list[int]] = {}
+    for e in events:
+        a = e.get("args", {})
+        if e.get("cat") == "kernel" and "Collective name" in a:
+            size = {"Float": 4, "Long": 8}[a["dtype"]] * max(a["In msg nelems"], a["Out msg nelems"])
+            groups.setdefault((a["Collective name"], size, a["Group size"]), []).append(round(e["dur"] * 1000))
+    t = table("collectives", analyze(load_kineto(A100_NCCL)))
+    assert len(t) == len(groups) == 7
+    for row in t.rows():
+        kind, nbytes, n = row[0], row[2], row[3]
+        med = statistics.median(groups[(kind, nbytes, n)])
+        algbw = nbytes / (med * 1e-9)
+        factor = {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0}[kind]
+        assert row[11] == pytest.approx(algbw, rel=1e-12)
+        assert row[12] == pytest.approx(algbw * factor, rel=1e-12)
+        assert row[13] == "from the median; bus factor 1 (n=2)"
+    assert t.note.startswith("algbw = bytes / median_ns")
+
+
+def test_collectives_without_sizes_say_so():
+    """An nsys-like trace: the collective is known from the kernel name only, no sizes."""
+    pool = StringPool()
+    name = pool.code("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)")
+    kernels = make_table("kernels", start_ns=[0, 1000], end_ns=[400, 1600], name=[name, name], device=[0, 0],
+                         stream=[3, 3])
+    trace = build_trace(TraceMeta(source_path="built", source_format="nsys-sqlite"), pool, kernels=kernels)
+    (row,) = table("collectives", analyze(trace)).rows()
+    assert row[0] == "allreduce" and row[2] is None
+    assert row[11:] == (None, None, "no sizes recorded (an nsys input names the collective in the kernel name only)")

@@ -40,7 +40,7 @@ from ..errors import ToolNotFound, UsageError
 from ..stats import summarize
 from ..units import clip_text, sig
 from . import intervals
-from .collectives import rank_collectives
+from .collectives import busbw_factor, rank_collectives
 from .gaps import gap_causes
 from .nsys_tables import NSYS_TABLES, missing_reason, other_processes_note, summary_rows
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
@@ -156,9 +156,10 @@ def _cell(v, width: int) -> str:
 
 # Column kinds by name (the same name means the same thing in every table); others are int.
 _TEXT_COLUMNS = frozenset({"trace", "name", "kind", "input_dims", "input_types", "top_kernels", "category", "path", "family",
-                           "before", "after", "dtype", "operation", "cpu_op", "within"})
+                           "before", "after", "dtype", "operation", "cpu_op", "within", "bandwidth_basis"})
 _FLOAT_COLUMNS = frozenset({"share", "mean_ns", "median_ns", "stddev_ns", "amdahl_max_speedup",
-                            "speedup_if_k_times_faster", "k", "mean_bytes", "median_bytes", "stddev_bytes"})
+                            "speedup_if_k_times_faster", "k", "mean_bytes", "median_bytes", "stddev_bytes",
+                            "algbw_bytes_per_s", "busbw_bytes_per_s"})
 
 
 def column_kind(column: str) -> str:
@@ -296,11 +297,33 @@ def gaps_table(trace, phases=None) -> Table:
     return _make("gaps", cols)
 
 
+COLLECTIVE_COLUMNS = ("kind", "dtype", "bytes", "group_size", "count", "total_ns", "mean_ns", "median_ns", "min_ns",
+                      "max_ns", "stddev_ns", "algbw_bytes_per_s", "busbw_bytes_per_s", "bandwidth_basis")
+COLLECTIVES_NOTE = ("algbw = bytes / median_ns (NCCL's size S: the whole array; all-gather its output), busbw = "
+                    "algbw x NCCL's bus factor for the group size; one rank's kernel time includes waiting for later "
+                    "peers, so both are lower bounds (tracestory ranks / report on every rank gives the transfer time)")
+
+
+def _bandwidth(kind: str | None, nbytes: int | None, gsize: int | None, median_ns: float):
+    """(algbw, busbw, basis) of one row of the collectives table (see :data:`COLLECTIVES_NOTE`)."""
+    if nbytes is None:
+        return None, None, "no sizes recorded (an nsys input names the collective in the kernel name only)"
+    if median_ns <= 0:
+        return None, None, "zero duration"
+    algbw = nbytes / (median_ns * 1e-9)
+    factor = busbw_factor(kind, gsize)
+    if factor is None:
+        why = "group size unknown" if gsize is None else f"no bus factor for {kind or 'an unknown kind'}"
+        return algbw, None, f"algbw from the median; busbw n/a: {why}"
+    return algbw, algbw * factor, f"from the median; bus factor {factor:.4g} (n={gsize})"
+
+
 def collectives_table(trace) -> Table:
-    """Per (collective kind, dtype, message bytes, group size): duration statistics."""
+    """Per (collective kind, dtype, message bytes, group size): duration statistics and the
+    algorithm and bus bandwidth where the sizes are known (:data:`COLLECTIVES_NOTE`;
+    ``bandwidth_basis`` says per row how they were computed, or why not)."""
     rc = rank_collectives(trace)
-    cols: dict[str, list] = {c: [] for c in ("kind", "dtype", "bytes", "group_size", "count", "total_ns", "mean_ns",
-                                              "median_ns", "min_ns", "max_ns", "stddev_ns")}
+    cols: dict[str, list] = {c: [] for c in COLLECTIVE_COLUMNS}
     n = len(rc.start_ns)
     if n:
         dur = (rc.end_ns - rc.start_ns).astype(np.int64)
@@ -310,14 +333,15 @@ def collectives_table(trace) -> Table:
         rows = []
         for (kind, dtype, nbytes, gsize), idx in groups.items():
             s = summarize(dur[idx], ddof=1)
-            rows.append((kind or None, dtype or None, nbytes if nbytes >= 0 else None, gsize if gsize >= 0 else None,
-                         s.count, int(s.total), s.mean, s.median, int(s.min), int(s.max),
-                         s.std if s.std is not None else 0.0))
+            nb, gs = (nbytes if nbytes >= 0 else None), (gsize if gsize > 0 else None)
+            rows.append((kind or None, dtype or None, nb, gs, s.count, int(s.total), s.mean, s.median, int(s.min),
+                         int(s.max), s.std if s.std is not None else 0.0, *_bandwidth(kind or None, nb, gs, s.median)))
         rows.sort(key=lambda r: (-r[5], str(r[0]), str(r[1]), r[2] or 0))
         for r in rows:
             for c, v in zip(cols, r):
                 cols[c].append(v)
-    return _make("collectives", cols)
+    t = _make("collectives", cols)
+    return Table("collectives", t.columns, note=COLLECTIVES_NOTE if n else None)
 
 
 def nsys_table(name: str, trace) -> Table:

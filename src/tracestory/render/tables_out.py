@@ -8,9 +8,9 @@ are refused by the command (one line, exit 2), never an empty table that reads a
 CSV, Markdown and JSON keep base units (``total_ns`` in ns, ``share`` 0..1) and full precision,
 for a program to read; JSON is a list of one object per row, missing values ``null``. The
 terminal view picks units per column by its name: ``*_ns`` through ``fmt_ns``, ``share``
-through ``fmt_pct``, other floats with 4 significant digits. When the columns do not fit the
+through ``fmt_pct``, ``*_bytes_per_s`` in GB/s, other floats with 4 significant digits. When the columns do not fit the
 terminal's width, the least important ones are left out and the caption names them: the first
-column (the row's name), ``total_ns`` and ``share`` are kept first, then the others from the
+column (the row's name), ``total_ns``, ``share`` and the bandwidths are kept first, then the others from the
 left; ``--format csv`` or ``json`` has every column.
 """
 
@@ -23,7 +23,7 @@ import math
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ..units import clip_text, fmt_ns, fmt_pct, sig
+from ..units import clip_text, fmt_gbps, fmt_ns, fmt_pct, sig
 
 FORMATS = ("table", "csv", "json", "markdown")
 TEXT_WIDTH = 32  # terminal columns of a text cell (names, shapes); the other formats keep it whole
@@ -59,6 +59,8 @@ def _cell(column: str, v) -> str:
         return fmt_ns(v)
     if column == "share":
         return fmt_pct(v)
+    if column.endswith("_bytes_per_s"):
+        return fmt_gbps(v)
     if isinstance(v, float):
         return sig(v, 4)
     if isinstance(v, int):
@@ -66,7 +68,8 @@ def _cell(column: str, v) -> str:
     return clip_text(str(v), 60)
 
 
-KEEP_FIRST = ("total_ns", "share")  # after the first column, the columns a narrow terminal keeps
+# after the first column, the columns a narrow terminal keeps
+KEEP_FIRST = ("total_ns", "share", "algbw_bytes_per_s", "busbw_bytes_per_s")
 BORDER = 3  # a rich column's padding and rule, in terminal columns
 
 
