@@ -126,3 +126,41 @@ def test_collectives_without_sizes_say_so():
     (row,) = table("collectives", analyze(trace)).rows()
     assert row[0] == "allreduce" and row[2] is None
     assert row[11:] == (None, None, "no sizes recorded (an nsys input names the collective in the kernel name only)")
+
+
+def test_roofline_table_is_the_jsons_roofline_points():
+    """The estimate's points as the JSON document holds them (``roofline_estimate.points``),
+    longest first; achieved FLOP/s re-derived by hand from FLOPs / duration."""
+    from conftest import H200_LLAMA
+
+    from tracestory.analysis.results import analyze_inputs
+    from tracestory.ingest import load_inputs
+    from tracestory.render.jsonout import document
+
+    results = analyze_inputs(load_inputs([H200_LLAMA]))
+    points = document(results)["traces"][0]["roofline_estimate"]["points"]
+    t = results.table("roofline")
+    assert len(t) == len(points) == 20
+    want = sorted(points, key=lambda p: (-p["duration_ns"], p["label"]))
+    for row, p in zip(t.rows(), want, strict=True):
+        r = dict(zip(t.columns, row, strict=True))
+        assert (r["name"], r["source"], r["count"], r["duration_ns"], r["bound"]) == (
+            p["label"], "estimate", p["count"], p["duration_ns"], p["bound"])
+        assert r["flops"] == p["flops"] and r["dram_bytes"] == p["dram_bytes"]
+        assert r["fraction_of_roof"] == pytest.approx(p["pct_of_roof"] / 100)
+        assert r["achieved_flops_per_s"] == pytest.approx(p["flops"] / (p["duration_ns"] * 1e-9))
+
+
+def test_roofline_table_with_nsight_compute_and_without_shapes():
+    from conftest import H200_LLAMA, NCU_RAW, NSYS_2024
+
+    from tracestory.analysis.results import analyze_inputs
+    from tracestory.ingest import load_inputs
+
+    results = analyze_inputs(load_inputs([H200_LLAMA, NCU_RAW]))
+    t = results.table("roofline")
+    # llama1layer_ncu_raw.csv: six profiled kernels (tests/data/PROVENANCE.md)
+    assert len(t) == 6 and set(t["source"]) == {"ncu"}
+    none = analyze_inputs(load_inputs([NSYS_2024])).table("roofline")
+    assert len(none) == 0 and none.missing == "the trace holds no CPU ops to estimate from"
+    assert table("roofline", analyze(_gap_trace())).missing.startswith("the roofline needs the GPU's peaks")

@@ -257,7 +257,7 @@ class Results:
         if run is not None:
             r = self.runs[run]
             ops = r.operators(modules=name == "modules") if name in ("ops", "leaf_ops", "modules") else None
-            return make_table(name, r.analysis, operators=ops)
+            return make_table(name, r.analysis, operators=ops, roofline=self._roofline_of(run))
         parts = [self.table(name, i) for i in range(len(self.runs))]
         if not parts:
             return Table(name, {})
@@ -278,6 +278,15 @@ class Results:
             else:
                 columns[c] = [x for v in vals for x in (v.tolist() if isinstance(v, np.ndarray) else v)]
         return Table(name, columns, note="; ".join(notes) or None)
+
+    def _roofline_of(self, run: int) -> tuple[Roofline | None, str, str | None]:
+        """The roofline of trace ``run`` for its table: Nsight Compute's (joined to the first
+        trace) when given, else the shape estimate; with the reason when there is none."""
+        if self.hardware:
+            if run == 0:
+                return self.hardware[0].roofline, "ncu", None
+            return None, "", "Nsight Compute metrics are joined to the first trace only (no estimate beside them)"
+        return self.runs[run].roofline_estimate, "estimate", None
 
     def __repr__(self) -> str:
         labels = [r.trace.label for r in self.runs[:3]] + (["..."] if len(self.runs) > 3 else [])

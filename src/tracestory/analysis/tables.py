@@ -19,8 +19,9 @@ StdDev to one decimal when it prints; the columns here are unrounded.
 
 Tables: ``kernels``, ``categories`` (breakdown with Amdahl ceilings), ``ops`` (GPU time per
 top-level CPU op), ``leaf_ops`` (per leaf op), ``modules`` (per ``nn.Module`` path), ``phases``,
-``gaps`` (every idle gap of the GPU timeline) and ``collectives`` (per collective kind, dtype
-and message size). The op tables end with the rows of GPU time no op can be given
+``gaps`` (every idle gap of the GPU timeline, with the CPU op under it), ``collectives`` (per
+collective kind, dtype and message size, with its bandwidth), ``roofline`` (per roofline point)
+and the ``nsys stats`` summaries of :mod:`.nsys_tables`. The op tables end with the rows of GPU time no op can be given
 (:data:`~tracestory.analysis.operators.UNATTRIBUTED`, :data:`~tracestory.analysis.operators.OUTSIDE_OPS`)
 so that their ``share`` sums to 1.
 """
@@ -49,8 +50,10 @@ from .timeline import gap_attribution
 
 if TYPE_CHECKING:
     from . import Analysis
+    from .roofline import Roofline
 
-TABLES = ("kernels", "categories", "ops", "leaf_ops", "modules", "phases", "gaps", "collectives", *NSYS_TABLES)
+TABLES = ("kernels", "categories", "ops", "leaf_ops", "modules", "phases", "gaps", "collectives", "roofline",
+          *NSYS_TABLES)
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,10 +159,13 @@ def _cell(v, width: int) -> str:
 
 # Column kinds by name (the same name means the same thing in every table); others are int.
 _TEXT_COLUMNS = frozenset({"trace", "name", "kind", "input_dims", "input_types", "top_kernels", "category", "path", "family",
-                           "before", "after", "dtype", "operation", "cpu_op", "within", "bandwidth_basis"})
+                           "before", "after", "dtype", "operation", "cpu_op", "within", "bandwidth_basis",
+                           "source", "precision", "roof_dtype", "bound"})
 _FLOAT_COLUMNS = frozenset({"share", "mean_ns", "median_ns", "stddev_ns", "amdahl_max_speedup",
                             "speedup_if_k_times_faster", "k", "mean_bytes", "median_bytes", "stddev_bytes",
-                            "algbw_bytes_per_s", "busbw_bytes_per_s"})
+                            "algbw_bytes_per_s", "busbw_bytes_per_s", "flops", "dram_bytes", "arithmetic_intensity",
+                            "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s", "ridge_flop_per_byte",
+                            "fraction_of_roof"})
 
 
 def column_kind(column: str) -> str:
@@ -344,6 +350,40 @@ def collectives_table(trace) -> Table:
     return Table("collectives", t.columns, note=COLLECTIVES_NOTE if n else None)
 
 
+ROOFLINE_COLUMNS = ("name", "source", "count", "duration_ns", "precision", "roof_dtype", "flops", "dram_bytes",
+                    "arithmetic_intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s",
+                    "ridge_flop_per_byte", "bound", "fraction_of_roof")
+ROOFLINE_NEEDS_PEAKS = ("the roofline needs the GPU's peaks, resolved by tracestory.analyze: "
+                        "Results.table('roofline')")
+
+
+def roofline_table(roofline: "Roofline | None", source: str, missing: str | None = None) -> Table:
+    """One row per roofline point (the JSON's ``roofline_estimate.points[]`` or, with Nsight
+    Compute input, ``kernels[].roofline``), longest first: the kernel name, ``source``
+    (``estimate``: FLOPs and bytes from the ops' shapes, grouped by kernel name; ``ncu``: one
+    profiled kernel), the kernels it holds, their time, precision and the roof used, FLOPs, DRAM
+    bytes, arithmetic intensity (FLOP/byte; inf with no DRAM bytes), achieved FLOP/s and
+    bytes/s, the compute roof and ridge point, the bound and ``fraction_of_roof`` (the JSON's
+    ``pct_of_roof`` / 100). Points an estimate dropped as above their roof are named in the
+    ``note``. ``missing``: why there is no roofline (no peaks, no op shapes)."""
+    cols: dict[str, list] = {c: [] for c in ROOFLINE_COLUMNS}
+    if roofline is None or not roofline.points:
+        why = missing or (roofline.note if roofline is not None and roofline.note else "no roofline points")
+        return Table("roofline", _make("roofline", cols).columns, missing=why)
+    for p in sorted(roofline.points, key=lambda p: (-(p.duration_ns or 0), p.label)):
+        vals = (p.label, source, p.count, p.duration_ns, p.precision, p.roof_dtype, p.flops, p.dram_bytes,
+                p.arithmetic_intensity, p.achieved_flops_per_s, p.achieved_bytes_per_s, p.peak_flops_per_s,
+                p.ridge_flop_per_byte, p.bound, p.pct_of_roof / 100.0 if p.pct_of_roof is not None else None)
+        for c, v in zip(cols, vals):
+            cols[c].append(v)
+    notes = [roofline.note] if roofline.note else []
+    if roofline.dropped:
+        notes.append(f"{len(roofline.dropped)} estimate(s) above their roof dropped as estimate errors: "
+                     + ", ".join(f"{label} ({pct:.0f}% of roof)" for label, pct in roofline.dropped[:5]))
+    t = _make("roofline", cols)
+    return Table("roofline", t.columns, note="; ".join(notes) or None)
+
+
 def nsys_table(name: str, trace) -> Table:
     """One ``nsys stats`` summary table (:mod:`tracestory.analysis.nsys_tables`), or the reason
     this input cannot give it."""
@@ -353,10 +393,12 @@ def nsys_table(name: str, trace) -> Table:
     return Table(name, t.columns, missing=why, note=other_processes_note(name, trace) if why is None else None)
 
 
-def table(name: str, analysis: "Analysis", *, operators: Operators | None = None) -> Table:
+def table(name: str, analysis: "Analysis", *, operators: Operators | None = None,
+          roofline: "tuple[Roofline | None, str, str | None] | None" = None) -> Table:
     """The table ``name`` (one of :data:`TABLES`) of one analysed trace. ``operators``: the
     result of :func:`tracestory.analysis.operators.operators` (with module ranges when there
-    are any); computed from ``analysis.trace`` when not given."""
+    are any); computed from ``analysis.trace`` when not given. ``roofline``: ``(roofline,
+    source, why none)`` as :meth:`Results.table` resolves it (the roofline needs the GPU's peaks)."""
     trace = analysis.trace
     if name == "kernels":
         return kernels_table(trace)
@@ -375,4 +417,6 @@ def table(name: str, analysis: "Analysis", *, operators: Operators | None = None
         return collectives_table(trace)
     if name in NSYS_TABLES:
         return nsys_table(name, trace)
+    if name == "roofline":
+        return roofline_table(*roofline) if roofline is not None else roofline_table(None, "", ROOFLINE_NEEDS_PEAKS)
     raise UsageError(f"unknown table {name!r}: expected one of {', '.join(TABLES)}")

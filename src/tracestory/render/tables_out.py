@@ -23,7 +23,7 @@ import math
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ..units import clip_text, fmt_gbps, fmt_ns, fmt_pct, sig
+from ..units import clip_text, fmt_gbps, fmt_ns, fmt_pct, fmt_si, sig
 
 FORMATS = ("table", "csv", "json", "markdown")
 TEXT_WIDTH = 32  # terminal columns of a text cell (names, shapes); the other formats keep it whole
@@ -61,6 +61,10 @@ def _cell(column: str, v) -> str:
         return fmt_pct(v)
     if column.endswith("_bytes_per_s"):
         return fmt_gbps(v)
+    if column.endswith("flops_per_s"):
+        return fmt_si(v, "FLOP/s")
+    if column == "fraction_of_roof":
+        return fmt_pct(v)
     if isinstance(v, float):
         return sig(v, 4)
     if isinstance(v, int):
@@ -69,7 +73,7 @@ def _cell(column: str, v) -> str:
 
 
 # after the first column, the columns a narrow terminal keeps
-KEEP_FIRST = ("total_ns", "share", "algbw_bytes_per_s", "busbw_bytes_per_s")
+KEEP_FIRST = ("total_ns", "share", "algbw_bytes_per_s", "busbw_bytes_per_s", "fraction_of_roof", "bound")
 BORDER = 3  # a rich column's padding and rule, in terminal columns
 
 
