@@ -306,6 +306,8 @@ class Trace:
         ``dur_ns``, ``device``, ``stream``, ``correlation``, ``grid_x`` .. ``block_z``,
         ``registers_per_thread``, ``shared_mem_bytes``. A value the source did not record is
         ``<NA>`` (nullable integer columns), never -1. pandas is optional (``pip install pandas``).
+        With the analysis's ``category``, ``phase`` and ``op`` columns:
+        ``tracestory.analyze(trace).kernels_frame()``.
 
         >>> t = tracestory.load("trace.json.gz")                              # doctest: +SKIP
         >>> df = t.kernels_frame()                                            # doctest: +SKIP

@@ -46,7 +46,7 @@ from .claims import derive_findings, withheld
 from .critical_path import CriticalPath
 from .exposure import Exposure
 from .facts import KernelMetricsResults, RunFacts, run_facts
-from .findings import Finding, ncu_findings
+from .findings import Evidence, Finding, ncu_findings
 from .findings.multigpu import headline, multigpu_findings
 from .gaps import GapCause
 from .hardware import hardware_analysis, waves
@@ -180,6 +180,36 @@ class RunResults:
                 self._operators[key] = compute_operators(self.trace)
         return self._operators[key]
 
+    def kernels_frame(self):
+        """:meth:`Trace.kernels_frame <tracestory.trace.Trace.kernels_frame>` (one row per kernel in
+        start order, real names, units in the column names) with the analysis's columns:
+        ``category`` (the taxonomy's kernel category), ``phase`` (the phase whose CPU range
+        launched it: ``ProfilerStep#3``, ``decode_7``; ``<NA>`` outside every phase), ``op``
+        (the innermost CPU op or range around its launch call, the ``leaf_ops`` table's op) and
+        ``top_op`` (the outermost: the ``ops`` table's). ``<NA>`` where the trace does not say
+        (no launch call, no op around it). pandas is optional (``pip install pandas``).
+
+        >>> df = tracestory.analyze("trace.json.gz").kernels_frame()          # doctest: +SKIP
+        >>> df.groupby(["phase", "category"])["dur_ns"].sum()                 # doctest: +SKIP
+        """
+        import pandas as pd
+
+        trace, a = self.trace, self.analysis
+        df = trace.kernels_frame()
+        n = len(trace.kernels)
+        cats = np.asarray(a.classification.taxonomy.categories, dtype=object)
+        df["category"] = pd.array(cats[a.classification.kernel_category].tolist() if n else [], dtype="string")
+        phase = np.full(n, None, dtype=object)
+        for p in a.phases.phases:
+            phase[p.kernel_rows] = p.name
+        df["phase"] = pd.array(phase.tolist(), dtype="string")
+        ops = self.operators()
+        for col, codes in (("op", ops.leaf_name[:n]), ("top_op", ops.top_name[:n])):
+            names = np.asarray(trace.names(np.maximum(codes, 0)) if n else [], dtype=object)
+            names[codes < 0] = None
+            df[col] = pd.array(names.tolist(), dtype="string")
+        return df
+
     @property
     def nsys_tables(self) -> dict[str, Table]:
         """The ``nsys stats`` summary tables (cuda_api_sum, cuda_gpu_mem_time_sum,
@@ -208,6 +238,43 @@ class RunResults:
 
 
 @dataclass(frozen=True)
+class FindingRecord:
+    """One finding of a report, as the Python API gives it (:attr:`Results.findings`): what the
+    Observations print and ``findings[]`` in the JSON hold, with where it comes from.
+
+    ``trace``: the label of the trace it is about (``None`` for the multi-GPU findings and the
+    findings of Nsight Compute input without a trace); ``scope``: ``trace``, ``multigpu`` or
+    ``ncu``; ``rule`` and ``severity`` (``high``, ``medium``, ``low``, ``info``); ``title``;
+    ``text``: what it means (the report's **Implication**); ``recommendation``; ``evidence``:
+    the numbers it rests on, each ``Evidence(label, value, unit)`` in base units; ``basis``: the
+    facts the claim depends on (workload, platform, trace kind)."""
+
+    trace: str | None
+    scope: str
+    rule: str
+    severity: str
+    title: str
+    text: str
+    recommendation: str
+    evidence: tuple[Evidence, ...]
+    basis: tuple[str, ...]
+
+    @classmethod
+    def of(cls, f: Finding, trace: str | None, scope: str) -> FindingRecord:
+        return cls(
+            trace,
+            scope,
+            f.rule,
+            f.severity,
+            f.title,
+            f.implication,
+            f.recommendation,
+            tuple(f.evidence),
+            tuple(f.basis),
+        )
+
+
+@dataclass(frozen=True)
 class Results:
     """Every result of one report."""
 
@@ -231,9 +298,18 @@ class Results:
         return [r.analysis for r in self.runs]
 
     @property
-    def findings(self) -> list[tuple[Finding, ...]]:
-        """The findings of each run, in run order."""
-        return [r.findings for r in self.runs]
+    def findings(self) -> tuple[FindingRecord, ...]:
+        """Every finding of the report as typed records: each trace's in run order (in the
+        order the Observations print them), then the multi-GPU findings, then those of Nsight
+        Compute input without a trace. ``RunResults.findings`` holds one trace's as the rules
+        built them.
+
+        >>> [(f.severity, f.title) for f in tracestory.analyze("trace.json.gz").findings]   # doctest: +SKIP
+        """
+        out = [FindingRecord.of(f, r.trace.label, "trace") for r in self.runs for f in r.findings]
+        out += [FindingRecord.of(f, None, "multigpu") for f in self.multigpu_findings]
+        out += [FindingRecord.of(f, None, "ncu") for f in self.ncu_findings]
+        return tuple(out)
 
     @property
     def manifest(self) -> dict | None:
@@ -278,6 +354,11 @@ class Results:
             else:
                 columns[c] = [x for v in vals for x in (v.tolist() if isinstance(v, np.ndarray) else v)]
         return Table(name, columns, note="; ".join(notes) or None)
+
+    def kernels_frame(self, run: int = 0):
+        """The kernels of trace ``run`` as a pandas DataFrame with their ``category``, ``phase``,
+        ``op`` and ``top_op`` (:meth:`RunResults.kernels_frame`)."""
+        return self.runs[run].kernels_frame()
 
     def _roofline_of(self, run: int) -> tuple[Roofline | None, str, str | None]:
         """The roofline of trace ``run`` for its table: Nsight Compute's (joined to the first
