@@ -211,3 +211,30 @@ def test_cli_refuses_csv_of_a_table_the_export_lacks(tmp_path):
                          "--format", "csv"], capture_output=True, text=True, env={**env, "PATH": "/usr/bin:/bin"})
     assert ok.returncode == 0
     assert ok.stdout.splitlines()[1].startswith("poll,18,500924932,")
+
+
+def test_a_window_restricts_the_os_runtime_calls_too():
+    """--window keeps the calls that overlap it, as for the CUDA API calls (SQL: the same rule)."""
+    from tracestory.analysis.window import restrict
+
+    (trace,) = load_nsys_sqlite(NSYS_2024)
+    ((lo, hi),) = _sql(NSYS_2024, "SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    mid = (lo + hi) // 2
+    ((n,),) = _sql(NSYS_2024, f"SELECT count(*) FROM OSRT_API WHERE eventClass = 27 AND start < {hi} "
+                              f"AND (end > {mid} OR (end = start AND start >= {mid}))")
+    cut = restrict(trace, mid, hi)
+    assert 0 < len(cut.osrt) == n < len(trace.osrt)
+    assert int(sum(table("osrt_sum", analyze(cut))["count"])) == n
+
+
+@pytest.mark.parametrize(("name", "memset", "label"), [
+    ("Memcpy HtoD (Pinned -> Device)", False, "[CUDA memcpy Host-to-Device]"),      # nsys SQLite / Kineto
+    ("Memcpy UVM DtoH (Managed -> Pageable)", False, "[CUDA memcpy Unified Device-to-Host]"),
+    ("Memcpy PtoP (Device -> Device)", False, "[CUDA memcpy Peer-to-Peer]"),
+    ("Memcpy (CopyHostToDevice)", False, "[CUDA memcpy CopyHostToDevice]"),           # rocprof: its own words
+    ("Memset (Device)", True, "[CUDA memset]"),
+])
+def test_operation_labels(name, memset, label):
+    from tracestory.analysis.nsys_tables import operation
+
+    assert operation(name, memset) == label

@@ -47,8 +47,6 @@ no rows and ``missing`` says why and what captures it (``--trace=osrt``).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ..stats import summarize
@@ -67,7 +65,6 @@ COPY_LABELS = {
     "HtoH": "Host-to-Host", "PtoP": "Peer-to-Peer", "UVM HtoD": "Unified Host-to-Device",
     "UVM DtoH": "Unified Device-to-Host", "UVM DtoD": "Unified Device-to-Device", "Unknown": "Unknown",
 }
-_COPY = re.compile(r"^Memcpy (.+?)(?: \(|$)")
 STAT_COLUMNS = ("count", "total_ns", "share", "mean_ns", "median_ns", "min_ns", "max_ns", "stddev_ns")
 SIZE_COLUMNS = ("count", "total_bytes", "mean_bytes", "median_bytes", "min_bytes", "max_bytes", "stddev_bytes")
 
@@ -76,9 +73,10 @@ def operation(name: str, is_memset: bool) -> str:
     """nsys's operation label of one memop name: ``[CUDA memcpy Host-to-Device]``, ``[CUDA memset]``."""
     if is_memset:
         return "[CUDA memset]"
-    m = _COPY.match(name)
-    abbrev = m.group(1) if m else name
-    return f"[CUDA memcpy {COPY_LABELS.get(abbrev, abbrev)}]"
+    rest = name.removeprefix("Memcpy ").strip()
+    # "HtoD (Pinned -> Device)" -> HtoD; a name with no direction, "(CopyHostToDevice)" -> its text
+    abbrev = rest.split(" (", 1)[0] if not rest.startswith("(") else rest.strip("()")
+    return f"[CUDA memcpy {COPY_LABELS.get(abbrev, abbrev or 'Unknown')}]"
 
 
 def grouped_stats(codes: np.ndarray, values: np.ndarray, label, share: bool = True) -> list[tuple]:
