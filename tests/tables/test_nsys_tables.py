@@ -238,3 +238,42 @@ def test_operation_labels(name, memset, label):
     from tracestory.analysis.nsys_tables import operation
 
     assert operation(name, memset) == label
+
+
+def test_calls_of_a_process_without_gpu_work_are_counted_in_the_note(tmp_path):
+    """A built two-process export (rows written by hand from docs/FORMATS.md): process 100 runs
+    the kernel, process 300 (a launcher) only makes OS runtime and CUDA API calls. The trace is
+    process 100's; nsys stats would also count process 300's 2 OSRT calls and 1 API call."""
+    vm = 1 << 56
+
+    def gtid(pid, tid):
+        return vm | (pid << 24) | tid
+
+    con = sqlite3.connect(tmp_path / "two.sqlite")
+    con.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, streamId INT,
+            correlationId INT, globalPid INT, demangledName INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, eventClass INT, globalTid INT,
+            correlationId INT, nameId INT);
+        CREATE TABLE OSRT_API (start INT, end INT, eventClass INT, globalTid INT, nameId INT);
+    """)
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)",
+                    [(1, "k"), (2, "cudaLaunchKernel_v7000"), (3, "ioctl"), (4, "poll"), (5, "cudaGetDevice")])
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (100, 200, 0, 7, 1, ?, 1)", (vm | (100 << 24),))
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, ?)",
+                    [(50, 60, gtid(100, 1), 1, 2), (10, 15, gtid(300, 1), 9, 5)])
+    con.executemany("INSERT INTO OSRT_API VALUES (?, ?, ?, ?, ?)",
+                    [(20, 50, 27, gtid(100, 1), 3), (0, 0, 31, gtid(100, 1), 3),     # a call and a start mark
+                     (5, 500, 27, gtid(300, 1), 4), (600, 700, 27, gtid(300, 1), 4)])
+    con.commit()
+    con.close()
+    (trace,) = load_nsys_sqlite(tmp_path / "two.sqlite")
+    assert trace.meta.extra["calls_in_other_processes"] == {"CUPTI_ACTIVITY_KIND_RUNTIME": 1, "OSRT_API": 2}
+    a = analyze(trace)
+    osrt, api = table("osrt_sum", a), table("cuda_api_sum", a)
+    assert osrt.rows() == [("ioctl", 1, 30, 1.0, 30.0, 30.0, 30, 30, 0.0)]
+    assert api.rows() == [("cudaLaunchKernel", 1, 10, 1.0, 10.0, 10.0, 10, 10, 0.0)]
+    assert osrt.note == ("this process only: 2 more OSRT_API calls of processes with no GPU activity are in the "
+                         "export (nsys stats counts them)")
+    assert api.note.startswith("this process only: 1 more CUPTI_ACTIVITY_KIND_RUNTIME calls")
