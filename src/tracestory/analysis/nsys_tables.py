@@ -88,17 +88,24 @@ def grouped_stats(codes: np.ndarray, values: np.ndarray, label, share: bool = Tr
     values = np.asarray(values, dtype=np.int64)
     if values.size == 0:
         return []
-    uniq, inv = np.unique(codes, return_inverse=True)
+    # codes are small non-negative ids (-1: none): a lookup array instead of a sorting np.unique
+    shifted = codes + 1
+    present = np.flatnonzero(np.bincount(shifted))
+    index = np.zeros(int(present[-1]) + 1, dtype=np.int64)
+    index[present] = np.arange(present.size)
+    uniq, inv = present - 1, index[shifted]
     labels = [label(int(c)) for c in uniq.tolist()]
     # codes whose labels are equal (a name with and without a version suffix) are one group
     by_label: dict[str, int] = {}
     group = np.asarray([by_label.setdefault(x, len(by_label)) for x in labels], dtype=np.int64)[inv]
     names = list(by_label)
-    order = np.lexsort((values, group))
-    bounds = np.flatnonzero(np.diff(group[order])) + 1
+    order = np.argsort(group, kind="stable")  # one key (a two-key lexsort is ~10x slower)
+    sorted_group = group[order]
+    bounds = np.flatnonzero(sorted_group[1:] != sorted_group[:-1]) + 1
     grand = int(values.sum())
     rows = []
-    for g, part in zip(np.unique(group).tolist(), np.split(values[order], bounds), strict=True):
+    firsts = sorted_group[np.concatenate([[0], bounds])].tolist()
+    for g, part in zip(firsts, np.split(values[order], bounds), strict=True):
         s = summarize(part, ddof=1)
         tot = int(part.sum())
         head = (names[g], s.count, tot) + ((tot / grand if grand else 0.0,) if share else ())
