@@ -170,19 +170,6 @@ CLI_ENTRY_POINTS = {
 }
 # What the seam does not hold yet, each with its reason: (module, function or "*") -> why.
 SEAM_ALLOWED: dict[tuple[str, str], str] = {
-    ("tracestory.cli.common", "tracestory.analysis.categories.taxonomy"):
-        "builds the --taxonomy option's value (a Taxonomy) that AnalysisOptions carries",
-    ("tracestory.cli.common", "tracestory.analysis.categories.load_rules"):
-        "reads the --rules file into the Taxonomy that AnalysisOptions carries",
-    ("tracestory.cli.common", "tracestory.analysis.window.parse_window"):
-        "parses the --window option's value (a WindowSpec)",
-    ("tracestory.cli.common", "tracestory.analysis.window.parse_steps"):
-        "parses the --steps option's value (a WindowSpec)",
-    ("tracestory.cli.common", "tracestory.analysis.window.window_inputs"):
-        "the window restricts the Inputs between load_inputs and analyze_inputs; it belongs in "
-        "AnalysisOptions (one call) next",
-    ("tracestory.cli.story", "tracestory.analysis.window.window_inputs"):
-        "as in cli.common: the --window restriction between load_inputs and analyze_inputs",
     ("tracestory.cli.loadgen", "*"):
         "the load session (warm-up, record stream, telemetry, result files) is still wired in the cli "
         "module; it moves behind loadgen.session.run_session next",

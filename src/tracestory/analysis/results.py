@@ -39,7 +39,7 @@ from ..ingest.ranks import rank_sources
 from ..parallel import map_ranks
 from ..specs import Peaks, peaks_warning, resolve_peaks
 from ..trace import Trace
-from . import Analysis, analyze
+from . import Analysis, advice, analyze
 from .batching import BatchingResult, analyze_batching
 from .categories import Taxonomy
 from .claims import derive_findings, withheld
@@ -71,6 +71,7 @@ from .roofline import Roofline, roofline
 from .tables import TABLES, Table
 from .tables import table as make_table
 from .telemetry import TelemetryResult, analyze_telemetry
+from .window import WindowSpec, window_inputs
 from .workload import Workload
 
 TOP_HARDWARE_KERNELS = 5
@@ -80,7 +81,9 @@ REPORT_MAX_OPS = 500_000  # the report tells GPU time per operator only up to th
 @dataclass(frozen=True)
 class AnalysisOptions:
     """What the user asked for: categories (``taxonomy``, default ``llm``), the Amdahl what-if
-    factor ``k``, a ``--peaks`` file, the report's goal and questions, and the command line."""
+    factor ``k``, a ``--peaks`` file, the part of each trace to analyse (``window``: a time
+    window, steps or the steady state; None = the whole trace), the report's goal and questions,
+    and the command line."""
 
     taxonomy: Taxonomy | None = None
     k: float = 2.0
@@ -88,6 +91,7 @@ class AnalysisOptions:
     goal: str | None = None
     questions: tuple[str, ...] = ()
     command: str | None = None
+    window: WindowSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,11 @@ class RunResults:
     @property
     def kernel_facts(self) -> KernelFacts:
         return self.facts.kernel_facts
+
+    @property
+    def recapture(self) -> str:
+        """How to capture this program again for a fuller report (:func:`advice.recapture`)."""
+        return advice.recapture(self.facts)
 
     @property
     def op_count(self) -> int:
@@ -433,6 +442,7 @@ def analyze_ranks(paths: Sequence[str], workers: int | None = None, dask_address
 def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Results:
     """All results of ``inputs`` (see the module docstring for what is computed, once)."""
     options = options or AnalysisOptions()
+    inputs = window_inputs(inputs, options.window)
     traces = list(inputs.traces)
     first = traces[0] if traces else None
     names = [_device(t) for t in traces]

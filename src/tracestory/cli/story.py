@@ -18,8 +18,7 @@ from ..errors import UsageError
 from ..ingest import load_inputs
 from ..outputs import OutputPlan, is_stdout
 from .common import (add_analysis_options, add_taxonomy, load_and_analyze, options_from, progress_factory,
-                     refuse_overwrite, side_inputs, taxonomy_from, window_spec)
-from ..analysis.window import window_inputs
+                     refuse_overwrite, side_inputs, taxonomy_from)
 from ..render.window import window_lines
 from ..analysis.tables import TABLES
 from ..render import jsonout, terminal
@@ -50,9 +49,8 @@ def cmd_analyze(args) -> int:
         plan.check(args.json, "JSON")
     if not (fmt == "table" and is_stdout(out) and args.json is not None and is_stdout(args.json)):
         plan.check(out, f"--format {fmt} output")   # (terminal tables with --json -: to stderr)
-    spec = window_spec(args)
-    results = analyze_inputs(window_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), spec),
-                             options_from(args))
+    options = options_from(args)
+    results = analyze_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), options)
     if not results.runs and not results.hardware:
         raise UsageError(f"{results.inputs.paths[0]}: analyze prints trace and kernel-metric tables; a scheduler "
                          "event log alone is told by `tracestory report`")

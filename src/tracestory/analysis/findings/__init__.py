@@ -39,7 +39,7 @@ import numpy as np
 
 from ...trace import MEMOP_KINDS, Trace
 from ..links import gpu_ops_column
-from ...units import fmt_ns, fmt_pct, kernel_base
+from ...units import fmt_ns, fmt_pct, kernel_base, plural
 from .. import advice, intervals
 from ..facts import LONG_GAP_SHARE, RunFacts
 from ..gaps import GapCause, gap_causes
@@ -110,11 +110,11 @@ def _top_kernels_finding(f: RunFacts) -> list[Finding]:
     order = np.argsort(-per_base_t, kind="stable")[:3]
     top = int(order[0])
     p = float(per_base_t[top]) / b.total_time_ns
-    ev = [Evidence(f"{bases[i]} ({int(per_base_n[i])} calls, {int(per_base_kinds[i])} instantiations)",
+    ev = [Evidence(f"{bases[i]} ({plural(int(per_base_n[i]), 'call')}, {plural(int(per_base_kinds[i]), 'instantiation')})",
                    float(per_base_t[i]) / b.total_time_ns, "fraction") for i in order]
     ev += [Evidence("top kernel time", int(per_base_t[top]), "ns"), Evidence("top kernel calls", int(per_base_n[top]), "count")]
     title = (f"The top kernel is {bases[top]}: {_p(p)} of GPU op time ({_t(int(per_base_t[top]))} across "
-             f"{int(per_base_n[top])} calls")
+             f"{plural(int(per_base_n[top]), 'call')}")
     title += f", {int(per_base_kinds[top])} instantiations)" if per_base_kinds[top] > 1 else ")"
     sev = "high" if p >= 0.5 else "medium" if p >= 0.25 else "low"
     return [Finding("dominant_kernel", sev, title, tuple(ev),

@@ -190,8 +190,8 @@ def _appendix(runs, inputs, command) -> list[str]:
                     "rrrr",
                 )
         out.append("")
+    # the command that made this report is in the Reproduction Guide
     out += ["**Inputs**", ""] + ([f"- `{p}`" for p in inputs] or ["- n/a (not given)"]) + [""]
-    out += ["**Command**", ""] + fence([command or "n/a (not given)"], "bash") + [""]
     return out
 
 

@@ -13,7 +13,7 @@ from ..memory import memory_section
 from ..multigpu import render_multigpu_section
 from . import Context
 
-FEW_OPS = 20  # below this many GPU ops the duration histogram says less than the Appendix's kernel table
+FEW_OPS = 100  # below this many GPU ops the duration histogram says less than the Appendix's kernel table
 
 
 def _visualizations(runs) -> list[str]:
