@@ -21,8 +21,8 @@ Tables: ``kernels``, ``categories`` (breakdown with Amdahl ceilings), ``ops`` (G
 top-level CPU op), ``leaf_ops`` (per leaf op), ``modules`` (per ``nn.Module`` path), ``phases``,
 ``gaps`` (every idle gap of the GPU timeline, with the CPU op under it), ``collectives`` (per
 collective kind, dtype and message size, with its bandwidth), ``roofline`` (per roofline point)
-and the ``nsys stats`` summaries of :mod:`.nsys_tables`. The op tables end with the rows of GPU time no op can be given
-(:data:`~tracestory.analysis.operators.UNATTRIBUTED`, :data:`~tracestory.analysis.operators.OUTSIDE_OPS`)
+and the ``nsys stats`` summaries of :mod:`.nsys_tables`. The op tables end with the rows of GPU
+time no op can be given (:data:`~tracestory.analysis.operators.UNATTRIBUTED`, :data:`~tracestory.analysis.operators.OUTSIDE_OPS`)
 so that their ``share`` sums to 1.
 """
 
