@@ -242,6 +242,7 @@ def restrict(
         ranges=trace.ranges.take(overlaps(trace.ranges)),
         memory=memory,
         collectives=coll,
+        osrt=trace.osrt.take(overlaps(trace.osrt)),
     )
 
 

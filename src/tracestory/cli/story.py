@@ -91,6 +91,8 @@ def cmd_analyze(args) -> int:
         plan.write_text(out, "\n".join(parts), f"--format {fmt} output")
     else:
         tab = results.table(name, None if len(results.runs) > 1 else 0)
+        if tab.missing is not None and fmt in ("csv", "json"):
+            raise UsageError(f"{results.inputs.paths[0]}: --table {name}: {tab.missing}")
         plan.write_text(out, table_text(tab, fmt), f"--format {fmt} output")
     if not is_stdout(out):
         print(f"wrote {out}", file=status)

@@ -13,6 +13,9 @@ into ``StringIds``. Tables and what they fill:
 ``CUPTI_ACTIVITY_KIND_RUNTIME``        ``api``: eventClass 0 runtime / 1 driver only (other
                                        classes, e.g. 67 backtraces in old exports, dropped);
                                        the ``_vNNNN`` suffix of 2022+ names is stripped
+``OSRT_API``                           ``osrt``: OS runtime library calls (``--trace=osrt``),
+                                       eventClass 27 only (31/32 are the zero-length
+                                       "profiling started/finished" marks)
 ``NVTX_EVENTS``                        ``ranges`` side CPU: push/pop (59) and start/end (60)
                                        ranges, marks (34) as zero-length; name is ``text`` or
                                        ``StringIds[textId]``; ``domain`` is the name from the
@@ -97,6 +100,12 @@ _PAGE_READER = True
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME, NVTX, MEMUSE = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUDA_GPU_MEMORY_USAGE_EVENTS"
+OSRT = "OSRT_API"
+# The export's tables that the summary tables (cuda_api_sum, cuda_gpu_mem_*_sum, osrt_sum) read:
+# which of them the export has is kept in meta.extra["nsys_tables"], so that an absent table is
+# told apart from an empty one.
+SUMMARY_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, OSRT)
+_OSRT_CALL = 27  # ENUM_NSYS_EVENT_CLASS OS runtime; 31/32 are zero-length "profiling started/finished" marks
 
 # nsys enums (ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND); note the memory kinds start at
 # Pageable = 0, unlike CUPTI's own enum.
@@ -260,6 +269,19 @@ def _api(db: Db, names: Names, warnings: list[str]) -> dict | None:
                 kind=kind.astype(np.int32), pid=pid, tid=tid, _key=key)
 
 
+def _osrt(db: Db, names: Names, warnings: list[str]) -> dict | None:
+    """OS runtime library calls (``OSRT_API``), one row per call: the ``osrt`` table."""
+    if OSRT not in db.tables:
+        return None
+    raw = db.read(OSRT, _present(db, OSRT, {"start_ns": "start", "end_ns": "end", "cls": "eventClass",
+                                            "gtid": "globalTid", "name": "nameId"}))
+    raw, n = _rows_of(raw, _nrows(raw), raw["cls"] == _OSRT_CALL if "cls" in raw else None)
+    raw, n = _possible_times(db, OSRT, raw, warnings)
+    name = names.codes(raw["name"]) if "name" in raw else np.full(n, -1, np.int32)
+    pid, tid, key = split_global_tid(_col(raw, "gtid", n))
+    return dict({k: _col(raw, k, n) for k in ("start_ns", "end_ns")}, name=name, pid=pid, tid=tid, _key=key)
+
+
 def _ranges(db: Db, names: Names, warnings: list[str]) -> tuple[dict | None, int]:
     if NVTX not in db.tables:
         return None, 0
@@ -398,7 +420,8 @@ def _load(db: Db, warnings: list[str], core: bool = False, require_gpu: bool = T
     if names.unknown:
         warnings.append(f"{len(names.unknown)} name IDs not in StringIds"
                         f"{'' if 'StringIds' in db.tables else ' (no StringIds table)'}: shown as <string ID>")
-    tables = {"kernels": kernels, "memops": memops, "api": api, "ranges": ranges, "memory": memory}
+    tables = {"kernels": kernels, "memops": memops, "api": api, "ranges": ranges, "memory": memory,
+              "osrt": _osrt(db, names, warnings)}
     keys_of = {kind: set(distinct(t["_key"]).tolist()) for kind, t in tables.items() if t is not None}
 
     def keys(*kinds):
@@ -443,7 +466,8 @@ def _load(db: Db, warnings: list[str], core: bool = False, require_gpu: bool = T
         devices = (tuple(devices_of[d] for d in sorted(used) if d in devices_of)
                    or tuple(devices_of[d] for d in sorted(devices_of)))
         extra = {"nsys_metadata": meta_kv, "export_era": era(db), "global_pid": int(gpid),
-                 "kernel_short_names": short, "nvtx_unterminated": unterminated}
+                 "kernel_short_names": short, "nvtx_unterminated": unterminated,
+                 **_summary_tables(db, tables, procs)}
         meta = TraceMeta(
             source_path=str(db.path), source_format="nsys-sqlite", format_version=fmt, devices=devices,
             rank=rank if len(procs) > 1 else None, world_size=len(procs) if len(procs) > 1 else None,
@@ -451,6 +475,24 @@ def _load(db: Db, warnings: list[str], core: bool = False, require_gpu: bool = T
         )
         traces.append(build_trace(with_warnings(meta, warnings), pool, **parts))
     return traces
+
+
+def _summary_tables(db: Db, tables: dict, procs: list[int]) -> dict:
+    """What the summary tables need to tell an absent table from an empty one: the export's
+    tables among :data:`SUMMARY_TABLES` (``nsys_tables``), and the API and OS runtime calls of
+    processes that are no trace here (no GPU activity, e.g. a launcher), which ``nsys stats``
+    counts and a per-process table does not (``calls_in_other_processes``)."""
+    out: dict = {"nsys_tables": [t for t in SUMMARY_TABLES if t in db.tables]}
+    other = {}
+    for kind, table in (("api", RUNTIME), ("osrt", OSRT)):
+        t = tables.get(kind)
+        if t is not None and len(t["_key"]):
+            n = int((~np.isin(t["_key"], procs)).sum())
+            if n:
+                other[table] = n
+    if other:
+        out["calls_in_other_processes"] = other
+    return out
 
 
 def _depth(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:

@@ -258,8 +258,9 @@ def rule_gpu_idle(f: RunFacts) -> list[Finding]:
           Evidence("launch-wait share of idle", wait_share, "fraction"),
           Evidence("kernels shorter than 10 us", tl.short_kernel_share, "fraction"),
           Evidence("kernels per ms of window", tl.kernels_per_ms, "per_ms"),
-          Evidence("launch latency p50 of GPU ops launched directly (call start -> GPU start, queueing included)",
-                   tl.launch_latency.p50_ns, "ns"),
+          # the host's cost per launch; the queue time (GPU start - call end) is in the Appendix
+          Evidence("launch call CPU time p50 (GPU ops launched directly: call end - call start)",
+                   tl.launch_api.p50_ns, "ns"),
           Evidence("idle gaps", tl.gap_count, "count"),
           Evidence("mean gap", tl.idle_ns / tl.gap_count if tl.gap_count else None, "ns"),
           Evidence("largest gap", tl.largest_gaps[0].dur_ns if tl.largest_gaps else None, "ns")]
