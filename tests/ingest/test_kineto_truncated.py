@@ -193,3 +193,21 @@ def test_cli_states_the_cut_on_the_terminal_in_the_json_and_in_limitations(tmp_p
     assert 0 < len(whole) < len(decode_steps)   # this cut falls inside the decode loop
     assert f"decode x{len(whole)} steps (decode_0 .. decode_{len(whole) - 1})" in report
     assert f"decode_{len(whole)} " not in report  # the step cut short is not told as a step
+
+
+def test_module_table_of_a_cut_gzip_holds_only_the_calls_before_the_cut(tmp_path):
+    """GPU time per nn.Module on a cut gzip file: the module calls that end before the cut
+    (their count from the plain parse of the inflated prefix), none told as 0 ns past the cut."""
+    import tracestory
+
+    packed = gzip.compress(gzip.decompress(H100_BERT.read_bytes()), mtime=0)
+    cut = packed[: int(len(packed) * 0.95)]
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(cut)
+    events, _ = prefix_events(inflated(cut))
+    through = max(ns(e["ts"]) for e in events if gpu(e))
+    calls = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("nn.Module: ")]
+    before = [e for e in calls if ns(e["ts"]) + ns(e["dur"]) <= through]
+    assert 0 < len(before) < len(calls)
+    mods = tracestory.analyze(str(p)).runs[0].operators(modules=True).modules
+    assert sum(m.calls for m in mods) == len(before)
