@@ -276,7 +276,7 @@ def _module_ranges_of(trace: Trace):
         return None
     mods = load_module_ranges(path)
     through = ((trace.meta.extra or {}).get("truncated") or {}).get("complete_through_ns")
-    if through is not None and len(mods):   # a cut file: the calls past the cut (ingest.kineto)
+    if through is not None and len(mods):  # a cut file: the calls past the cut (ingest.kineto)
         mods = mods.take(mods["end_ns"] <= through)
     return mods if len(mods) else None
 
