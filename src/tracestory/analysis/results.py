@@ -403,6 +403,9 @@ def _module_ranges_of(trace: Trace):
     if trace.meta.source_format != "kineto" or not path or not os.path.isfile(path):
         return None
     mods = load_module_ranges(path)
+    through = ((trace.meta.extra or {}).get("truncated") or {}).get("complete_through_ns")
+    if through is not None and len(mods):  # a cut file: the calls past the cut (ingest.kineto)
+        mods = mods.take(mods["end_ns"] <= through)
     return mods if len(mods) else None
 
 

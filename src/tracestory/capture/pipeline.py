@@ -90,6 +90,8 @@ class CapturePlan:
     settings: Mapping[str, _settings.Setting]
     steps: tuple[Step, ...]
     invocation: tuple[str, ...]
+    # what the tool's own options came to (nsys: the CUDA graph trace mode), for the manifest
+    tool_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def values(self) -> dict[str, Any]:
@@ -159,7 +161,8 @@ def invocation(tool: str, settings: Mapping[str, _settings.Setting], w: Workload
 
 def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
          env: Mapping[str, str] | None = None, config: str | Path | None = None) -> CapturePlan:
-    """Resolve settings and build every command of a capture; runs nothing."""
+    """Resolve settings and build every command of a capture; runs nothing (but ``nsys profile
+    --help`` for an nsys capture: whether it can trace CUDA graph nodes)."""
     if tool not in _settings.TOOLS:
         raise UsageError(f"capture: expected one of {', '.join(_settings.TOOLS)}, found {tool!r}")
     w = parse_workload(workload_words)
@@ -187,6 +190,7 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
     if v.get("torchrun") and _load.torchrun_env():    # NVLink multicast off for the ranks unless set
         prof_kw["env"] = {**prof_kw.get("env", {}), **_load.torchrun_env()}
     steps: list[Step] = []
+    tool_options: dict[str, Any] = {}
     if v.get("warmup_run"):
         steps.append(step("warmup-run", w.torchrun_argv(v["torchrun"]) if v.get("torchrun") else w.argv()))
     inv = invocation(tool, st, w)
@@ -205,7 +209,9 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
             steps.append(dataclasses.replace(s, shown=(w.python or "python", *s.shown[1:])))
     elif tool == "nsys":
         base = str(staging / name)
-        steps.append(step("nsys-profile", _nsys.profile_argv(w, v, base, sd), **prof_kw))
+        graph_trace = _nsys.graph_trace_support()   # reads `nsys profile --help`; None without nsys
+        tool_options = _nsys.graph_trace_options(graph_trace)[1]
+        steps.append(step("nsys-profile", _nsys.profile_argv(w, v, base, sd, graph_trace), **prof_kw))
     else:
         base = str(staging / name)
         steps.append(step("ncu-profile", _ncu.profile_argv(w, v, base, sd), **prof_kw))
@@ -218,7 +224,8 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
         steps.append(step("ncu-csv-raw", _ncu.import_argv(rep, "raw"), stdout=f"{base}_raw.csv"))
         steps.append(step("ncu-csv-details", _ncu.import_argv(rep, "details"),
                           stdout=f"{base}_details.csv"))
-    return CapturePlan(tool, name, folder, staging, final, w, st, tuple(steps), tuple(inv))
+    return CapturePlan(tool, name, folder, staging, final, w, st, tuple(steps), tuple(inv),
+                       tool_options)
 
 
 def check_tools(p: CapturePlan) -> None:
@@ -322,6 +329,7 @@ def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResul
                      "cwd": os.getcwd(), "git": None},
         "settings": _settings.to_manifest(p.settings),
         "external_profiler": external_profiler(),
+        **({"tool_options": dict(p.tool_options)} if p.tool_options else {}),
         "pid": os.getpid(), "host": _HOST,
         "steps": [],
     }
