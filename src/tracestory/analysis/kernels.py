@@ -68,10 +68,19 @@ def execution_mode(producer) -> str:
         mode = (f"graph replay: {g.graph_time_fraction * 100:.1f}% of kernel time from {g.graph_launches} graph "
                 f"launch{'es' if g.graph_launches != 1 else ''}")
         return mode + (", with torch.compile (Inductor) kernels" if producer.compiled else "")
+    partly = (
+        f"; {g.graph_time_fraction * 100:.1f}% of kernel time replayed from {g.graph_launches} graph "
+        f"launch{'es' if g.graph_launches != 1 else ''}"
+        if g.graph_kernels
+        else ""
+    )
     if producer.compiled:
-        return "compiled (torch.compile: Inductor kernels present)"
+        return "compiled (torch.compile: Inductor kernels present)" + partly
     if producer.framework == "none":
-        return "a program without PyTorch, kernels launched one by one"
+        return ("a program without PyTorch, kernels launched one by one" if not partly
+                else "a program without PyTorch, most kernels launched one by one" + partly)
+    if partly:
+        return "eager for most kernel time (no Inductor kernels)" + partly
     return "eager (no Inductor kernels, no graph replays)"
 
 
