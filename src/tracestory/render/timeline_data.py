@@ -30,9 +30,12 @@ how many spans were dropped and the longest dropped duration.
 * kernel names: every ``text`` evidence value equal to the name of a GPU op of the trace
   (``top kernel``, ``memory-bound #1``, ``GPU op waiting after the gap``...): its spans are
   highlighted and the view covers their first start to last end;
-* phases: every ``text`` evidence value equal to a phase name (``first step: decode_0``), and
-  for a per-family rule (``step_trend``, ``step_outlier``) the phases of the family its title
-  starts with (``decode: 16 steps``);
+* phases: every ``text`` evidence value equal to a phase name (``first step: decode_0``), every
+  phase the title names as a whole word (``ProfilerStep#5 took 1.9x``), and for a per-family
+  rule (``step_trend``, ``step_outlier``) the phases of the family its title starts with
+  (``decode: 16 steps``);
+* collectives: a finding about communication (:data:`COMM_RULES`) highlights every GPU op of a
+  communication category;
 * gaps: ``gpu_idle`` -> the gaps of ``RunFacts.gaps`` (the longest idle gaps of 1 ms or more),
   else ``Timeline.largest_gaps``; ``cpu_stall`` -> the gaps of ``RunFacts.gaps`` whose CPU cause
   (``GapCause.op_name``) the title names (``inside NAME:``).
@@ -58,6 +61,14 @@ COLLECTIVE_CATEGORIES = ("communication", "allreduce")
 PHASE_CATEGORY = -1  # category index of a steps-lane span
 IDLE_CATEGORY = -2  # category index of an idle-lane span
 FAMILY_RULES = ("step_trend", "step_outlier")
+# Findings about communication: they point at every collective of the trace(s).
+COMM_RULES = (
+    "communication",
+    "multigpu_communication",
+    "multigpu_rank_wait",
+    "multigpu_straggler",
+    "multigpu_bandwidth",
+)
 
 # Category colours: a fixed palette in taxonomy order (colour-blind friendly, Okabe-Ito first).
 PALETTE = (
@@ -71,7 +82,7 @@ PALETTE = (
     "#7f3c8d",
     "#11a579",
     "#3969ac",
-    "#f2b701",
+    "#8c564b",
     "#e73f74",
     "#80ba5a",
     "#e68310",
@@ -98,6 +109,7 @@ class FindingLink:
     windows_ns: tuple[tuple[int, int], ...]  # phases / gaps it is about
     names: tuple[str, ...]  # GPU op names it is about
     why: str  # what the link shows, or why there is none
+    runs: tuple[int, ...] = ()  # the traces (Results.runs indices) whose lanes it highlights
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,7 +204,8 @@ def build_timeline(results: Results, max_spans: int = MAX_SPANS) -> TimelineMode
     cols: list[tuple] = []
     for i in shown:
         run = results.runs[i]
-        prefix = f"{run.trace.label} · " if len(shown) > 1 else ""
+        rank = run.trace.meta.rank
+        prefix = "" if len(shown) == 1 else f"rank {rank} · " if rank is not None else f"trace {i} · "
         ls, cs = _run_lanes(i, run, prefix, names, cats)
         lanes += ls
         cols += cs
@@ -217,7 +230,7 @@ def build_timeline(results: Results, max_spans: int = MAX_SPANS) -> TimelineMode
     order = np.lexsort((start, lane_of))
     order = order[keep[order]]
     model_names = tuple(sorted(names.index, key=names.index.__getitem__))
-    links = tuple(_links(results, shown, model_names))
+    links = tuple(_links(results, shown))
     return TimelineModel(
         t0_ns=t0,
         end_ns=t1,
@@ -266,27 +279,31 @@ def _density(lane_of, start, end, n_lanes: int, t0: int, t1: int) -> np.ndarray:
 _INSIDE = re.compile(r"inside (.+?): \d")
 
 
-def _links(results: Results, shown: list[int], names: tuple[str, ...]):
+def _links(results: Results, shown: list[int]):
     for i in shown:
         run = results.runs[i]
         for f in run.findings:
-            yield _link(f, [run], run.trace.label)
+            yield _link(f, [run], run.trace.label, (i,))
     runs = [results.runs[i] for i in shown]
     for f in results.multigpu_findings:
-        yield _link(f, runs, "")
+        yield _link(f, runs, "", tuple(shown))
 
 
-def _link(f: Finding, runs: list[RunResults], label: str) -> FindingLink:
+def _link(f: Finding, runs: list[RunResults], label: str, run_index: tuple[int, ...]) -> FindingLink:
     texts = {e.value for e in f.evidence if e.unit == "text" and isinstance(e.value, str)}
     windows: list[tuple[int, int]] = []
     kernel_names: list[str] = []
     span_lo, span_hi = [], []
     for run in runs:
         ops, trace = run.facts.gpu_ops, run.trace
-        if texts and len(ops):
+        if (texts or f.rule in COMM_RULES) and len(ops):
             used = np.unique(np.asarray(ops.name))
             hit = [int(c) for c in used if trace.name(int(c)) in texts]
             m = np.isin(np.asarray(ops.name), hit)
+            if f.rule in COMM_RULES:  # every collective of the trace
+                comm = [k for k, c in enumerate(ops.categories) if c in COLLECTIVE_CATEGORIES]
+                m |= np.isin(np.asarray(ops.category), comm)
+                hit = sorted(set(hit) | {int(c) for c in np.unique(np.asarray(ops.name)[m])})
             if m.any():
                 kernel_names += [trace.name(c) for c in hit]
                 span_lo.append(int(ops.start_ns[m].min()))
@@ -294,7 +311,8 @@ def _link(f: Finding, runs: list[RunResults], label: str) -> FindingLink:
         phases = run.analysis.phases.phases if run.analysis.phases is not None else ()
         family = f.title.split(":", 1)[0] if f.rule in FAMILY_RULES and ":" in f.title else None
         for p in phases:
-            if p.name in texts or (family is not None and p.family == family):
+            named = p.name in texts or re.search(rf"(?<![\w#.]){re.escape(p.name)}(?![\w#.])", f.title)
+            if named or (family is not None and p.family == family):
                 s = p.gpu_start_ns if p.gpu_start_ns is not None else p.start_ns
                 e = p.gpu_end_ns if p.gpu_end_ns is not None else p.end_ns
                 windows.append((int(s), int(e)))
@@ -329,6 +347,7 @@ def _link(f: Finding, runs: list[RunResults], label: str) -> FindingLink:
         windows_ns=tuple(sorted(set(windows))),
         names=tuple(dict.fromkeys(kernel_names)),
         why=why,
+        runs=run_index,
     )
 
 

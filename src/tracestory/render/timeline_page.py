@@ -106,6 +106,7 @@ def timeline_json(m: TimelineModel) -> str:
                 "view": view,
                 "windows": [[round((a - m.t0_ns) / 1000, 3), round((b - m.t0_ns) / 1000, 3)] for a, b in f.windows_ns],
                 "names": [index[n] for n in f.names if n in index],
+                "lanes": [k for k, ln in enumerate(m.lanes) if ln.run in f.runs],
             }
         )
     head = {

@@ -43,7 +43,7 @@
 
     var full0 = 0, full1 = Math.max(D.end, 1e-3);
     var v0 = full0, v1 = full1;
-    var hl = null, hlWin = [], pinned = null, dpr = 1, cssW = 800;
+    var hl = null, hlLanes = null, hlWin = [], pinned = null, dpr = 1, cssW = 800;
     var stats = { drawn: 0, merged: 0, draws: 0, lastDrawMs: 0 };
     var api = { ready: false, firstDrawMs: null, stats: stats };
 
@@ -166,7 +166,7 @@
         ctx.fillStyle = "rgba(255,255,255,0.6)";
         ctx.fillRect(GUTTER, AXIS_H, W, D.lanes.length * LANE_H);
         var drawn = stats.drawn, merged = stats.merged;
-        for (l = 0; l < D.lanes.length; l++) drawLane(l, k, true);
+        for (l = 0; l < D.lanes.length; l++) if (!hlLanes || hlLanes[l]) drawLane(l, k, true);
         stats.drawn = drawn; stats.merged = merged;
       }
       hlWin.forEach(function (w) {
@@ -276,8 +276,9 @@
       var f = D.findings[idx];
       if (!f || !f.view) return false;
       var a = f.view[0], b = f.view[1], pad = Math.max((b - a) * 0.05, 1);
-      hl = null;
+      hl = null; hlLanes = null;
       if (f.names.length) { hl = new Uint8Array(D.names.length); f.names.forEach(function (j) { hl[j] = 1; }); }
+      if (f.lanes) { hlLanes = new Uint8Array(D.lanes.length); f.lanes.forEach(function (j) { hlLanes[j] = 1; }); }
       hlWin = f.windows;
       root.querySelectorAll("[data-finding]").forEach(function (el) {
         el.classList.toggle("ts-active", Number(el.getAttribute("data-finding")) === idx);
@@ -288,7 +289,7 @@
     }
 
     function reset() {
-      hl = null; hlWin = []; pinned = null;
+      hl = null; hlLanes = null; hlWin = []; pinned = null;
       root.querySelectorAll(".ts-active").forEach(function (el) { el.classList.remove("ts-active"); });
       readout.textContent = "\u00a0";
       setView(full0, full1);
