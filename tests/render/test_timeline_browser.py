@@ -120,19 +120,50 @@ def test_timeline_in_headless_chromium(page, tmp_path):
     with _chromium(tmp_path) as endpoint:
         targets = json.load(urllib.request.urlopen(f"{endpoint}/json/list", timeout=30))
         dt = _DevTools(next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"])
-        for domain in ("Runtime", "Log", "Page"):
-            dt.call(f"{domain}.enable")
-        dt.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=HEIGHT, deviceScaleFactor=1, mobile=False)
-        dt.call("Page.navigate", url=page.resolve().as_uri())
-        dt.wait_for("Page.loadEventFired")
-        p = _Page(dt)
-        deadline = time.monotonic() + 30
-        while not p.eval("!!(window.tracestoryTimeline && window.tracestoryTimeline.ready)"):
-            assert time.monotonic() < deadline, "the timeline never drew"
-            time.sleep(0.1)
+        p = _open(dt, page)
         _check_drawn(p, data, steps, tmp_path)
         _check_zoom_pan_hover(p, data, steps)
         _check_finding_link(p, data, tmp_path)
+        assert _console_errors(dt.events) == []
+        dt.sock.close()
+
+
+def _open(dt: _DevTools, page: Path) -> _Page:
+    for domain in ("Runtime", "Log", "Page"):
+        dt.call(f"{domain}.enable")
+    dt.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=HEIGHT, deviceScaleFactor=1, mobile=False)
+    dt.call("Page.navigate", url=page.resolve().as_uri())
+    dt.wait_for("Page.loadEventFired")
+    p = _Page(dt)
+    deadline = time.monotonic() + 30
+    while not p.eval("!!(window.tracestoryTimeline && window.tracestoryTimeline.ready)"):
+        assert time.monotonic() < deadline, "the timeline never drew"
+        time.sleep(0.1)
+    return p
+
+
+def test_capped_page_shades_what_it_dropped(monkeypatch, tmp_path):
+    """Past the span cap (lowered to 300 here) the page draws the kept spans and, under them, the
+    grey full-view shading of all spans; it says so in its text."""
+    import tracestory.render.timeline_data as td
+
+    monkeypatch.setattr(td, "MAX_SPANS", 300)
+    assert cli_main(["report", str(H200_LLAMA), "-o", str(tmp_path / "r.md"), "--html"]) == 0
+    page = tmp_path / "r.html"
+    data = _data(page)
+    assert len(data["spans"]["d"]) == 300 and data["dropped"] == data["total_spans"] - 300 > 0
+    assert "embeds the 300 longest of" in page.read_text()
+    with _chromium(tmp_path) as endpoint:
+        targets = json.load(urllib.request.urlopen(f"{endpoint}/json/list", timeout=30))
+        dt = _DevTools(next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"])
+        p = _open(dt, page)
+        gutter, axis, lane_h = _geometry(p)
+        box = p.canvas_box()
+        px = p.shot(box, tmp_path / "capped.png")
+        stream = px[axis + 2 * lane_h + 2: axis + 3 * lane_h - 2, gutter + 2: gutter + int(box["w"] - gutter - 8) - 1]
+        grey = ((stream[:, :, 0] == stream[:, :, 1]) & (stream[:, :, 1] == stream[:, :, 2])
+                & (stream[:, :, 0] < 240) & (stream[:, :, 0] > 100))
+        assert grey.any(axis=0).sum() >= 17  # shading at least over every step's burst
         assert _console_errors(dt.events) == []
         dt.sock.close()
 

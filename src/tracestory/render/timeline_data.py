@@ -196,8 +196,10 @@ def _run_lanes(i: int, run: RunResults, prefix: str, names: _Names, cats: dict[s
     return lanes, cols
 
 
-def build_timeline(results: Results, max_spans: int = MAX_SPANS) -> TimelineModel | None:
-    """The :class:`TimelineModel` of ``results``; None when no trace has a GPU op or phase."""
+def build_timeline(results: Results, max_spans: int | None = None) -> TimelineModel | None:
+    """The :class:`TimelineModel` of ``results`` with at most ``max_spans`` spans (default
+    :data:`MAX_SPANS`); None when no trace has a GPU op or phase."""
+    max_spans = MAX_SPANS if max_spans is None else max_spans
     shown = _runs_shown(results)
     names, cats = _Names(), dict[str, int]()
     lanes: list[Lane] = []

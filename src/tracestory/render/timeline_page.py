@@ -11,7 +11,7 @@ Model
 * a ``<script type="application/json">`` data block: compact JSON, column arrays, times in
   microseconds from the trace start (ns resolution, shortest decimal form), each lane's starts
   delta-coded; with dropped spans, each lane's full-view busy shading as a string of digits
-  0-9 (tenths, rounded);
+  0-9 (the busy share in ninths, rounded up: a column with any busy time is 1 or more);
 * the page's script, ``assets/timeline.js`` (hand-written canvas 2D code shipped as package
   data), inlined. The page's Content-Security-Policy allows exactly this script by its SHA-256
   hash (:attr:`TimelineSection.csp_script`): nothing else runs, nothing is loaded.
@@ -124,7 +124,7 @@ def timeline_json(m: TimelineModel) -> str:
         "dropped_max_us": round(m.dropped_max_ns / 1000, 3),
     }
     if m.density is not None:
-        digits = np.rint(m.density * 9).astype(np.int64)
+        digits = np.ceil(np.round(m.density * 9, 6)).astype(np.int64)  # any busy time: 1 or more
         head["density"] = {"bins": DENSITY_BINS, "lanes": ["".join(map(str, row)) for row in digits.tolist()]}
     head_json = json.dumps(head, separators=(",", ":"))
     spans = (

@@ -146,14 +146,14 @@
         ctx.fillText(lab.length > 32 ? lab.slice(0, 31) + "…" : lab, 4, y + LANE_H - 5);
         if (density && density[l]) {
           var row = density[l], bins = row.length, bw = (full1 - full0) / bins;
-          ctx.fillStyle = "rgba(90,90,90,0.35)";
           var b0 = Math.max(Math.floor((v0 - full0) / bw), 0), b1 = Math.min(Math.ceil((v1 - full0) / bw), bins);
           for (var b = b0; b < b1; b++) {
             var f = row.charCodeAt(b) - 48;
             if (f <= 0) continue;
             var xa = Math.max((full0 + b * bw - v0) * k, 0), xb = Math.min((full0 + (b + 1) * bw - v0) * k, W);
-            var hh = (LANE_H - 4) * f / 9;
-            ctx.fillRect(GUTTER + xa, y + LANE_H - 2 - hh, Math.max(xb - xa, 1), hh);
+            // opacity grows with the busy share; any busy time at all stays visible
+            ctx.fillStyle = "rgba(80,80,80," + (0.3 + 0.6 * f / 9).toFixed(2) + ")";
+            ctx.fillRect(GUTTER + xa, y + 2, Math.max(xb - xa, 1), LANE_H - 4);
           }
         }
       }
