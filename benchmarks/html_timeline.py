@@ -7,9 +7,10 @@ Run from the repository root (the checkout's ``src`` is what runs)::
 What it does, per ``--mib`` size
 --------------------------------
 1. Builds (once; reused while the files match, :func:`ingest.ensure_trace`) the replicated Kineto
-   trace of :mod:`make_kineto` under ``--data`` (never inside the repository). 100 MiB of JSON
-   is about 100 k GPU ops (27 copies of the A100 NCCL fixture's 3,774); 1 GiB about 1 M, past the
-   page's cap of 200 k embedded spans.
+   trace of :mod:`make_kineto` under ``--data`` (never inside the repository): each copy of the
+   A100 NCCL fixture adds 2,700 kernels and 1,074 memops (and as many idle gaps), so 400 MiB of
+   JSON is about 100 k kernels (37 copies) and 1 GiB about 270 k; with the idle gaps and steps
+   both pass the page's cap of 200 k embedded spans.
 2. ``tracestory report FILE.json.gz -o DATA/html_MIB/report.md --html``, timed (wall, CPU, peak
    RSS by GNU ``time``, :func:`ingest.measure`), and the same without ``--html`` for the cost of
    the page alone.
@@ -114,6 +115,7 @@ def one_size(data: Path, mib: float, source: Path, reps: int) -> dict:
     print(f"{trace}: opening the page {reps} times ...", file=sys.stderr, flush=True)
     return {
         "trace": str(trace), "json_bytes": facts["json_bytes"], "gz_bytes": facts["gz_bytes"],
+        "kernels": facts["kernels"], "memops": facts["memcpy"] + facts["memset"],
         "report_html": with_html, "report_md_only": without, "page_bytes": page_bytes,
         "data_block_bytes": len(block.group(1).encode()), "spans_total": data_json["total_spans"],
         "spans_embedded": len(data_json["spans"]["d"]), "lanes": len(data_json["lanes"]),
@@ -143,13 +145,14 @@ def main(argv=None) -> int:
     (args.data / "html_timeline_results.json").write_text(json.dumps(results, indent=1) + "\n")
     med = statistics.median
     print(f"{results['chromium']}; {results['machine']}")
-    print("| trace JSON | GPU spans (embedded) | lanes | report --html wall s (without --html) | page MiB "
-          "(data block) | first draw ms, median (min-max) | draw ms full / 1% view |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| trace JSON | kernels + memops | spans: all lanes (embedded) | lanes | report --html wall s (without) | "
+          "page MiB (data block) | first draw ms, median (min-max) | draw ms full / 1% view |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for s in results["sizes"]:
         b = s["browser"]
         fd = b["first_draw_ms"]
-        print(f"| {s['json_bytes'] / MIB:,.0f} MiB | {s['spans_total']:,} ({s['spans_embedded']:,}) | {s['lanes']} | "
+        print(f"| {s['json_bytes'] / MIB:,.0f} MiB | {s['kernels']:,} + {s['memops']:,} | "
+              f"{s['spans_total']:,} ({s['spans_embedded']:,}) | {s['lanes']} | "
               f"{s['report_html']['wall_s']:.1f} ({s['report_md_only']['wall_s']:.1f}) | "
               f"{s['page_bytes'] / MIB:.1f} ({s['data_block_bytes'] / MIB:.1f}) | "
               f"{med(fd):,.0f} ({min(fd):,.0f}-{max(fd):,.0f}) | "

@@ -188,9 +188,10 @@ def _run_lanes(i: int, run: RunResults, prefix: str, names: _Names, cats: dict[s
         lanes.append(Lane(f"{prefix}collectives", "collectives", i))
         cols.append((ops.start_ns[comm], ops.end_ns[comm], name[comm], cat[comm]))
     dev, stream = np.asarray(ops.device, dtype=np.int64), np.asarray(ops.stream, dtype=np.int64)
-    pairs = np.unique(np.stack([dev, stream], axis=1), axis=0)
-    for d, st in pairs:
-        m = (dev == d) & (stream == st)
+    key = (dev << 32) + (stream & 0xFFFFFFFF)  # one sortable key per (device, stream)
+    for k in np.unique(key):
+        m = key == k
+        d, st = int(dev[m][0]), int(stream[m][0])
         lanes.append(Lane(f"{prefix}GPU {d} stream {st}", "stream", i))
         cols.append((ops.start_ns[m], ops.end_ns[m], name[m], cat[m]))
     return lanes, cols
