@@ -94,8 +94,16 @@ def test_data_block_round_trips(a100):
 def test_cap_keeps_the_longest_spans_and_shades_all_of_them(h200):
     m = build_timeline(h200, max_spans=300)
     assert m.total_spans == 1797 and m.start_ns.size == 300 and m.dropped == 1497
-    kept = m.end_ns_ - m.start_ns
-    assert kept.min() >= m.dropped_max_ns > 0
+    # Lanes of 17 (steps), 866 (idle) and 914 (stream) spans: the steps whole, the others 141 and
+    # 142 of their longest (the smaller lane first: (300 - 17) // 2 = 141, then the rest).
+    whole = build_timeline(h200)
+    dropped_max = 0
+    for k, want in zip(range(3), (17, 141, 142)):
+        kept = np.sort((m.end_ns_ - m.start_ns)[m.lane_of == k])[::-1]
+        every = np.sort((whole.end_ns_ - whole.start_ns)[whole.lane_of == k])[::-1]
+        assert kept.size == want and np.array_equal(kept, every[:want])
+        dropped_max = max(dropped_max, int(every[want:].max(initial=0)))
+    assert m.dropped_max_ns == dropped_max > 0
     # The shading of the stream lane covers the busy time of every op of the file, dropped or not.
     k = [ln.label for ln in m.lanes].index("GPU 0 stream 7")
     busy_us = sum(e["dur"] for e in _gpu_events(H200_LLAMA))
@@ -103,7 +111,7 @@ def test_cap_keeps_the_longest_spans_and_shades_all_of_them(h200):
     assert m.density.shape == (len(m.lanes), DENSITY_BINS)
     assert m.density[k].sum() * bin_us == pytest.approx(busy_us, rel=1e-6)
     page = timeline_section(m).html
-    assert "embeds the 300 longest of 1797 spans: 1497 spans of at most" in page
+    assert "embeds 300 of 1797 spans, the longest of each lane: 1497 spans of at most" in page
     assert len(json.loads(timeline_json(m))["density"]["lanes"][k]) == DENSITY_BINS
 
 

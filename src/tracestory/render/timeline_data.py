@@ -20,10 +20,12 @@ traces shown (one clock: ranks whose clocks differ are drawn misaligned by that 
 Spans are stored column-wise, lane after lane, each lane sorted by start; starts are
 delta-coded within a lane.
 
-**Cap**: at most :data:`MAX_SPANS` spans are embedded. Beyond that the longest are kept and the
-rest dropped; then every lane also carries :data:`DENSITY_BINS` busy fractions over the full
-view computed from **all** its spans, which the page draws as grey shading, and the model says
-how many spans were dropped and the longest dropped duration.
+**Cap**: at most :data:`MAX_SPANS` spans are embedded. Beyond that each lane gets a quota (the
+small lanes, such as steps and collectives, all their spans; the others an equal share of the
+rest) filled with its longest spans, and the rest is dropped; then every lane also carries
+:data:`DENSITY_BINS` busy fractions over the full view computed from **all** its spans, which
+the page draws as grey shading, and the model says how many spans were dropped and the longest
+dropped duration.
 
 **Finding links** (what a click on a finding zooms to), per finding, from typed fields only:
 
@@ -225,10 +227,8 @@ def build_timeline(results: Results, max_spans: int | None = None) -> TimelineMo
     keep = np.ones(total, dtype=bool)
     if total > max_spans:
         dur = end - start
-        order = np.lexsort((np.arange(total), -dur))  # longest first, then table order
-        keep[:] = False
-        keep[order[:max_spans]] = True
-        dropped_max = int(dur[order[max_spans]])
+        keep = _keep_longest(lane_of, dur, len(lanes), max_spans)
+        dropped_max = int(dur[~keep].max())
         density = _density(lane_of, start, end, len(lanes), t0, t1)
     order = np.lexsort((start, lane_of))
     order = order[keep[order]]
@@ -251,6 +251,22 @@ def build_timeline(results: Results, max_spans: int | None = None) -> TimelineMo
         density=density,
         runs_omitted=len(results.runs) - len(shown),
     )
+
+
+def _keep_longest(lane_of: np.ndarray, dur: np.ndarray, n_lanes: int, cap: int) -> np.ndarray:
+    """Which spans to embed: each lane gets a quota (lanes from the smallest up: all its spans,
+    or an equal share of what is left), filled with its longest spans (ties: table order)."""
+    counts = np.bincount(lane_of, minlength=n_lanes)
+    quota = np.zeros(n_lanes, dtype=np.int64)
+    left = cap
+    for i, lane in enumerate(np.argsort(counts, kind="stable")):
+        quota[lane] = min(int(counts[lane]), left // (n_lanes - i))
+        left -= quota[lane]
+    order = np.lexsort((np.arange(dur.size), -dur, lane_of))  # per lane, longest first
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.empty(dur.size, dtype=np.int64)
+    rank[order] = np.arange(dur.size) - np.repeat(first, counts)
+    return rank < quota[lane_of]
 
 
 def _density(lane_of, start, end, n_lanes: int, t0: int, t1: int) -> np.ndarray:

@@ -144,9 +144,9 @@ def _summary(m: TimelineModel) -> str:
     if m.dropped:
         kept, total = units.fmt_count(int(m.start_ns.size)), units.fmt_count(m.total_spans)
         parts.append(
-            f"the page embeds the {kept} longest of {total} spans: {units.fmt_count(m.dropped)} spans of at most "
-            f"{units.fmt_ns(m.dropped_max_ns)} are not drawn one by one, only in the grey busy shading "
-            f"(per-pixel aggregates of all spans at the full view, {DENSITY_BINS} columns)"
+            f"the page embeds {kept} of {total} spans, the longest of each lane: {units.fmt_count(m.dropped)} "
+            f"spans of at most {units.fmt_ns(m.dropped_max_ns)} are not drawn one by one, only in the grey "
+            f"busy shading (per-pixel aggregates of all spans at the full view, {DENSITY_BINS} columns)"
         )
     if m.runs_omitted:
         parts.append(f"{m.runs_omitted} trace(s) not drawn (the report tells the ones shown)")
