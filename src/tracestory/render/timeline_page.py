@@ -139,7 +139,7 @@ def timeline_json(m: TimelineModel) -> str:
 def _summary(m: TimelineModel) -> str:
     parts = [
         f"{len(m.lanes)} lanes, {units.fmt_count(int(m.start_ns.size))} spans drawn from "
-        f"{units.fmt_ns(m.end_ns - m.t0_ns)} of trace (times from the first GPU op)"
+        f"{units.fmt_ns(m.end_ns - m.t0_ns)} of trace (times from its first span)"
     ]
     if m.dropped:
         kept, total = units.fmt_count(int(m.start_ns.size)), units.fmt_count(m.total_spans)
