@@ -118,7 +118,7 @@ def cmd_report(args) -> int:
     with outputs.all_or_nothing():
         out = write_report(results, args.output, plots=args.plots, json_path=args.json, written=written)
         if html is not None:
-            write_html(outputs.staged(out), html)
+            write_html(outputs.staged(out), html, results)
             if not outputs.is_stdout(html):
                 written.append(Path(html))
     status = outputs.status_stream(args.output, args.json, html)
@@ -147,7 +147,7 @@ def cmd_demo(args) -> int:
     results = analyze_inputs(load_inputs([trace]), AnalysisOptions(goal=DEMO_GOAL, command="tracestory demo"))
     with outputs.all_or_nothing():
         out = write_report(results, out_dir / names[0], json_path=out_dir / names[1])
-        write_html(outputs.staged(out), out_dir / names[2])
+        write_html(outputs.staged(out), out_dir / names[2], results)
     for path in (out, out_dir / names[1], out_dir / names[2]):   # every file written, the report first
         print(path)
     return 0
