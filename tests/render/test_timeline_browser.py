@@ -240,9 +240,10 @@ def _check_zoom_pan_hover(p: _Page, data: dict, steps) -> None:
 
 
 def _check_finding_link(p: _Page, data: dict, tmp_path: Path) -> None:
-    # Every finding with spans got a link in its report heading.
+    # Every finding with spans got a link in its report heading, or in its "Also checked" bullet.
     linked = [i for i, f in enumerate(data["findings"]) if f["view"]]
-    heads = p.eval("[...document.querySelectorAll('main h4 a.ts-go')].map(a => Number(a.dataset.finding))")
+    heads = p.eval("[...document.querySelectorAll('main h4 a.ts-go, main li a.ts-go')]"
+                   ".map(a => Number(a.dataset.finding))")
     assert sorted(heads) == linked
     stall = next(i for i, f in enumerate(data["findings"]) if f["rule"] == "cpu_stall")
     f = data["findings"][stall]

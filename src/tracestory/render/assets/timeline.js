@@ -295,13 +295,17 @@
       setView(full0, full1);
     }
 
-    // every finding heading of the report gets a link to its spans
-    var heads = document.querySelectorAll("main h4");
+    // every finding of the report gets a link to its spans: a heading ends with its title, an
+    // informational finding's bullet ("Also checked") starts with it
+    var heads = document.querySelectorAll("main h4, main li");
     D.findings.forEach(function (f, idx) {
       if (!f.view) return;
       for (var h = 0; h < heads.length; h++) {
         var text = heads[h].textContent;
-        if (text.slice(text.length - f.title.length) === f.title && !heads[h].querySelector(".ts-go")) {
+        var isHead = heads[h].tagName === "H4";
+        var named = isHead ? text.slice(text.length - f.title.length) === f.title
+                           : text.slice(0, f.title.length + 1) === f.title + ".";
+        if (named && !heads[h].querySelector(".ts-go")) {
           var a = document.createElement("a");
           a.href = "#ts-timeline";
           a.className = "ts-go";
