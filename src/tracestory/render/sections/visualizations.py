@@ -179,16 +179,23 @@ def _without_trace(c: Context) -> list[str]:
     return [c.no_trace or "", ""]
 
 
-def render(c: Context) -> list[str]:
+def render(c: Context) -> list[str] | None:
+    if c.serving_only:  # its charts (and PNGs) are in the Execution Story
+        return None
     if c.no_trace:
         out = _without_trace(c)
     else:
         runs = tuple(c.results.runs)
         out = _visualizations(c.shown, c.plots, runs)
         out += _visual_extras(c.results, list(c.inputs), _has_roofline(c.results), c.shown, c.plots)
-    # the PNGs not placed under their ASCII twin above; the telemetry one is in GPU Telemetry
+    # the PNGs not placed under their ASCII twin above; the telemetry one is in GPU Telemetry, the
+    # serving ones in the Execution Story
     placed = "\n".join(out)
-    rest = [p for p in c.plots if f"]({p.name})" not in placed and not p.name.endswith("_telemetry.png")]
+    rest = [
+        p
+        for p in c.plots
+        if f"]({p.name})" not in placed and not p.name.endswith("_telemetry.png") and "_serving_" not in p.name
+    ]
     if rest:
         out += ["Plots (PNG):", "", "\n".join(f"![{p.stem}]({p.name})" for p in rest), ""]
     return out
