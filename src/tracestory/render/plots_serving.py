@@ -3,7 +3,8 @@
 Three figures, x = seconds since the first iteration started (each iteration at its end):
 
 * ``<stem>_serving_batch.png``: sequences in each iteration's batch (the sequence limit dashed)
-  and tokens per iteration, prefill and decode stacked (the token budget dashed);
+  and tokens per iteration, prefill and decode stacked (the token budget dashed); a limit more
+  than 3x above the data is named in the title instead of drawn;
 * ``<stem>_serving_kv.png``: KV cache blocks in use after each iteration (the pool size named in
   the title, drawn only when it is within 3x of the peak, so the axis fits the data);
 * ``<stem>_serving_latency.png``: iteration wall time per iteration (log scale; engine stalls
@@ -43,10 +44,14 @@ def plot_batch(r: BatchingResult, path: Path) -> Path | None:
     plt = _pyplot()
     x = _x(r, [i.t_end_ns for i in its])
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(10, 5), sharex=True)
-    ax.step(x, [len(i.members) for i in its], where="pre", lw=0.8, color="tab:blue", label="sequences in the batch")
+    seqs = [len(i.members) for i in its]
+    ax.step(x, seqs, where="pre", lw=0.8, color="tab:blue", label="sequences in the batch")
     m = r.log.meta
-    if m.max_num_seqs:
+    limits = []
+    if m.max_num_seqs and m.max_num_seqs <= 3 * max(max(seqs), 1):
         ax.axhline(m.max_num_seqs, color="0.3", ls="--", lw=0.8, label=f"--max-num-seqs {m.max_num_seqs}")
+    elif m.max_num_seqs:  # far above the data: named, not drawn, so the axis fits the points
+        limits.append(f"--max-num-seqs {m.max_num_seqs}")
     ax.set_ylabel("sequences")
     ax.set_ylim(0, None)
     _legend(ax)
@@ -54,13 +59,16 @@ def plot_batch(r: BatchingResult, path: Path) -> Path | None:
     dec = np.array([i.decode_seqs for i in its], dtype=np.float64)
     bx.step(x, pre + dec, where="pre", lw=0.8, color="tab:orange", label="prefill + decode tokens")
     bx.step(x, dec, where="pre", lw=0.8, color="tab:blue", label="decode tokens")
-    if m.max_batch_tokens:
+    if m.max_batch_tokens and m.max_batch_tokens <= 3 * max(float((pre + dec).max()), 1.0):
         bx.axhline(m.max_batch_tokens, color="0.3", ls="--", lw=0.8, label=f"token budget {m.max_batch_tokens}")
+    elif m.max_batch_tokens:
+        limits.append(f"token budget {m.max_batch_tokens}")
     bx.set_ylabel("tokens per iteration")
     bx.set_ylim(0, None)
     bx.set_xlabel("time since the first iteration (s)")
     _legend(bx)
-    ax.set_title(f"Batch per scheduler iteration ({len(its)} iterations)", fontsize=10)
+    off = f"; off the scale: {', '.join(limits)}" if limits else ""
+    ax.set_title(f"Batch per scheduler iteration ({len(its)} iterations{off})", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
