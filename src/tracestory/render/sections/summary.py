@@ -131,7 +131,8 @@ def _batch_summary(b) -> str:
 
 def _advice(b) -> str:
     """The serving run's recommendation (``analysis.serving_story.Advice``) as one sentence."""
-    a = b.story.advice if b.story is not None else None
+    story = getattr(b, "story", None)  # None: a result without the story model (older JSON, a stand-in)
+    a = story.advice if story is not None else None
     if a is None:
         return ""
     if a.kind == "more-kv":
