@@ -127,10 +127,13 @@ def test_story_text(hand_log):
     text = render_batch_story(analyze_batching(read_scheduler_log(hand_log)))
     assert "Iteration 0: Batch = {r1}" in text
     assert "├── Chunk: r1: prompt 300 > token budget left 256" in text
-    assert "Observation: mixed prefill-decode batch: 64 prefill tokens + 2 decode tokens" in text
-    # iterations 4-8: decode only with 3 seqs, only wait decisions: folded; each 1.30 ms
-    assert "Iterations 4-8: decode only, 3 seqs, 1.30 ms each (1.30 ms-1.30 ms); +1 KV blocks\n" in text
-    assert "Iteration 4:" not in text
+    # folded by hand from ITERS: iteration 0 (first) and 9 (preemption) are rows of their own; 1-8 have 2-3
+    # sequences (3 <= 1.25 * 2 + 1) and 10-12 have 1-2: one row each. Row 1-8: prefill 44 + 100 + 64 = 208
+    # tokens, admits r2 and r3, waits at 2 and 7, times 2.44 (it 1: 1 ms + 144 x 10 us), 1.20, 1.84 and five
+    # 1.30 ms -> median 1.30 ms, max 2.44 ms; 31 blocks after iteration 8; it starts 3.56 ms after iteration 0
+    assert "| 1-8 | 0.00 | 6 decode, 1 mixed, 1 prefill | 2-3 | 208 | 2 / 0 | 2 | 1.30 ms (2.44 ms) | 31 |  |" in text
+    assert "| 9 | 0.02 | 1 decode | 2 | 0 | 0 / 0 | 0 | 1.20 ms | 27 | **preemption**: r3" in text
+    assert "Iteration 4:" not in text and "Iteration 9: Batch = {r1, r2}" in text
     assert "Preempt: r3: KV cache full; youngest request" in text
     assert "- Preemptions: 1" in text and "- Peak in use: 31 of 64 (48.4%)" in text
     assert "iteration time = 1.00 ms + 10.0 us x prefill tokens + 100 us x decode seqs** (R² = 1.000)" in text

@@ -23,7 +23,8 @@ What is derived
 * stalls: iterations that took at least :data:`STALL_RATIO` times the median iteration and at
   least :data:`STALL_MIN_NS` (first-iteration warm-up, a garbage-collection pause), with the
   requests that arrived during each and their median TTFT; the part of an iteration the profiler's
-  own start or stop held (``profiler_ns`` in its event-log line) does not count toward a stall;
+  own start or stop held (``profiler_ns`` in the event log, else the capture manifest's
+  ``profiler_blocked_s``; charged as ``serving_story`` says) does not count toward a stall;
 * with a trace, the traced iterations of each kind against untraced ones of the same kind and
   batch (median wall time; stalls left out): the profiler's own cost on the iterations it records;
 * KV blocks over time (``kv.in_use`` at each iteration end), blocks allocated and freed,
@@ -53,6 +54,7 @@ from ..ingest.scheduler_log import (  # noqa: F401  (re-exported)
 from ..trace import CPU_SIDE, GPU_SIDE
 from .intervals import union_length
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
+from .serving_story import ProfilerHold, ServingStory, charged_holds, profiler_holds, serving_story
 
 ITER_RANGE = re.compile(r"iteration (\d+)\Z")
 
@@ -104,6 +106,8 @@ class Stall:
     times_median: float
     arrivals_during: int                # requests that arrived while it ran
     ttft_p50_ns_of_those: float | None  # their median TTFT (from the log)
+    next_launch_ns: int | None = None   # with overlapped scheduling: the next iteration's host launch,
+                                        # which runs inside this one's wall time (``launch_ns``)
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,7 @@ class BatchingResult:
     client: Any = None                  # the load generator's LoadSummary of the same run, if given
     stalls: tuple[Stall, ...] = ()
     window: tuple[WindowCompare, ...] = ()   # traced vs untraced iterations (with a trace)
+    story: ServingStory | None = None        # the folded log, profiler holds, wait causes, advice
 
 
 def fit_iteration_time(iterations) -> IterationFit | None:
@@ -178,9 +183,12 @@ def fit_iteration_time(iterations) -> IterationFit | None:
                         1.0 - ss_res / ss_tot if ss_tot > 0 else None, len(y))
 
 
-def find_stalls(log: SchedulerLog, requests: tuple[RequestTimes, ...]) -> tuple[Stall, ...]:
+def find_stalls(log: SchedulerLog, requests: tuple[RequestTimes, ...],
+                holds: tuple[ProfilerHold, ...] | None = None) -> tuple[Stall, ...]:
     """Iterations far longer than the median (see the module docstring), in iteration order;
-    ``requests`` from :func:`request_times` give the TTFT of those that arrived during each."""
+    ``requests`` from :func:`request_times` give the TTFT of those that arrived during each;
+    ``holds`` (default: the log's own ``profiler_ns`` marks) the profiler time charged to each
+    iteration (``serving_story.profiler_holds``), not counted toward a stall."""
     its = log.iterations
     if len(its) < 3:
         return ()
@@ -188,14 +196,16 @@ def find_stalls(log: SchedulerLog, requests: tuple[RequestTimes, ...]) -> tuple[
     median = float(np.median(dur))
     limit = max(STALL_RATIO * median, STALL_MIN_NS)
     # the profiler's own start or stop is not the engine's: that part of an iteration is not a stall
-    dur = dur - np.array([it.profiler_ns or 0 for it in its], dtype=np.float64)
+    held = charged_holds(profiler_holds(log) if holds is None else holds)
+    dur = dur - np.array([held.get(it.iter, 0) for it in its], dtype=np.float64)
     out = []
     for k in np.flatnonzero(dur >= limit):
         it = its[int(k)]
         came = [r for r in requests if r.arrival_ns is not None and it.t_start_ns <= r.arrival_ns < it.t_end_ns]
         ttft = [r.ttft_ns for r in came if r.ttft_ns is not None]
+        nxt = its[int(k) + 1].launch_ns if log.meta.overlap and int(k) + 1 < len(its) else None
         out.append(Stall(it.iter, it.t_start_ns, it.duration_ns, float(it.duration_ns / median) if median > 0 else float("inf"),
-                         len(came), float(np.median(ttft)) if ttft else None))
+                         len(came), float(np.median(ttft)) if ttft else None, nxt))
     return tuple(out)
 
 
@@ -238,9 +248,10 @@ def request_times(log: SchedulerLog) -> tuple[RequestTimes, ...]:
     return tuple(out)
 
 
-def analyze_batching(log: SchedulerLog, trace=None, client=None) -> BatchingResult:
-    """Everything the batch story tells, from the log (and a trace of the same run, and the
-    client's :class:`~tracestory.loadgen.stats.LoadSummary` of it)."""
+def analyze_batching(log: SchedulerLog, trace=None, client=None, manifest: dict | None = None) -> BatchingResult:
+    """Everything the batch story tells, from the log (and a trace of the same run, the
+    client's :class:`~tracestory.loadgen.stats.LoadSummary` of it, and the capture's manifest,
+    read for the profiler's holds when the log does not mark them)."""
     its = log.iterations
     reqs = request_times(log)
     kinds: dict[str, int] = {}
@@ -258,18 +269,21 @@ def analyze_batching(log: SchedulerLog, trace=None, client=None) -> BatchingResu
     for f in log.finishes:
         reasons[f.reason] = reasons.get(f.reason, 0) + 1
     joined = join_trace(log, trace) if trace is not None else None
-    stalls = find_stalls(log, reqs)
+    holds = profiler_holds(log, manifest)
+    stalls = find_stalls(log, reqs, holds)
+    fit = fit_iteration_time(its)
     return BatchingResult(
         log=log, requests=reqs,
         ttft=distribution([r.ttft_ns for r in reqs if r.ttft_ns is not None]),
         e2e=distribution([r.e2e_ns for r in reqs if r.e2e_ns is not None]),
         iteration_ns=distribution([it.duration_ns for it in its]), kinds=kinds,
-        fit=fit_iteration_time(its), preemptions=pre, chunked_requests=len(set(chunked)), chunks=len(chunked),
+        fit=fit, preemptions=pre, chunked_requests=len(set(chunked)), chunks=len(chunked),
         kv_allocated_total=sum(alloc) if alloc else None, kv_freed_total=sum(freed) if freed else None,
         kv_peak_in_use=peak[0] if peak else None, kv_peak_t_ns=peak[1] if peak else None,
         kv_total=totals[-1] if totals else log.meta.num_blocks,
         trace=joined, finish_reasons=reasons, client=client, stalls=stalls,
-        window=compare_window(log, joined.iterations, stalls) if joined is not None else ())
+        window=compare_window(log, joined.iterations, stalls) if joined is not None else (),
+        story=serving_story(log, stall_iters=[st.iter for st in stalls], holds=holds, fit=fit, preemptions=len(pre)))
 
 
 def prefill_heavy(it: Iteration) -> bool:

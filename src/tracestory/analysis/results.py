@@ -500,7 +500,9 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
 
     batching = None
     if inputs.scheduler_log is not None:
-        batching = analyze_batching(inputs.scheduler_log, trace=first, client=inputs.load_summary)
+        batching = analyze_batching(
+            inputs.scheduler_log, trace=first, client=inputs.load_summary, manifest=inputs.manifest
+        )
     return Results(
         inputs=inputs,
         options=options,

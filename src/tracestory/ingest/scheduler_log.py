@@ -36,6 +36,7 @@ class SchedulerMeta:
     max_batch_tokens: int | None
     max_num_seqs: int | None
     t0_unix_ns: int | None
+    overlap: bool | None = None     # iteration N+1 launched while N runs (tracestory serve's key)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class Iteration:
     waiting: int | None
     running: int | None
     profiler_ns: int | None = None   # the part of the iteration the profiler's own start or stop held
+    launch_ns: int | None = None     # host time of the iteration's launch (tracestory serve's key)
 
     @property
     def duration_ns(self) -> int:
@@ -203,7 +205,7 @@ def _iteration(ln: _Line) -> Iteration:
         memory_allocated_bytes=ln.int("allocated_bytes", False, mem),
         memory_reserved_bytes=ln.int("reserved_bytes", False, mem),
         waiting=ln.int("waiting", False), running=ln.int("running", False),
-        profiler_ns=ln.int("profiler_ns", False))
+        profiler_ns=ln.int("profiler_ns", False), launch_ns=ln.int("launch_ns", False))
 
 
 def read_scheduler_log(path: str | Path) -> SchedulerLog:
@@ -240,7 +242,8 @@ def read_scheduler_log(path: str | Path) -> SchedulerLog:
                     meta = SchedulerMeta(ln.int("version"), obj.get("engine"), obj.get("model"), obj.get("device"),
                                          *(ln.int(k, False) for k in ("block_size", "num_blocks",
                                                                        "max_batch_tokens", "max_num_seqs",
-                                                                       "t0_unix_ns")))
+                                                                       "t0_unix_ns")),
+                                         obj["overlap"] if isinstance(obj.get("overlap"), bool) else None)
                 elif kind == "arrival":
                     arrivals.append(Arrival(ln.int("t_ns"), ln.str("request_id"), ln.int("prompt_tokens", False),
                                             ln.int("max_new_tokens", False)))

@@ -1,17 +1,17 @@
 """The report's "Continuous Batching" execution story, from a scheduler event log.
 
-:func:`render_batch_story` writes Markdown sections: the scenario and arrivals, the scheduler
-decisions per iteration with their reasons, engine stalls, chunked prefill, KV cache events and preemptions,
-the memory timeline (ASCII, at most 100 columns), kernel behavior under batching (tokens per
-iteration and the fit of iteration time on them; with a joined trace, GPU busy time and the
-top kernels of prefill-heavy vs decode-only iterations) and request latency from the log, next to
-the client's view when the load generator's summary of the same run is given.
-:func:`batch_json` is the same content as JSON.
-
-Folding: a run of consecutive decode-only iterations with the same number of sequences whose
-only decisions are ``wait`` is one line ("iterations 40-95: decode only, 12 seqs, 3.10 ms
-each"). At most :data:`MAX_ENTRIES` entries (an iteration or a fold) are written; the rest are
-counted, and every iteration is in the JSON.
+:func:`render_batch_story` writes Markdown sections: the scenario and arrivals, the iteration log
+folded (``analysis.serving_story``: one table row per run of similar iterations, the exceptions
+on rows of their own and then with their decisions), engine stalls and the profiler's holds,
+chunked prefill, KV cache events and preemptions, the memory timeline (ASCII, at most 100
+columns; a flat line is one sentence), kernel behavior under batching (tokens per iteration and
+the fit of iteration time on them; with a joined trace, GPU busy time and the top kernels of
+prefill-heavy vs decode-only iterations) and request latency from the log, next to the client's
+view when the load generator's summary of the same run is given. A part with nothing to tell is
+left out and named in one line. With ``--plots`` the serving PNGs (``render.plots_serving``) sit
+where their part is told; the KV chart's fence names its PNG twin (the HTML shows the PNG only).
+:func:`batch_json` is the same content as JSON; :func:`serving_environment` is the Environment of
+a report without a trace.
 """
 
 from __future__ import annotations
@@ -23,37 +23,17 @@ from dataclasses import asdict
 import numpy as np
 
 from ..analysis.batching import STALL_MIN_NS, STALL_RATIO, BatchingResult, Iteration
+from ..analysis.serving_story import LogRow
 from .ascii import clip_text, fmt_bytes, fmt_ns, fmt_pct, time_axis
 from .md import md_table
 
-MAX_ENTRIES = 40
+MAX_DETAILED = 8  # exceptions written out with their decisions below the folded table
 MAX_TRACED_ROWS = 24
 MAX_ARRIVALS = 12
 WIDTH = 100
 
 
 # ------------------------------------------------------------------ decisions
-
-
-def _fold_key(it: Iteration) -> tuple | None:
-    if it.kind != "decode-only" or any(d.action != "wait" for d in it.decisions):
-        return None
-    return (it.decode_seqs,)
-
-
-def fold_iterations(iterations: Sequence[Iteration]) -> list[list[Iteration]]:
-    """Consecutive iterations grouped: foldable runs (see the module docstring) become one
-    group; every other iteration is a group of one."""
-    groups: list[list[Iteration]] = []
-    prev = None
-    for it in iterations:
-        key = _fold_key(it)
-        if key is not None and key == prev and groups:
-            groups[-1].append(it)
-        else:
-            groups.append([it])
-        prev = key
-    return groups
 
 
 def _ids(ids: Sequence[str], limit: int = 8) -> str:
@@ -112,32 +92,87 @@ def _entry(it: Iteration) -> list[str]:
     return [clip_text(line, WIDTH) for line in out]
 
 
-def _fold_line(run: list[Iteration]) -> str:
-    durs = np.array([i.duration_ns for i in run])
-    alloc = sum(i.kv_allocated or 0 for i in run)
-    waiting = max((i.waiting or 0) for i in run)
-    extra = (f"; +{alloc} KV blocks" if alloc else "") + (f"; {waiting} waiting" if waiting else "")
-    seqs = f"{run[0].decode_seqs} seq{'s' if run[0].decode_seqs != 1 else ''}"
-    if len(run) == 1:
-        return clip_text(f"Iteration {run[0].iter}: decode only, {seqs}, {fmt_ns(int(durs[0]))}{extra}", WIDTH)
-    return clip_text(
-        f"Iterations {run[0].iter}-{run[-1].iter}: decode only, {seqs}, "
-        f"{fmt_ns(float(durs.mean()))} each ({fmt_ns(int(durs.min()))}-{fmt_ns(int(durs.max()))})"
-        f"{extra}",
-        WIDTH,
+def _kinds_text(kinds: dict[str, int]) -> str:
+    short = {"decode-only": "decode", "prefill-only": "prefill", "mixed": "mixed", "empty": "empty"}
+    return ", ".join(f"{n} {short.get(k, k)}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _row_note(row: LogRow, r: BatchingResult) -> str:
+    if row.exception is None:
+        return ""
+    held = {h.charged_iter: h for h in (r.story.profiler if r.story else ())}
+    stall = {st.iter: st for st in r.stalls}
+    h = held.get(row.first_iter)
+    if h is not None:
+        whose = f"iteration {h.iter}'s launch" if h.iter != h.charged_iter else "its launch"
+        return f"**profiler {h.what}**: {fmt_ns(h.held_ns)} of {whose} ({h.source})"
+    st = stall.get(row.first_iter)
+    if st is not None:
+        return f"**stall**: {st.times_median:.0f}x the median"
+    if row.exception == "preemption":
+        it = next(i for i in r.log.iterations if i.iter == row.first_iter)
+        who = [f"{d.request_id} ({d.reason})" for d in it.decisions if d.action == "preempt"]
+        return "**preemption**: " + _ids(who, 2)
+    return f"**{row.exception}**"
+
+
+def folded_log(r: BatchingResult) -> list[str]:
+    """The iteration log folded (``analysis.serving_story``): one table row per run of similar
+    iterations, exceptions on rows of their own, then the exceptions' decisions in detail."""
+    st = r.story
+    if st is None or not st.rows:
+        return ["No iteration was recorded.", ""]
+    t0 = r.log.iterations[0].t_start_ns
+    band = "" if st.fold_ratio is None else f" (batch sizes within {st.fold_ratio:g}x + 1 of each other)"
+    lines = [
+        f"{len(r.log.iterations)} iterations in {len(st.rows)} rows: runs of consecutive iterations of similar batch"
+        f"{band} are one row; the first iteration, engine stalls, preemptions and the iterations the profiler's "
+        "start or stop held are rows of their own. Every iteration is in the JSON (`per_iteration`).",
+        "",
+    ]
+    rows = []
+    for row in st.rows:
+        its = f"{row.first_iter}" if row.count == 1 else f"{row.first_iter}-{row.last_iter}"
+        seqs = f"{row.seqs_min}" if row.seqs_min == row.seqs_max else f"{row.seqs_min}-{row.seqs_max}"
+        t = fmt_ns(row.time_p50_ns) if row.count == 1 else f"{fmt_ns(row.time_p50_ns)} ({fmt_ns(row.time_max_ns)})"
+        rows.append(
+            [
+                its,
+                f"{(row.t_start_ns - t0) / 1e9:.2f}",
+                _kinds_text(row.kinds),
+                seqs,
+                row.prefill_tokens,
+                f"{row.admitted} / {row.finished}",
+                row.waits + row.chunked,
+                t,
+                row.kv_in_use_end if row.kv_in_use_end is not None else "n/a",
+                _row_note(row, r),
+            ]
+        )
+    lines += md_table(
+        [
+            "iterations",
+            "T (s)",
+            "kinds",
+            "batch (seqs)",
+            "prefill tokens",
+            "admitted / finished",
+            "waits + splits",
+            "time p50 (max)",
+            "KV blocks at end",
+            "exception",
+        ],
+        rows,
+        "lrlrrrrrrl",
     )
-
-
-def decision_lines(iterations: Sequence[Iteration], max_entries: int = MAX_ENTRIES) -> list[str]:
-    lines: list[str] = []
-    groups = fold_iterations(iterations)
-    for g in groups[:max_entries]:
-        lines += [_fold_line(g)] if _fold_key(g[0]) is not None else _entry(g[0])
-    rest = groups[max_entries:]
-    if rest:
-        n = sum(len(g) for g in rest)
-        lines.append(f"… {n} more iterations ({rest[0][0].iter}-{rest[-1][-1].iter}); every iteration is in the JSON")
-    return lines
+    detail = [row for row in st.rows if row.exception is not None][:MAX_DETAILED]
+    if detail:
+        by_iter = {it.iter: it for it in r.log.iterations}
+        lines += ["", "The exceptions' decisions:", "", "```text"]
+        for row in detail:
+            lines += _entry(by_iter[row.first_iter])
+        lines += ["```"]
+    return lines + [""]
 
 
 # ------------------------------------------------------------------ memory timeline
@@ -168,17 +203,28 @@ def step_chart(
     return [line[:width] for line in lines]
 
 
-def _memory_section(r: BatchingResult) -> list[str]:
+def _png(plots, kind: str):
+    return next((p for p in plots if p.name.endswith(f"_serving_{kind}.png")), None)
+
+
+def _image(png) -> list[str]:
+    return [f"![{png.stem}]({png.name})", ""] if png is not None else []
+
+
+def _memory_section(r: BatchingResult, plots=()) -> list[str] | None:
     its = r.log.iterations
     mem = [(i.t_end_ns, i.memory_allocated_bytes) for i in its if i.memory_allocated_bytes is not None]
     kv = [(i.t_end_ns, i.kv_in_use) for i in its if i.kv_in_use is not None]
     if not its or (not mem and not kv):
-        return ["No memory or KV usage was recorded in this log."]
+        return None
     t0 = min([a.t_ns for a in r.log.arrivals] + [its[0].t_start_ns])
     t1 = max(its[-1].t_end_ns, t0 + 1)
     out = []
     if mem:
         t, v = (np.array(x) for x in zip(*mem, strict=False))
+    if mem and int(v.max()) - int(v.min()) < 0.01 * int(v.max()):  # a flat line is one sentence, not a chart
+        out += [f"Device memory allocated stayed at {fmt_bytes(int(v.max()))} (within 1%) over the run.", ""]
+    elif mem:
         out += [
             (
                 f"Device memory allocated over time (peak {fmt_bytes(int(v.max()))} at "
@@ -195,7 +241,9 @@ def _memory_section(r: BatchingResult) -> list[str]:
             f"KV cache blocks in use over time (peak {int(v.max())}{cap} at {fmt_ns(int(t[np.argmax(v)] - t0))}):",
             "",
         ]
-        out += ["```text", *step_chart(t, v, t0, t1, fmt=lambda x: f"{x:.0f}"), "```", ""]
+        png = _png(plots, "kv")  # the fence names its PNG twin: the HTML page shows the PNG only
+        twin = f" png={png.name}" if png is not None else ""
+        out += [f"```text{twin}", *step_chart(t, v, t0, t1, fmt=lambda x: f"{x:.0f}"), "```", ""] + _image(png)
     out += _memory_events(r, t0)
     return out
 
@@ -264,9 +312,9 @@ def _arrivals(r: BatchingResult) -> list[str]:
     return ["```text", *lines, "```", ""]
 
 
-def _chunked(r: BatchingResult) -> list[str]:
+def _chunked(r: BatchingResult) -> list[str] | None:
     if not r.chunks:
-        return ["No prompt was split: every prefill fit the token budget of its iteration.", ""]
+        return None
     reasons = list(dict.fromkeys(d.reason for it in r.log.iterations for d in it.decisions if d.action == "chunk"))
     sizes = [m.tokens for it in r.log.iterations for m in it.members if m.phase == "prefill" and m.chunked]
     budget = r.log.meta.max_batch_tokens
@@ -429,15 +477,30 @@ def _trace_lines(r: BatchingResult) -> list[str]:
     return lines
 
 
-def _stalls(r: BatchingResult) -> list[str]:
+def _holds(r: BatchingResult) -> list[str]:
+    holds = r.story.profiler if r.story else ()
+    if not holds:
+        return []
+    parts = [
+        f"the {h.what} held iteration {h.iter}'s launch {fmt_ns(h.held_ns)}"
+        + (f" (in iteration {h.charged_iter}'s wall time: overlapped scheduling)" if h.charged_iter != h.iter else "")
+        for h in holds
+    ]
+    src = " and ".join(dict.fromkeys(h.source for h in holds))
+    return [
+        f"The profiler's own start and stop ran on the engine thread ({src}): " + "; ".join(parts) + ". That "
+        "time is the capture's, not the engine's, and is not counted toward a stall.",
+        "",
+    ]
+
+
+def _stalls(r: BatchingResult) -> list[str] | None:
+    """Engine stalls and the profiler's holds; None when there is neither."""
+    holds = _holds(r)
     if not r.stalls:
-        return [
-            f"No iteration took {STALL_RATIO:g}x the median iteration time ({fmt_ns(r.iteration_ns.p50_ns)}) "
-            f"and at least {fmt_ns(STALL_MIN_NS)}.",
-            "",
-        ]
+        return holds or None
     window = set(r.trace.iterations) if r.trace is not None else set()
-    last = max(window) if window else None
+    held = {h.charged_iter: h.what for h in (r.story.profiler if r.story else ())}
     lines = [
         f"Iterations that took at least {STALL_RATIO:g}x the median ({fmt_ns(r.iteration_ns.p50_ns)}) and "
         f"{fmt_ns(STALL_MIN_NS)}: the engine thread did nothing else meanwhile, so requests that arrived then "
@@ -446,22 +509,27 @@ def _stalls(r: BatchingResult) -> list[str]:
     ]
     t0 = r.log.iterations[0].t_start_ns if r.log.iterations else 0
     for st in r.stalls:
-        why = (
-            "the first iteration (CUDA and library warm-up)"
-            if r.log.iterations and st.iter == r.log.iterations[0].iter
-            else "the last traced iteration: the profiler's stop ran on the engine thread"
-            if st.iter == last
-            else "inside the traced window"
-            if st.iter in window
-            else None
-        )
+        why = []
+        if r.log.iterations and st.iter == r.log.iterations[0].iter:
+            why.append("the first iteration (CUDA and library warm-up)")
+        if st.iter - 1 in held:
+            why.append(f"right after the profiler's {held[st.iter - 1]}")
+        elif not held and window and st.iter == max(window):  # no hold recorded: the stop is not measured
+            why.append("the last traced iteration: the profiler's stop ran on the engine thread")
+        elif st.iter in window:
+            why.append("inside the traced window")
+        if st.next_launch_ns is not None and st.next_launch_ns >= 0.5 * st.duration_ns:
+            why.append(
+                f"the next iteration's launch took {fmt_ns(st.next_launch_ns)} on the host (with overlapped "
+                "scheduling it runs inside this iteration)"
+            )
         ttft = f"; their TTFT p50 {fmt_ns(st.ttft_p50_ns_of_those)}" if st.ttft_p50_ns_of_those is not None else ""
         lines.append(
             f"- Iteration {st.iter} at T={(st.t_start_ns - t0) / 1e9:.2f} s: {fmt_ns(st.duration_ns)} "
-            f"({st.times_median:.0f}x the median){' — ' + why if why else ''}; "
+            f"({st.times_median:.0f}x the median){' — ' + '; '.join(why) if why else ''}; "
             f"{st.arrivals_during} request(s) arrived during it{ttft}"
         )
-    return lines + [""]
+    return lines + [""] + holds
 
 
 def _latency(r: BatchingResult) -> list[str]:
@@ -529,47 +597,84 @@ def _num(x: float | None, spec: str) -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def render_batch_story(result: BatchingResult) -> str:
-    """The story as Markdown (a level-2 section with level-3 parts)."""
+def _absent(r: BatchingResult) -> str:
+    """One sentence for the parts left out because nothing happened."""
+    none = [
+        what
+        for what, empty in (
+            ("engine stall", not r.stalls),
+            ("preemption", not r.preemptions),
+            ("chunked prefill (every prompt fit the token budget left)", not r.chunks),
+        )
+        if empty
+    ]
+    return f"No {', no '.join(none)}." if none else ""
+
+
+def serving_environment(r: BatchingResult) -> list[str]:
+    """The server and load as the log's ``meta`` line and the load summary record them (the
+    Environment of a report without a trace)."""
+    m = r.log.meta
+    rows: list[list[object]] = [
+        ["engine", m.engine or "n/a (not in the log)"],
+        ["model", m.model or "n/a (not in the log)"],
+        ["device", m.device or "n/a (not in the log)"],
+        ["KV cache", f"{m.num_blocks} blocks x {m.block_size} tokens" if m.num_blocks and m.block_size else "n/a"],
+        ["token budget per iteration", m.max_batch_tokens if m.max_batch_tokens else "n/a"],
+        ["sequence limit (--max-num-seqs)", m.max_num_seqs if m.max_num_seqs else "n/a"],
+        ["overlapped scheduling", "n/a (not in the log)" if m.overlap is None else "on" if m.overlap else "off"],
+    ]
+    c = r.client
+    if c is not None:
+        rate = f"{c.target_qps:g} QPS Poisson" if c.target_qps is not None else f"concurrency {c.concurrency}"
+        rows.append(["load", f"{rate} for {c.duration_s:g} s, {c.planned} requests planned"])
+    return [
+        "From the scheduler log's `meta` line"
+        + (" and the load generator's summary" if c is not None else "")
+        + " (no trace and no capture manifest, so nothing about the host or GPU beyond these):",
+        "",
+        *md_table(["", "value"], rows),
+        "",
+    ]
+
+
+def render_batch_story(result: BatchingResult, plots=()) -> str:
+    """The story as Markdown (a level-2 section with level-3 parts); ``plots``: the PNGs written
+    beside the report (``render.plots_serving``), placed where their part is told. A part with
+    nothing to tell is left out (:func:`_absent` names it in one line)."""
     r = result
+    absent = _absent(r)
     out = [
         "## Execution Story: Continuous Batching",
         "",
         f"Source: `{r.log.path}`",
         "",
         *_scenario(r),
+        *([absent, ""] if absent else []),
         "### Arrivals",
         "",
         *_arrivals(r),
         "### Scheduler decisions",
         "",
-        (
-            "Per iteration: the batch, the decisions with the scheduler's reasons, KV blocks and memory. Runs of "
-            "steady-state decode iterations are folded into one line."
-        ),
-        "",
-        "```text",
-        *decision_lines(r.log.iterations),
-        "```",
-        "",
-        "### Engine stalls",
-        "",
-        *_stalls(r),
-        "### Chunked prefill",
-        "",
-        *_chunked(r),
-        "### KV cache events",
-        "",
-        *_kv(r),
-        "### Memory timeline",
-        "",
-        *_memory_section(r),
+        *folded_log(r),
+        *_image(_png(plots, "batch")),
+    ]
+    for title, body in (
+        ("Engine stalls", _stalls(r)),
+        ("Chunked prefill", _chunked(r)),
+        ("KV cache events", _kv(r)),
+        ("Memory timeline", _memory_section(r, plots)),
+    ):
+        if body:
+            out += [f"### {title}", "", *body]
+    out += [
         "### Kernel behavior under batching",
         "",
         *_kernels(r),
         "### Request latency",
         "",
         *_latency(r),
+        *_image(_png(plots, "latency")),
     ]
     return "\n".join(out).rstrip() + "\n"
 
@@ -620,4 +725,5 @@ def batch_json(result: BatchingResult) -> dict:
         "client": asdict(r.client) if r.client is not None else None,
         "stalls": [asdict(x) for x in r.stalls],
         "window": [asdict(x) for x in r.window],
+        "story": asdict(r.story) if r.story is not None else None,
     }

@@ -12,12 +12,14 @@ from . import jsonout
 from .markdown import render_report
 from .multigpu import plot_multigpu
 from .plots import plot_telemetry, write_hardware_plots, write_plots
+from .plots_serving import write_serving_plots
 
 
 def write_plots_for(results: Results, out_dir: Path, stem: str) -> list[Path]:
     """Every PNG figure of the report (matplotlib), in report order."""
 
-    images = write_plots(results.runs, out_dir, stem=stem)
+    images = write_serving_plots(results.batching, out_dir, stem=stem) if results.batching is not None else []
+    images += write_plots(results.runs, out_dir, stem=stem)
     rows = jsonout.kernel_rows(results.hardware) if results.hardware else None
     images += write_hardware_plots(rows, results.runs, out_dir, stem=stem)
     if results.multigpu is not None:

@@ -11,6 +11,9 @@ then adjusted before rendering:
 * every image whose source is a local file (relative to ``base_dir``, absolute, or ``file:``)
   is read and inlined as a ``data:image/...;base64`` URI (type from the file's magic bytes:
   PNG, JPEG, GIF, WebP, SVG);
+* a fenced block whose info string names a PNG (```` ```text png=NAME ````: an ASCII chart and
+  its PNG twin) is left out when that image is in the page, so the page shows each chart once
+  (the PNG; the Markdown keeps both);
 * an image with a remote source (``http:``, ``https:`` ...) is not fetched: it is rendered as
   a link carrying its alt text, so opening the page never touches the network;
 * tables are wrapped in a horizontally scrolling box, so a wide table scrolls instead of
@@ -156,6 +159,12 @@ def _data_uri(path: Path) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
+def _twin_of(info: str) -> str | None:
+    """The PNG a fence's info string names (``text png=report_timeline.png``), or None."""
+    word = next((w for w in info.split()[1:] if w.startswith("png=")), None)
+    return word[4:] if word else None
+
+
 def render_html(markdown_text: str, *, base_dir: Path, title: str, timeline: TimelineSection | None = None) -> str:
     """One self-contained HTML page of ``markdown_text``: local images (relative paths resolve
     against ``base_dir``) embedded as data URIs, a table of contents from the ``##`` headings,
@@ -164,6 +173,10 @@ def render_html(markdown_text: str, *, base_dir: Path, title: str, timeline: Tim
     md = _markdown_parser()
     env: dict = {}
     tokens = md.parse(markdown_text, env)
+    # Each chart once: a fenced ASCII chart whose info names its PNG twin (``text png=NAME``) is
+    # left out when that image is in the page (the Markdown keeps both).
+    images = {c.attrGet("src") for t in tokens if t.type == "inline" for c in t.children or [] if c.type == "image"}
+    tokens = [t for t in tokens if not (t.type == "fence" and _twin_of(t.info) in images)]
     base_dir = Path(base_dir)
 
     used: dict[str, int] = {}

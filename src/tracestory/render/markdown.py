@@ -42,7 +42,7 @@ class Section:
 
     title: str
     render: Callable[[Context], list[str] | None]
-    optional: bool = False  # shown only when its render returns lines (not None)
+    optional: bool = False  # not in every report (a section whose render returns None is left out)
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -85,7 +85,7 @@ def render_report(results, *, plots: Sequence[Path] = ()) -> str:
     out = [report_title(ctx), ""]
     for sec in SECTIONS:
         body = sec.render(ctx)
-        if body is None and sec.optional:
+        if body is None:  # an optional section, or one with nothing to say for these inputs
             continue
         out += [f"## {sec.title}", ""] + (body or [])
     text = "\n".join(out)

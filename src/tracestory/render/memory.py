@@ -214,7 +214,7 @@ def plot_memory(mt, path: Path, *, title: str = "") -> Path | None:
             arrowprops={"arrowstyle": "->", "color": "0.3"},
         )
         ax.set_ylabel(f"GPU {d.device} memory ({unit})")
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # never over the lines
     axes[-1, 0].set_xlabel("time since the first memory sample (ms)")
     axes[0, 0].set_title(f"Device memory over time{' — ' + title if title else ''}")
     return save(fig, path)

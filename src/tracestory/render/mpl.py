@@ -8,6 +8,8 @@ from pathlib import Path
 from .. import outputs
 from ..errors import ToolNotFound
 
+DPI = 110  # of every PNG written
+
 
 def pyplot():
     try:
@@ -25,7 +27,7 @@ def pyplot():
 def save(fig, path: Path) -> Path:
     """Write ``fig`` as PNG, atomically (a failure leaves the previous file as it was)."""
     with outputs.atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+        fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -358,9 +358,10 @@ def plot_multigpu(result: MultiGpu, path: str | Path) -> Path | None:
             Patch(color=colors["wait"], label="waiting for the last GPU"),
             plt.Line2D([], [], color="black", linestyle=":", label="last GPU arrives"),
         ],
-        loc="upper right",
+        loc="upper left",  # right of the lanes, never over them
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0,
         fontsize=7,
-        ncol=4,
     )
     ax.set_title(f"Multi-GPU timeline ({len(ls)} GPUs, clocks: {result.alignment.method.replace('_', ' ')})")
     ranks = [_gpu(b.rank) for b in result.per_rank]
@@ -373,6 +374,6 @@ def plot_multigpu(result: MultiGpu, path: str | Path) -> Path | None:
     bx.bar(ranks, idle, bottom=comp + exp, color="lightgray", label="idle")
     bx.scatter(ranks, wait, color=colors["wait"], marker="_", s=400, zorder=3, label="waited in collectives")
     bx.set_ylabel("ms over the whole trace")
-    bx.legend(fontsize=7, loc="upper right")
+    bx.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     return save(fig, Path(path))

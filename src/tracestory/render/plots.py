@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..analysis.facts import RunFacts
 from ..units import fmt_ns
 from .jsonable import jsonable
 from .md import short_name
 from .memory import plot_memory as _plot
 from .mpl import pyplot as _pyplot
 from .mpl import save as _save
+from .plots_timeline import plot_timeline
 
 
 def _colors(categories) -> dict[str, tuple]:
@@ -49,48 +49,6 @@ def plot_breakdown(a, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_timeline(f: RunFacts, path: Path) -> Path:
-    """Lanes per (device, stream); each op a bar coloured by category; phases shaded."""
-    plt = _pyplot()
-    from matplotlib.patches import Patch
-
-    a = f.analysis
-    tr, cls = a.trace, a.classification
-    assert a.timeline is not None, "plot_timeline needs a trace with a timeline"
-    t0 = a.timeline.start_ns
-    cats = cls.taxonomy.categories
-    colors = _colors(cats)
-    ops = [(tr.kernels, cls.kernel_category), (tr.memops, cls.memop_category)]
-    pairs = np.stack([f.gpu_ops.device, f.gpu_ops.stream], axis=1)
-    lanes = [tuple(map(int, p)) for p in np.unique(pairs, axis=0)]
-    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.5 * len(lanes)))
-    for y, (dev, stream) in enumerate(lanes):
-        for table, cat in ops:
-            on = (table["device"] == dev) & (table["stream"] == stream)
-            if not on.any():
-                continue
-            starts = (table["start_ns"][on] - t0) / 1e6
-            widths = np.maximum((table["end_ns"][on] - table["start_ns"][on]) / 1e6, 1e-4)
-            ax.broken_barh(
-                list(zip(starts, widths, strict=True)), (y - 0.4, 0.8), facecolors=[colors[cats[c]] for c in cat[on]]
-            )
-    for p in a.phases.phases if a.phases.source != "none" else ():
-        if p.gpu_start_ns is not None and p.gpu_end_ns is not None:
-            ax.axvspan((p.gpu_start_ns - t0) / 1e6, (p.gpu_end_ns - t0) / 1e6, color="0.9", zorder=0)
-    ax.set_yticks(range(len(lanes)), [f"GPU {d} stream {s}" for d, s in lanes])
-    ax.set_xlabel("time since first GPU op (ms)")
-    used = [c for c in cats if any((cat == cats.index(c)).any() for _, cat in ops)]
-    ax.legend(
-        handles=[Patch(color=colors[c], label=c) for c in used],
-        loc="center left",
-        bbox_to_anchor=(1.01, 0.5),
-        fontsize=8,
-        title="category",
-    )
-    ax.set_title(f"GPU timeline (grey: phases) — {tr.label}")
-    return _save(fig, path)
-
-
 MAX_PHASE_LABELS = 34
 
 
@@ -109,7 +67,8 @@ def plot_phases(a, path: Path) -> Path | None:
     ax.set_xticks(x[::every], [p.name for p in ph][::every], rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("time (ms)")
     ax.set_yscale("log")
-    ax.legend(fontsize=8)
+    # outside the axes, right of them: the bars fill the plot, no place inside is free
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_title(f"Per-phase GPU span vs busy time — {a.trace.label}")
     return _save(fig, path)
 
@@ -176,6 +135,22 @@ def _label_groups(xy, decades: float = 0.15) -> list[list[int]]:
     return groups
 
 
+ROOF_MARGIN = 0.25  # decades of room around the points, on each side of both log axes
+
+
+def roofline_limits(pts, roofs) -> tuple[float, float, float, float]:
+    """Axis limits ``(x_lo, x_hi, y_lo, y_hi)`` of a roofline from its points: the points' range
+    of arithmetic intensity and of FLOP/s, widened by :data:`ROOF_MARGIN` decades each side, the
+    top raised to the highest roof over that intensity range (the room between a point and its
+    roof is what the chart shows). ``roofs``: ``(peak FLOP/s, bandwidth B/s)`` pairs."""
+    m = 10**ROOF_MARGIN
+    ai = np.array([p["arithmetic_intensity"] for p in pts], dtype=np.float64)
+    fl = np.array([p["achieved_flops_per_s"] for p in pts], dtype=np.float64)
+    x_lo, x_hi = float(ai.min()) / m, float(ai.max()) * m
+    top = max([float(fl.max())] + [min(peak, x_hi * bw) for peak, bw in roofs])
+    return x_lo, x_hi, float(fl.min()) / m, top * m
+
+
 def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False) -> Path | None:
     """Log-log roofline: the DRAM roof and one compute roof per precision used, each kernel a
     point (arithmetic intensity, achieved FLOP/s) coloured by its bound. ``points``: roofline
@@ -193,9 +168,7 @@ def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False
         peak, ridge = p.get("peak_flops_per_s"), p.get("ridge_flop_per_byte")
         if peak and ridge and p.get("roof_dtype"):
             roofs.setdefault(p["roof_dtype"], (peak, peak / ridge))
-    ai = np.array([p["arithmetic_intensity"] for p in pts])
-    lo = min(ai.min(), *[pk / bw for pk, bw in roofs.values()]) / 4 if roofs else ai.min() / 4
-    hi = max(ai.max(), *[pk / bw for pk, bw in roofs.values()]) * 4 if roofs else ai.max() * 4
+    lo, hi, y_lo, y_hi = roofline_limits(pts, list(roofs.values()))
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
     for i, (dt, (peak, bw)) in enumerate(sorted(roofs.items())):
         ax.plot(
@@ -235,8 +208,10 @@ def plot_roofline(points, path: Path, *, title: str = "", estimate: bool = False
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
     ax.set_ylabel("achieved FLOP/s")
-    if roofs:
-        ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(y_lo, y_hi)
+    if roofs:  # under the kernel list, outside the axes: never over a point
+        ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(1.02, 0.0), borderaxespad=0)
     kind = "estimated from op shapes, not counters" if estimate else "Nsight Compute counters"
     ax.set_title(f"Roofline ({kind}){' — ' + title if title else ''}", fontsize=10)
     return _save(fig, path)
@@ -278,7 +253,7 @@ def write_plots(runs, out_dir: Path, *, stem: str = "report") -> list[Path]:
         a = run.analysis
         suffix = f"_{i}" if len(runs) > 1 else ""
         out.append(plot_breakdown(a, out_dir / f"{stem}_breakdown{suffix}.png"))
-        if a.timeline is not None:
+        if a.timeline is not None and len(run.facts.gpu_ops):
             out.append(plot_timeline(run.facts, out_dir / f"{stem}_timeline{suffix}.png"))
         for p in (
             plot_phases(a, out_dir / f"{stem}_phases{suffix}.png"),
@@ -312,6 +287,6 @@ def plot_telemetry(t, path: Path) -> Path | None:
     ax_pow.set_ylabel("power (W)")
     ax_pow.set_xlabel("time since the first sample (s)")
     ax_clk.set_title("GPU clocks and power (sample and hold)")
-    ax_clk.legend(fontsize=7, loc="lower right")
-    ax_pow.legend(fontsize=7, loc="upper right")
+    for ax in (ax_clk, ax_pow):  # right of the axes: the lines span the whole width
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path)

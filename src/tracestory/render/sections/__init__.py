@@ -32,6 +32,13 @@ class Context:
         return self.results.options.command
 
     @property
+    def serving_only(self) -> bool:
+        """The inputs hold a serving run's scheduler log (and load summary) but no trace and no
+        kernel metrics: the sections a trace feeds have nothing to say and are left out."""
+        r = self.results
+        return not r.runs and r.batching is not None and not r.hardware
+
+    @property
     def no_trace(self) -> str | None:
         """The n/a line of a section that needs a timeline trace, when the inputs hold none
         (Nsight Compute metrics alone, or a scheduler event log alone); else None."""

@@ -7,10 +7,12 @@ from ..md import fence
 from . import Context
 
 
-def render(c: Context) -> list[str]:
+def render(c: Context) -> list[str] | None:
     m = c.results.manifest
     if m:
         return [render_actions_log(m).strip(), ""]
+    if c.serving_only:
+        return None
     if c.no_trace:
         return [c.no_trace, ""]
     return [

@@ -49,5 +49,7 @@ def _codebase(runs) -> list[str]:
     return out
 
 
-def render(c: Context) -> list[str]:
+def render(c: Context) -> list[str] | None:
+    if c.serving_only:
+        return None
     return [c.no_trace, ""] if c.no_trace else _codebase(c.shown)

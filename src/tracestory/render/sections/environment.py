@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ...units import fmt_bytes
+from ..batch_story import serving_environment
 from ..manifest_sections import render_environment
 from ..md import label, md_table
 from . import Context
@@ -81,8 +82,11 @@ def _cuda_version(v) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-def render(c: Context) -> list[str]:
+def render(c: Context) -> list[str] | None:
     m = c.results.manifest
     if m:
         return [render_environment(m).strip(), ""]
+    if c.serving_only:
+        assert c.results.batching is not None
+        return serving_environment(c.results.batching)
     return [c.no_trace, ""] if c.no_trace else _environment(list(c.shown))

@@ -16,7 +16,10 @@ def render(c: Context) -> list[str]:
         return [c.no_trace, ""]
     out = []
     if r.batching is not None:
-        out += [demote(render_batch_story(r.batching).strip(), 1) + ("\n\n### Kernel timeline" if r.runs else ""), ""]
+        out += [
+            demote(render_batch_story(r.batching, c.plots).strip(), 1) + ("\n\n### Kernel timeline" if r.runs else ""),
+            "",
+        ]
     shown = c.shown
     for run in shown:
         if len(r.runs) > 1:

@@ -42,8 +42,10 @@ def _answers(answers) -> list[str]:
     return out + [""]
 
 
-def render(c: Context) -> list[str]:
+def render(c: Context) -> list[str] | None:
+    o = c.results.options
+    if c.serving_only and not (o.goal or o.questions):
+        return None
     if c.no_trace:
         return [c.no_trace, ""]
-    o = c.results.options
     return _goal(o.goal, o.questions, c.results.analyses) + _answers(c.results.answers)

@@ -56,10 +56,12 @@ def _hardware(runs) -> list[str]:
     return out
 
 
-def render(c: Context) -> list[str]:
+def render(c: Context) -> list[str] | None:
     r = c.results
     if r.hardware:
         return [hardware_section(r.hardware).strip(), ""]
+    if c.serving_only:
+        return None
     if c.no_trace:
         return [c.no_trace, ""]
     estimate = estimated_roofline_section(r.runs)

@@ -76,8 +76,10 @@ def _observations(findings, analyses) -> list[str]:
     return out
 
 
-def render(c: Context) -> list[str]:
+def render(c: Context) -> list[str] | None:
     r = c.results
+    if c.serving_only:
+        return None
     if c.no_trace:
         fs = r.ncu_findings
         return _surprises([fs], None) + _observations([fs], [None]) if fs else [c.no_trace, ""]

@@ -22,10 +22,32 @@ def _reproduction(inputs, command, recapture) -> list[str]:
     ]
 
 
-def render(c: Context) -> list[str]:
+def _serving_reproduction(inputs, command) -> list[str]:
+    ins = " ".join(inputs)
+    return [
+        "To regenerate this report (add `--plots` for the PNGs, `--html` for one page):",
+        "",
+        *fence([command or f"tracestory report {ins} -o report.md"], "bash"),
+        "",
+        "To capture the same kind of run with a trace of some iterations (the sections left out here need one):",
+        "",
+        *fence(
+            [
+                'tracestory capture torch --name serve --load "--model MODEL --request-rate 12 --duration 15" \\',
+                "  --range iteration --skip 200 --count 8 -- tracestory serve --port 8000",
+            ],
+            "bash",
+        ),
+        "",
+    ]
+
+
+def render(c: Context) -> list[str] | None:
     m = c.results.manifest
     if m:
         return [render_reproduction(m).strip(), ""]
+    if c.serving_only:
+        return _serving_reproduction(list(c.inputs), c.command)
     if c.no_trace:
         return [c.no_trace, ""]
     runs = c.results.runs

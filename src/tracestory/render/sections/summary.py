@@ -125,17 +125,36 @@ def _batch_summary(b) -> str:
         text += (
             f" Iteration time = {fmt_ns(f.a_ns)} + " + " + ".join(terms) + f" (R^2 {f.r_squared:.2f})." if terms else ""
         )
-    if b.preemptions:
-        text += (
-            f" {len(b.preemptions)} preemption(s): the KV cache ran out; recommendation: more KV "
+    text += _advice(b)
+    return text
+
+
+def _advice(b) -> str:
+    """The serving run's recommendation (``analysis.serving_story.Advice``) as one sentence."""
+    story = getattr(b, "story", None)  # None: a result without the story model (older JSON, a stand-in)
+    a = story.advice if story is not None else None
+    if a is None:
+        return ""
+    if a.kind == "more-kv":
+        return (
+            f" {a.preemptions} preemption(s): the KV cache ran out; recommendation: more KV "
             "blocks (memory) or a lower --max-num-seqs."
         )
-    elif f is not None and f.b_decode_ns_per_seq is not None and f.a_ns > 0:
-        text += (
-            " Recommendation: raise the batch (more concurrent requests or --max-num-seqs) while "
-            "the per-sequence cost stays below the fixed per-iteration cost."
+    w = a.waits
+    if a.kind == "token-budget" and w is not None:
+        budget = b.log.meta.max_batch_tokens
+        said = [f"{w.token_budget} wait(s) on the token budget"] if w.token_budget else []
+        said += [f"{w.chunks} prompt(s) split by it"] if w.chunks else []
+        return (
+            f" Requests were held by the token budget{f' ({budget} per iteration)' if budget else ''}, not by the "
+            f"batch size: {', '.join(said)}; a larger batch would not have admitted them sooner, a larger "
+            "--max-num-batched-tokens would, at the cost of longer mixed iterations."
         )
-    return text
+    seqs = f" ({w.max_num_seqs} wait(s) on --max-num-seqs)" if w is not None and w.max_num_seqs else ""
+    return (
+        f" Recommendation: raise the batch (more concurrent requests or --max-num-seqs{seqs}) while "
+        "the per-sequence cost stays below the fixed per-iteration cost."
+    )
 
 
 def _multigpu_summary(multigpu, fs) -> list[str]:
@@ -177,6 +196,14 @@ def _without_trace(c: Context) -> str:
 
 def render(c: Context) -> list[str]:
     r = c.results
+    if c.no_trace and r.batching is not None:  # a serving log alone: the sections a trace feeds are left out
+        gone = (
+            "timeline trace: no GPU timeline, kernels, hardware behaviour or observations (those sections are left "
+            "out); capture the server under load (`tracestory capture torch --load ... --range iteration -- "
+            "tracestory serve ...`) to add them"
+        )
+        lims = _limitations(r.limitations) or ["**Limitations** (what these inputs cannot tell):", "", ""]
+        return [_without_trace(c), ""] + lims[:-1] + [f"- {gone}.", ""]
     if c.no_trace:
         return [_without_trace(c), ""]
     head = window_lines(getattr(r.inputs, "window", None))

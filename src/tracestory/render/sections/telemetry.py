@@ -177,9 +177,10 @@ def render(c: Context) -> list[str] | None:
         out += _tokens(res.tokens)
     busiest = sorted(range(len(res.gpus)), key=lambda i: -(res.gpus[i].util_gpu_median or 0))[:MAX_CHARTS]
     charts = [line for g in sorted(busiest) for line in _timeline(res, g) + [""]]
-    if charts:
-        out += ["Timeline (whole telemetry; `[===]` marks the window):", "", "```text", *charts[:-1], "```", ""]
     plot = next((p for p in c.plots if p.name.endswith("telemetry.png")), None)
+    if charts:  # the fence names its PNG twin: the HTML page shows the PNG only
+        twin = f" png={plot.name}" if plot is not None else ""
+        out += ["Timeline (whole telemetry; `[===]` marks the window):", "", f"```text{twin}", *charts[:-1], "```", ""]
     if plot is not None:
         out += [f"![GPU telemetry]({plot.name})", ""]
     for w in res.warnings:

@@ -16,16 +16,41 @@ from . import Context
 FEW_OPS = 100  # below this many GPU ops the duration histogram says less than the Appendix's kernel table
 
 
-def _visualizations(runs) -> list[str]:
+def _png(plots, kind: str, i: int | None = None, n: int = 1):
+    """The PNG of ``kind`` (``render.build.write_plots_for`` names: ``<stem>_<kind>[_<i>].png``, the
+    index when there are several runs), or None."""
+    end = f"_{kind}{f'_{i}' if n > 1 and i is not None else ''}.png"
+    return next((p for p in plots if p.name.endswith(end)), None)
+
+
+def with_png(lines: list[str], png) -> list[str]:
+    """A chart's lines with its PNG twin: the first fence opener names the PNG (``text png=NAME``;
+    the HTML page shows the PNG in the block's place, so each chart once) and the image follows the
+    block (the Markdown keeps both). ``lines`` unchanged without a PNG."""
+    if png is None:
+        return lines
+    out = list(lines)
+    start = next((k for k, line in enumerate(out) if line.startswith("```")), None)
+    if start is None:
+        return out + ["", f"![{png.stem}]({png.name})"]
+    end = next(k for k in range(start + 1, len(out)) if out[k].startswith("```"))
+    out[start] = f"{out[start]} png={png.name}"
+    return out[: end + 1] + ["", f"![{png.stem}]({png.name})"] + out[end + 1 :]
+
+
+def _visualizations(runs, plots=(), all_runs=()) -> list[str]:
     out = []
+    n = len(all_runs)
     for run in runs:
+        i = next((k for k, r in enumerate(all_runs) if r is run), None)
         a = run.analysis
         if len(runs) > 1:
             out += [f"### {label(a)}", ""]
         b = a.breakdown
         bars = [Bar(c.name, c.time_ns, f"{fmt_ms(c.time_ns):>10} ms {c.percent:5.1f}%") for c in b.categories]
         out += ["GPU time breakdown by category (share of GPU op time, kernels + memops):", ""]
-        out += fence(bar_chart(bars, title=f"category   (total {fmt_ns(b.total_time_ns)} of GPU op time)"))
+        chart = fence(bar_chart(bars, title=f"category   (total {fmt_ns(b.total_time_ns)} of GPU op time)"))
+        out += with_png(chart, _png(plots, "breakdown", i, n))
         out.append("")
         tl = a.timeline
         if tl is None:
@@ -36,7 +61,7 @@ def _visualizations(runs) -> list[str]:
             "time in it; `·` idle), phases above:",
             "",
         ]
-        out += fence(_timeline_chart(run.facts, tl.start_ns, tl.end_ns))
+        out += with_png(fence(_timeline_chart(run.facts, tl.start_ns, tl.end_ns)), _png(plots, "timeline", i, n))
         out.append("")
         zoom = next((p for p in a.phases.phases if p.gpu_span_ns), None)
         if tl.busy_ns < 0.2 * tl.window_ns and zoom is not None and a.phases.source != "none":
@@ -50,16 +75,19 @@ def _visualizations(runs) -> list[str]:
     return out
 
 
-def _visual_extras(results, inputs, has_roofline: bool, shown=None) -> list[str]:
+def _visual_extras(results, inputs, has_roofline: bool, shown=None, plots=()) -> list[str]:
     """Memory over time (of the ``shown`` runs: all, or the ones a many-rank report tells),
     multi-GPU timeline (or why either is n/a), roofline availability, interactive viewers."""
     analyses, multigpu = results.analyses, results.multigpu
     out = []
+    n = len(results.runs)
     for run in results.runs if shown is None else shown:
         head = [f"Memory over time, {label(run)}:", ""] if len(analyses) > 1 else ["Memory over time:", ""]
-        out += head + memory_section(run.memory) + [""]
+        i = next((k for k, r in enumerate(results.runs) if r is run), None)
+        out += head + with_png(memory_section(run.memory), _png(plots, "memory", i, n)) + [""]
     if multigpu is not None:
-        out += ["### Multi-GPU communication timeline", "", render_multigpu_section(multigpu), ""]
+        chart = with_png(render_multigpu_section(multigpu).split("\n"), _png(plots, "multigpu"))
+        out += ["### Multi-GPU communication timeline", "", *chart, ""]
     else:
         ws = [a.trace.meta.world_size for a in analyses if (a.trace.meta.world_size or 1) > 1]
         if ws:
@@ -151,11 +179,23 @@ def _without_trace(c: Context) -> list[str]:
     return [c.no_trace or "", ""]
 
 
-def render(c: Context) -> list[str]:
+def render(c: Context) -> list[str] | None:
+    if c.serving_only:  # its charts (and PNGs) are in the Execution Story
+        return None
     if c.no_trace:
         out = _without_trace(c)
     else:
-        out = _visualizations(c.shown) + _visual_extras(c.results, list(c.inputs), _has_roofline(c.results), c.shown)
-    if c.plots:
-        out += ["Plots (PNG):", "", "\n".join(f"![{p.stem}]({p.name})" for p in c.plots), ""]
+        runs = tuple(c.results.runs)
+        out = _visualizations(c.shown, c.plots, runs)
+        out += _visual_extras(c.results, list(c.inputs), _has_roofline(c.results), c.shown, c.plots)
+    # the PNGs not placed under their ASCII twin above; the telemetry one is in GPU Telemetry, the
+    # serving ones in the Execution Story
+    placed = "\n".join(out)
+    rest = [
+        p
+        for p in c.plots
+        if f"]({p.name})" not in placed and not p.name.endswith("_telemetry.png") and "_serving_" not in p.name
+    ]
+    if rest:
+        out += ["Plots (PNG):", "", "\n".join(f"![{p.stem}]({p.name})" for p in rest), ""]
     return out

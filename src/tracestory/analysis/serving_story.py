@@ -1,0 +1,272 @@
+"""The serving story's model: the scheduler log folded into rows a reader can follow, where the
+profiler held the engine, what the waiting requests waited on, and what to change.
+
+Profiler holds
+--------------
+The torch profiler's own start and stop run on the engine thread under ``tracestory capture
+--range iteration`` and hold the launch of one iteration each. The event log marks that iteration
+(``profiler_ns``); a log written before that key existed is read with the capture's manifest
+instead (range ``iteration``, ``--skip S --count C``: the start held the launch of iteration
+``S``, the stop that of ``S + C - 1``; the seconds from ``profiler_blocked_s`` of rank 0, whose
+event log it is). With overlapped scheduling (``meta.overlap``) iteration ``N`` is launched while
+``N - 1`` runs, and ``N - 1`` ends when its tokens reach the host, after that launch: the held
+time lies in ``N - 1``'s wall time, which is the iteration it is charged to; otherwise in ``N``'s.
+An engine stall is judged on the wall time less what is charged to it.
+
+Wait causes
+-----------
+Each ``wait`` decision's reason, by its opening words as ``tracestory serve`` writes them:
+``token budget ...`` (the per-iteration token budget), ``max_num_seqs ...`` (the sequence limit),
+``needs N blocks ...`` (KV blocks), anything else ``other``; ``chunk`` decisions (a prompt split
+because the budget left was smaller) count with the budget.
+
+Folding
+-------
+Exceptions are rows of their own: the first iteration (warm-up), engine stalls, iterations with a
+preemption, and the iterations charged with a profiler hold. The iterations between exceptions are
+folded greedily into runs whose batch size (sequences in the iteration) stays within a band: an
+iteration joins the run while ``max <= ratio * min + 1``, ``ratio`` the smallest of
+:data:`FOLD_RATIOS` that leaves at most :data:`MAX_ROWS` rows (the last one, no band, leaves the
+exceptions and the runs between them). Every iteration is in exactly one row.
+
+Advice
+------
+Preemptions: more KV blocks or fewer sequences. Else, with a fit of iteration time on decode
+sequences: when requests waited on the token budget (or prompts were split by it), raising the
+batch would not have admitted them sooner, so the advice names the budget; otherwise (waits on
+the sequence limit, or none) raise the batch while the per-sequence cost stays below the fixed
+cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..ingest.scheduler_log import Iteration, SchedulerLog
+
+MAX_ROWS = 24
+FOLD_RATIOS = (1.25, 1.5, 2.0, 3.0, 4.0, 8.0, float("inf"))
+
+
+@dataclass(frozen=True)
+class ProfilerHold:
+    iter: int  # the iteration whose launch the profiler's start or stop held
+    held_ns: int
+    what: str  # "start" | "stop"
+    charged_iter: int  # the iteration whose wall time holds it (see the module docstring)
+    source: str  # "event log" | "capture manifest"
+
+
+@dataclass(frozen=True)
+class WaitCauses:
+    token_budget: int
+    max_num_seqs: int
+    kv_blocks: int
+    other: int
+    chunks: int  # prompts split because the budget left was smaller
+
+    @property
+    def total(self) -> int:
+        return self.token_budget + self.max_num_seqs + self.kv_blocks + self.other
+
+    @property
+    def on_budget(self) -> bool:
+        """The waits (and splits) were on the token budget more than on anything else."""
+        budget = self.token_budget + self.chunks
+        return budget > 0 and budget >= self.max_num_seqs + self.kv_blocks + self.other
+
+
+@dataclass(frozen=True)
+class LogRow:
+    """One row of the folded iteration log: a run of similar iterations, or one exception."""
+
+    first_iter: int
+    last_iter: int
+    t_start_ns: int
+    t_end_ns: int
+    count: int
+    kinds: dict[str, int]  # iteration kind -> count
+    seqs_min: int  # sequences in the batch (prefill + decode members)
+    seqs_max: int
+    prefill_tokens: int  # over the row
+    admitted: int
+    finished: int
+    chunked: int
+    waits: int
+    time_p50_ns: float
+    time_max_ns: int
+    kv_in_use_end: int | None
+    exception: str | None = None  # "first iteration", "stall", "preemption", "profiler start", "profiler stop"
+
+
+@dataclass(frozen=True)
+class Advice:
+    kind: str  # "more-kv" | "token-budget" | "raise-batch"
+    preemptions: int = 0
+    waits: WaitCauses | None = None
+
+
+@dataclass(frozen=True)
+class ServingStory:
+    rows: tuple[LogRow, ...]
+    fold_ratio: float  # the band used (inf: runs between exceptions)
+    waits: WaitCauses
+    profiler: tuple[ProfilerHold, ...]
+    advice: Advice | None
+
+
+def charged_holds(holds: tuple[ProfilerHold, ...]) -> dict[int, int]:
+    """Iteration -> ns of profiler time in its wall time."""
+    out: dict[int, int] = {}
+    for h in holds:
+        out[h.charged_iter] = out.get(h.charged_iter, 0) + h.held_ns
+    return out
+
+
+def profiler_holds(log: SchedulerLog, manifest: dict | None = None) -> tuple[ProfilerHold, ...]:
+    """Where the profiler's start and stop held the engine (see the module docstring)."""
+    its = log.iterations
+    numbers = {it.iter for it in its}
+    overlap = bool(log.meta.overlap)
+
+    def charged(n: int) -> int:
+        return n - 1 if overlap and n - 1 in numbers else n
+
+    marked = [it for it in its if it.profiler_ns]
+    if marked:
+        return tuple(
+            ProfilerHold(it.iter, int(it.profiler_ns or 0), ("start", "stop")[k % 2], charged(it.iter), "event log")
+            for k, it in enumerate(marked)
+        )
+    return _manifest_holds(manifest, numbers, charged)
+
+
+def _setting(cap: dict, key: str) -> Any:
+    v = (cap.get("settings") or {}).get(key)
+    return v.get("value") if isinstance(v, dict) else v
+
+
+def _manifest_holds(manifest: dict | None, numbers: set[int], charged) -> tuple[ProfilerHold, ...]:
+    if not isinstance(manifest, dict):
+        return ()
+    out = []
+    for cap in manifest.get("captures") or ():
+        if not isinstance(cap, dict) or _setting(cap, "range") != "iteration":
+            continue
+        skip, count = _setting(cap, "skip") or 0, _setting(cap, "count")
+        if not isinstance(skip, int) or not isinstance(count, int) or count < 1:
+            continue
+        for step in cap.get("steps") or ():
+            blocked = (step.get("profiler_blocked_s") or {}).get("0") if isinstance(step, dict) else None
+            if not isinstance(blocked, dict):
+                continue
+            for what, n in (("start", skip), ("stop", skip + count - 1)):
+                sec = blocked.get(what)
+                if isinstance(sec, (int, float)) and n in numbers:
+                    out.append(ProfilerHold(n, int(round(sec * 1e9)), what, charged(n), "capture manifest"))
+    return tuple(out)
+
+
+def wait_causes(log: SchedulerLog) -> WaitCauses:
+    n = {"token": 0, "max_num_seqs": 0, "needs": 0, "other": 0}
+    chunks = 0
+    for it in log.iterations:
+        for d in it.decisions:
+            if d.action == "chunk":
+                chunks += 1
+            elif d.action == "wait":
+                word = d.reason.split(" ", 1)[0] if d.reason else ""
+                n[word if word in n else "other"] += 1
+    return WaitCauses(n["token"], n["max_num_seqs"], n["needs"], n["other"], chunks)
+
+
+def _row(run: list[Iteration], exception: str | None = None) -> LogRow:
+    kinds: dict[str, int] = {}
+    for it in run:
+        kinds[it.kind] = kinds.get(it.kind, 0) + 1
+    seqs = [len(it.members) for it in run]
+    dur = [it.duration_ns for it in run]
+    acts = [d.action for it in run for d in it.decisions]
+    kv = [it.kv_in_use for it in run if it.kv_in_use is not None]
+    return LogRow(
+        run[0].iter,
+        run[-1].iter,
+        run[0].t_start_ns,
+        run[-1].t_end_ns,
+        len(run),
+        kinds,
+        min(seqs),
+        max(seqs),
+        sum(it.prefill_tokens for it in run),
+        acts.count("admit"),
+        acts.count("finish"),
+        acts.count("chunk"),
+        acts.count("wait"),
+        float(np.median(dur)),
+        max(dur),
+        kv[-1] if kv else None,
+        exception,
+    )
+
+
+def exceptions(log: SchedulerLog, stall_iters, holds: tuple[ProfilerHold, ...]) -> dict[int, str]:
+    """Iteration -> why it is a row of its own (the first reason that applies)."""
+    out: dict[int, str] = {}
+    for h in holds:
+        out.setdefault(h.charged_iter, f"profiler {h.what}")
+    for n in stall_iters:
+        out.setdefault(n, "stall")
+    for it in log.iterations:
+        if any(d.action == "preempt" for d in it.decisions):
+            out.setdefault(it.iter, "preemption")
+    if log.iterations:
+        out.setdefault(log.iterations[0].iter, "first iteration")
+    return out
+
+
+def fold(log: SchedulerLog, special: dict[int, str], ratio: float) -> list[LogRow]:
+    rows: list[LogRow] = []
+    run: list[Iteration] = []
+    lo = hi = 0
+    for it in log.iterations:
+        why = special.get(it.iter)
+        n = len(it.members)
+        if run and (why is not None or max(hi, n) > ratio * min(lo, n) + 1):
+            rows.append(_row(run))
+            run = []
+        if why is not None:
+            rows.append(_row([it], why))
+            continue
+        lo, hi = (min(lo, n), max(hi, n)) if run else (n, n)
+        run.append(it)
+    if run:
+        rows.append(_row(run))
+    return rows
+
+
+def advise(log: SchedulerLog, fit, preemptions: int, waits: WaitCauses) -> Advice | None:
+    if preemptions:
+        return Advice("more-kv", preemptions=preemptions, waits=waits)
+    if fit is None or fit.b_decode_ns_per_seq is None or fit.a_ns <= 0:
+        return None
+    return Advice("token-budget" if waits.on_budget else "raise-batch", waits=waits)
+
+
+def serving_story(
+    log: SchedulerLog, *, stall_iters, holds: tuple[ProfilerHold, ...], fit, preemptions: int
+) -> ServingStory:
+    """The folded log, wait causes and advice of one run (``stall_iters``: the engine stalls'
+    iteration numbers; ``holds``: :func:`profiler_holds`)."""
+    special = exceptions(log, stall_iters, holds)
+    rows: list[LogRow] = []
+    ratio = FOLD_RATIOS[-1]
+    for ratio in FOLD_RATIOS:
+        rows = fold(log, special, ratio)
+        if len(rows) <= MAX_ROWS:
+            break
+    waits = wait_causes(log)
+    band = ratio if np.isfinite(ratio) else None
+    return ServingStory(tuple(rows), band, waits, holds, advise(log, fit, preemptions, waits))

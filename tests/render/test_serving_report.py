@@ -1,0 +1,205 @@
+"""The serving report a colleague would read: the iteration log folded with its exceptions shown, the
+profiler's own start and stop not counted as engine stalls, "raise the batch" only when the waits
+were not on the token budget, a log-only report without empty sections, and the serving PNGs.
+Expected values come from plain JSON readings of the fixtures (or the hand log's own table)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TEST_DATA
+from tracestory.analysis.batching import STALL_MIN_NS, STALL_RATIO, analyze_batching, read_scheduler_log
+from tracestory.analysis.results import analyze_inputs
+from tracestory.analysis.serving_story import MAX_ROWS
+from tracestory.cli import main as cli_main
+from tracestory.ingest import load_inputs
+from tracestory.render import plots_serving
+from tracestory.render.markdown import render_report
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_batch_story import write_log  # noqa: E402  (the hand log and its table)
+
+TP = TEST_DATA / "tp_serve_gpu"
+TP_LOG = TP / "torch" / "serve.sched.jsonl.gz"
+
+
+def _lines(path):
+    with gzip.open(path, "rt") as fh:
+        return [json.loads(x) for x in fh if x.strip()]
+
+
+def _kind(it) -> str:
+    p = sum(m["tokens"] for m in it["members"] if m["phase"] == "prefill")
+    d = sum(1 for m in it["members"] if m["phase"] == "decode")
+    return "empty" if not p and not d else "decode-only" if not p else "prefill-only" if not d else "mixed"
+
+
+def test_folded_log_covers_every_iteration_once():
+    its = [x for x in _lines(TP_LOG) if x["type"] == "iteration"]
+    r = analyze_batching(read_scheduler_log(TP_LOG))
+    rows = r.story.rows
+    assert len(rows) <= MAX_ROWS
+    # contiguous, each iteration once
+    assert rows[0].first_iter == its[0]["iter"] and rows[-1].last_iter == its[-1]["iter"]
+    assert all(b.first_iter == a.last_iter + 1 for a, b in zip(rows, rows[1:]))
+    assert sum(row.count for row in rows) == len(its)
+    kinds: dict[str, int] = {}
+    for it in its:
+        kinds[_kind(it)] = kinds.get(_kind(it), 0) + 1
+    folded: dict[str, int] = {}
+    for row in rows:
+        for k, n in row.kinds.items():
+            folded[k] = folded.get(k, 0) + n
+    assert folded == kinds
+    # the exceptions are rows of their own: the first iteration and the two long ones (log only: no manifest)
+    alone = {row.first_iter: row.exception for row in rows if row.exception}
+    assert alone[its[0]["iter"]] == "first iteration"
+    assert {s.iter for s in r.stalls} <= set(alone)
+    text = render_report(analyze_inputs(load_inputs([TP_LOG])))
+    table = [x for x in text.splitlines() if re.match(r"\| \d+(-\d+)? \| ", x)]
+    assert len(table) == len(rows)
+
+
+def test_profiler_stop_from_the_manifest_is_no_stall():
+    """The fixture's log predates ``profiler_ns``; its manifest says the capture traced iterations
+    skip..skip+count-1 and how long the profiler's start and stop held rank 0. With overlapped
+    scheduling the stop's 171 ms are in the wall time of the iteration before the one it held."""
+    manifest = json.loads((TP / "manifest.json").read_text())
+    cap = manifest["captures"][0]
+    skip, count = cap["settings"]["skip"]["value"], cap["settings"]["count"]["value"]
+    blocked = next(s["profiler_blocked_s"]["0"] for s in cap["steps"] if "profiler_blocked_s" in s)
+    lines = _lines(TP_LOG)
+    assert lines[0]["overlap"] is True
+    its = [x for x in lines if x["type"] == "iteration"]
+    held = {skip - 1: blocked["start"] * 1e9, skip + count - 2: blocked["stop"] * 1e9}
+    dur = [x["t_end_ns"] - x["t_start_ns"] for x in its]
+    limit = max(STALL_RATIO * statistics.median(dur), STALL_MIN_NS)
+    expected = [x["iter"] for x, d in zip(its, dur) if d - held.get(x["iter"], 0) >= limit]
+    before = [x["iter"] for x, d in zip(its, dur) if d >= limit]
+    assert before == [skip + count - 2, skip + count - 1] and expected == [skip + count - 1]  # 206, 207
+
+    r = analyze_inputs(load_inputs([TP])).batching
+    assert [s.iter for s in r.stalls] == expected
+    holds = {(h.iter, h.what, h.charged_iter, h.source) for h in r.story.profiler}
+    assert holds == {
+        (skip, "start", skip - 1, "capture manifest"),
+        (skip + count - 1, "stop", skip + count - 2, "capture manifest"),
+    }
+    text = render_report(analyze_inputs(load_inputs([TP])))
+    assert f"| {skip + count - 2} | " in text and "**profiler stop**: 171 ms of iteration 207's launch" in text
+
+
+@pytest.mark.parametrize("overlap, stalls", [(True, []), (False, [5])])
+def test_profiler_mark_is_charged_to_the_iteration_that_ran_it(tmp_path, overlap, stalls):
+    """Iteration 5 of the hand log made 50 ms longer and iteration 6 marked with ``profiler_ns`` = 50 ms:
+    with overlapped scheduling 6's launch ran inside 5, so 5 is no stall; without, 5 stays one."""
+    path = write_log(tmp_path / "sched.jsonl")
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    lines[0]["overlap"] = overlap
+    extra = 50_000_000
+    it5 = next(x for x in lines if x.get("type") == "iteration" and x["iter"] == 5)
+    for x in lines:
+        if x.get("type") == "iteration" and x["iter"] >= 5:
+            x["t_end_ns"] += extra
+            if x["iter"] > 5:
+                x["t_start_ns"] += extra
+            if x["iter"] == 6:
+                x["profiler_ns"] = extra
+        elif x.get("type") in ("first_token", "finish") and x["t_ns"] >= it5["t_start_ns"]:
+            x["t_ns"] += extra
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = analyze_batching(read_scheduler_log(path))
+    assert [s.iter for s in r.stalls] == stalls
+    assert [(h.iter, h.charged_iter) for h in r.story.profiler] == [(6, 5 if overlap else 6)]
+
+
+def _variant(tmp_path, wait_reason: str, chunk: bool):
+    """The hand log without its preemption (which would call for KV blocks), its waits given
+    ``wait_reason``, its chunk decision kept or dropped."""
+    path = write_log(tmp_path / f"sched_{chunk}.jsonl")
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    for x in lines:
+        if x.get("type") == "iteration":
+            x["decisions"] = [
+                d | ({"reason": wait_reason} if d["action"] == "wait" else {})
+                for d in x["decisions"]
+                if d["action"] != "preempt" and (chunk or d["action"] != "chunk")
+            ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+@pytest.mark.parametrize(
+    "reason, chunk, raise_batch",
+    [
+        ("token budget of 256 used by earlier members", False, False),
+        ("max_num_seqs 4 requests running", True, True),  # 1 split by the budget against 2 waits on the sequences
+        ("max_num_seqs 4 requests running", False, True),
+        ("needs 40 blocks, 12 free", False, True),
+    ],
+)
+def test_raise_the_batch_only_when_the_waits_were_not_on_the_token_budget(tmp_path, reason, chunk, raise_batch):
+    text = render_report(analyze_inputs(load_inputs([_variant(tmp_path, reason, chunk)])))
+    summary = text.split("## Environment")[0]
+    assert ("raise the batch" in summary) is raise_batch
+    assert ("Requests were held by the token budget" in summary) is (not raise_batch)
+
+
+def test_log_only_report_has_no_empty_section(tmp_path):
+    md = tmp_path / "report.md"
+    summary = TP / "torch" / "load.summary.json"
+    assert cli_main(["report", str(TP_LOG), str(summary), "-o", str(md), "--plots", "--html"]) == 0
+    text = md.read_text()
+    heads = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
+    assert heads == ["Executive Summary", "Environment", "Execution Story", "Reproduction Guide", "Appendix"]
+    assert not re.search(r"^n/a", text, flags=re.MULTILINE)
+    assert "**Limitations**" in text and "timeline trace: no GPU timeline" in text
+    meta = _lines(TP_LOG)[0]
+    assert f"| KV cache | {meta['num_blocks']} blocks x {meta['block_size']} tokens |" in text
+    # the three serving PNGs, each shown once; the KV ASCII chart names its twin and is not in the page
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs == ["report_serving_batch.png", "report_serving_kv.png", "report_serving_latency.png"]
+    assert sorted(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)) == pngs
+    page = md.with_suffix(".html").read_text()
+    assert page.count("<img ") == 3 and "```text png=report_serving_kv.png" in text
+    kv_chart = text.split("```text png=report_serving_kv.png\n")[1].split("```")[0]
+    assert kv_chart.splitlines()[0].split("┤")[1] not in page
+
+
+def test_serving_plots_fit_their_data_and_keep_legends_outside(tmp_path, monkeypatch):
+    kept = []
+
+    def keep(fig, path):
+        fig.canvas.draw()
+        kept.append((path.name, fig))
+        return path
+
+    monkeypatch.setattr(plots_serving, "_save", keep)
+    r = analyze_batching(read_scheduler_log(TP_LOG))
+    plots_serving.write_serving_plots(r, tmp_path, stem="r")
+    assert [n for n, _ in kept] == ["r_serving_batch.png", "r_serving_kv.png", "r_serving_latency.png"]
+    its = [x for x in _lines(TP_LOG) if x["type"] == "iteration"]
+    peak_kv = max(x["kv"]["in_use"] for x in its)
+    peak_seqs = max(len(x["members"]) for x in its)
+    figs = dict(kept)
+    assert figs["r_serving_kv.png"].axes[0].get_ylim()[1] >= peak_kv
+    assert figs["r_serving_kv.png"].axes[0].get_ylim()[1] <= 1.2 * peak_kv  # the 12,225-block pool is not drawn
+    assert figs["r_serving_batch.png"].axes[0].get_ylim()[1] >= peak_seqs
+    for name, fig in kept:
+        for ax in fig.axes:
+            leg = ax.get_legend()
+            if leg is None:
+                continue
+            a, b = leg.get_window_extent(), ax.get_window_extent()
+            assert a.x0 >= b.x1 or a.y1 <= b.y0 or a.y0 >= b.y1, name  # outside the axes
+    import matplotlib.pyplot as plt
+
+    for _, fig in kept:
+        plt.close(fig)
