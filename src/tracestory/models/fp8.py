@@ -27,6 +27,11 @@ bench layer, the server) runs FP8 once :func:`quantize_stack` has replaced the p
 ``wq wk wv wo wg wu wd`` of its layers. :func:`quantize_linears` does the same for the
 ``nn.Linear`` modules of a Hugging Face model (except its output head).
 
+:func:`scaled_mm` multiplies an activation already quantised (by a fused kernel of
+:mod:`.glue_triton`); :data:`SMALL_M` lists the (N, K, M) shapes where :mod:`.fp8_small_m`'s
+Triton kernel replaces ``_scaled_mm``, filled by :func:`tune_small_m` from timings on the GPU.
+:meth:`Fp8Weight.stacked` concatenates row-wise weights that read one input.
+
 Limits: ``K`` and ``N`` multiples of 16 (``_scaled_mm`` on CUDA); FP8 matmuls need SM89+
 on CUDA (Ada, Hopper, Blackwell); the activation scale is computed from the current call (no
 delayed or static scaling); biases are added in the output dtype.

@@ -23,6 +23,13 @@ One iteration (:meth:`PagedLlama.step`) over members ``m`` with ``n_m`` new toke
     next token of a sampling member = argmax(LM head · norm(x[last row of m]))
 
 The matmuls and MLP run once over all ``T`` tokens (prefill chunks and decode tokens mixed).
+:meth:`PagedLlama.prepare` stacks Wq/Wk/Wv and Wg/Wu into one weight each (one GEMM, one FP8
+activation quantisation per group). On CUDA with Triton the elementwise glue between the GEMMs
+runs fused (:meth:`PagedLlama._layers_glue`, :mod:`tracestory.models.glue_triton`: residual add +
+norm + FP8 quantisation, RoPE + the K/V cache write, SwiGLU + quantisation; ``glue="torch"`` or
+``TRACESTORY_GLUE=torch`` keeps one torch op each), and FP8 projections at decode buckets of up
+to 16 rows run the small-M Triton GEMM where start-up timing found it faster than
+``_scaled_mm`` (:func:`tracestory.models.fp8.tune_small_m`; ``TRACESTORY_SMALL_M=0``: never).
 Attention gathers K/V through the block tables: the single-token members (decode) in one
 batched SDPA, their contexts padded to the longest and the padding masked; each longer member
 (a prefill chunk) in its own SDPA with a causal mask offset by its start. Query heads are
