@@ -3,7 +3,8 @@
 # Usage (repository root): OUT=dir bash benchmarks/gpu/run_tp_serve.sh PART...
 # PARTS: tests (pytest -m gpu), roofs (dense GEMM rate, copy roof), capture2 (the TP=2 capture under
 # load, its report and table row), tp1 / tp2 / tp4 (the server under the same load without a profiler,
-# table row each), stop4 (Ctrl-C of `tracestory serve --tensor-parallel 4`). Each step is time-limited.
+# table row each), stop4 (Ctrl-C of `tracestory serve --tensor-parallel 4`), glue (one GPU: the decode
+# GEMM study and the step profiles of benchmarks/gpu/decode_glue.py). Each step is time-limited.
 set -u
 OUT=${OUT:-tp_serve}
 W=/tmp/tpserve; mkdir -p "$OUT" $W/json
@@ -51,6 +52,8 @@ capture2)
   grep -n -i -A4 "multi-gpu\|limitation" $A/serve_tp2/report.md | head -40 | tee -a "$LOG"
   step capture2-table 30 python3 benchmarks/gpu/serve_table.py $A/serve_tp2 --gpus 2 --roofs $W/json/roofs.json --json $W/json/capture_tp2.json
   (cd $A && tar czf "$OUT/serve_tp2_capture.tar.gz" --exclude='*.png' serve_tp2) ;;
+glue)
+  step decode-glue 330 python3 benchmarks/gpu/decode_glue.py --json $W/json/decode_glue.json ;;
 tp1) serve_run 1 8001 ;;
 tp2) serve_run 2 8002 ;;
 tp4) serve_run 4 8004 ;;

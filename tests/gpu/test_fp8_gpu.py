@@ -55,3 +55,21 @@ def test_rowwise_scaled_mm_matches_dequantized_fp32(qt):
     c = torch._scaled_mm(qa, qw.t(), scale_a=sa, scale_b=sw.reshape(1, -1).contiguous(), out_dtype=torch.bfloat16)
     ref = (qa.float() * sa) @ (qw.float() * sw).t()
     assert float((c.float() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("m", [1, 3, 16])
+@pytest.mark.parametrize("block_k", [128, 256])
+def test_small_m_triton_gemm_matches_scaled_mm(m, block_k):
+    """The decode GEMM (models.fp8_small_m) against torch._scaled_mm on the same FP8 operands:
+    the same products summed in another order, so equal to bf16 rounding (and a looser bound)."""
+    from tracestory.models import fp8_small_m, quant_triton
+    from tracestory.models.fp8 import Fp8Weight
+
+    g = torch.Generator(device="cuda").manual_seed(m)
+    w = Fp8Weight(torch.randn(1536 + 64, 3584, generator=g, device="cuda", dtype=torch.bfloat16), "rowwise")
+    qx, sx = quant_triton.quantize_per_row(torch.randn(m, 3584, generator=g, device="cuda", dtype=torch.bfloat16))
+    ref = torch._scaled_mm(qx, w.weight.t(), scale_a=sx, scale_b=w.scale, out_dtype=torch.bfloat16).float()
+    y = fp8_small_m.matmul(qx, sx, w.weight, w.scale, block_k, 3).float()
+    assert y.shape == (m, 1536 + 64)
+    assert ((y - ref).norm() / ref.norm()).item() < 1e-2
+    assert torch.allclose(y, ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())

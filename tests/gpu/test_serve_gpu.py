@@ -12,6 +12,8 @@ import urllib.request
 import pytest
 import torch
 
+from tracestory.models import llama
+from tracestory.models.fp8 import quantize_reference, quantize_stack
 from tracestory.models.llama_config import LlamaConfig
 from tracestory.serve import ServeOptions, prompt_of_tokens, start_server_thread, wait_healthy
 from tracestory.serve.model import PagedLlama
@@ -22,15 +24,18 @@ pytestmark = pytest.mark.gpu
 BS, NB, SEQS, BUDGET = 16, 96, 4, 64
 
 
-def _run(attention, prepare, graphs=True, mixed=True, replay=True):
+def _run(attention, prepare, graphs=True, mixed=True, replay=True, glue="triton", dtype=torch.float32, fp8="off"):
     """A continuous-batching run over 7 ragged requests (chunked prefills, decode at batch 1..4).
     ``mixed``: prefill/mixed buckets built; ``replay=False``: the graphs are captured but their
-    bodies run instead (same kernels, no replay)."""
+    bodies run instead (same kernels, no replay); ``glue``: fused Triton glue or torch ops."""
     cfg = LlamaConfig.from_name("llama-3-8b")
-    m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda", dtype=torch.float32,
+    m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda", dtype=dtype,
                    seed=2, attention=attention)
+    if fp8 != "off":
+        quantize_stack(m.stack.layers, fp8)
     if prepare:
-        m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET, cuda_graphs=graphs, mixed_graphs=mixed)
+        m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET, cuda_graphs=graphs, mixed_graphs=mixed, glue=glue)
+        assert m.startup["glue"] == glue
         if not replay:
             m._graphs.use_graphs = False
             m._mixed.use_graphs = False
@@ -101,3 +106,100 @@ def test_served_request_completes_with_graphs(tmp_path):
     assert meta["startup"]["chunk_rows"] == [128] and meta["startup"]["mixed_graphs"] == 5
     decode = [o for o in lines if o["type"] == "iteration" and o["prefill_tokens"] == 0]
     assert len(decode) >= 20
+
+
+# ---------------------------------------------------------------- the fused glue (models.glue_triton)
+@pytest.fixture(scope="module")
+def glue_triton():
+    from tracestory.models import glue_triton        # imports triton: collected on CPU-only machines too
+
+    return glue_triton
+
+
+def _close_fp8(q, s, ref):
+    """``(q, s)`` against :func:`quantize_reference` of ``ref``: the same scales (to 1e-2: the
+    amax of a row whose last bit of rsqrt differs), every dequantised element within one e4m3
+    step of the reference's, and nearly all codes equal."""
+    qr, sr = quantize_reference(ref, per_row=True)
+    assert torch.allclose(s, sr, rtol=1e-2, atol=0)
+    a, b = q.float() * s, qr.float() * sr
+    step = b.abs() * 2.0 ** -3 + sr * 2.0 ** -9          # one e4m3 step at that magnitude
+    assert bool(((a - b).abs() <= step).all())
+    assert (q.float() == qr.float()).float().mean().item() > 0.99
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_glue_norm_matches_the_torch_ops(glue_triton, dtype):
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x, r = (torch.randn(37, 4096, generator=g, device="cuda").to(dtype) for _ in range(2))
+    w = (1 + 0.1 * torch.randn(4096, generator=g, device="cuda")).to(dtype)
+    h, y = glue_triton.norm(x, w, 1e-5, residual=r)
+    assert torch.equal(h, x + r)
+    ref = llama.rms_norm(x + r, w, 1e-5)
+    assert torch.allclose(y.float(), ref.float(), rtol=2 ** -7 if dtype == torch.bfloat16 else 1e-5, atol=1e-6)
+    h2, (q, s) = glue_triton.norm(x, w, 1e-5, quant=True)
+    assert h2 is x
+    _close_fp8(q, s, llama.rms_norm(x, w, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_glue_rope_writes_the_cache_as_the_torch_ops(glue_triton, dtype):
+    H, K, d, T = 8, 2, 128, 19
+    g = torch.Generator(device="cuda").manual_seed(2)
+    qkv = torch.randn(T, (H + 2 * K) * d, generator=g, device="cuda").to(dtype)
+    pos = torch.randint(0, 5000, (T,), generator=g, device="cuda")
+    inv = 1.0 / 500000.0 ** (torch.arange(0, d, 2, dtype=torch.float64, device="cuda") / d)
+    ang = pos.double()[:, None] * inv[None, :]
+    ang = torch.cat((ang, ang), dim=-1)
+    cos, sin = ang.cos().float(), ang.sin().float()
+    kc, vc = (torch.zeros(64, K, d, device="cuda", dtype=dtype) for _ in range(2))
+    slots = torch.randperm(64, generator=g, device="cuda")[:T]
+    q = glue_triton.rope_qkv(qkv, cos, sin, kc, vc, slots, H, K)
+    qq, kk, vv = qkv.split([H * d, K * d, K * d], dim=-1)
+    tol = {"rtol": 2 ** -7, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-5}
+    assert q.shape == (H, T, d)
+    assert torch.allclose(q.float(), llama.rope(qq.view(T, H, d).transpose(0, 1), cos, sin).float(), **tol)
+    kref = llama.rope(kk.reshape(T, K, d).transpose(0, 1), cos, sin).transpose(0, 1)
+    assert torch.allclose(kc[slots].float(), kref.float(), **tol)
+    assert torch.equal(vc[slots], vv.reshape(T, K, d))
+    rest = torch.ones(64, dtype=torch.bool, device="cuda")
+    rest[slots] = False
+    assert not kc[rest].any() and not vc[rest].any()          # no other slot written
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_glue_silu_mul_matches_the_torch_ops(glue_triton, dtype):
+    g = torch.Generator(device="cuda").manual_seed(3)
+    I = 7168 + 16                                             # not a multiple of the kernel's tile
+    gu = (torch.randn(5, 2 * I, generator=g, device="cuda") * 3).to(dtype)
+    ref = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
+    out = glue_triton.silu_mul(gu)
+    assert torch.allclose(out.float(), ref.float(), rtol=2 ** -7 if dtype == torch.bfloat16 else 1e-5, atol=1e-6)
+    q, s = glue_triton.silu_mul(gu, quant=True)
+    _close_fp8(q, s, ref)
+
+
+def test_fused_glue_gives_the_tokens_of_the_torch_glue():
+    fused, paths = _run("flex", prepare=True, glue="triton")
+    assert "graph" in paths and "mixed-graph" in paths
+    plain, _ = _run("flex", prepare=True, glue="torch")
+    assert _first_difference(fused, plain) is None
+
+
+def test_fused_glue_with_fp8_follows_the_torch_glue():
+    """bf16 with FP8 row-wise projections: the two paths round alike but not bit for bit (rsqrt,
+    exp), and a one-step difference in an FP8 code can flip a near-tie of the random weights'
+    argmax, so the hidden states of one prefill are compared instead of tokens."""
+    outs = []
+    for glue in ("triton", "torch"):
+        cfg = LlamaConfig.from_name("llama-3-8b")
+        m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda",
+                       dtype=torch.bfloat16, seed=2, attention="flex")
+        quantize_stack(m.stack.layers, "rowwise")
+        m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET, cuda_graphs=False, glue=glue)
+        assert m.startup["glue"] == glue and m.startup["stacked_projections"]
+        x = m.embed[torch.arange(60, device="cuda") * 7]
+        with torch.inference_mode():
+            outs.append(m.forward_hidden(x, [(0, 60, list(range(4)))]).float())
+    rel = ((outs[0] - outs[1]).norm() / outs[1].norm()).item()
+    assert rel < 2e-2, rel

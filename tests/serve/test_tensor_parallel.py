@@ -53,6 +53,22 @@ def test_shard_shapes_and_slices():
     assert shard.cfg.n_heads == 2 and shard.tp == {"rank": 1, "size": 2}
 
 
+def test_vocab_parallel_head_keeps_a_slice_and_picks_the_global_argmax():
+    full, shard = _model(), _model()
+    n, v = 2, full.vocab // 2
+    # the other rank's (value, global id) pairs, as an all-gather would return them
+    other = torch.tensor([[5.0, 1.0], [float(v + 3), float(v + 7)]])
+
+    def gather(t):
+        return torch.stack((t, other))
+    tp.shard_model(shard, rank=0, n=n, gather=gather)
+    assert torch.equal(shard.lm_head, full.lm_head[:v])
+    logits = torch.zeros(2, v)
+    logits[0, 9], logits[1, 4] = 4.0, 1.0      # row 0: 4.0 < the other rank's 5.0; row 1: a tie at 1.0
+    # row 0 -> the other rank's id v+3; row 1 -> the tie goes to rank 0's id 4 (lowest id, as argmax)
+    assert shard.tp_argmax(logits).tolist() == [v + 3, 4]
+
+
 def test_divisibility_errors_name_what_does_not_divide():
     with pytest.raises(UsageError, match=r"--tensor-parallel 3: expected the query heads of tiny to divide by 3, found 4"):
         tp.local_config(TINY, 3)
@@ -144,7 +160,8 @@ def _rank_main(rank: int, port: int, q, mode: str) -> None:
         dist.all_reduce(x)
         return x
 
-    tp.shard_model(model, rank, 2, all_reduce)
+    tp.shard_model(model, rank, 2, all_reduce, tp.all_gather_fn(2))
+    assert model.lm_head.shape[0] == model.vocab // 2 and model.tp_argmax is not None
     if rank == 1:
         if mode == "die":                     # take one plan, then vanish without a word
             ctl.receive()

@@ -27,6 +27,11 @@ bench layer, the server) runs FP8 once :func:`quantize_stack` has replaced the p
 ``wq wk wv wo wg wu wd`` of its layers. :func:`quantize_linears` does the same for the
 ``nn.Linear`` modules of a Hugging Face model (except its output head).
 
+:func:`scaled_mm` multiplies an activation already quantised (by a fused kernel of
+:mod:`.glue_triton`); :data:`SMALL_M` lists the (N, K, M) shapes where :mod:`.fp8_small_m`'s
+Triton kernel replaces ``_scaled_mm``, filled by :func:`tune_small_m` from timings on the GPU.
+:meth:`Fp8Weight.stacked` concatenates row-wise weights that read one input.
+
 Limits: ``K`` and ``N`` multiples of 16 (``_scaled_mm`` on CUDA); FP8 matmuls need SM89+
 on CUDA (Ada, Hopper, Blackwell); the activation scale is computed from the current call (no
 delayed or static scaling); biases are added in the output dtype.
@@ -131,6 +136,31 @@ class Fp8Weight(nn.Module):
     def extra_repr(self) -> str:
         return f"{self.in_features} -> {self.out_features}, {self.mode}"
 
+    @classmethod
+    def stacked(cls, parts) -> Fp8Weight | None:
+        """One row-wise weight ``[sum N_i, K]`` holding ``parts`` (row-wise, no bias) one after
+        another: the quantised rows and their scales are concatenated, not quantised again, so
+        each output row is the one its part computes. The parts' weights become views into it
+        (nothing is stored twice). None when a part is not row-wise, has a bias, or the inputs
+        differ."""
+        parts = list(parts)
+        if not parts or any(not isinstance(p, Fp8Weight) or p.mode != "rowwise" or p.bias is not None
+                            or p.in_features != parts[0].in_features for p in parts):
+            return None
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.mode = "rowwise"
+        self.in_features = parts[0].in_features
+        self.out_features = sum(p.out_features for p in parts)
+        self.weight = nn.Parameter(torch.cat([p.weight for p in parts]), requires_grad=False)
+        self.scale = nn.Parameter(torch.cat([p.scale for p in parts], dim=1).contiguous(), requires_grad=False)
+        self.bias = None
+        off = 0
+        for p in parts:
+            p.weight = nn.Parameter(self.weight[off:off + p.out_features], requires_grad=False)
+            off += p.out_features
+        return self
+
 
 def _out_dtype(x, w: Fp8Weight):
     if w.mode == "rowwise" and x.is_cuda:
@@ -138,12 +168,109 @@ def _out_dtype(x, w: Fp8Weight):
     return x.dtype if x.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
 
 
+# (N, K, M) -> (BLOCK_K, stages) of :mod:`.fp8_small_m`, where it was measured faster than
+# ``_scaled_mm`` (:func:`tune_small_m`); every other shape runs ``_scaled_mm``
+SMALL_M: dict[tuple[int, int, int], tuple[int, int]] = {}
+
+
+def scaled_mm(qx, sx, w: Fp8Weight, out_dtype):
+    """``x @ W^T`` of an activation already quantised per row (``qx [M, K]`` e4m3, ``sx [M, 1]``)
+    against a row-wise weight, in ``out_dtype`` (bf16 from the GPU kernels, cast when another):
+    the small-M Triton kernel where :data:`SMALL_M` lists the shape, else ``_scaled_mm``."""
+    cfg = SMALL_M.get((w.out_features, w.in_features, qx.shape[0])) if SMALL_M and qx.is_cuda else None
+    if cfg is not None:
+        from . import fp8_small_m
+
+        y = fp8_small_m.matmul(qx, sx, w.weight, w.scale, *cfg)
+    else:
+        y = torch._scaled_mm(qx, w.weight.t(), scale_a=sx, scale_b=w.scale,
+                             out_dtype=torch.bfloat16 if qx.is_cuda else out_dtype)
+    return y if y.dtype == out_dtype else y.to(out_dtype)
+
+
+def _graph_seconds(fn, reps: int = 3) -> float:
+    """GPU seconds of ``fn`` replayed from a CUDA graph (median of ``reps``; launches excluded)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    out = []
+    for _ in range(reps + 1):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / 1e3)
+    return sorted(out[1:])[len(out[1:]) // 2]
+
+
+def tune_small_m(groups, rows, margin: float = 0.95) -> list[dict]:
+    """Measure, for each group of same-shape row-wise weights (one projection of every layer)
+    and each row count in ``rows`` up to :data:`.fp8_small_m.MAX_M`, the small-M Triton kernel
+    (each of its configs) against ``_scaled_mm`` over the whole group (so the weights come
+    from memory, as in a forward), and list the kernel in :data:`SMALL_M` where its best
+    config takes under ``margin`` of ``_scaled_mm``'s time and agrees with it (relative error
+    < 2e-2). Returns one dict per (shape, rows) measured. CUDA with Triton only."""
+    from . import fp8_small_m, quant_triton
+
+    out = []
+    for ws in groups:
+        ws = [w for w in ws if isinstance(w, Fp8Weight) and w.mode == "rowwise"]
+        if not ws:
+            continue
+        N, K = ws[0].out_features, ws[0].in_features
+        for M in sorted(set(rows)):
+            if M > fp8_small_m.MAX_M:
+                continue
+            SMALL_M.pop((N, K, M), None)
+            x = torch.randn(M, K, device=ws[0].weight.device, dtype=torch.bfloat16)
+            qx, sx = quant_triton.quantize_per_row(x)
+            ref = [scaled_mm(qx, sx, w, torch.bfloat16) for w in ws[:1]][0].float()
+            t_cublas = _graph_seconds(lambda qx=qx, sx=sx: [scaled_mm(qx, sx, w, torch.bfloat16) for w in ws])
+            row = {"n": N, "k": K, "m": M, "weights": len(ws), "scaled_mm_us": round(t_cublas / len(ws) * 1e6, 2)}
+            best = None
+            for bk, st in fp8_small_m.CONFIGS:
+                if not fp8_small_m.fits(M, K, bk):
+                    continue
+                try:
+                    y = fp8_small_m.matmul(qx, sx, ws[0].weight, ws[0].scale, bk, st).float()
+                    err = ((y - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                    if err >= 2e-2:
+                        row[f"triton_{bk}_error"] = round(err, 4)
+                        continue
+                    t = _graph_seconds(lambda qx=qx, sx=sx, bk=bk, st=st: [
+                        fp8_small_m.matmul(qx, sx, w.weight, w.scale, bk, st) for w in ws])
+                except Exception as e:  # noqa: BLE001 -- a config that does not build is skipped, said
+                    row[f"triton_{bk}_failed"] = " ".join(str(e).split())[:120]
+                    continue
+                row[f"triton_{bk}_us"] = round(t / len(ws) * 1e6, 2)
+                if best is None or t < best[0]:
+                    best = (t, (bk, st))
+            if best is not None and best[0] < margin * t_cublas:
+                SMALL_M[(N, K, M)] = best[1]
+                row["chosen"] = f"triton BLOCK_K={best[1][0]}"
+            else:
+                row["chosen"] = "_scaled_mm"
+            out.append(row)
+    return out
+
+
 def fp8_linear(x, w: Fp8Weight):
     """``x @ W^T (+ bias)`` with ``x [..., K]`` quantised per row (rowwise) or per tensor."""
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
     qx, sx = quantize(x2, per_row=w.mode == "rowwise")                    # [M, K], [M, 1] or []
-    y = torch._scaled_mm(qx, w.weight.t(), scale_a=sx, scale_b=w.scale, out_dtype=_out_dtype(x, w))
+    if w.mode == "rowwise" and SMALL_M and x2.is_cuda:
+        y = scaled_mm(qx, sx, w, _out_dtype(x, w))
+    else:
+        y = torch._scaled_mm(qx, w.weight.t(), scale_a=sx, scale_b=w.scale, out_dtype=_out_dtype(x, w))
     if y.dtype != x.dtype:
         y = y.to(x.dtype)
     if w.bias is not None:

@@ -22,7 +22,8 @@ Static buffers (device; filled per iteration from pinned host buffers by two cop
            unused rows and columns = num_blocks)   didx[bd] member (= row) of each decode bucket row
            srow[M] row of each sampled token (padding: 0)
     int32: dnblk[bd] dtab[bd, W] (the decode block mask)   rown[R] row owners (-2: padding)
-           kvn[nQ] kvi[nQ, num_blocks] chunk tile lists (nQ = R / 128)
+           kvn[nQ] kvi[nQ, KW] chunk tile lists (nQ = R / 128; KW = the cache's KV tiles,
+           ``FlexPagedAttention.chunk_width``: 64-key tiles of 4 blocks of 16)
 
 ``W`` is the decode graphs' table width (``max_model_len`` / block size); an iteration with a
 longer table, more members than ``max_num_seqs``, more decode members than the last bucket or
@@ -35,8 +36,8 @@ memory pool shared by all buckets (one graph runs at a time). ``use_graphs=False
 body without graphs (the CPU tests, and the fallback when a capture fails).
 
 Limits: the chunk tile lists are as wide as the cache (the compiled kernel's shape does not vary
-with the iteration), so each iteration copies ``nQ x num_blocks`` int32 (1.2 MB at 16 tiles of
-18,000 blocks); the token budget bounds ``R``; buckets double, so up to half of a bucket's
+with the iteration), so each iteration copies ``nQ x KW`` int32 (0.3 MB at 16 tiles of
+18,000 blocks of 16); the token budget bounds ``R``; buckets double, so up to half of a bucket's
 rows can be padding (their matmul FLOPs are spent).
 """
 
@@ -78,7 +79,7 @@ class MixedGraphs:
         if use_graphs and not self.on_cuda:
             raise ValueError("CUDA graphs need a CUDA device")
         B, R, W, M = self.dbuckets[-1], self.rbuckets[-1], self.width, self.M
-        nb = model.num_blocks
+        kw = self.kw = model._flex.chunk_width       # KV tiles per chunk tile list
         self.bmax, self.rmax, self.nq = B, R, -(-R // Q_TILE)
         N = B + R
         # int64 layout
@@ -90,7 +91,7 @@ class MixedGraphs:
         self._n64 = off
         self._o32 = o32 = {}
         off = 0
-        for name, n in (("dnblk", B), ("dtab", B * W), ("rown", R), ("kvn", self.nq), ("kvi", self.nq * nb)):
+        for name, n in (("dnblk", B), ("dtab", B * W), ("rown", R), ("kvn", self.nq), ("kvi", self.nq * kw)):
             o32[name] = (off, n)
             off += n
         self._n32 = off
@@ -112,7 +113,7 @@ class MixedGraphs:
         self.dtab = w[o32["dtab"][0]:o32["dtab"][0] + B * W].view(B, W)
         self.rown = w[o32["rown"][0]:o32["rown"][0] + R]
         self.kvn = w[o32["kvn"][0]:o32["kvn"][0] + self.nq]
-        self.kvi = w[o32["kvi"][0]:o32["kvi"][0] + self.nq * nb].view(self.nq, nb)
+        self.kvi = w[o32["kvi"][0]:o32["kvi"][0] + self.nq * kw].view(self.nq, kw)
         self.graphs: dict[tuple[int, int], object] = {}
         self.dmasks: dict[int, object] = {}
         self.cmasks: dict[int, object] = {}
@@ -199,12 +200,13 @@ class MixedGraphs:
         for m in members[lead:]:
             tiles.append((off, m.tokens, m.block_table))
             off += m.tokens
-        kv_num, kv_idx = chunk_tiles(tiles, bs, R)
+        kv_num, kv_idx = chunk_tiles(tiles, bs, R, model._flex.group)
         b[o32["kvn"][0]:o32["kvn"][0] + nq] = kv_num
-        kvi = np.empty((nq, nb), dtype=np.int32)
-        kvi[:, :kv_idx.shape[1]] = kv_idx[:, :nb]
+        kw = self.kw
+        kvi = np.empty((nq, kw), dtype=np.int32)
+        kvi[:, :kv_idx.shape[1]] = kv_idx[:, :kw]
         kvi[:, kv_idx.shape[1]:] = kv_idx[:, :1]      # padding entries repeat the first, never read
-        b[o32["kvi"][0]:o32["kvi"][0] + nq * nb] = kvi.ravel()
+        b[o32["kvi"][0]:o32["kvi"][0] + nq * kw] = kvi.ravel()
 
     # ------------------------------------------------------------------ masks, body, graphs
     def masks(self, key):
@@ -278,7 +280,7 @@ class MixedGraphs:
         self.dtab.fill_(nb)
         self.rown.fill_(PAD_ROW)
         self.kvn.fill_(1)
-        self.kvi.fill_(nb)
+        self.kvi.fill_(nb // model._flex.group)      # the KV tile holding the scratch block
 
     def run(self, members, ids, key) -> None:
         """Copy the inputs (two copies) and replay the bucket's graph (or run its body)."""

@@ -23,6 +23,13 @@ One iteration (:meth:`PagedLlama.step`) over members ``m`` with ``n_m`` new toke
     next token of a sampling member = argmax(LM head · norm(x[last row of m]))
 
 The matmuls and MLP run once over all ``T`` tokens (prefill chunks and decode tokens mixed).
+:meth:`PagedLlama.prepare` stacks Wq/Wk/Wv and Wg/Wu into one weight each (one GEMM, one FP8
+activation quantisation per group). On CUDA with Triton the elementwise glue between the GEMMs
+runs fused (:meth:`PagedLlama._layers_glue`, :mod:`tracestory.models.glue_triton`: residual add +
+norm + FP8 quantisation, RoPE + the K/V cache write, SwiGLU + quantisation; ``glue="torch"`` or
+``TRACESTORY_GLUE=torch`` keeps one torch op each), and FP8 projections at decode buckets of up
+to 16 rows run the small-M Triton GEMM where start-up timing found it faster than
+``_scaled_mm`` (:func:`tracestory.models.fp8.tune_small_m`; ``TRACESTORY_SMALL_M=0``: never).
 Attention gathers K/V through the block tables: the single-token members (decode) in one
 batched SDPA, their contexts padded to the longest and the padding masked; each longer member
 (a prefill chunk) in its own SDPA with a causal mask offset by its start. Query heads are
@@ -56,7 +63,7 @@ from ..capture.region import region
 from ..models.llama_config import LlamaConfig, layer_params
 from .graphs import DecodeGraphs, bucket_for, decode_buckets
 from .mixed import MixedGraphs, chunk_buckets
-from .paged_attention import PAD_ROW, Q_TILE, FlexPagedAttention, chunk_tiles
+from .paged_attention import PAD_ROW, Q_TILE, FlexPagedAttention, cache_blocks, chunk_tiles
 
 ATTENTION_BACKENDS = ("sdpa", "flex")
 # decode CUDA graphs hold block tables this long (tokens); a longer context runs eagerly
@@ -78,6 +85,11 @@ def weight_bytes(cfg: LlamaConfig, layers: int, vocab: int, dtype_bytes: int) ->
 
 def _identity(x):
     return x
+
+
+def _rowwise(w) -> bool:
+    """Whether projections by ``w`` take an activation quantised per row (FP8 row-wise weight)."""
+    return getattr(w, "mode", None) == "rowwise"
 
 
 def _round_up(n: int, k: int) -> int:
@@ -187,8 +199,10 @@ class PagedLlama:
             self.embed = torch.randn(self.vocab, D, generator=gen).to(device, self.dtype)
             self.norm = (1 + 0.1 * torch.randn(D, generator=gen)).to(device, self.dtype)
             self.lm_head = (torch.randn(self.vocab, D, generator=gen) / D ** 0.5).to(device, self.dtype)
-        # one scratch block after the last: padding rows of prefill/mixed graphs write there (.mixed)
-        slots = (self.num_blocks + 1) * self.block_size
+        # one scratch block after the last: padding rows of prefill/mixed graphs write there
+        # (.mixed); compiled FlexAttention (CUDA) reads whole KV tiles: caches hold whole groups
+        compiled = str(device).startswith("cuda") and attention == "flex"
+        slots = cache_blocks(self.num_blocks, self.block_size, compiled) * self.block_size
         shape = (slots, cfg.n_kv_heads, cfg.head_dim)
         self.k_cache = [torch.zeros(shape, device=device, dtype=self.dtype) for _ in range(layers)]
         self.v_cache = [torch.zeros(shape, device=device, dtype=self.dtype) for _ in range(layers)]
@@ -198,6 +212,9 @@ class PagedLlama:
         # sums the partial outputs of row-parallel projections across tensor-parallel ranks;
         # the identity on one GPU
         self.tp_reduce = _identity
+        # greedy ids from a vocab-parallel LM head (each rank holds a slice of its rows); None:
+        # the whole head is here
+        self.tp_argmax = None
         self.on_cuda = str(device).startswith("cuda")
         self._flex = None            # FlexPagedAttention (prepare, or lazily)
         self._graphs = None          # graphs.DecodeGraphs (prepare)
@@ -206,6 +223,7 @@ class PagedLlama:
         self._sampled = None         # [rows] int64: the last launch's sampled ids, on the device
         self._out_ring: list = []    # pinned host buffers + events for the sampled ids (CUDA)
         self._out_next = 0
+        self._glue = None            # models.glue_triton when the fused glue runs (prepare, CUDA)
         self.startup: dict = {}      # what prepare() built and how long it took
 
     # ------------------------------------------------------------------ public
@@ -245,17 +263,39 @@ class PagedLlama:
             return self._fetch(who, path)
 
     def prepare(self, *, max_num_seqs: int, max_batch_tokens: int, cuda_graphs: bool = True,
-                max_model_len: int | None = None, log=None, mixed_graphs: bool = True) -> dict:
+                max_model_len: int | None = None, log=None, mixed_graphs: bool = True,
+                glue: str | None = None) -> dict:
         """Build the shape-dependent state once the model is final (after any sharding):
         FlexAttention's mask buffers and compiled kernels (one per shape bucket, compiled here by
         a warm-up, not in the first request), and on CUDA the decode CUDA graphs, one per
         batch-size bucket (:mod:`.graphs`). Returns (and keeps in :attr:`startup`) what was
-        built and the seconds it took; ``log(line)`` is told each stage."""
+        built and the seconds it took; ``log(line)`` is told each stage.
+
+        First the projections that read one input are stacked (:meth:`_fuse_projections`), and
+        ``glue`` picks how the elementwise ops between the GEMMs run: ``triton`` (fused kernels,
+        :meth:`_layers_glue`; CUDA with Triton only) or ``torch`` (one op each); default: the
+        ``TRACESTORY_GLUE`` environment variable, else ``triton`` where it can run."""
+        import os
         import time
 
         torch = self.torch
         say = log or (lambda _line: None)
         info: dict = {"attention": self.attention, "cuda_graphs": False}
+        stacked = self._fuse_projections()
+        glue = glue or os.environ.get("TRACESTORY_GLUE", "triton")
+        if glue not in ("triton", "torch"):
+            raise ValueError(f"glue: expected triton or torch, found {glue!r}")
+        self._glue = None
+        if glue == "triton" and stacked and self.on_cuda:
+            from ..models.fp8 import _triton_quant
+
+            if _triton_quant() is not None:      # Triton imports
+                from ..models import glue_triton
+
+                self._glue = glue_triton
+        info.update(stacked_projections=stacked, glue="triton" if self._glue is not None else "torch")
+        if self.on_cuda and stacked and os.environ.get("TRACESTORY_SMALL_M", "1") != "0":
+            info.update(self._tune_small_m(decode_buckets(max_num_seqs), say))
         rows = _round_up(max_batch_tokens, Q_TILE) if self.on_cuda else max_batch_tokens
         if self.on_cuda:
             self._chunk_buckets = chunk_buckets(max_batch_tokens)
@@ -334,25 +374,134 @@ class PagedLlama:
         cfg = self.cfg
         T = x.shape[0]
         H, K, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        if self._glue is not None:
+            return self._layers_glue(x, cos, sin, slots, attend)
         for li, layer in enumerate(self.stack.layers):
             a = self._rms_norm(x, layer.n1, cfg.norm_eps)
-            q = self._rope(self._linear(a, layer.wq).view(T, H, d).transpose(0, 1), cos, sin)   # [H, T, d]
-            k = self._rope(self._linear(a, layer.wk).view(T, K, d).transpose(0, 1), cos, sin)   # [Hkv, T, d]
-            v = self._linear(a, layer.wv).view(T, K, d)
+            qkv = getattr(layer, "wqkv", None)
+            if qkv is not None:
+                q, k, v = self._linear(a, qkv).split([H * d, K * d, K * d], dim=-1)
+            else:
+                q, k, v = self._linear(a, layer.wq), self._linear(a, layer.wk), self._linear(a, layer.wv)
+            q = self._rope(q.view(T, H, d).transpose(0, 1), cos, sin)                           # [H, T, d]
+            k = self._rope(k.reshape(T, K, d).transpose(0, 1), cos, sin)                        # [Hkv, T, d]
+            v = v.reshape(T, K, d)
             kc, vc = self.k_cache[li], self.v_cache[li]
             kc[slots] = k.transpose(0, 1)
             vc[slots] = v
             o = attend(q, kc, vc)
             h = x + self.tp_reduce(self._linear(o, layer.wo))
             m = self._rms_norm(h, layer.n2, cfg.norm_eps)
-            x = h + self.tp_reduce(self._linear(F.silu(self._linear(m, layer.wg)) * self._linear(m, layer.wu), layer.wd))
+            gu = getattr(layer, "wgu", None)
+            if gu is not None:
+                g, u = self._linear(m, gu).split([cfg.ffn_dim, cfg.ffn_dim], dim=-1)
+            else:
+                g, u = self._linear(m, layer.wg), self._linear(m, layer.wu)
+            x = h + self.tp_reduce(self._linear(F.silu(g) * u, layer.wd))
         return x
+
+    def _layers_glue(self, x, cos, sin, slots, attend):
+        """:meth:`_layers` with the glue fused (:mod:`tracestory.models.glue_triton`): per layer
+        one norm kernel (adding the previous block's output to the residual stream, norm, FP8
+        quantisation), the QKV GEMM, one RoPE kernel that also writes K/V into the cache,
+        attention, the output projection, its all-reduce, one norm kernel, the gate/up GEMM, one
+        SwiGLU kernel (quantising), the down projection and its all-reduce. The same math and
+        roundings as :meth:`_layers` (the GPU tests compare the two)."""
+        G, cfg = self._glue, self.cfg
+        H, K, eps = cfg.n_heads, cfg.n_kv_heads, cfg.norm_eps
+        r = None
+        for li, layer in enumerate(self.stack.layers):
+            x, a = G.norm(x, layer.n1, eps, residual=r, quant=_rowwise(layer.wqkv))
+            qkv = self._project(a, layer.wqkv, x.dtype)
+            q = G.rope_qkv(qkv, cos, sin, self.k_cache[li], self.v_cache[li], slots, H, K)    # [H, T, d]
+            o = attend(q, self.k_cache[li], self.v_cache[li])
+            y = self.tp_reduce(self._linear(o, layer.wo))
+            x, m = G.norm(x, layer.n2, eps, residual=y, quant=_rowwise(layer.wgu))
+            s = G.silu_mul(self._project(m, layer.wgu, x.dtype), quant=_rowwise(layer.wd))
+            r = self.tp_reduce(self._project(s, layer.wd, x.dtype))
+        return x if r is None else x + r
+
+    def _tune_small_m(self, rows, say) -> dict:
+        """Measure, per FP8 projection shape and decode bucket, the small-M Triton GEMM against
+        ``_scaled_mm`` and keep the faster (:func:`tracestory.models.fp8.tune_small_m`)."""
+        import time
+
+        from ..models import fp8
+
+        layers = self.stack.layers
+        groups = [[getattr(layer, n) for layer in layers] for n in ("wqkv", "wo", "wgu", "wd")]
+        if fp8._triton_quant() is None or not any(_rowwise(g[0]) for g in groups):
+            return {}
+        t0 = time.perf_counter()
+        with self.torch.inference_mode():
+            rows_out = fp8.tune_small_m(groups, rows)
+        chosen = [r for r in rows_out if r["chosen"] != "_scaled_mm"]
+        say(f"FP8 small-M GEMM: the Triton kernel measured faster than _scaled_mm for {len(chosen)} of "
+            f"{len(rows_out)} (shape, rows) in {time.perf_counter() - t0:.1f} s")
+        return {"small_m": rows_out}
+
+    def _project(self, a, w, dtype):
+        """``a @ w^T`` where ``a`` may be an FP8 activation ``(q, scale)`` already quantised."""
+        if isinstance(a, tuple):
+            from ..models.fp8 import scaled_mm
+
+            return scaled_mm(a[0], a[1], w, dtype)
+        return self._linear(a, w)
+
+    def _fuse_projections(self) -> bool:
+        """One QKV and one gate/up weight per layer (``wqkv``, ``wgu``: rows concatenated, the
+        parts become views; an FP8 weight keeps its row-wise scales, so nothing is quantised
+        again): at decode one GEMM and one activation quantisation where there were three and
+        two. Returns False (nothing changed) where a part cannot be stacked (tensor-wise FP8)."""
+        from ..models.fp8 import Fp8Weight
+
+        torch = self.torch
+        if all(getattr(layer, "wqkv", None) is not None for layer in self.stack.layers):
+            return True                    # stacked by an earlier prepare
+        plans = []
+        for layer in self.stack.layers:
+            groups = []
+            for names in (("wq", "wk", "wv"), ("wg", "wu")):
+                parts = [getattr(layer, n) for n in names]
+                if all(isinstance(p, Fp8Weight) for p in parts):
+                    if any(p.mode != "rowwise" or p.bias is not None for p in parts):
+                        return False
+                elif any(isinstance(p, Fp8Weight) for p in parts):
+                    return False
+                groups.append(parts)
+            plans.append((layer, groups))
+        for layer, (qkv, gu) in plans:
+            for attr, parts in (("wqkv", qkv), ("wgu", gu)):
+                if isinstance(parts[0], Fp8Weight):
+                    fused = Fp8Weight.stacked(parts)
+                else:
+                    fused = torch.cat([p.detach() for p in parts])
+                    off = 0
+                    names = ("wq", "wk", "wv") if attr == "wqkv" else ("wg", "wu")
+                    for n, p in zip(names, parts):
+                        view = fused[off:off + p.shape[0]]
+                        off += p.shape[0]
+                        if isinstance(p, torch.nn.Parameter):
+                            view = torch.nn.Parameter(view, requires_grad=False)
+                        if isinstance(layer, torch.nn.Module) and n in layer._parameters:
+                            del layer._parameters[n]
+                        setattr(layer, n, view)
+                if isinstance(layer, torch.nn.Module) and attr in layer._parameters:
+                    del layer._parameters[attr]
+                setattr(layer, attr, fused)
+        return True
 
     def _sample_rows(self, h):
         """Greedy ids of the rows ``h`` ``[n, D]`` into the sampled buffer ``[:n]``."""
-        last = self._rms_norm(h, self.norm, self.cfg.norm_eps)
-        logits = self._linear(last, self.lm_head)                       # [n, vocab]
-        self._sampled[:h.shape[0]] = logits.float().argmax(-1)
+        if self._glue is not None:
+            last = self._glue.norm(h.contiguous(), self.norm, self.cfg.norm_eps)[1]
+        else:
+            last = self._rms_norm(h, self.norm, self.cfg.norm_eps)
+        logits = self._linear(last, self.lm_head)                       # [n, vocab] (or this rank's slice)
+        if self.tp_argmax is not None:
+            self._sampled[:h.shape[0]] = self.tp_argmax(logits)
+        else:
+            self._sampled[:h.shape[0]] = logits.float().argmax(-1)
 
     def _resolve_ids(self, ids):
         """Token ids ``[T]`` with ``-(r+1)`` entries -> ids, from the previous launch's samples."""
@@ -451,9 +600,9 @@ class PagedLlama:
         pos_all = np.concatenate(pos_l)
         parts = [pos_all, np.concatenate(slot_l), np.stack(tabs).ravel()]
         if rows:
-            kv_num, kv_idx = chunk_tiles(tiles, bs, rows)
+            kv_num, kv_idx = chunk_tiles(tiles, bs, rows, fa.group)
             if self.on_cuda:          # one compiled shape per row bucket: tile lists as wide as the cache
-                kv_idx = np.pad(kv_idx, ((0, 0), (0, nb - kv_idx.shape[1])), mode="edge")
+                kv_idx = np.pad(kv_idx, ((0, 0), (0, fa.chunk_width - kv_idx.shape[1])), mode="edge")
             own = np.full(rows, PAD_ROW, dtype=np.int64)
             own[:tc] = np.concatenate(own_l)[lead:]
             pos = np.zeros(rows, dtype=np.int64)

@@ -35,9 +35,19 @@ Two shapes:
 The decode call reads its rows' member ids and positions from ``dec_owner``/``dec_pos`` (indexed
 by batch entry), the chunk call from ``row_owner``/``row_pos`` (indexed by query row).
 
-Limits: no sliding window, no prefix sharing; the KV tile is the cache block size, so small
-blocks (16) make small kernel tiles (the compiled prefill kernel runs with ``BLOCK_N`` = the
-largest power of two <= 64 dividing the block size, which must be >= 16 for its matmuls).
+KV tiles of the chunk call: compiled, the block mask's KV tile is a group of ``64 / bs``
+consecutive physical blocks (:func:`kv_group`; tile ``b // group`` holds block ``b``), so the
+prefill kernel runs 64-key tiles (``BLOCK_N`` 64) over 16-token blocks; a tile is listed when
+any of its blocks belongs to a member in the query tile, and the mask keeps it exact (blocks
+of other requests in a listed tile score nothing). With 16-key tiles a 2,048-token chunk spent
+26 ms per iteration in FlexAttention on the H100, 47% of it (benchmarks/gpu/decode_glue.py).
+The caches hold whole groups (:func:`cache_blocks`: the blocks after the scratch block belong
+to nobody).
+
+Limits: no sliding window, no prefix sharing; the decode call's KV tile is one cache block; a
+block size that does not divide 64 runs the chunk kernel with ``BLOCK_N`` = the largest power of
+two <= 64 dividing the block size, which must be >= 16 for its matmuls; blocks of a request
+scattered over the cache make tiles that are mostly other requests' keys (work, not errors).
 """
 
 from __future__ import annotations
@@ -47,8 +57,27 @@ NOBODY = -1           # block_owner of a block outside this batch
 PAD_ROW = -2          # row_owner of a padding query row (matches no block)
 
 
+CHUNK_KV_TILE = 64    # key slots per tile of the compiled chunk kernel (and of its block mask)
+
+
 def blocks_for(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
+
+
+def kv_group(block_size: int, compiled: bool) -> int:
+    """Cache blocks per KV tile of the chunk call: ``64 / block_size`` when compiled and the
+    block size divides 64 (16-token blocks: 4), else 1 (the tile is one block)."""
+    if compiled and block_size < CHUNK_KV_TILE and CHUNK_KV_TILE % block_size == 0:
+        return CHUNK_KV_TILE // block_size
+    return 1
+
+
+def cache_blocks(num_blocks: int, block_size: int, compiled: bool) -> int:
+    """Blocks the cache tensors hold: ``num_blocks``, the scratch block, then up to a whole KV
+    group (:func:`kv_group`), so every chunk tile lies inside the cache; the extra blocks
+    belong to nobody."""
+    g = kv_group(block_size, compiled)
+    return -(-(num_blocks + 1) // g) * g
 
 
 class FlexPagedAttention:
@@ -65,9 +94,13 @@ class FlexPagedAttention:
         self.bs = int(block_size)
         self.num_blocks = int(num_blocks)
         self.compiled = bool(compiled)
-        # one extra entry: padding columns of block tables point at block `num_blocks`
-        self.block_owner = torch.full((num_blocks + 1,), NOBODY, dtype=torch.int32, device=device)
-        self.block_logical = torch.zeros(num_blocks + 1, dtype=torch.int32, device=device)
+        # chunk tiles of `group` blocks; the tables cover every block of the cache (the
+        # scratch block `num_blocks`, where padding columns point, and the group's rest)
+        self.group = kv_group(self.bs, self.compiled)
+        entries = cache_blocks(self.num_blocks, self.bs, self.compiled)
+        self.chunk_width = entries // self.group        # KV tiles of a chunk call
+        self.block_owner = torch.full((entries,), NOBODY, dtype=torch.int32, device=device)
+        self.block_logical = torch.zeros(entries, dtype=torch.int32, device=device)
         self.row_owner = torch.full((max_rows,), PAD_ROW, dtype=torch.int32, device=device)
         self.row_pos = torch.zeros(max_rows, dtype=torch.int32, device=device)
         # the decode call's rows are its batch entries: their own owner/position tables
@@ -95,10 +128,10 @@ class FlexPagedAttention:
             return (owner[blk] == row_owner[q_idx]) & (logical[blk] * bs + kv_idx % bs <= row_pos[q_idx])
 
         self._decode_mask, self._chunk_mask = decode_mask, chunk_mask
-        # the compiled prefill kernel's KV tile must divide the cache block (the decoding kernel
-        # shrinks its own): the largest power of two <= 64 that divides the block size
+        # the compiled prefill kernel's KV tile must divide the block mask's (a group of cache
+        # blocks; the decoding kernel shrinks its own): the largest power of two <= 64 dividing it
         tile = 1
-        while tile < 64 and self.bs % (tile * 2) == 0:
+        while tile < 64 and (self.bs * self.group) % (tile * 2) == 0:
             tile *= 2
         self._chunk_options = {"BLOCK_M": 64, "BLOCK_N": tile} if self.compiled else None
 
@@ -128,7 +161,8 @@ class FlexPagedAttention:
 
         nq, W = kv_idx_i32.shape
         return _from_kv_blocks(BlockMask, kv_num_i32.view(1, 1, nq), kv_idx_i32.view(1, 1, nq, W),
-                               BLOCK_SIZE=(Q_TILE, self.bs), mask_mod=self._chunk_mask, seq_lengths=(rows, slots))
+                               BLOCK_SIZE=(Q_TILE, self.bs * self.group), mask_mod=self._chunk_mask,
+                               seq_lengths=(rows, slots))
 
     # ------------------------------------------------------------------ attention
     @staticmethod
@@ -169,11 +203,12 @@ def _from_kv_blocks(cls, kv_num, kv_idx, **kw):
         return cls.from_kv_blocks(kv_num, kv_idx, **kw)
 
 
-def chunk_tiles(spans, block_size: int, rows: int):
+def chunk_tiles(spans, block_size: int, rows: int, group: int = 1):
     """Host-side tile lists of a chunk call (numpy): for each 128-row query tile, the distinct
-    physical blocks of the members with a row in it. ``spans``: ``(offset, n, table)`` per
-    member in row order; returns ``(kv_num [nQ], kv_idx [nQ, W])`` with ``W`` the widest list
-    (at least 1; padding entries repeat the tile's first block, never read)."""
+    KV tiles (``group`` consecutive physical blocks: tile ``b // group`` holds block ``b``) of
+    the members with a row in it. ``spans``: ``(offset, n, table)`` per member in row order;
+    returns ``(kv_num [nQ], kv_idx [nQ, W])`` with ``W`` the widest list (at least 1; padding
+    entries repeat the tile's first, never read)."""
     import numpy as np
 
     nq = max(1, blocks_for(rows, Q_TILE))
@@ -182,7 +217,7 @@ def chunk_tiles(spans, block_size: int, rows: int):
         if n < 1:
             continue
         for t in range(off // Q_TILE, (off + n - 1) // Q_TILE + 1):
-            lists[t].append(np.asarray(table, dtype=np.int64))
+            lists[t].append(np.asarray(table, dtype=np.int64) // group)
     uniq = [np.unique(np.concatenate(ls)) if ls else np.zeros(0, dtype=np.int64) for ls in lists]
     W = max(1, max(len(u) for u in uniq))
     kv_idx = np.zeros((nq, W), dtype=np.int32)

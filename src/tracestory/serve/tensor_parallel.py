@@ -4,7 +4,9 @@ Model (Megatron-style, over the projections of :class:`~.model.PagedLlama`)::
 
     column-parallel (split by output rows):  wq, wk, wv by heads;  wg, wu by rows of the MLP
     row-parallel    (split by input columns): wo, wd, their outputs summed by all-reduce
-    replicated: token embedding, norms, LM head
+    vocab-parallel: LM head rows r·V/N .. (r+1)·V/N - 1 (when V divides by N and the ranks can
+                    all-gather), greedy ids by :func:`vocab_parallel_argmax`
+    replicated: token embedding, norms (and the LM head when V does not divide by N)
 
 Rank ``r`` of ``N`` keeps query heads ``r·H/N .. (r+1)·H/N - 1``, KV heads ``r·Hkv/N ..`` (the
 query heads of a KV-head group stay on the rank of their KV head), MLP rows ``r·I/N ..``, and a
@@ -136,10 +138,30 @@ def _keep(old, new):
     return new
 
 
-def shard_model(model, rank: int, n: int, reduce: Callable | None = None) -> None:
+def vocab_parallel_argmax(logits, *, rank: int, vocab_shard: int, gather: Callable):
+    """Greedy ids ``[rows]`` (int64) over the whole vocabulary from this rank's logits
+    ``[rows, V/N]`` (vocabulary ids ``rank·V/N ..``): each rank's best value and its global id
+    (as float32: exact below 2**24) are all-gathered (``gather(t [2, rows]) -> [N, 2, rows]``,
+    one collective) and every rank picks the same: the largest value, the lowest rank among
+    equal ones, so ties go to the lowest id as ``argmax`` over the whole head does."""
+    import torch
+
+    lf = logits.float()
+    idx = lf.argmax(-1)
+    val = lf.gather(-1, idx[:, None])[:, 0]
+    every = gather(torch.stack((val, (idx + rank * vocab_shard).to(torch.float32))))     # [N, 2, rows]
+    best = every[:, 0].argmax(0)
+    return every[:, 1].gather(0, best[None])[0].to(torch.int64)
+
+
+def shard_model(model, rank: int, n: int, reduce: Callable | None = None, gather: Callable | None = None) -> None:
     """Turn a built :class:`~.model.PagedLlama` (full weights) into rank ``rank``'s shard, in
     place (see the module docstring). ``reduce`` (default: identity) becomes ``model.tp_reduce``;
-    it must sum its argument over the ``n`` ranks."""
+    it must sum its argument over the ``n`` ranks. ``gather`` (``t -> [n, *t.shape]``, the
+    ranks' ``t`` in rank order), when given and the vocabulary divides by ``n``, makes the LM
+    head vocab-parallel (``model.tp_argmax``); else each rank keeps the whole head."""
+    import functools
+
     import torch
 
     cfg = model.cfg
@@ -160,7 +182,30 @@ def shard_model(model, rank: int, n: int, reduce: Callable | None = None) -> Non
     model.cfg = loc
     if reduce is not None:
         model.tp_reduce = reduce
+    if gather is not None and model.vocab % n == 0 and model.vocab < 2 ** 24:
+        v = model.vocab // n
+        model.lm_head = _keep(model.lm_head, model.lm_head[rank * v:(rank + 1) * v])
+        model.tp_argmax = functools.partial(vocab_parallel_argmax, rank=rank, vocab_shard=v, gather=gather)
     model.tp = {"rank": rank, "size": n}
+
+
+def all_gather_fn(n: int) -> Callable:
+    """``t -> [n, *t.shape]``: every rank's ``t`` in rank order, over the default group (one
+    ``all_gather_into_tensor`` with NCCL, which a CUDA graph can capture; a list all-gather
+    with gloo)."""
+    import torch
+    import torch.distributed as dist
+
+    def gather(t):
+        t = t.contiguous()
+        out = torch.empty((n, *t.shape), dtype=t.dtype, device=t.device)
+        if dist.get_backend() == "nccl":
+            dist.all_gather_into_tensor(out, t)
+        else:
+            dist.all_gather(list(out.unbind(0)), t)
+        return out
+
+    return gather
 
 
 # ---------------------------------------------------------------------------- plans on the wire
@@ -413,7 +458,7 @@ class Group:
             dist.all_reduce(x)
             return x
 
-        shard_model(model, self.info.rank, self.info.world_size, all_reduce)
+        shard_model(model, self.info.rank, self.info.world_size, all_reduce, all_gather_fn(self.info.world_size))
 
     def make_front(self, model) -> TensorParallelFront:
         def lost(line: str) -> None:
