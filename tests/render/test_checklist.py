@@ -341,3 +341,25 @@ def test_check_command_exit_codes(tmp_path, reports, capsys):
     assert main(["check", str(binary)]) == 2
     with pytest.raises(TraceFormatError):
         check_file(binary)
+
+
+def test_sections_left_out_on_purpose_are_na_not_fail(tmp_path):
+    """A scheduler log alone: the report leaves out the sections a trace feeds and says which in its
+    summary; `check` counts exactly those as N/A. Without that statement the same report fails S1."""
+    from tracestory.render.markdown import SECTION_TITLES
+
+    log = TEST_DATA / "serving" / "h200_serve_q12" / "torch" / "serve.sched.jsonl.gz"
+    md = tmp_path / "r.md"
+    assert main(["report", str(log), "-o", str(md)]) == 0
+    text = md.read_text()
+    present = {ln[3:].strip() for ln in text.splitlines() if ln.startswith("## ")}
+    absent = [t for t in SECTION_TITLES if t not in present]
+    assert absent  # the log-only report leaves sections out
+    (stated,) = [ln for ln in text.splitlines() if ln.startswith("**Sections left out**")]
+    assert stated.split(": ", 1)[1].rstrip(".").split(", ") == absent
+    c = check_text(text)
+    assert [i.number for i in c.items if i.status == "FAIL"] == []
+    s1 = next(i for i in c.items if i.number == "S1")
+    assert s1.status == "PASS" and "left out as the summary states" in s1.reason
+    unstated = check_text(text.replace(stated, "Some other line."))
+    assert next(i for i in unstated.items if i.number == "S1").status == "FAIL"

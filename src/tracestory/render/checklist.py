@@ -256,6 +256,7 @@ _DELIM = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 
 _NUM = re.compile(r"\d")
 _NA = re.compile(r"\bn/a\b", re.IGNORECASE)
+_LEFT_OUT = re.compile(r"\*\*Sections left out\*\*[^:]*:\s*(.+)$")
 _LIST = re.compile(r"^\s*([-*+]|\d+[.)])\s|^\s*\|")
 _TIME = re.compile(r"\bTime\s+\d[\d.,]*\s*(ns|us|µs|ms|s)\b")
 _AXIS = re.compile(r"^\s*\((ns|us|µs|ms|s)\)\s+[\d.]|Time\s*\((ns|us|µs|ms|s)\)")
@@ -264,6 +265,10 @@ _AXIS = re.compile(r"^\s*\((ns|us|µs|ms|s)\)\s+[\d.]|Time\s*\((ns|us|µs|ms|s)\
 def _clip(text: str, n: int = 110) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _left_out_reason(name: str) -> str:
+    return f"'{name}' is left out: the summary states there is nothing in these inputs for it"
 
 
 class _Report:
@@ -275,6 +280,15 @@ class _Report:
     def has(self, name: str) -> bool:
         return name in self.doc.sections
 
+    def left_out(self) -> frozenset[str]:
+        """The sections the Executive Summary states are left out of this report (``**Sections left
+        out** (why): A, B.``): absent on purpose, so their items are N/A."""
+        for line in self.prose("Executive Summary"):
+            m = _LEFT_OUT.match(line.strip())
+            if m:
+                return frozenset(t.strip() for t in m.group(1).rstrip(".").split(", "))
+        return frozenset()
+
     def prose(self, *names: str) -> list[str]:
         d = self.doc
         return [d.lines[i] for n in names for i in d.sections.get(n, ()) if not d.in_fence[i]]
@@ -284,7 +298,10 @@ class _Report:
         return "\n".join(d.lines[i] for n in names for i in d.sections.get(n, ()))
 
     def na(self, name: str) -> str | None:
-        """The n/a statement a section opens with, or None."""
+        """The n/a statement a section opens with (or the summary's statement that it is left out),
+        or None."""
+        if name in self.left_out():
+            return _left_out_reason(name)
         for line in self.prose(name):
             if not line.strip() or _HEAD.match(line):
                 continue
@@ -328,7 +345,9 @@ class _Report:
         return out or ([(name, self.text(name))] if self.has(name) else [])
 
 
-def _missing(name: str) -> tuple[str, str]:
+def _missing(r: _Report, name: str) -> tuple[str, str]:
+    if name in r.left_out():
+        return NA, _left_out_reason(name)
     return FAIL, f"no '## {name}' section"
 
 
@@ -340,15 +359,20 @@ def check_structure(r: _Report):
     if not d.title or not d.title.startswith(TITLE_PREFIX):
         return FAIL, f"title is {d.title!r}, expected '# {TITLE_PREFIX} ...'"
     h2 = [h[2] for h in d.headings if h[1] == 2]
-    missing = [s for s in SECTIONS if s not in h2]
+    stated = r.left_out()
+    missing = [s for s in SECTIONS if s not in h2 and s not in stated]
     twice = [s for s in SECTIONS if h2.count(s) > 1]
     if missing or twice:
         return FAIL, "; ".join(
             x for x in (missing and f"missing: {', '.join(missing)}", twice and f"repeated: {', '.join(twice)}") if x
         )
     order = [h for h in h2 if h in SECTIONS]
-    if order != list(SECTIONS):
+    if order != [s for s in SECTIONS if s not in stated]:
         return FAIL, f"out of order: {', '.join(order)}"
+    if stated:
+        return PASS, f"title and {len(order)} sections in the report's order; left out as the summary states: " + (
+            ", ".join(s for s in SECTIONS if s in stated)
+        )
     return PASS, "title and all 11 sections in the report's order"
 
 
@@ -420,7 +444,7 @@ _TOOLS = re.compile(
 def check_summary_quantified(r: _Report):
     name = "Executive Summary"
     if not r.has(name):
-        return _missing(name)
+        return _missing(r, name)
     text = " ".join(r.prose(name))
     if not text.strip():
         return FAIL, "the summary is empty"
@@ -434,7 +458,7 @@ def check_summary_quantified(r: _Report):
 def check_story_steps(r: _Report):
     name = "Execution Story"
     if not r.has(name):
-        return _missing(name)
+        return _missing(r, name)
     if na := r.na(name):
         return NA, na
     steps = [
@@ -452,7 +476,7 @@ def check_timing_correlation(r: _Report):
     if not names:
         if r.has("Execution Story") and r.na("Execution Story"):
             return NA, r.na("Execution Story")
-        return _missing("Execution Story")
+        return _missing(r, "Execution Story")
     lines = r.text(*names).splitlines()
     stamps = [ln for ln in lines if _TIME.search(ln)]
     axis = any(_AXIS.search(ln) for f in r.charts() if f.section in names for ln in f.lines)
@@ -463,6 +487,8 @@ def check_timing_correlation(r: _Report):
         ln for ln in lines if re.search(r"CPU inside|waiting for launch|launch wait", ln, re.IGNORECASE)
     ]
     if not corr and lanes != {"CPU", "GPU"}:
+        if "Visualizations" in r.left_out():
+            return NA, "no GPU timeline to tie host events to: " + _left_out_reason("Visualizations")
         if no_gpu := r.na_line(r"kernel timeline|timeline trace|no trace"):
             return NA, no_gpu  # e.g. a scheduler log alone: timing, but no GPU timeline to tie to
         return FAIL, "timing given, but no host/launch event is tied to the GPU timeline"
@@ -472,7 +498,7 @@ def check_timing_correlation(r: _Report):
 def _hw_na(r: _Report):
     name = "Hardware Behavior Analysis"
     if not r.has(name):
-        return _missing(name)
+        return _missing(r, name)
     if na := r.na(name):
         return NA, na
     return None
@@ -521,7 +547,7 @@ def _findings(r: _Report):
     """(N/A or FAIL result, None) or (None, findings blocks)."""
     name = "Observations and Insights"
     if not r.has(name):
-        return _missing(name), None
+        return _missing(r, name), None
     if na := r.na(name):
         return (NA, na), None
     if re.search(r"no rule fired|no observations?\b", r.text(name), re.IGNORECASE) and not r.blocks(name)[0][1].strip():
@@ -578,7 +604,7 @@ def _commands(r: _Report, name: str) -> list[str]:
 def check_actions_log(r: _Report):
     name = "Actions Log"
     if not r.has(name):
-        return _missing(name)
+        return _missing(r, name)
     if na := r.na(name):
         return NA, na
     d = r.doc
@@ -626,7 +652,7 @@ def check_code_diffs(r: _Report):
 def check_reproduction_tested(r: _Report):
     name = "Reproduction Guide"
     if not r.has(name):
-        return _missing(name)
+        return _missing(r, name)
     if na := r.na(name):
         return NA, na
     cmds = _commands(r, name)
@@ -726,6 +752,8 @@ def check_roofline_chart(r: _Report):
         return PASS, f"roofline plot {img}"
     if na := r.na_line(r"roofline"):
         return NA, na
+    if {"Visualizations", "Hardware Behavior Analysis"} <= r.left_out():
+        return NA, "no kernels to place: " + _left_out_reason("Hardware Behavior Analysis")
     return FAIL, "no roofline chart and no line saying why it is n/a"
 
 
@@ -748,6 +776,8 @@ def check_interactive_tools(r: _Report):
     m = _TOOLS.search("\n".join(r.doc.lines))
     if m:
         return PASS, f"names {m.group(0)}"
+    if "Visualizations" in r.left_out():
+        return NA, "no timeline to explore: " + _left_out_reason("Visualizations")
     return FAIL, "no interactive tool named (Perfetto, chrome://tracing, TensorBoard, Nsight UI)"
 
 

@@ -77,16 +77,31 @@ def report_title(c: Context) -> str:
     return f"# {TITLE_PREFIX} {name}"
 
 
+LEFT_OUT = "Sections left out"  # the line `tracestory check` reads (render.checklist)
+
+
+def _declare_left_out(lines: list[str], titles: list[str]) -> list[str]:
+    """The Executive Summary's ``lines`` ending with the line that names the sections left out of
+    this report: a reader (and ``tracestory check``) then knows they are absent on purpose."""
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines + ["", f"**{LEFT_OUT}** (nothing in these inputs for them): {', '.join(titles)}.", ""]
+
+
 def render_report(results, *, plots: Sequence[Path] = ()) -> str:
     """The whole report of ``results`` (:class:`~tracestory.analysis.results.Results`) as
     Markdown text (ends with one newline). ``plots``: PNG files written beside the report,
     linked from Visualizations. Without a timeline trace, each section says what it lacks."""
     ctx = Context(results, report_inputs(results), tuple(plots))
+    bodies = [(sec, sec.render(ctx)) for sec in SECTIONS]
+    # a section every report has, left out: nothing in these inputs for it (an optional one is just absent)
+    left_out = [sec.title for sec, body in bodies if body is None and not sec.optional]
     out = [report_title(ctx), ""]
-    for sec in SECTIONS:
-        body = sec.render(ctx)
-        if body is None:  # an optional section, or one with nothing to say for these inputs
+    for sec, body in bodies:
+        if body is None:
             continue
-        out += [f"## {sec.title}", ""] + (body or [])
+        if sec is SECTIONS[0] and left_out:  # the Executive Summary
+            body = _declare_left_out(list(body), left_out)
+        out += [f"## {sec.title}", ""] + body
     text = "\n".join(out)
     return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"

@@ -3,7 +3,7 @@ the key findings and the first recommendation."""
 
 from __future__ import annotations
 
-from ...units import fmt_ns, fmt_pct
+from ...units import fmt_ns, fmt_pct, plural
 from ..md import label
 from ..window import window_lines
 from . import Context
@@ -110,9 +110,9 @@ def _batch_summary(b) -> str:
     if b.stalls:
         worst = max(b.stalls, key=lambda x: x.duration_ns)
         text += (
-            f" {len(b.stalls)} engine stall(s); the longest, iteration {worst.iter}, took "
+            f" {plural(len(b.stalls), 'engine stall')}; the longest, iteration {worst.iter}, took "
             f"{fmt_ns(worst.duration_ns)} ({worst.times_median:.0f}x the median) while "
-            f"{worst.arrivals_during} request(s) arrived (Execution Story: Engine stalls)."
+            f"{plural(worst.arrivals_during, 'request')} arrived (Execution Story: Engine stalls)."
         )
     f = b.fit
     # A fit that explains little of the iteration time is no summary of it (it stays in the story).
@@ -147,8 +147,8 @@ def _advice(b) -> str:
         said += [f"{w.chunks} prompt(s) split by it"] if w.chunks else []
         return (
             f" Requests were held by the token budget{f' ({budget} per iteration)' if budget else ''}, not by the "
-            f"batch size: {', '.join(said)}; a larger batch would not have admitted them sooner, a larger "
-            "--max-num-batched-tokens would, at the cost of longer mixed iterations."
+            f"batch size: {', '.join(said)}; a larger batch would not have admitted them sooner. Recommendation: "
+            "raise --max-num-batched-tokens, at the cost of longer mixed iterations."
         )
     seqs = f" ({w.max_num_seqs} wait(s) on --max-num-seqs)" if w is not None and w.max_num_seqs else ""
     return (
@@ -198,8 +198,8 @@ def render(c: Context) -> list[str]:
     r = c.results
     if c.no_trace and r.batching is not None:  # a serving log alone: the sections a trace feeds are left out
         gone = (
-            "timeline trace: no GPU timeline, kernels, hardware behaviour or observations (those sections are left "
-            "out); capture the server under load (`tracestory capture torch --load ... --range iteration -- "
+            "timeline trace: no GPU timeline, kernels, hardware behaviour or observations; capture the server "
+            "under load (`tracestory capture torch --load ... --range iteration -- "
             "tracestory serve ...`) to add them"
         )
         lims = _limitations(r.limitations) or ["**Limitations** (what these inputs cannot tell):", "", ""]
