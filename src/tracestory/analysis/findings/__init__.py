@@ -605,9 +605,11 @@ def rule_eager_fusion(f: RunFacts) -> list[Finding]:
                          Evidence("share of kernel time", float(dur[is_triton].sum() / max(dur.sum(), 1)), "fraction")),
                         "torch.compile has fused part of the graph into generated kernels.",
                         "Compare against the eager run (tracestory compare) to see what fusion bought.")]
-    if small_share < 0.3 or producer.replays_graphs or _top_category(f) in SMALL_OP_CATEGORIES:
-        # not eager-launch heavy, a graph replay (no launch each), or the dominant-category finding
-        # already gives the same fusion advice for the small-op category on top
+    if (small_share < 0.3 or producer.replays_graphs or _top_category(f) in SMALL_OP_CATEGORIES
+            or len(k) < FEW_GPU_OPS):
+        # not eager-launch heavy, a graph replay (no launch each), the dominant-category finding
+        # already gives the same fusion advice for the small-op category on top, or too few launches
+        # for their count to be what costs time
         return []  # a graph replay is not an eager run: its small kernels pay no launch each
     return [Finding("eager_fusion", "medium" if small_share >= 0.5 else "low",
                     f"Eager run: {_p(small_share)} of kernel launches are small unfused ops",
