@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TraceFormatError, UsageError
-from ..trace import CPU_SIDE, Trace
+from ..trace import CPU_SIDE, Trace, factorize
 from .kernel_rules import MOE_RANGE_RULES, MOE_RANGE_RULES_BEFORE, RULES
 from .links import enclosed_by, gpu_ops_column
 
@@ -299,7 +299,7 @@ def classify(trace: Trace, tax: Taxonomy) -> Classification:
     other = cat_index[OTHER]
     nk = len(trace.kernels)
     codes = gpu_ops_column(trace, "name").astype(np.int64)
-    uniq, inv = np.unique(codes, return_inverse=True)
+    uniq, inv = factorize(codes)
     names = [trace.name(c) for c in uniq.tolist()]
     lowered = [n.lower() for n in names]
     out = np.full(len(codes), -1, dtype=np.int32)
