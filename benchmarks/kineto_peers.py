@@ -82,8 +82,9 @@ def table(label: str, gz: Path, runs: dict) -> list[str]:
             out.append(f"| {k} | failed (rc {rs[0]['rc']}: {rs[0]['stderr_tail'][-200:]!r}) | | | | |")
             continue
         rss = s["maxrss_bytes"] or 0
+        loads = ", ".join(f"{r['load1_before']:.1f}" for r in rs)
         out.append(f"| {k} | {s['wall_s']:.2f} ({s['wall_min_s']:.2f}-{s['wall_max_s']:.2f}) | {s['cpu_s']:.2f} | "
-                   f"{rss / MIB:,.0f} | {rss / jb:.2f}x | {', '.join(f'{r['load1_before']:.1f}' for r in rs)} |")
+                   f"{rss / MIB:,.0f} | {rss / jb:.2f}x | {loads} |")
     out.append("")
     for num, den in (("analyze", "zcat"), ("report", "analyze"), ("HTA", "analyze"), ("TraceLens", "analyze")):
         if num in runs and den in runs:
