@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -44,11 +45,15 @@ def _env(src: str | None) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], src: str | None) -> float:
+def _run(cmd: list[str], src: str | None) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system of the child) of one run."""
     env = _env(src)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> int:
@@ -61,7 +66,7 @@ def main() -> int:
     command = f"import sys; from tracestory.cli import main; sys.exit(main({argv!r}))"
     here = str(Path(__file__).resolve().parents[1] / "src")
     trees = {"this tree": here, **({"other tree": args.other} if args.other else {})}
-    times: dict[str, list[float]] = {k: [] for k in (*trees, "python3 -c pass")}
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in (*trees, "python3 -c pass")}
     for src in trees.values():   # writes the byte code
         _run([sys.executable, "-c", command], src)
     for _ in range(args.runs):
@@ -74,7 +79,13 @@ def main() -> int:
             n = subprocess.run([sys.executable, "-c", COUNT.replace("ARGV", repr(argv))], env=_env(trees[name]),
                                capture_output=True, text=True).stdout.split()[-1]
             mods = f", {n} modules"
-        print(f"{name:16} median {statistics.median(vals):.3f} s, min {min(vals):.3f} s (n={len(vals)}{mods})")
+        wall, cpu = [v[0] for v in vals], [v[1] for v in vals]
+        print(f"{name:16} wall median {statistics.median(wall):.3f} s, min {min(wall):.3f} s; "
+              f"CPU median {statistics.median(cpu):.3f} s, min {min(cpu):.3f} s (n={len(vals)}{mods})")
+    names = list(trees)
+    if len(names) == 2:   # paired: the two trees ran back to back in each round
+        per = [a[1] / b[1] for a, b in zip(times[names[0]], times[names[1]]) if b[1]]
+        print(f"CPU {names[0]} / {names[1]}, median of rounds: {statistics.median(per):.2f}")
     return 0
 
 
