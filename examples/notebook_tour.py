@@ -72,3 +72,24 @@ print(results.table("leaf_ops").to_pandas()[["name", "input_dims", "total_ns", "
 # %% [markdown]
 # Any table also goes to Arrow, CSV or Markdown: `table.to_arrow()`, `table.to_csv(path)`,
 # `table.to_markdown()`; on the command line, `tracestory analyze TRACE --table ops --format csv`.
+
+# %% [markdown]
+# ## Kernels with what the analysis knows about them
+#
+# `results.kernels_frame()` is the kernel frame above plus each kernel's category, the phase
+# that launched it and the CPU op around its launch (`op`, innermost; `top_op`, outermost).
+
+# %%
+frame = results.kernels_frame()
+print(frame.groupby(["phase", "category"])["dur_ns"].sum().unstack(fill_value=0).head())
+
+# %% [markdown]
+# ## Findings as typed records, and the CPU op under each idle gap
+
+# %%
+for f in results.findings[:3]:
+    print(f"[{f.severity}] {f.title}  ({f.rule}; {len(f.evidence)} numbers)")
+
+# %%
+gaps = results.table("gaps").to_pandas()
+print(gaps.sort_values("dur_ns", ascending=False)[["dur_ns", "launch_wait_ns", "cpu_op"]].head(3))

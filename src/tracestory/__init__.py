@@ -8,9 +8,12 @@ The verbs, each callable any number of times in one process::
     with tracestory.region("decode"):                 # one marker for nsys, ncu and torch.profiler
         ...
 
-Tables for a notebook: ``trace.kernels_frame()`` (pandas, one row per kernel, real names) and
+Tables for a notebook: ``results.kernels_frame()`` (pandas, one row per kernel, real names, with
+its ``category``, ``phase``, ``op`` and ``top_op``; ``trace.kernels_frame()`` without them),
 ``results.table(name)`` (``kernels``, ``categories``, ``ops``, ``leaf_ops``, ``modules``,
-``phases``, ``gaps``, ``collectives``; ``.to_pandas()``, ``.to_arrow()``, ``.to_csv(f)``)::
+``phases``, ``gaps``, ``collectives``, ``roofline``, and from nsys inputs ``cuda_api_sum``,
+``cuda_gpu_mem_time_sum``, ``cuda_gpu_mem_size_sum``, ``osrt_sum``; ``.to_pandas()``,
+``.to_arrow()``, ``.to_csv(f)``) and ``results.findings`` (typed FindingRecord records)::
 
     results.table("ops").to_pandas().head(10)         # GPU time per top-level op and input shapes
 
@@ -39,12 +42,13 @@ if TYPE_CHECKING:
     from .ingest import Inputs, load_inputs
     from .trace import Trace
 
-__all__ = ["AnalysisOptions", "Inputs", "Results", "Trace", "analyze", "load", "load_all", "load_inputs",
-           "region", "report"]
+__all__ = ["AnalysisOptions", "FindingRecord", "Inputs", "Results", "Trace", "analyze", "load", "load_all",
+           "load_inputs", "region", "report"]
 
 # The API's names are imported when first used, not with the package: ``tracestory --version``
 # and every command start without the analysis stack (see tracestory.cli).
 _LAZY = {"AnalysisOptions": "analysis.results", "Results": "analysis.results", "analyze_inputs": "analysis.results",
+         "FindingRecord": "analysis.results",
          "region": "capture.region", "Inputs": "ingest", "load_inputs": "ingest", "Trace": "trace",
          "write_report": "render.build"}
 

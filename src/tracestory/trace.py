@@ -86,6 +86,9 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "out_nelems": I8, "group_size": I4, "dtype": I4, "pg_name": I4, "pg_ranks": I4,
         "seq": I8, "device": I4, "stream": I8,
     },
+    # OS runtime library calls (Nsight Systems ``--trace=osrt``: ``OSRT_API``), kept apart
+    # from ``api`` so that no CUDA analysis sees them; read by the ``osrt_sum`` table only.
+    "osrt": {"start_ns": I8, "end_ns": I8, "name": I4, "pid": I8, "tid": I8},
 }
 
 
@@ -299,6 +302,7 @@ class Trace:
     ranges: Table
     memory: Table
     collectives: Table = field(default_factory=lambda: empty_table("collectives"))
+    osrt: Table = field(default_factory=lambda: empty_table("osrt"))
 
     def name(self, code: int) -> str:
         return self.strings[code] if code >= 0 else ""
@@ -324,6 +328,8 @@ class Trace:
         ``dur_ns``, ``device``, ``stream``, ``correlation``, ``grid_x`` .. ``block_z``,
         ``registers_per_thread``, ``shared_mem_bytes``. A value the source did not record is
         ``<NA>`` (nullable integer columns), never -1. pandas is optional (``pip install pandas``).
+        With the analysis's ``category``, ``phase`` and ``op`` columns:
+        ``tracestory.analyze(trace).kernels_frame()``.
 
         >>> t = tracestory.load("trace.json.gz")                              # doctest: +SKIP
         >>> df = t.kernels_frame()                                            # doctest: +SKIP

@@ -93,6 +93,11 @@ def fmt_si(v: float | None, unit: str, digits: int = 3) -> str:
     return f"{text} {prefix}{unit}" if unit or prefix else text
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``"1 call"``, ``"3 calls"`` (``many`` for an irregular plural), with thousands separators."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
 def fmt_count(v: float) -> str:
     """A count as an integer when it is one, else with 3 significant digits."""
     return f"{int(v)}" if float(v).is_integer() else sig(float(v), 3)

@@ -98,7 +98,8 @@ def test_hand_gaps_and_histogram(hand):
 def test_hand_launch_latency(hand):
     # GPU start - launch start, E has no launch: A 100, B 90, C 300, D 21300, M 150, F 905
     lat = sorted([100, 90, 300, 21300, 150, 905])
-    assert hand.launch_latency == Distribution(
+    assert hand.launch_api.count == hand.launch_queue.count == 6
+    assert hand.launch_to_start == Distribution(
         count=6,
         mean_ns=pytest.approx(sum(lat) / 6),
         p50_ns=pytest.approx((lat[2] + lat[3]) / 2),
@@ -126,7 +127,8 @@ def test_same_stream_number_on_two_devices_is_two_streams():
     assert tl.sum_ns == 300
     assert tl.streams == (StreamStat(0, 7, 100, 1), StreamStat(1, 7, 200, 1))
     assert tl.gap_count == 0 and tl.idle_ns == 0 and tl.largest_gaps == ()
-    assert tl.launch_latency == Distribution(0, None, None, None, None, None, None)
+    for d in (tl.launch_to_start, tl.launch_api, tl.launch_queue):
+        assert d == Distribution(0, None, None, None, None, None, None)
 
 
 def test_launch_bound_when_idle_is_launch_wait():
@@ -222,7 +224,7 @@ def test_fixture_against_plain_json(path):
     longest = sorted(gaps, key=lambda g: (-(g[1] - g[0]), g[0]))[:5]
     assert [(g.start_ns, g.dur_ns, g.launch_wait_ns) for g in tl.largest_gaps] == \
         [(g0, g1 - g0, w) for g0, g1, w in longest]
-    assert tl.launch_latency.count == sum(1 for _, _, c in ops if c in launch_end)
+    assert tl.launch_to_start.count == sum(1 for _, _, c in ops if c in launch_end)
 
 
 def test_launch_latency_is_one_definition_for_kernels_and_copies():
@@ -244,11 +246,15 @@ def test_launch_latency_is_one_definition_for_kernels_and_copies():
            (4, 11_000, 11_010, "cudaStreamSynchronize"), (5, 2_400, 2_420, "cudaMemcpyAsync")]
     trace = _trace(kernels, memops, api)
     tl = timeline(trace)
-    assert tl.launch_latency.count == 3
-    assert tl.launch_latency.p50_ns == 600 and tl.launch_latency.min_ns == 300 and tl.launch_latency.max_ns == 1000
+    assert tl.launch_to_start.count == 3
+    assert tl.launch_to_start.p50_ns == 600 and tl.launch_to_start.min_ns == 300
+    assert tl.launch_to_start.max_ns == 1000
+    # split: the call's own time (A 10, B 10, M 20) and GPU start - call end (A 990, B 290, M 580)
+    assert (tl.launch_api.p50_ns, tl.launch_api.min_ns, tl.launch_api.max_ns) == (10, 10, 20)
+    assert (tl.launch_queue.p50_ns, tl.launch_queue.min_ns, tl.launch_queue.max_ns) == (580, 290, 990)
     findings = rule_gpu_idle(facts_for(analyze(trace)))
-    shown = [e.value for f in findings for e in f.evidence if e.label.startswith("launch latency p50")]
-    assert shown and set(shown) == {600}
+    api = [e.value for f in findings for e in f.evidence if e.label.startswith("launch call CPU time p50")]
+    assert api and set(api) == {10}
 
 
 def test_fixture_streams_h100_and_a100():
@@ -306,8 +312,8 @@ def test_launch_latency_on_a_mixed_graph_and_eager_capture_against_plain_json():
     assert (len(lat), replayed) == (80, 120)
     trace = load_kineto(path)
     tl = timeline(trace)
-    assert tl.launch_latency.count == 80
-    assert tl.launch_latency.p50_ns == pytest.approx(float(np.median(lat)))
+    assert tl.launch_to_start.count == tl.launch_api.count == tl.launch_queue.count == 80
+    assert tl.launch_to_start.p50_ns == pytest.approx(float(np.median(lat)))
     shown = [e.value for f in rule_gpu_idle(facts_for(analyze(trace))) for e in f.evidence
-             if e.label.startswith("launch latency p50")]
-    assert shown == [tl.launch_latency.p50_ns]
+             if e.label.startswith("launch call CPU time p50")]
+    assert shown == [tl.launch_api.p50_ns]

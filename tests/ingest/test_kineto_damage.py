@@ -142,8 +142,10 @@ def test_deep_nesting_is_refused(source, tmp_path, capsys, where):
     assert_refused(code, err, p, "nested")
 
 
-@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 0.999])
+@pytest.mark.parametrize("fraction", [0.1])
 def test_truncated_files_are_refused(tmp_path, capsys, fraction):
+    """A cut before any GPU event is refused in one line; later cuts are read up to the cut
+    (tests/ingest/test_kineto_truncated.py)."""
     plain = gzip.decompress(A100_NCCL.read_bytes())
     p = tmp_path / "cut.json"
     p.write_bytes(plain[: int(len(plain) * fraction)])

@@ -1,7 +1,10 @@
 """A stub OpenAI-style SSE server for the load generator's tests: request number k (arrival
 order) behaves as its behaviour table says (a normal stream, HTTP 500/429, plain JSON, a slow
 answer, a disconnect, bad JSON, an error object, a non-SSE line, no [DONE]); a body with
-``"stream": false`` gets one JSON completion of ``max_tokens`` words."""
+``"stream": false`` gets one JSON completion of ``max_tokens`` words. The usage object is
+``{"prompt_tokens": 1000 + k % 24, "completion_tokens": max_tokens}`` (under 1024: a count the
+load generator's bounds accept for a short prompt) unless ``usages[k]`` replaces it (a server
+reporting nonsense)."""
 
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ class Stub:
     """Streams ``max_tokens`` chunks; request number k (0-based, arrival order) behaves as
     ``behaviors.get(k, "ok")``."""
 
-    def __init__(self, behaviors=None, usage=True, delay_s=0.001):
-        self.behaviors, self.usage, self.delay_s = behaviors or {}, usage, delay_s
+    def __init__(self, behaviors=None, usage=True, delay_s=0.001, usages=None):
+        self.behaviors, self.usage, self.delay_s, self.usages = behaviors or {}, usage, delay_s, usages or {}
         self.n = 0
         self.bodies = []
 
@@ -43,7 +46,8 @@ class Stub:
             choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
             doc = {"id": f"c{k}", "choices": [choice]}
             if self.usage:
-                doc["usage"] = {"prompt_tokens": 1000 + k, "completion_tokens": body["max_tokens"]}
+                doc["usage"] = self.usages.get(k, {"prompt_tokens": 1000 + k % 24,
+                                                   "completion_tokens": body["max_tokens"]})
             return web.json_response(doc)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -68,7 +72,8 @@ class Stub:
         if b == "notsse":
             await resp.write(b"hello there\n\n")
         if self.usage:
-            await send({"choices": [], "usage": {"prompt_tokens": 1000 + k, "completion_tokens": body["max_tokens"]}})
+            await send({"choices": [], "usage": self.usages.get(k, {"prompt_tokens": 1000 + k % 24,
+                                                                     "completion_tokens": body["max_tokens"]})})
         if b != "nodone":
             await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()

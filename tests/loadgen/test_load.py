@@ -49,7 +49,7 @@ def test_every_failure_kind_is_counted_separately(stub_server):
     assert s.failures == {"http_429": 1, "http_500": 2, "malformed_stream": 4, "server_disconnect": 1,
                           "stream_error": 1}
     ok = [r for r in result.records if r.ok]
-    # usage chunk: prompt 1000 + k, completion = max_tokens; 5 token events -> 4 gaps
+    # usage chunk: prompt 1000 + k % 24, completion = max_tokens; 5 token events -> 4 gaps
     assert [r.prompt_tokens for r in ok] == [1000, 1009, 1011]
     assert all(r.output_tokens == 5 and r.output_tokens_source == "usage" and len(r.itl_ns) == 4 for r in ok)
     assert all(r.ttft_ns > 0 and r.e2e_ns >= r.ttft_ns + sum(r.itl_ns) for r in ok)

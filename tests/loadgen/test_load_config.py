@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tracestory.cli import build_parser
-from tracestory.cli.loadgen import config_from_args
+from tracestory.loadgen.session import config_from_args
 from tracestory.errors import UsageError
 from tracestory.loadgen import (
     LoadConfig,

@@ -144,7 +144,7 @@ def test_no_stream_records_e2e_only_and_usage_tokens(stub_server, endpoint):
     assert all(b["stream"] is False and "stream_options" not in b for b in stub.bodies)
     for k, r in enumerate(result.records):
         assert r.ok and r.ttft_ns is None and r.itl_ns == () and r.tpot_ns is None and r.e2e_ns > 0
-        # the stub's usage: prompt 1000 + k, completion = max_tokens
+        # the stub's usage: prompt 1000 + k % 24, completion = max_tokens
         assert (r.prompt_tokens, r.output_tokens, r.output_tokens_source) == (1000 + k, 5, "usage")
     res = benchmark_result(result, ("ttft", "tpot", "itl", "e2el"), (50,))
     assert res["mean_ttft_ms"] is None and res["mean_itl_ms"] is None and res["max_output_tokens_per_s"] is None

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tracestory.cli import build_parser
-from tracestory.cli.loadgen import config_from_args
+from tracestory.loadgen.session import config_from_args
 from tracestory.errors import UsageError
 from tracestory.loadgen.env import parse_env_value, resolve_env
 from tracestory.loadgen.warmup import DEFAULT_WARMUP_REQUESTS, warmup_config, warmup_result_path

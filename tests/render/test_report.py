@@ -18,7 +18,8 @@ from conftest import H200_LLAMA, KINETO_FIXTURES, REPO
 from tracestory.analysis.results import AnalysisOptions, analyze_inputs
 from tracestory.ingest import load_inputs
 from tracestory.render.markdown import SECTION_TITLES, render_report
-from tracestory.render.story import best_repeat, fold, short_name
+from tracestory.analysis.story import best_repeat, fold
+from tracestory.render.md import short_name
 
 GOLDEN = REPO / "tests" / "golden"
 

@@ -353,6 +353,9 @@ def test_deep_and_mistyped_chat_bodies_get_400(guarded):
     (["--request-timeout", "0"], "--request-timeout: expected a finite number > 0, found 0.0"),
     (["--idle-timeout", "inf"], "--idle-timeout: expected a finite number > 0, found inf"),
     (["--gpu-memory-fraction", "2"], "--gpu-memory-fraction: expected a fraction in (0, 1], found 2.0"),
+    (["--stall-timeout", "0"], "--stall-timeout: expected a finite number > 0, found 0.0"),
+    (["--port", "0", "--event-log", "/dev/full"],
+     "/dev/full: expected a writable event-log path, found No space left on device"),
 ])
 def test_serve_argument_errors_are_one_line_exit_2(argv, line):
     r = subprocess.run([sys.executable, "-m", "tracestory.cli", "serve", *argv], capture_output=True, text=True,

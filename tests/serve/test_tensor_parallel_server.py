@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -132,3 +133,163 @@ def test_serve_tensor_parallel_without_torchrun_launches_its_ranks_and_ctrl_c_ex
     # each rank's timed stop line: rank 0 sent the stop, rank 1 received it
     assert "tracestory serve: rank 0: stopped: stop sent to the other ranks in" in text
     assert "tracestory serve: rank 1: stopped: stop received in" in text
+
+
+def _rank_of(pid: int) -> int:
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return int(next(x for x in env if x.startswith(b"RANK="))[5:])
+
+
+def test_a_stopped_rank_makes_health_503_and_requests_fail_then_it_recovers(tmp_path):
+    """Rank 1 stopped (SIGSTOP) while serving: rank 0's forward waits in its all-reduce. With
+    ``--stall-timeout 2`` a request fails with 503 naming the stall instead of hanging,
+    ``/health`` is 503 with the reason; after SIGCONT both are 200 again and the server stops
+    with exit code 0."""
+    import signal
+    import time
+
+    port = _free_port()
+    src = str(Path(tracestory.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
+           "--tensor-parallel", "2", "--port", str(port), "--stall-timeout", "2"]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    stopped = None
+    try:
+        wait_healthy(url, 90, proc=proc)
+        assert len(_complete(url, "a b c", 3).split()) == 3
+        stopped = next(pid for pid in torchrun_ranks(proc.pid) if _rank_of(pid) == 1)
+        os.kill(stopped, signal.SIGSTOP)
+        t0 = time.monotonic()
+        body = json.dumps({"model": "tiny", "prompt": "a b c", "max_tokens": 4, "ignore_eos": True}).encode()
+        req = urllib.request.Request(url + "/v1/completions", body, {"content-type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=60)
+        took = time.monotonic() - t0
+        answer = json.loads(e.value.read())
+        with pytest.raises(urllib.error.HTTPError) as h:
+            urllib.request.urlopen(url + "/health", timeout=10)
+        health = json.loads(h.value.read())
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=10) as r:
+                    if r.status == 200:
+                        break
+            except urllib.error.HTTPError:
+                time.sleep(0.2)
+        again = _complete(url, "x y", 5)
+        assert stop_torchrun_ranks(proc, 30)
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert e.value.code == 503 and "engine stalled: no progress for" in answer["error"]["message"]
+    assert "tensor parallel 2: rank 0 waits in a collective step" in answer["error"]["message"]
+    assert took < 20                              # 2 s stall timeout + 0.5 s poll, on a loaded machine
+    assert h.value.code == 503 and health["status"] == "stalled" and "tensor parallel 2" in health["reason"]
+    assert len(again.split()) == 5
+    assert proc.returncode == 0, text
+    assert "Traceback" not in text
+
+
+def test_ctrl_c_at_plain_torchrun_stops_the_ranks_cleanly_but_torchrun_itself_exits_1(tmp_path):
+    """What docs/CAPTURE.md says about ``torchrun ... serve --tensor-parallel 2`` and Ctrl-C, pinned
+    (torch 2.11-2.13): torchrun starts each rank in a session of its own, so a terminal's SIGINT
+    reaches torchrun alone; its handler raises ``SignalException``, the agent forwards SIGINT to
+    the ranks, which stop cleanly (both ``stopped`` lines, no traceback of ours), then re-raises it:
+    torchrun prints that traceback and exits 1. Nothing a rank does changes that exit code, hence
+    ``tracestory serve --tensor-parallel N`` launching torchrun itself (the test above: exit 0).
+    If a torch release changes this, the test fails and the document must be updated."""
+    import signal
+
+    port = _free_port()
+    src = str(Path(tracestory.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
+           "--tensor-parallel", "2", "--port", str(port)]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", 90, proc=proc)
+        ranks = torchrun_ranks(proc.pid)
+        assert len(ranks) == 2
+        assert all(os.getsid(pid) == pid for pid in ranks)       # each rank leads a session of its own
+        os.killpg(proc.pid, signal.SIGINT)                       # what Ctrl-C sends: torchrun's group only
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert proc.returncode == 1
+    assert "tracestory serve: rank 0: stopped: stop sent to the other ranks in" in text
+    assert "tracestory serve: rank 1: stopped: stop received in" in text
+    assert text.count("Traceback") == 1 and "SignalException: Process" in text
+    assert "tracestory/" not in text.split("Traceback", 1)[1]    # the traceback is torchrun's, not a rank's
+
+
+def test_a_server_stalled_on_a_stopped_rank_still_stops_on_sigint(tmp_path):
+    """Rank 1 stopped, rank 0 stalled in the all-reduce of a request's forward: SIGINT to rank 0
+    ends it within seconds (the engine is not waited for, *stop* cannot be sent: one line, exit
+    1 so torchrun ends the stopped rank), not after gloo's 300 s timeout."""
+    import signal
+    import threading
+    import time
+
+    port = _free_port()
+    src = str(Path(tracestory.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
+           "--tensor-parallel", "2", "--port", str(port), "--stall-timeout", "1"]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, 90, proc=proc)
+        ranks = {_rank_of(pid): pid for pid in torchrun_ranks(proc.pid)}
+        os.kill(ranks[1], signal.SIGSTOP)
+        answer: dict = {}
+
+        def ask():
+            try:
+                _complete(url, "a b c", 4)
+            except urllib.error.HTTPError as e:
+                answer["code"] = e.code
+
+        t = threading.Thread(target=ask)
+        t.start()
+        t.join(30)
+        assert answer.get("code") == 503                  # the stall was seen
+        t0 = time.monotonic()
+        os.kill(ranks[0], signal.SIGINT)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            try:
+                os.kill(ranks[0], 0)
+            except ProcessLookupError:
+                break
+            if Path(f"/proc/{ranks[0]}/stat").read_text().split()[2] == "Z":
+                break
+            time.sleep(0.1)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        for pid in torchrun_ranks(proc.pid) if proc.poll() is None else ():
+            os.kill(pid, 9)
+        proc.wait()
+    text = log.read_text(errors="replace")
+    assert took < 30, text              # 2 s for the engine, 1 s for the heartbeat, 5 s for the channel, exit
+    lines = [x for x in text.splitlines() if x.startswith("tracestory serve: tensor-parallel rank stalled")]
+    assert len(lines) == 1 and "stop not sent to the other ranks, exiting with code 1" in lines[0]

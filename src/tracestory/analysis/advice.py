@@ -221,3 +221,38 @@ def copies(f: RunFacts, top_kind: str | None) -> str:
             ".item()/.cpu() in the loop)"
         )
     return "remove host<->device copies from the loop (pinned memory, keep data on the GPU, copy asynchronously)"
+
+
+def recapture(f: RunFacts) -> str:
+    """How to capture this program again so that a report can tell more, in the tool that made this
+    trace: torch.profiler for a Kineto trace, Nsight Systems for an nsys export, rocprofv3 for a
+    rocprof trace. Each clause names only what these inputs lack (phases, op shapes, graph nodes)."""
+    fmt = f.analysis.trace.meta.source_format
+    no_phases = f.analysis.phases.source == "none"
+    no_ops = len(f.analysis.trace.ops) == 0
+    if fmt == "kineto":
+        steps = (
+            "a `schedule` so each iteration is a `ProfilerStep` (this trace has no step markers)"
+            if no_phases
+            else "the same `schedule` or `record_function` ranges"
+        )
+        shapes = (
+            " (this trace has no CPU ops: the CPU activity and shapes give GPU time per operator)" if no_ops else ""
+        )
+        return (
+            "run the workload under `torch.profiler.profile(activities=[CPU, CUDA], record_shapes=True, "
+            f"profile_memory=True)`{shapes} with {steps}, then `prof.export_chrome_trace(...)`"
+            + (" (on ROCm, CUDA activity records the HIP kernels)." if f.platform == "ROCm" else ".")
+        )
+    if fmt.startswith("nsys"):
+        ranges = " and NVTX ranges around each step (this trace has none)" if no_phases else ""
+        graphs = " --cuda-graph-trace=node" if f.in_use.graphs or f.producer.is_pytorch else ""
+        return (
+            f"`nsys profile --trace=cuda,nvtx,osrt{graphs} -o NAME <program>`{ranges}, then "
+            "`nsys export --type sqlite NAME.nsys-rep` (or pass the .nsys-rep itself)."
+        )
+    if fmt.startswith("rocprof"):
+        return "`rocprofv3 --kernel-trace --memory-copy-trace --marker-trace --output-format json -- <program>`" + (
+            ", with roctx ranges around each step (this trace has none)." if no_phases else "."
+        )
+    return "capture the program with its GPU vendor's timeline profiler (Nsight Systems, rocprofv3 or torch.profiler)."

@@ -90,6 +90,13 @@ class Taxonomy:
     def index(self, category: str) -> int:
         return self.categories.index(category)
 
+    @classmethod
+    def named(cls, name: str = "llm", rules_path: str | None = None) -> Taxonomy:
+        """The built-in taxonomy ``name``, extended (or replaced) by the TOML rules file at
+        ``rules_path`` when one is given: what ``--taxonomy`` and ``--rules`` ask for."""
+        base = taxonomy(name)
+        return load_rules(rules_path, base) if rules_path else base
+
 
 @dataclass(frozen=True)
 class Classification:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ingest.kineto import parse_json_field
 from ..trace import CPU_SIDE, Trace, factorize
 from .families import kernel_implementation, kernel_precision
 from .nesting import nest_intervals, thread_codes
@@ -49,6 +50,8 @@ class KernelFacts:
     attention: tuple[tuple[str, int, int], ...]          # (implementation, launches, time ns), by time
     # Evidence of attention computed as separate bmm + softmax ops (module docstring); () when none
     unfused_attention: tuple[str, ...] = ()
+    # precisions the GEMM/attention ops' recorded input types name (fp8 .. fp32); () when none recorded
+    op_input_precisions: tuple[str, ...] = ()
 
     @property
     def attention_kind(self) -> str:
@@ -65,10 +68,19 @@ def execution_mode(producer) -> str:
         mode = (f"graph replay: {g.graph_time_fraction * 100:.1f}% of kernel time from {g.graph_launches} graph "
                 f"launch{'es' if g.graph_launches != 1 else ''}")
         return mode + (", with torch.compile (Inductor) kernels" if producer.compiled else "")
+    partly = (
+        f"; {g.graph_time_fraction * 100:.1f}% of kernel time replayed from {g.graph_launches} graph "
+        f"launch{'es' if g.graph_launches != 1 else ''}"
+        if g.graph_kernels
+        else ""
+    )
     if producer.compiled:
-        return "compiled (torch.compile: Inductor kernels present)"
+        return "compiled (torch.compile: Inductor kernels present)" + partly
     if producer.framework == "none":
-        return "a program without PyTorch, kernels launched one by one"
+        return ("a program without PyTorch, kernels launched one by one" if not partly
+                else "a program without PyTorch, most kernels launched one by one" + partly)
+    if partly:
+        return "eager for most kernel time (no Inductor kernels)" + partly
     return "eager (no Inductor kernels, no graph replays)"
 
 
@@ -191,4 +203,31 @@ def kernel_facts(analysis, producer=None, modules=None) -> KernelFacts:
         execution_mode=execution_mode(producer),
         precisions=tuple(sorted(prec.items(), key=lambda x: -x[1])),
         attention=tuple(sorted(((i, c, t) for i, (c, t) in att.items()), key=lambda x: -x[2])),
-        unfused_attention=unfused_attention(tr, modules))
+        unfused_attention=unfused_attention(tr, modules),
+        op_input_precisions=op_input_precisions(tr))
+
+
+# dtype names of recorded op inputs (``c10::BFloat16``, ``c10::Half``, ``float``, ``c10::Float8_e4m3fn``)
+_OP_TYPE_PRECISIONS: tuple[tuple[str, re.Pattern], ...] = (
+    ("fp8", re.compile(r"fp8|e4m3|e5m2|Float8")),
+    ("bf16", re.compile(r"bf16|BFloat16|bfloat16")),
+    ("fp16", re.compile(r"(?<![b])f16|fp16|half|Half")),
+    ("tf32", re.compile(r"tf32")),
+    ("fp32", re.compile(r"(?<![a-z])float(?![0-9])|f32|fp32")),
+)
+_GEMM_ATTENTION_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::_scaled_mm")
+
+
+def op_input_precisions(tr: Trace) -> tuple[str, ...]:
+    """Precisions named by the recorded input types of GEMM and attention ops (each distinct
+    ``input_types`` cell decoded once), widest-last order of ``_OP_TYPE_PRECISIONS``."""
+    if not len(tr.ops) or "input_types" not in tr.ops:
+        return ()
+    codes = [i for i, s in enumerate(tr.strings) if s in _GEMM_ATTENTION_OPS or "scaled_dot_product" in s]
+    sel = np.flatnonzero(np.isin(tr.ops["name"], codes))
+    types: set[str] = set()
+    for v in dict.fromkeys(tr.ops["input_types"][sel].tolist()):
+        t = parse_json_field(v) if isinstance(v, (bytes, bytearray)) else None
+        if isinstance(t, list):
+            types.update(str(x) for x in t if x)
+    return tuple(p for p, rx in _OP_TYPE_PRECISIONS if any(rx.search(t) for t in types))

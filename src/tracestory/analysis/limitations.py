@@ -20,6 +20,9 @@ computed from what the inputs hold, never assumed:
 * **roofline estimate**: shape-based points above their roof, dropped as estimate errors; ops
   left out of the estimate (fused MoE ops) and why.
 * **damaged input**: what a reader dropped from a damaged file, and why (its warnings).
+* **graph replays**: an Nsight Systems export made with graph-level tracing (nsys's default
+  ``--cuda-graph-trace=graph``; ``meta.extra["cuda_graphs"]["whole_graph_launches"]``): each graph
+  launch is one opaque row, the kernels inside are not in the input; how to capture them.
 * **partial capture** (:func:`capture_limitations`): a report on a failed capture's kept files
   (``failed-<tool>/``): the capture's error and the files it lacks.
 * **GPU telemetry** (:func:`telemetry_limitations`): a capture folder whose manifest records the
@@ -135,6 +138,14 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
         who = f"{t.meta.source_path}: " if len(traces) > 1 else ""
         for w in warnings_of(t):
             out.append(Limitation("damaged input", f"{t.meta.source_path}: {w}"))
+        whole = int(((t.meta.extra or {}).get("cuda_graphs") or {}).get("whole_graph_launches") or 0)
+        if whole:
+            out.append(Limitation("graph replays", f"{who}{whole} CUDA graph launch{'es were' if whole != 1 else ' was'}"
+                                  " traced whole (nsys --cuda-graph-trace=graph, its default): each replay is one "
+                                  "opaque 'CUDA graph N replay' op; the kernels inside it, their categories and the "
+                                  "gaps between them are not in this input. Capture with `nsys profile "
+                                  "--cuda-graph-trace=node` (`tracestory capture nsys` passes it where nsys supports "
+                                  "it)."))
         if not t.meta.has_timeline:
             out.append(Limitation("timeline", f"{who}summary tables only (no per-event timeline): idle time, "
                                   "phases and the critical path cannot be computed."))

@@ -126,6 +126,10 @@ class Operators:
     # the CPU ranges that stand in for ops ("annotation").
     leaf_row: np.ndarray = field(compare=False, repr=False, default=None)
     top_row: np.ndarray = field(compare=False, repr=False, default=None)
+    # Per GPU op, the same order: the name code (into ``trace.strings``) of its leaf / top-level
+    # op, -1 where none (``Results.kernels_frame``'s ``op`` and ``top_op`` columns).
+    leaf_name: np.ndarray = field(compare=False, repr=False, default=None)
+    top_name: np.ndarray = field(compare=False, repr=False, default=None)
 
 
 # --------------------------------------------------------------------------- grouping
@@ -303,6 +307,12 @@ def operators(trace: Trace, modules: Table | None = None) -> Operators:
 
     unattributed = ~linked
     outside = linked & (leaf < 0)
+    leaf_name = np.full(n_gpu, -1, dtype=np.int64)
+    top_name = np.full(n_gpu, -1, dtype=np.int64)
+    if sources:
+        for rows, out in ((leaf, leaf_name), (top, top_name)):
+            has = rows >= 0
+            out[has] = candidates.column("name", rows[has])
     if sources:
         common = dict(trace=trace, candidates=candidates, launch=launch, is_kernel=is_kernel, dur=dur,
                       gpu_name=gpu_name, total=total)
@@ -337,6 +347,8 @@ def operators(trace: Trace, modules: Table | None = None) -> Operators:
         module_gpu_ns=module_ns,
         leaf_row=leaf,
         top_row=top,
+        leaf_name=leaf_name,
+        top_name=top_name,
     )
 
 

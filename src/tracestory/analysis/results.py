@@ -39,14 +39,14 @@ from ..ingest.ranks import rank_sources
 from ..parallel import map_ranks
 from ..specs import Peaks, peaks_warning, resolve_peaks
 from ..trace import Trace
-from . import Analysis, analyze
+from . import Analysis, advice, analyze
 from .batching import BatchingResult, analyze_batching
 from .categories import Taxonomy
 from .claims import derive_findings, withheld
 from .critical_path import CriticalPath
 from .exposure import Exposure
 from .facts import KernelMetricsResults, RunFacts, run_facts
-from .findings import Finding, ncu_findings
+from .findings import Evidence, Finding, ncu_findings
 from .findings.multigpu import headline, multigpu_findings
 from .gaps import GapCause
 from .hardware import hardware_analysis, waves
@@ -62,14 +62,18 @@ from .limitations import (
 from .memory import MemoryTimeline
 from .multigpu import MultiGpu, RankSummary, combine, rank_summary
 from .ncu_join import join_ncu
+from .nsys_tables import NSYS_TABLES
 from .operators import Operators
 from .operators import operators as compute_operators
 from .producer import Producer
 from .questions import Answer, answer_all
 from .roofline import Roofline, roofline
+from .story import Story
+from .story import story as build_story
 from .tables import TABLES, Table
 from .tables import table as make_table
 from .telemetry import TelemetryResult, analyze_telemetry
+from .window import WindowSpec, window_inputs
 from .workload import Workload
 
 TOP_HARDWARE_KERNELS = 5
@@ -79,7 +83,9 @@ REPORT_MAX_OPS = 500_000  # the report tells GPU time per operator only up to th
 @dataclass(frozen=True)
 class AnalysisOptions:
     """What the user asked for: categories (``taxonomy``, default ``llm``), the Amdahl what-if
-    factor ``k``, a ``--peaks`` file, the report's goal and questions, and the command line."""
+    factor ``k``, a ``--peaks`` file, the part of each trace to analyse (``window``: a time
+    window, steps or the steady state; None = the whole trace), the report's goal and questions,
+    and the command line."""
 
     taxonomy: Taxonomy | None = None
     k: float = 2.0
@@ -87,6 +93,7 @@ class AnalysisOptions:
     goal: str | None = None
     questions: tuple[str, ...] = ()
     command: str | None = None
+    window: WindowSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -95,8 +102,9 @@ class RunResults:
 
     facts: RunFacts
     findings: tuple[Finding, ...]
-    # GPU time per operator, computed on first request (seconds on million-op traces)
-    _operators: dict = field(default_factory=dict, compare=False, repr=False)
+    # GPU time per operator and the story model, computed on first request (seconds on million-op traces)
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+    _summaries: dict = field(default_factory=dict, compare=False, repr=False)  # nsys summary tables, on request
 
     @property
     def trace(self) -> Trace:
@@ -155,6 +163,18 @@ class RunResults:
         return self.facts.kernel_facts
 
     @property
+    def story(self) -> Story:
+        """The Execution Story's model (:func:`tracestory.analysis.story.story`), built on first use."""
+        if "story" not in self._cache:
+            self._cache["story"] = build_story(self.facts)
+        return self._cache["story"]
+
+    @property
+    def recapture(self) -> str:
+        """How to capture this program again for a fuller report (:func:`advice.recapture`)."""
+        return advice.recapture(self.facts)
+
+    @property
     def op_count(self) -> int:
         """CPU ops and CPU-side ranges of the trace: what attributing GPU time to ops walks."""
         return len(self.trace.ops) + len(self.trace.ranges)
@@ -170,13 +190,52 @@ class RunResults:
         'aten::linear'
         """
         key = "modules" if modules else "ops"
-        if key not in self._operators:
+        if key not in self._cache:
             if modules:
                 mods = _module_ranges_of(self.trace)
-                self._operators[key] = compute_operators(self.trace, mods) if mods is not None else self.operators()
+                self._cache[key] = compute_operators(self.trace, mods) if mods is not None else self.operators()
             else:
-                self._operators[key] = compute_operators(self.trace)
-        return self._operators[key]
+                self._cache[key] = compute_operators(self.trace)
+        return self._cache[key]
+
+    def kernels_frame(self):
+        """:meth:`Trace.kernels_frame <tracestory.trace.Trace.kernels_frame>` (one row per kernel in
+        start order, real names, units in the column names) with the analysis's columns:
+        ``category`` (the taxonomy's kernel category), ``phase`` (the phase whose CPU range
+        launched it: ``ProfilerStep#3``, ``decode_7``; ``<NA>`` outside every phase), ``op``
+        (the innermost CPU op or range around its launch call, the ``leaf_ops`` table's op) and
+        ``top_op`` (the outermost: the ``ops`` table's). ``<NA>`` where the trace does not say
+        (no launch call, no op around it). pandas is optional (``pip install pandas``).
+
+        >>> df = tracestory.analyze("trace.json.gz").kernels_frame()          # doctest: +SKIP
+        >>> df.groupby(["phase", "category"])["dur_ns"].sum()                 # doctest: +SKIP
+        """
+        import pandas as pd
+
+        trace, a = self.trace, self.analysis
+        df = trace.kernels_frame()
+        n = len(trace.kernels)
+        cats = np.asarray(a.classification.taxonomy.categories, dtype=object)
+        df["category"] = pd.array(cats[a.classification.kernel_category].tolist() if n else [], dtype="string")
+        phase = np.full(n, None, dtype=object)
+        for p in a.phases.phases:
+            phase[p.kernel_rows] = p.name
+        df["phase"] = pd.array(phase.tolist(), dtype="string")
+        ops = self.operators()
+        for col, codes in (("op", ops.leaf_name[:n]), ("top_op", ops.top_name[:n])):
+            names = np.asarray(trace.names(np.maximum(codes, 0)) if n else [], dtype=object)
+            names[codes < 0] = None
+            df[col] = pd.array(names.tolist(), dtype="string")
+        return df
+
+    @property
+    def nsys_tables(self) -> dict[str, Table]:
+        """The ``nsys stats`` summary tables (cuda_api_sum, cuda_gpu_mem_time_sum,
+        cuda_gpu_mem_size_sum, osrt_sum; :mod:`tracestory.analysis.nsys_tables`) of this trace,
+        computed on first request; a table the input cannot give says why in ``.missing``."""
+        if not self._summaries:
+            self._summaries.update({n: make_table(n, self.analysis) for n in NSYS_TABLES})
+        return dict(self._summaries)
 
     @property
     def op_limit(self) -> int:
@@ -193,6 +252,43 @@ class RunResults:
         return (
             f"RunResults({self.trace.label!r}, kernels={self.analysis.breakdown.kernel_count}, "
             f"findings={len(self.findings)}, device={self.device!r})"
+        )
+
+
+@dataclass(frozen=True)
+class FindingRecord:
+    """One finding of a report, as the Python API gives it (:attr:`Results.findings`): what the
+    Observations print and ``findings[]`` in the JSON hold, with where it comes from.
+
+    ``trace``: the label of the trace it is about (``None`` for the multi-GPU findings and the
+    findings of Nsight Compute input without a trace); ``scope``: ``trace``, ``multigpu`` or
+    ``ncu``; ``rule`` and ``severity`` (``high``, ``medium``, ``low``, ``info``); ``title``;
+    ``text``: what it means (the report's **Implication**); ``recommendation``; ``evidence``:
+    the numbers it rests on, each ``Evidence(label, value, unit)`` in base units; ``basis``: the
+    facts the claim depends on (workload, platform, trace kind)."""
+
+    trace: str | None
+    scope: str
+    rule: str
+    severity: str
+    title: str
+    text: str
+    recommendation: str
+    evidence: tuple[Evidence, ...]
+    basis: tuple[str, ...]
+
+    @classmethod
+    def of(cls, f: Finding, trace: str | None, scope: str) -> FindingRecord:
+        return cls(
+            trace,
+            scope,
+            f.rule,
+            f.severity,
+            f.title,
+            f.implication,
+            f.recommendation,
+            tuple(f.evidence),
+            tuple(f.basis),
         )
 
 
@@ -220,9 +316,18 @@ class Results:
         return [r.analysis for r in self.runs]
 
     @property
-    def findings(self) -> list[tuple[Finding, ...]]:
-        """The findings of each run, in run order."""
-        return [r.findings for r in self.runs]
+    def findings(self) -> tuple[FindingRecord, ...]:
+        """Every finding of the report as typed records: each trace's in run order (in the
+        order the Observations print them), then the multi-GPU findings, then those of Nsight
+        Compute input without a trace. ``RunResults.findings`` holds one trace's as the rules
+        built them.
+
+        >>> [(f.severity, f.title) for f in tracestory.analyze("trace.json.gz").findings]   # doctest: +SKIP
+        """
+        out = [FindingRecord.of(f, r.trace.label, "trace") for r in self.runs for f in r.findings]
+        out += [FindingRecord.of(f, None, "multigpu") for f in self.multigpu_findings]
+        out += [FindingRecord.of(f, None, "ncu") for f in self.ncu_findings]
+        return tuple(out)
 
     @property
     def manifest(self) -> dict | None:
@@ -230,10 +335,13 @@ class Results:
 
     def table(self, name: str, run: int | None = 0) -> Table:
         """The named table (one of :data:`~tracestory.analysis.tables.TABLES`: kernels,
-        categories, ops, leaf_ops, modules, phases, gaps, collectives) of trace ``run``; with
-        ``run=None`` the tables of every trace one after the other, a ``trace`` column (the
-        trace's label) first. Columns are in base units, the unit in the name (``total_ns``,
-        ``share`` 0..1); ``.to_pandas()``, ``.to_arrow()``, ``.to_csv(f)``, ``.to_markdown()``.
+        categories, ops, leaf_ops, modules, phases, gaps, collectives, roofline, and the nsys
+        summaries cuda_api_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, osrt_sum) of trace
+        ``run``; with ``run=None`` the tables of every trace one after the other, a ``trace``
+        column (the trace's label) first. A table the input cannot give has no rows and says
+        why in ``.missing`` (``osrt_sum`` of an export captured without ``--trace=osrt``).
+        Columns are in base units, the unit in the name (``total_ns``, ``share`` 0..1);
+        ``.to_pandas()``, ``.to_arrow()``, ``.to_csv(f)``, ``.to_markdown()``.
 
         >>> results = tracestory.analyze("trace.json.gz")          # doctest: +SKIP
         >>> results.table("ops").to_pandas().head()                 # doctest: +SKIP
@@ -243,12 +351,18 @@ class Results:
         if run is not None:
             r = self.runs[run]
             ops = r.operators(modules=name == "modules") if name in ("ops", "leaf_ops", "modules") else None
-            return make_table(name, r.analysis, operators=ops)
+            return make_table(name, r.analysis, operators=ops, roofline=self._roofline_of(run))
         parts = [self.table(name, i) for i in range(len(self.runs))]
         if not parts:
             return Table(name, {})
+        given = [(p, r) for p, r in zip(parts, self.runs, strict=False) if p.missing is None]
+        if not given:  # no trace can give it: the first one's reason
+            return parts[0]
+        notes = [f"{r.trace.label}: {p.missing}" for p, r in zip(parts, self.runs, strict=False) if p.missing]
+        notes += [f"{r.trace.label}: {p.note}" for p, r in given if p.note]
+        parts, runs = [p for p, _ in given], [r for _, r in given]
         labels = np.concatenate(
-            [np.full(len(p), r.trace.label, dtype=object) for p, r in zip(parts, self.runs, strict=False)]
+            [np.full(len(p), r.trace.label, dtype=object) for p, r in zip(parts, runs, strict=False)]
         )
         columns: dict[str, Any] = {"trace": labels}
         for c in parts[0].columns:
@@ -257,7 +371,21 @@ class Results:
                 columns[c] = np.concatenate(vals)
             else:
                 columns[c] = [x for v in vals for x in (v.tolist() if isinstance(v, np.ndarray) else v)]
-        return Table(name, columns)
+        return Table(name, columns, note="; ".join(notes) or None)
+
+    def kernels_frame(self, run: int = 0):
+        """The kernels of trace ``run`` as a pandas DataFrame with their ``category``, ``phase``,
+        ``op`` and ``top_op`` (:meth:`RunResults.kernels_frame`)."""
+        return self.runs[run].kernels_frame()
+
+    def _roofline_of(self, run: int) -> tuple[Roofline | None, str, str | None]:
+        """The roofline of trace ``run`` for its table: Nsight Compute's (joined to the first
+        trace) when given, else the shape estimate; with the reason when there is none."""
+        if self.hardware:
+            if run == 0:
+                return self.hardware[0].roofline, "ncu", None
+            return None, "", "Nsight Compute metrics are joined to the first trace only (no estimate beside them)"
+        return self.runs[run].roofline_estimate, "estimate", None
 
     def __repr__(self) -> str:
         labels = [r.trace.label for r in self.runs[:3]] + (["..."] if len(self.runs) > 3 else [])
@@ -275,6 +403,9 @@ def _module_ranges_of(trace: Trace):
     if trace.meta.source_format != "kineto" or not path or not os.path.isfile(path):
         return None
     mods = load_module_ranges(path)
+    through = ((trace.meta.extra or {}).get("truncated") or {}).get("complete_through_ns")
+    if through is not None and len(mods):  # a cut file: the calls past the cut (ingest.kineto)
+        mods = mods.take(mods["end_ns"] <= through)
     return mods if len(mods) else None
 
 
@@ -323,6 +454,7 @@ def analyze_ranks(paths: Sequence[str], workers: int | None = None, dask_address
 def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Results:
     """All results of ``inputs`` (see the module docstring for what is computed, once)."""
     options = options or AnalysisOptions()
+    inputs = window_inputs(inputs, options.window)
     traces = list(inputs.traces)
     first = traces[0] if traces else None
     names = [_device(t) for t in traces]

@@ -19,9 +19,10 @@ StdDev to one decimal when it prints; the columns here are unrounded.
 
 Tables: ``kernels``, ``categories`` (breakdown with Amdahl ceilings), ``ops`` (GPU time per
 top-level CPU op), ``leaf_ops`` (per leaf op), ``modules`` (per ``nn.Module`` path), ``phases``,
-``gaps`` (every idle gap of the GPU timeline) and ``collectives`` (per collective kind, dtype
-and message size). The op tables end with the rows of GPU time no op can be given
-(:data:`~tracestory.analysis.operators.UNATTRIBUTED`, :data:`~tracestory.analysis.operators.OUTSIDE_OPS`)
+``gaps`` (every idle gap of the GPU timeline, with the CPU op under it), ``collectives`` (per
+collective kind, dtype and message size, with its bandwidth), ``roofline`` (per roofline point)
+and the ``nsys stats`` summaries of :mod:`.nsys_tables`. The op tables end with the rows of GPU
+time no op can be given (:data:`~tracestory.analysis.operators.UNATTRIBUTED`, :data:`~tracestory.analysis.operators.OUTSIDE_OPS`)
 so that their ``share`` sums to 1.
 """
 
@@ -40,15 +41,19 @@ from ..errors import ToolNotFound, UsageError
 from ..stats import summarize
 from ..units import clip_text, sig
 from . import intervals
-from .collectives import rank_collectives
+from .collectives import busbw_factor, rank_collectives
+from .gaps import gap_causes
+from .nsys_tables import NSYS_TABLES, missing_reason, other_processes_note, summary_rows
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
 from .operators import OUTSIDE_OPS, UNATTRIBUTED, Operators, OpStat, operators as compute_operators
 from .timeline import gap_attribution
 
 if TYPE_CHECKING:
     from . import Analysis
+    from .roofline import Roofline
 
-TABLES = ("kernels", "categories", "ops", "leaf_ops", "modules", "phases", "gaps", "collectives")
+TABLES = ("kernels", "categories", "ops", "leaf_ops", "modules", "phases", "gaps", "collectives", "roofline",
+          *NSYS_TABLES)
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +68,10 @@ class Table:
 
     name: str
     columns: Mapping[str, np.ndarray | list]
+    # Why the input cannot give this table (it then has no rows): never an empty table that
+    # reads as "no time" (``osrt_sum`` of an export captured without ``--trace=osrt``).
+    missing: str | None = None
+    note: str | None = None  # what the rows leave out, when something (one sentence)
 
     def __post_init__(self):
         lengths = {len(v) for v in self.columns.values()}
@@ -77,6 +86,8 @@ class Table:
         return self.columns[column]
 
     def __repr__(self) -> str:
+        if self.missing is not None:
+            return f"Table({self.name!r}, {self.missing})"
         return f"Table({self.name!r}, {len(self)} rows: {', '.join(self.columns)})"
 
     def rows(self) -> list[tuple]:
@@ -121,10 +132,14 @@ class Table:
 
     def to_markdown(self, max_width: int = 60) -> str:
         """A Markdown table; floats with 4 significant digits, text cut to ``max_width``."""
+        if self.missing is not None:
+            return f"_{self.name}: {self.missing}_\n"
         head = list(self.columns)
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         for row in self.rows():
             lines.append("| " + " | ".join(_cell(v, max_width) for v in row) + " |")
+        if self.note:
+            lines += ["", f"_{self.note}_"]
         return "\n".join(lines) + "\n"
 
 
@@ -144,9 +159,13 @@ def _cell(v, width: int) -> str:
 
 # Column kinds by name (the same name means the same thing in every table); others are int.
 _TEXT_COLUMNS = frozenset({"trace", "name", "kind", "input_dims", "input_types", "top_kernels", "category", "path", "family",
-                           "before", "after", "dtype"})
+                           "before", "after", "dtype", "operation", "cpu_op", "within", "bandwidth_basis",
+                           "source", "precision", "roof_dtype", "bound"})
 _FLOAT_COLUMNS = frozenset({"share", "mean_ns", "median_ns", "stddev_ns", "amdahl_max_speedup",
-                            "speedup_if_k_times_faster", "k"})
+                            "speedup_if_k_times_faster", "k", "mean_bytes", "median_bytes", "stddev_bytes",
+                            "algbw_bytes_per_s", "busbw_bytes_per_s", "flops", "dram_bytes", "arithmetic_intensity",
+                            "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s", "ridge_flop_per_byte",
+                            "fraction_of_roof"})
 
 
 def column_kind(column: str) -> str:
@@ -249,9 +268,20 @@ def phases_table(analysis: "Analysis") -> Table:
     })
 
 
-def gaps_table(trace) -> Table:
-    """Every idle gap between busy periods of the GPU (the timeline's model), in time order."""
-    cols: dict[str, list] = {c: [] for c in ("start_ns", "dur_ns", "launch_wait_ns", "other_ns", "before", "after")}
+GAP_COLUMNS = ("start_ns", "dur_ns", "launch_wait_ns", "other_ns", "before", "after", "cpu_op", "cpu_op_dur_ns",
+               "within")
+
+
+def gaps_table(trace, phases=None) -> Table:
+    """Every idle gap between busy periods of the GPU (the timeline's model), in time order,
+    with the CPU op under it (:func:`tracestory.analysis.gaps.gap_causes`, the rule the report's
+    gap findings use): ``cpu_op`` is what the launching host thread ran during the gap (the
+    innermost CPU op or range covering at least half of the host's part of the gap; None when
+    none does, or when the next op had been launched before the gap began), ``cpu_op_dur_ns``
+    that op's whole duration, ``within`` the innermost op or range around the next op's launch
+    call lasting at least half the gap (e.g. the step). ``phases``: the trace's phases when
+    already computed."""
+    cols: dict[str, list] = {c: [] for c in GAP_COLUMNS}
     if trace.meta.has_timeline and len(trace.kernels) + len(trace.memops):
         starts = gpu_ops_column(trace, "start_ns").astype(np.int64)
         ends = gpu_ops_column(trace, "end_ns").astype(np.int64)
@@ -261,17 +291,45 @@ def gaps_table(trace) -> Table:
         g0, g1 = busy_e[:-1], busy_s[1:]
         before, after, wait = gap_attribution(g0, g1, starts, ends, launch_end)
         dur = g1 - g0
+        causes = {c.start_ns: c for c in gap_causes(trace, min_ns=1, limit=max(int(dur.size), 1), steps=phases)}
+        cause = [causes.get(int(x)) for x in g0.tolist()]
+        op_dur = [c.op_dur_ns if c is not None else None for c in cause]
         cols = {"start_ns": g0, "dur_ns": dur, "launch_wait_ns": wait, "other_ns": dur - wait,
-                "before": trace.names(names[before]), "after": trace.names(names[after])}
-        return Table("gaps", {k: np.asarray(v) for k, v in cols.items()})
+                "before": trace.names(names[before]), "after": trace.names(names[after]),
+                "cpu_op": _column("cpu_op", [c.op_name if c is not None else None for c in cause]),
+                "cpu_op_dur_ns": _column("cpu_op_dur_ns", op_dur),
+                "within": _column("within", [c.within if c is not None else None for c in cause])}
+        return Table("gaps", {k: v if isinstance(v, list) else np.asarray(v) for k, v in cols.items()})
     return _make("gaps", cols)
 
 
+COLLECTIVE_COLUMNS = ("kind", "dtype", "bytes", "group_size", "count", "total_ns", "mean_ns", "median_ns", "min_ns",
+                      "max_ns", "stddev_ns", "algbw_bytes_per_s", "busbw_bytes_per_s", "bandwidth_basis")
+COLLECTIVES_NOTE = ("algbw = bytes / median_ns (NCCL's size S: the whole array; all-gather its output), busbw = "
+                    "algbw x NCCL's bus factor for the group size; one rank's kernel time includes waiting for later "
+                    "peers, so both are lower bounds (tracestory ranks / report on every rank gives the transfer time)")
+
+
+def _bandwidth(kind: str | None, nbytes: int | None, gsize: int | None, median_ns: float):
+    """(algbw, busbw, basis) of one row of the collectives table (see :data:`COLLECTIVES_NOTE`)."""
+    if nbytes is None:
+        return None, None, "no sizes recorded (an nsys input names the collective in the kernel name only)"
+    if median_ns <= 0:
+        return None, None, "zero duration"
+    algbw = nbytes / (median_ns * 1e-9)
+    factor = busbw_factor(kind, gsize)
+    if factor is None:
+        why = "group size unknown" if gsize is None else f"no bus factor for {kind or 'an unknown kind'}"
+        return algbw, None, f"algbw from the median; busbw n/a: {why}"
+    return algbw, algbw * factor, f"from the median; bus factor {factor:.4g} (n={gsize})"
+
+
 def collectives_table(trace) -> Table:
-    """Per (collective kind, dtype, message bytes, group size): duration statistics."""
+    """Per (collective kind, dtype, message bytes, group size): duration statistics and the
+    algorithm and bus bandwidth where the sizes are known (:data:`COLLECTIVES_NOTE`;
+    ``bandwidth_basis`` says per row how they were computed, or why not)."""
     rc = rank_collectives(trace)
-    cols: dict[str, list] = {c: [] for c in ("kind", "dtype", "bytes", "group_size", "count", "total_ns", "mean_ns",
-                                              "median_ns", "min_ns", "max_ns", "stddev_ns")}
+    cols: dict[str, list] = {c: [] for c in COLLECTIVE_COLUMNS}
     n = len(rc.start_ns)
     if n:
         dur = (rc.end_ns - rc.start_ns).astype(np.int64)
@@ -281,20 +339,66 @@ def collectives_table(trace) -> Table:
         rows = []
         for (kind, dtype, nbytes, gsize), idx in groups.items():
             s = summarize(dur[idx], ddof=1)
-            rows.append((kind or None, dtype or None, nbytes if nbytes >= 0 else None, gsize if gsize >= 0 else None,
-                         s.count, int(s.total), s.mean, s.median, int(s.min), int(s.max),
-                         s.std if s.std is not None else 0.0))
+            nb, gs = (nbytes if nbytes >= 0 else None), (gsize if gsize > 0 else None)
+            rows.append((kind or None, dtype or None, nb, gs, s.count, int(s.total), s.mean, s.median, int(s.min),
+                         int(s.max), s.std if s.std is not None else 0.0, *_bandwidth(kind or None, nb, gs, s.median)))
         rows.sort(key=lambda r: (-r[5], str(r[0]), str(r[1]), r[2] or 0))
         for r in rows:
             for c, v in zip(cols, r):
                 cols[c].append(v)
-    return _make("collectives", cols)
+    t = _make("collectives", cols)
+    return Table("collectives", t.columns, note=COLLECTIVES_NOTE if n else None)
 
 
-def table(name: str, analysis: "Analysis", *, operators: Operators | None = None) -> Table:
+ROOFLINE_COLUMNS = ("name", "source", "count", "duration_ns", "precision", "roof_dtype", "flops", "dram_bytes",
+                    "arithmetic_intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s",
+                    "ridge_flop_per_byte", "bound", "fraction_of_roof")
+ROOFLINE_NEEDS_PEAKS = ("the roofline needs the GPU's peaks, resolved by tracestory.analyze: "
+                        "Results.table('roofline')")
+
+
+def roofline_table(roofline: "Roofline | None", source: str, missing: str | None = None) -> Table:
+    """One row per roofline point (the JSON's ``roofline_estimate.points[]`` or, with Nsight
+    Compute input, ``kernels[].roofline``), longest first: the kernel name, ``source``
+    (``estimate``: FLOPs and bytes from the ops' shapes, grouped by kernel name; ``ncu``: one
+    profiled kernel), the kernels it holds, their time, precision and the roof used, FLOPs, DRAM
+    bytes, arithmetic intensity (FLOP/byte; inf with no DRAM bytes), achieved FLOP/s and
+    bytes/s, the compute roof and ridge point, the bound and ``fraction_of_roof`` (the JSON's
+    ``pct_of_roof`` / 100). Points an estimate dropped as above their roof are named in the
+    ``note``. ``missing``: why there is no roofline (no peaks, no op shapes)."""
+    cols: dict[str, list] = {c: [] for c in ROOFLINE_COLUMNS}
+    if roofline is None or not roofline.points:
+        why = missing or (roofline.note if roofline is not None and roofline.note else "no roofline points")
+        return Table("roofline", _make("roofline", cols).columns, missing=why)
+    for p in sorted(roofline.points, key=lambda p: (-(p.duration_ns or 0), p.label)):
+        vals = (p.label, source, p.count, p.duration_ns, p.precision, p.roof_dtype, p.flops, p.dram_bytes,
+                p.arithmetic_intensity, p.achieved_flops_per_s, p.achieved_bytes_per_s, p.peak_flops_per_s,
+                p.ridge_flop_per_byte, p.bound, p.pct_of_roof / 100.0 if p.pct_of_roof is not None else None)
+        for c, v in zip(cols, vals):
+            cols[c].append(v)
+    notes = [roofline.note] if roofline.note else []
+    if roofline.dropped:
+        notes.append(f"{len(roofline.dropped)} estimate(s) above their roof dropped as estimate errors: "
+                     + ", ".join(f"{label} ({pct:.0f}% of roof)" for label, pct in roofline.dropped[:5]))
+    t = _make("roofline", cols)
+    return Table("roofline", t.columns, note="; ".join(notes) or None)
+
+
+def nsys_table(name: str, trace) -> Table:
+    """One ``nsys stats`` summary table (:mod:`tracestory.analysis.nsys_tables`), or the reason
+    this input cannot give it."""
+    why = missing_reason(name, trace)
+    cols, rows = summary_rows(name, trace) if why is None else (summary_rows(name, trace)[0], [])
+    t = _make(name, {c: [r[i] for r in rows] for i, c in enumerate(cols)})
+    return Table(name, t.columns, missing=why, note=other_processes_note(name, trace) if why is None else None)
+
+
+def table(name: str, analysis: "Analysis", *, operators: Operators | None = None,
+          roofline: "tuple[Roofline | None, str, str | None] | None" = None) -> Table:
     """The table ``name`` (one of :data:`TABLES`) of one analysed trace. ``operators``: the
     result of :func:`tracestory.analysis.operators.operators` (with module ranges when there
-    are any); computed from ``analysis.trace`` when not given."""
+    are any); computed from ``analysis.trace`` when not given. ``roofline``: ``(roofline,
+    source, why none)`` as :meth:`Results.table` resolves it (the roofline needs the GPU's peaks)."""
     trace = analysis.trace
     if name == "kernels":
         return kernels_table(trace)
@@ -308,7 +412,11 @@ def table(name: str, analysis: "Analysis", *, operators: Operators | None = None
     if name == "phases":
         return phases_table(analysis)
     if name == "gaps":
-        return gaps_table(trace)
+        return gaps_table(trace, analysis.phases)
     if name == "collectives":
         return collectives_table(trace)
+    if name in NSYS_TABLES:
+        return nsys_table(name, trace)
+    if name == "roofline":
+        return roofline_table(*roofline) if roofline is not None else roofline_table(None, "", ROOFLINE_NEEDS_PEAKS)
     raise UsageError(f"unknown table {name!r}: expected one of {', '.join(TABLES)}")

@@ -17,13 +17,18 @@ Model
   (``idle_other``) is time the op was already submitted but waited: synchronisation, a
   dependency on another stream or event, or queueing. A gap whose next op has no known launch
   call counts entirely as ``idle_other`` (we cannot claim it was launch-bound).
-* Launch latency: launch call START to GPU op start, for every op launched directly (a kernel
-  by a kernel-launch call, a memcpy/memset by a copy call; :func:`~tracestory.analysis.graphs.
-  launched_directly`, the one definition the findings use too): an op replayed from a CUDA/HIP
-  graph would measure the time since the graph launch. On a GPU-bound run it includes queueing
-  behind earlier GPU work.
-  On one clock (Kineto, nsys) it is queueing plus submission; a small negative value can occur
-  when the source's CPU and GPU clocks are aligned imperfectly, and is kept as measured.
+* Launch cost, in two parts, for every op launched directly (a kernel by a kernel-launch call,
+  a memcpy/memset by a copy call; :func:`~tracestory.analysis.graphs.launched_directly`, the one
+  definition the findings use too; an op replayed from a CUDA/HIP graph would measure the time
+  since the graph launch): ``launch_api`` is the launch call's own duration (call end - call
+  start: CPU time in the runtime/driver, what launch overhead costs the host) and
+  ``launch_queue`` is GPU op start - call end (how long the submitted op waited for the GPU:
+  queueing behind earlier GPU work, so large on a busy GPU and no host cost). A negative queue
+  time is an op the GPU started before its launch call returned (an idle GPU picks it up
+  at once) or clocks aligned imperfectly; it is kept as measured. ``launch_to_start`` (call
+  start -> GPU start) is their sum per op, the single number older versions called "launch
+  latency"; it mixes host cost with queueing and is kept in the JSON only. :func:`launch_costs`
+  gives the per-op values.
 * Percentiles are numpy's linear interpolation.
 
 Verdict ``launch_bound``
@@ -117,7 +122,9 @@ class Timeline:
     gap_count: int
     idle_launch_wait_ns: int  # idle time where the next GPU op had not been launched yet
     idle_other_ns: int  # idle_ns - idle_launch_wait_ns (sync, dependencies, queueing)
-    launch_latency: Distribution  # API call start -> GPU op start, ops launched one by one
+    launch_api: Distribution  # launch call end - start (CPU time of the call), ops launched one by one
+    launch_queue: Distribution  # GPU op start - launch call end (waiting for the GPU), same ops
+    launch_to_start: Distribution  # launch call start -> GPU op start (api + queue), same ops
     kernels_per_ms: float | None  # kernel count / window in ms; None for a zero window
     short_kernel_share: float | None  # share of kernels shorter than short_kernel_ns; None: no kernels
     short_kernel_ns: int
@@ -187,6 +194,19 @@ def gap_attribution(g0: np.ndarray, g1: np.ndarray, starts: np.ndarray, ends: np
     return before, after, wait
 
 
+def launch_costs(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per GPU op launched directly (kernels then memops, the order of
+    :func:`~tracestory.analysis.links.gpu_ops_column`): its row among all GPU ops, the launch
+    call's duration (CPU API time) and GPU start - call end (queue time), in ns (module
+    docstring)."""
+    direct = np.flatnonzero(launched_directly(trace))
+    launch = gpu_ops_launch_index(trace)[direct]
+    starts = gpu_ops_column(trace, "start_ns").astype(np.int64)[direct]
+    call_start = api_column(trace, launch, "start_ns")
+    call_end = api_column(trace, launch, "end_ns")
+    return direct, call_end - call_start, starts - call_end
+
+
 def timeline(trace: Trace) -> Timeline | None:
     """The GPU timeline of one trace; ``None`` when it has no GPU ops or no real timestamps."""
     if not trace.meta.has_timeline:
@@ -204,10 +224,9 @@ def timeline(trace: Trace) -> Timeline | None:
     launch = gpu_ops_launch_index(trace)
     has_launch = launch >= 0
     launch_end = api_column(trace, launch, "end_ns")
-    launch_start = api_column(trace, launch, "start_ns")
     # Ops replayed from a graph carry the graph launch's correlation id: their "latency" would be
-    # the time since the graph launch, so latency is read from ops launched one by one.
-    direct = launched_directly(trace)
+    # the time since the graph launch, so launch costs are read from ops launched one by one.
+    _, api_ns, queue_ns = launch_costs(trace)
 
     t0, t1 = int(starts.min()), int(ends.max())
     window = t1 - t0
@@ -261,7 +280,9 @@ def timeline(trace: Trace) -> Timeline | None:
         gap_count=int(gdur.size),
         idle_launch_wait_ns=idle_wait,
         idle_other_ns=idle - idle_wait,
-        launch_latency=distribution(starts[direct] - launch_start[direct]),
+        launch_api=distribution(api_ns),
+        launch_queue=distribution(queue_ns),
+        launch_to_start=distribution(api_ns + queue_ns),
         kernels_per_ms=n_k / (window / 1e6) if window > 0 else None,
         short_kernel_share=short_share,
         short_kernel_ns=SHORT_KERNEL_NS,

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Trace
+from ..units import plural
 from .launch_apis import base_name, is_kernel_launch
 
 FEW_MEMOPS = 10  # without a kernel, this few copies/sets are setup, not a GPU workload
@@ -56,10 +57,6 @@ class TraceKind:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind {self.kind!r} not among {KINDS}")
-
-
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else (plural or word + 's')}"
 
 
 def captured_launches(trace: Trace) -> tuple[int, int, str | None]:
@@ -99,29 +96,50 @@ def trace_kind(trace: Trace) -> TraceKind:
     n_k, n_m = len(trace.kernels), len(trace.memops)
     ranges = int(trace.meta.extra.get("cuda_profiler_ranges", 0) or 0) if trace.meta.extra else 0
     if n_k + n_m == 0:
-        return TraceKind("empty", (f"no kernel, memcpy or memset; {_plural(len(trace.ops), 'CPU op')}, "
-                                   f"{_plural(len(trace.api), 'API call')}",))
+        return TraceKind(
+            "empty",
+            (f"no kernel, memcpy or memset; {plural(len(trace.ops), 'CPU op')}, {plural(len(trace.api), 'API call')}",),
+        )
     if n_k == 0 and n_m < FEW_MEMOPS and not trace.meta.extra.get("cuda_profiler_ranges"):
-        return TraceKind("empty", (f"no kernel ran; {_plural(n_m, 'memory op')} and "
-                                   f"{_plural(len(trace.api), 'API call')} (the capture missed the GPU work)",))
+        return TraceKind(
+            "empty",
+            (
+                f"no kernel ran; {plural(n_m, 'memory op')} and "
+                f"{plural(len(trace.api), 'API call')} (the capture missed the GPU work)",
+            ),
+        )
     if ranges:
-        return TraceKind("range_profiler", (
-            f"{_plural(ranges, 'kernel')} from cuda_profiler_range events (CUPTI range profiler): each "
-            "replayed alone for its counters, no timeline",))
+        return TraceKind(
+            "range_profiler",
+            (
+                f"{plural(ranges, 'kernel')} from cuda_profiler_range events (CUPTI range profiler): each "
+                "replayed alone for its counters, no timeline",
+            ),
+        )
     if not trace.meta.has_timeline:
         reports = trace.meta.extra.get("reports") if trace.meta.extra else None
         what = f" ({', '.join(reports)})" if reports else ""
-        return TraceKind("summary_only", (
-            f"{trace.meta.source_format} summary{what}: {_plural(n_k, 'kernel')} as totals per name, no per-event "
-            "times",))
+        return TraceKind(
+            "summary_only",
+            (
+                f"{trace.meta.source_format} summary{what}: {plural(n_k, 'kernel')} as totals per name, no per-event "
+                "times",
+            ),
+        )
     captured, windows, begin = captured_launches(trace)
     if captured and captured > n_k:
-        return TraceKind("stream_capture", (
-            f"{_plural(captured, 'kernel launch', 'kernel launches')} inside {_plural(windows, 'stream capture')} "
-            f"({begin}..EndCapture) record into a graph and run nothing",
-            f"{_plural(n_k, 'kernel')} and {_plural(n_m, 'memory op')} ran"))
-    evidence = [f"{_plural(n_k, 'kernel')} and {_plural(n_m, 'memory op')} with start and end times"]
+        return TraceKind(
+            "stream_capture",
+            (
+                f"{plural(captured, 'kernel launch', 'kernel launches')} inside {plural(windows, 'stream capture')} "
+                f"({begin}..EndCapture) record into a graph and run nothing",
+                f"{plural(n_k, 'kernel')} and {plural(n_m, 'memory op')} ran",
+            ),
+        )
+    evidence = [f"{plural(n_k, 'kernel')} and {plural(n_m, 'memory op')} with start and end times"]
     if captured:
-        evidence.append(f"{_plural(captured, 'kernel launch', 'kernel launches')} inside "
-                        f"{_plural(windows, 'stream capture')} ran no kernel here")
+        evidence.append(
+            f"{plural(captured, 'kernel launch', 'kernel launches')} inside "
+            f"{plural(windows, 'stream capture')} ran no kernel here"
+        )
     return TraceKind("timeline", tuple(evidence))

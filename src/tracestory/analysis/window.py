@@ -80,6 +80,18 @@ class WindowSpec:
     first: int | None = None
     last: int | None = None
 
+    @classmethod
+    def from_flags(
+        cls, window: str | None = None, steps: str | None = None, steady_state: bool = False
+    ) -> WindowSpec | None:
+        """The window ``--window``/``--steps``/``--steady-state`` ask for (at most one is given),
+        or None (the whole trace). A malformed value is refused here, before anything is read."""
+        if window is not None:
+            return parse_window(window)
+        if steps is not None:
+            return parse_steps(steps)
+        return cls("steady-state") if steady_state else None
+
     @property
     def request(self) -> str:
         """The flag as a user would type it."""
@@ -97,32 +109,32 @@ class Step:
 
     name: str
     number: int
-    start_ns: int          # CPU start
+    start_ns: int  # CPU start
     cpu_end_ns: int
     gpu_start_ns: int | None
     gpu_end_ns: int | None
-    gpu_ops: int           # kernels + memops launched in it
-    time_ns: int           # max(CPU end, GPU end) - CPU start
+    gpu_ops: int  # kernels + memops launched in it
+    time_ns: int  # max(CPU end, GPU end) - CPU start
 
 
 @dataclass(frozen=True)
 class TraceWindow:
     """The part of one trace kept. Times are on the trace's clock; ``*_ms`` from its start."""
 
-    trace: str                      # the trace's label
+    trace: str  # the trace's label
     trace_start_ns: int
-    start_ns: int                   # CPU interval
+    start_ns: int  # CPU interval
     end_ns: int
-    gpu_start_ns: int               # GPU interval (= the CPU one for a time window)
+    gpu_start_ns: int  # GPU interval (= the CPU one for a time window)
     gpu_end_ns: int
     start_ms: float
     end_ms: float
-    start_offset_ns: int            # start_ns - trace_start_ns
+    start_offset_ns: int  # start_ns - trace_start_ns
     end_offset_ns: int
-    span_ns: int                    # end_ns - start_ns (the CPU interval)
-    family: str | None              # step family (steps, steady state)
+    span_ns: int  # end_ns - start_ns (the CPU interval)
+    family: str | None  # step family (steps, steady state)
     steps_kept: tuple[str, ...]
-    steps_dropped: tuple[tuple[str, str], ...]   # (step, why)
+    steps_dropped: tuple[tuple[str, str], ...]  # (step, why)
     kernels_kept: int
     kernels_total: int
 
@@ -131,10 +143,10 @@ class TraceWindow:
 class WindowSelection:
     """What part of the inputs the analysis describes (``Inputs.window``)."""
 
-    request: str                    # "--steps 5:7"
-    rule: str                       # the rule, one sentence
+    request: str  # "--steps 5:7"
+    rule: str  # the rule, one sentence
     traces: tuple[TraceWindow, ...]
-    not_restricted: tuple[str, ...] = ()   # inputs the window does not apply to
+    not_restricted: tuple[str, ...] = ()  # inputs the window does not apply to
 
 
 # ------------------------------------------------------------------ parsing
@@ -149,8 +161,9 @@ def parse_window(text: str) -> WindowSpec:
         lo = float(m.group(1)) if m.group(1) else None
         hi = float(m.group(2)) if m.group(2) else None
     except ValueError:
-        raise UsageError(f"--window: expected START:END in ms from the trace start (e.g. 10:250), "
-                         f"found {text!r}") from None
+        raise UsageError(
+            f"--window: expected START:END in ms from the trace start (e.g. 10:250), found {text!r}"
+        ) from None
     if lo is not None and hi is not None and hi <= lo:
         raise UsageError(f"--window: expected END after START, found {text!r}")
     if any(v is not None and not np.isfinite(v) for v in (lo, hi)):
@@ -162,8 +175,9 @@ def parse_steps(text: str) -> WindowSpec:
     """``"A:B"`` (inclusive step numbers) or ``"A"`` (one step)."""
     m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", text or "")
     if m is None:
-        raise UsageError(f"--steps: expected A:B, the step numbers of the first and last step (e.g. 5:7), "
-                         f"found {text!r}")
+        raise UsageError(
+            f"--steps: expected A:B, the step numbers of the first and last step (e.g. 5:7), found {text!r}"
+        )
     a = int(m.group(1))
     b = int(m.group(2)) if m.group(2) is not None else a
     if b < a:
@@ -187,8 +201,9 @@ def trace_span(trace: Trace) -> tuple[int, int] | None:
     return (min(lo), max(hi)) if lo else None
 
 
-def restrict(trace: Trace, start_ns: int, end_ns: int, gpu_start_ns: int | None = None,
-             gpu_end_ns: int | None = None) -> Trace:
+def restrict(
+    trace: Trace, start_ns: int, end_ns: int, gpu_start_ns: int | None = None, gpu_end_ns: int | None = None
+) -> Trace:
     """A new trace holding the rows of ``trace`` inside the window, by the rule of the module
     docstring. The GPU interval defaults to the CPU one."""
     gs = start_ns if gpu_start_ns is None else gpu_start_ns
@@ -218,10 +233,17 @@ def restrict(trace: Trace, start_ns: int, end_ns: int, gpu_start_ns: int | None 
         ki = coll["kernel_index"]
         has = (ki >= 0) & (ki < len(k_keep))
         coll = coll.with_columns(kernel_index=np.where(has, new_row[np.where(has, ki, 0)], -1).astype(np.int64))
-    return dataclasses.replace(trace, kernels=kernels, memops=memops, api=trace.api.take(overlaps(trace.api)),
-                               ops=trace.ops.take(overlaps(trace.ops)),
-                               ranges=trace.ranges.take(overlaps(trace.ranges)), memory=memory,
-                               collectives=coll)
+    return dataclasses.replace(
+        trace,
+        kernels=kernels,
+        memops=memops,
+        api=trace.api.take(overlaps(trace.api)),
+        ops=trace.ops.take(overlaps(trace.ops)),
+        ranges=trace.ranges.take(overlaps(trace.ranges)),
+        memory=memory,
+        collectives=coll,
+        osrt=trace.osrt.take(overlaps(trace.osrt)),
+    )
 
 
 # ------------------------------------------------------------------ steps
@@ -241,8 +263,14 @@ def steps(trace: Trace) -> tuple[str | None, tuple[Step, ...], str]:
         fams = (max(counts, key=counts.get),)
     else:
         nots = "; ".join(f"{f}: {why}" for f, why in ph.not_steps[:2])
-        return None, (), (f"its phases ({ph.source}) hold no ProfilerStep markers and no loop of numbered "
-                          "ranges" + (f" ({nots})" if nots else ""))
+        return (
+            None,
+            (),
+            (
+                f"its phases ({ph.source}) hold no ProfilerStep markers and no loop of numbered "
+                "ranges" + (f" ({nots})" if nots else "")
+            ),
+        )
     by_num: dict[int, list] = {}
     for p in ph.phases:
         if p.family in fams and p.step is not None:
@@ -255,10 +283,18 @@ def steps(trace: Trace) -> tuple[str | None, tuple[Step, ...], str]:
         ge = [p.gpu_end_ns for p in members if p.gpu_end_ns is not None]
         gpu_end = max(ge) if ge else None
         name = members[0].name if len(members) == 1 else f"iteration {n} ({', '.join(p.name for p in members)})"
-        out.append(Step(name=name, number=n, start_ns=start, cpu_end_ns=cpu_end,
-                        gpu_start_ns=min(gs) if gs else None, gpu_end_ns=gpu_end,
-                        gpu_ops=sum(p.kernel_count + p.memop_count for p in members),
-                        time_ns=max(cpu_end, gpu_end if gpu_end is not None else cpu_end) - start))
+        out.append(
+            Step(
+                name=name,
+                number=n,
+                start_ns=start,
+                cpu_end_ns=cpu_end,
+                gpu_start_ns=min(gs) if gs else None,
+                gpu_end_ns=gpu_end,
+                gpu_ops=sum(p.kernel_count + p.memop_count for p in members),
+                time_ns=max(cpu_end, gpu_end if gpu_end is not None else cpu_end) - start,
+            )
+        )
     out.sort(key=lambda s: (s.start_ns, s.number))
     family = fams[0] if len(fams) == 1 else "training iteration"
     return family, tuple(out), ""
@@ -272,8 +308,10 @@ def steady_steps(all_steps: tuple[Step, ...]) -> tuple[tuple[Step, ...], tuple[t
     last = all_steps[-1]
     if middle and last.gpu_ops < float(np.median(middle)):
         rest.pop()
-        why = (f"cut by the trace end: {last.gpu_ops} GPU ops, the steps before it a median of "
-               f"{float(np.median(middle)):g}")
+        why = (
+            f"cut by the trace end: {last.gpu_ops} GPU ops, the steps before it a median of "
+            f"{float(np.median(middle)):g}"
+        )
         dropped.append((last, why))
     med = float(np.median([s.time_ns for s in rest]))
     while len(rest) > 1 and rest[0].time_ns >= WARMUP_RATIO * med:
@@ -294,8 +332,11 @@ def window_trace(trace: Trace, spec: WindowSpec, origin_ns: int | None = None) -
     counts from (default: the trace's first event). Refuses (one line) a request the trace
     cannot answer: no timeline, no steps, steps it does not have, a window holding no GPU op."""
     if not trace.meta.has_timeline:
-        raise _refuse(trace, f"{spec.request}: expected a trace with a timeline, found a summary without start "
-                             "times (an nsys stats table)")
+        raise _refuse(
+            trace,
+            f"{spec.request}: expected a trace with a timeline, found a summary without start "
+            "times (an nsys stats table)",
+        )
     span = trace_span(trace)
     if span is None:
         raise _refuse(trace, f"{spec.request}: expected a trace with events, found none")
@@ -313,13 +354,18 @@ def window_trace(trace: Trace, spec: WindowSpec, origin_ns: int | None = None) -
             sel = tuple(s for s in all_steps if spec.first <= s.number <= spec.last)
             if not sel:
                 nums = sorted(s.number for s in all_steps)
-                raise _refuse(trace, f"--steps {spec.first}:{spec.last}: expected step numbers of {family}, "
-                                     f"found steps {nums[0]}..{nums[-1]} ({len(nums)} steps)")
+                raise _refuse(
+                    trace,
+                    f"--steps {spec.first}:{spec.last}: expected step numbers of {family}, "
+                    f"found steps {nums[0]}..{nums[-1]} ({len(nums)} steps)",
+                )
             kept, dropped = sel, ()
         else:
             if len(all_steps) < MIN_STEADY_STEPS:
-                raise _refuse(trace, f"--steady-state: expected at least {MIN_STEADY_STEPS} steps of {family}, "
-                                     f"found {len(all_steps)}")
+                raise _refuse(
+                    trace,
+                    f"--steady-state: expected at least {MIN_STEADY_STEPS} steps of {family}, found {len(all_steps)}",
+                )
             kept, dropped = steady_steps(all_steps)
         cpu = (min(s.start_ns for s in kept), max(s.cpu_end_ns for s in kept))
         g_lo = [s.gpu_start_ns for s in kept if s.gpu_start_ns is not None]
@@ -328,29 +374,53 @@ def window_trace(trace: Trace, spec: WindowSpec, origin_ns: int | None = None) -
     out = restrict(trace, cpu[0], cpu[1], gpu[0], gpu[1])
     if len(out.kernels) + len(out.memops) == 0:
         k = trace.kernels
-        where = (f"the trace's kernels run {(int(k['start_ns'].min()) - t0) / _NS_PER_MS:.3f}.."
-                 f"{(int(k['end_ns'].max()) - t0) / _NS_PER_MS:.3f} ms" if len(k) else "the trace has no kernel")
-        raise _refuse(trace, f"{spec.request}: expected GPU ops inside the window "
-                             f"{(cpu[0] - t0) / _NS_PER_MS:.3f}..{(cpu[1] - t0) / _NS_PER_MS:.3f} ms, found none "
-                             f"({where})")
+        where = (
+            f"the trace's kernels run {(int(k['start_ns'].min()) - t0) / _NS_PER_MS:.3f}.."
+            f"{(int(k['end_ns'].max()) - t0) / _NS_PER_MS:.3f} ms"
+            if len(k)
+            else "the trace has no kernel"
+        )
+        raise _refuse(
+            trace,
+            f"{spec.request}: expected GPU ops inside the window "
+            f"{(cpu[0] - t0) / _NS_PER_MS:.3f}..{(cpu[1] - t0) / _NS_PER_MS:.3f} ms, found none "
+            f"({where})",
+        )
     tw = TraceWindow(
-        trace=trace.label, trace_start_ns=t0, start_ns=int(cpu[0]), end_ns=int(cpu[1]),
-        gpu_start_ns=int(gpu[0]), gpu_end_ns=int(gpu[1]),
-        start_ms=(cpu[0] - t0) / _NS_PER_MS, end_ms=(cpu[1] - t0) / _NS_PER_MS,
-        start_offset_ns=int(cpu[0] - t0), end_offset_ns=int(cpu[1] - t0), span_ns=int(cpu[1] - cpu[0]), family=family,
-        steps_kept=tuple(s.name for s in kept), steps_dropped=tuple((s.name, why) for s, why in dropped),
-        kernels_kept=len(out.kernels), kernels_total=len(trace.kernels))
+        trace=trace.label,
+        trace_start_ns=t0,
+        start_ns=int(cpu[0]),
+        end_ns=int(cpu[1]),
+        gpu_start_ns=int(gpu[0]),
+        gpu_end_ns=int(gpu[1]),
+        start_ms=(cpu[0] - t0) / _NS_PER_MS,
+        end_ms=(cpu[1] - t0) / _NS_PER_MS,
+        start_offset_ns=int(cpu[0] - t0),
+        end_offset_ns=int(cpu[1] - t0),
+        span_ns=int(cpu[1] - cpu[0]),
+        family=family,
+        steps_kept=tuple(s.name for s in kept),
+        steps_dropped=tuple((s.name, why) for s, why in dropped),
+        kernels_kept=len(out.kernels),
+        kernels_total=len(trace.kernels),
+    )
     return out, tw
 
 
 RULES = {
-    "window": ("GPU ops that start inside the window and CPU ops, ranges and API calls that overlap it, "
-               "whole; memory samples inside it; times from the first event of each trace file"),
-    "steps": ("steps {a}..{b} of the step family: CPU ops, ranges and API calls overlapping their CPU span, "
-              "GPU ops starting inside the span of the GPU ops they launched"),
-    "steady-state": ("the step family without its first step (warm-up), without a last step that launches "
-                     "fewer GPU ops than the median of the steps before it (cut by the trace end), and "
-                     "without leading steps >= 1.5x the median step time of the rest"),
+    "window": (
+        "GPU ops that start inside the window and CPU ops, ranges and API calls that overlap it, "
+        "whole; memory samples inside it; times from the first event of each trace file"
+    ),
+    "steps": (
+        "steps {a}..{b} of the step family: CPU ops, ranges and API calls overlapping their CPU span, "
+        "GPU ops starting inside the span of the GPU ops they launched"
+    ),
+    "steady-state": (
+        "the step family without its first step (warm-up), without a last step that launches "
+        "fewer GPU ops than the median of the steps before it (cut by the trace end), and "
+        "without leading steps >= 1.5x the median step time of the rest"
+    ),
 }
 
 
@@ -369,8 +439,10 @@ def window_traces(traces, spec: WindowSpec) -> tuple[tuple[Trace, ...], WindowSe
             key = t.meta.source_path
             origin[key] = min(origin.get(key, span[0]), span[0])
     pairs = [window_trace(t, spec, origin.get(t.meta.source_path)) for t in traces]
-    return (tuple(p[0] for p in pairs),
-            WindowSelection(request=spec.request, rule=rule_text(spec), traces=tuple(p[1] for p in pairs)))
+    return (
+        tuple(p[0] for p in pairs),
+        WindowSelection(request=spec.request, rule=rule_text(spec), traces=tuple(p[1] for p in pairs)),
+    )
 
 
 def window_inputs(inputs, spec: WindowSpec | None):
@@ -380,14 +452,24 @@ def window_inputs(inputs, spec: WindowSpec | None):
     if spec is None:
         return inputs
     if not inputs.traces:
-        raise UsageError(f"{inputs.paths[0] if inputs.paths else 'inputs'}: {spec.request} restricts a trace "
-                         "(Kineto or Nsight Systems); these inputs hold none")
+        raise UsageError(
+            f"{inputs.paths[0] if inputs.paths else 'inputs'}: {spec.request} restricts a trace "
+            "(Kineto or Nsight Systems); these inputs hold none"
+        )
     if inputs.kernel_metrics:
-        raise UsageError(f"{inputs.kernel_metrics[0][0]}: {spec.request} cannot restrict Nsight Compute kernel "
-                         "metrics (joined to the trace by kernel order); report them without the window")
+        raise UsageError(
+            f"{inputs.kernel_metrics[0][0]}: {spec.request} cannot restrict Nsight Compute kernel "
+            "metrics (joined to the trace by kernel order); report them without the window"
+        )
     traces, sel = window_traces(inputs.traces, spec)
-    others = [what for what, v in (("scheduler event log", inputs.scheduler_log),
-                                   ("load summary", inputs.load_summary),
-                                   ("GPU telemetry", inputs.telemetry)) if v is not None]
+    others = [
+        what
+        for what, v in (
+            ("scheduler event log", inputs.scheduler_log),
+            ("load summary", inputs.load_summary),
+            ("GPU telemetry", inputs.telemetry),
+        )
+        if v is not None
+    ]
     sel = dataclasses.replace(sel, not_restricted=tuple(others))
     return dataclasses.replace(inputs, traces=traces, window=sel)

@@ -36,7 +36,9 @@ the capture creates or replaces is checked against its inputs
 
 GPU telemetry: while the steps run, this process samples NVML into ``<tool>/telemetry.jsonl``
 (:mod:`tracestory.telemetry`; the capture's ``telemetry`` record says on or off and why); off
-with ``--skip-power-monitor`` and always off for ncu. Its children run with
+with ``--skip-power-monitor`` and always off for ncu. Telemetry cannot fail a capture: a sampler
+whose readings fail, return bad values or whose thread stops leaves ``telemetry.incomplete``
+("telemetry incomplete: <reason>") in the record, and the capture ends as its steps did. Its children run with
 ``TRACESTORY_SKIP_POWER_MONITOR=1``, so a workload that samples by default does not sample twice.
 
 Commands are recorded as the user would type them (final paths, not staging paths), and each
@@ -88,6 +90,8 @@ class CapturePlan:
     settings: Mapping[str, _settings.Setting]
     steps: tuple[Step, ...]
     invocation: tuple[str, ...]
+    # what the tool's own options came to (nsys: the CUDA graph trace mode), for the manifest
+    tool_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def values(self) -> dict[str, Any]:
@@ -157,7 +161,8 @@ def invocation(tool: str, settings: Mapping[str, _settings.Setting], w: Workload
 
 def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
          env: Mapping[str, str] | None = None, config: str | Path | None = None) -> CapturePlan:
-    """Resolve settings and build every command of a capture; runs nothing."""
+    """Resolve settings and build every command of a capture; runs nothing (but ``nsys profile
+    --help`` for an nsys capture: whether it can trace CUDA graph nodes)."""
     if tool not in _settings.TOOLS:
         raise UsageError(f"capture: expected one of {', '.join(_settings.TOOLS)}, found {tool!r}")
     w = parse_workload(workload_words)
@@ -185,6 +190,7 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
     if v.get("torchrun") and _load.torchrun_env():    # NVLink multicast off for the ranks unless set
         prof_kw["env"] = {**prof_kw.get("env", {}), **_load.torchrun_env()}
     steps: list[Step] = []
+    tool_options: dict[str, Any] = {}
     if v.get("warmup_run"):
         steps.append(step("warmup-run", w.torchrun_argv(v["torchrun"]) if v.get("torchrun") else w.argv()))
     inv = invocation(tool, st, w)
@@ -203,7 +209,9 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
             steps.append(dataclasses.replace(s, shown=(w.python or "python", *s.shown[1:])))
     elif tool == "nsys":
         base = str(staging / name)
-        steps.append(step("nsys-profile", _nsys.profile_argv(w, v, base, sd), **prof_kw))
+        graph_trace = _nsys.graph_trace_support()   # reads `nsys profile --help`; None without nsys
+        tool_options = _nsys.graph_trace_options(graph_trace)[1]
+        steps.append(step("nsys-profile", _nsys.profile_argv(w, v, base, sd, graph_trace), **prof_kw))
     else:
         base = str(staging / name)
         steps.append(step("ncu-profile", _ncu.profile_argv(w, v, base, sd), **prof_kw))
@@ -216,7 +224,8 @@ def plan(tool: str, workload_words: Sequence[str], flags: Mapping[str, Any], *,
         steps.append(step("ncu-csv-raw", _ncu.import_argv(rep, "raw"), stdout=f"{base}_raw.csv"))
         steps.append(step("ncu-csv-details", _ncu.import_argv(rep, "details"),
                           stdout=f"{base}_details.csv"))
-    return CapturePlan(tool, name, folder, staging, final, w, st, tuple(steps), tuple(inv))
+    return CapturePlan(tool, name, folder, staging, final, w, st, tuple(steps), tuple(inv),
+                       tool_options)
 
 
 def check_tools(p: CapturePlan) -> None:
@@ -320,6 +329,7 @@ def execute(p: CapturePlan, *, config: str | Path | None = None) -> CaptureResul
                      "cwd": os.getcwd(), "git": None},
         "settings": _settings.to_manifest(p.settings),
         "external_profiler": external_profiler(),
+        **({"tool_options": dict(p.tool_options)} if p.tool_options else {}),
         "pid": os.getpid(), "host": _HOST,
         "steps": [],
     }
@@ -378,22 +388,31 @@ def _telemetry(p: CapturePlan, rec: dict[str, Any]):
     else:
         rec["telemetry"], on = {"status": "on"}, True
     why: list[str] = []
-    with telemetry.maybe_sampler(p.staging / telemetry.FILE_NAME, enabled=on, label=f"capture {p.tool}",
-                                 why=why) as sampler:
-        if sampler is None and on:
-            rec["telemetry"] = {"status": "off", "reason": why[0] if why else "unavailable"}
-        elif sampler is not None:
-            rec["telemetry"].update(rate_hz=sampler.rate_hz, gpus=len(sampler.devices),
-                                    sampled_by="the capture process")
-        old = os.environ.get(telemetry.SKIP_ENV)
-        os.environ[telemetry.SKIP_ENV] = "1"        # for the children, once this process samples
-        try:
-            yield sampler
-        finally:
-            if old is None:
-                os.environ.pop(telemetry.SKIP_ENV, None)
-            else:
-                os.environ[telemetry.SKIP_ENV] = old
+    sampler = None
+    try:
+        with telemetry.maybe_sampler(p.staging / telemetry.FILE_NAME, enabled=on, label=f"capture {p.tool}",
+                                     why=why) as sampler:
+            if sampler is None and on:
+                rec["telemetry"] = {"status": "off", "reason": why[0] if why else "unavailable"}
+            elif sampler is not None:
+                rec["telemetry"].update(rate_hz=sampler.rate_hz, gpus=len(sampler.devices),
+                                        sampled_by="the capture process")
+            old = os.environ.get(telemetry.SKIP_ENV)
+            os.environ[telemetry.SKIP_ENV] = "1"        # for the children, once this process samples
+            try:
+                yield sampler
+            finally:
+                if old is None:
+                    os.environ.pop(telemetry.SKIP_ENV, None)
+                else:
+                    os.environ[telemetry.SKIP_ENV] = old
+    finally:
+        # a failing sampler never fails the capture (telemetry.Sampler.stop does not raise): it is
+        # recorded, and the capture ends as its steps did
+        reason = sampler.incomplete_reason if sampler is not None else None
+        if reason is not None:
+            rec["telemetry"]["incomplete"] = reason
+            print(f"GPU {reason}", file=sys.stderr, flush=True)
 
 
 def _telemetry_file(p: CapturePlan, rec: dict[str, Any]) -> None:

@@ -69,6 +69,8 @@ def _flags(args: argparse.Namespace, tool: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     tool = args.capture_tool
     p = pipeline.plan(tool, args.workload or [], _flags(args, tool), config=args.config)
+    if p.tool_options.get("cuda_graph_trace") == "graph":   # an nsys that cannot trace graph nodes
+        print(f"capture {tool}: warning: {p.tool_options['warning']}", file=sys.stderr)
     if args.dry_run:
         for s in p.steps:
             if s.name == "torch-profile" and s.role is None:

@@ -9,9 +9,9 @@ import stat
 import time
 from pathlib import Path
 
-from ..analysis.categories import Taxonomy, load_rules, taxonomy
+from ..analysis.categories import Taxonomy
 from ..analysis.results import AnalysisOptions, Results, analyze_inputs
-from ..analysis.window import WindowSpec, parse_steps, parse_window, window_inputs
+from ..analysis.window import WindowSpec
 from ..errors import UsageError
 from ..outputs import OutputPlan
 from ..ingest import Inputs, load_inputs
@@ -57,18 +57,12 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
 
 def window_spec(args) -> WindowSpec | None:
     """The window the command line asks for, or None (the whole trace)."""
-    if getattr(args, "window", None) is not None:
-        return parse_window(args.window)
-    if getattr(args, "steps", None) is not None:
-        return parse_steps(args.steps)
-    if getattr(args, "steady_state", False):
-        return WindowSpec("steady-state")
-    return None
+    return WindowSpec.from_flags(getattr(args, "window", None), getattr(args, "steps", None),
+                                 getattr(args, "steady_state", False))
 
 
 def taxonomy_from(args) -> Taxonomy:
-    base = taxonomy(args.taxonomy)
-    return load_rules(args.rules, base) if getattr(args, "rules", None) else base
+    return Taxonomy.named(args.taxonomy, getattr(args, "rules", None))
 
 
 SIDE_FILE_BYTES = 16 << 20
@@ -173,14 +167,17 @@ def read_inputs(args, *outputs) -> Inputs:
 
 
 def options_from(args, **extra) -> AnalysisOptions:
+    """What the command line asks the analysis for. A malformed ``--window``/``--steps`` or a bad
+    ``--rules`` file is refused here, before any input is read."""
     return AnalysisOptions(taxonomy=taxonomy_from(args), k=getattr(args, "speedup", 2.0),
-                           peaks_path=getattr(args, "peaks", None), **extra)
+                           peaks_path=getattr(args, "peaks", None), window=window_spec(args), **extra)
 
 
 def load_and_analyze(args, *outputs, **extra) -> Results:
-    """Read the inputs (restricted to ``--window``/``--steps``/``--steady-state``) and compute
-    every result once."""
-    spec = window_spec(args)   # a malformed flag is refused before anything is read
-    inputs = window_inputs(read_inputs(args, *outputs), spec)
+    """Read the inputs and compute every result once (on the part of each trace that
+    ``--window``/``--steps``/``--steady-state`` select)."""
+    refuse_overwrite([*args.inputs, *side_inputs(args)], *outputs)
+    options = options_from(args, **extra)   # flags and the rules file, before the inputs are read
+    inputs = read_inputs(args)
     with progress_factory().status("analyzing"):
-        return analyze_inputs(inputs, options_from(args, **extra))
+        return analyze_inputs(inputs, options)

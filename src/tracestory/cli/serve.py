@@ -23,7 +23,7 @@ from ..capture.under_load import EVENT_LOG_ENV
 from ..errors import UsageError
 from ..models.llama_config import FP8_MODES, PRESETS
 from ..models.runtime import dtype_name, require_package
-from ..serve import ServeOptions, ServerLimits, run_server, tensor_parallel, tp_process
+from ..serve import ServeOptions, ServerLimits, check_footprint_on_cpu, run_server, tensor_parallel, tp_process
 from ..serve.model import ATTENTION_BACKENDS
 
 
@@ -113,6 +113,11 @@ def register(subparsers) -> None:
                         "keep-alive (default: 15)")
     p.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
                    help="cancel a request S seconds after admission, freeing its KV blocks (default: 600)")
+    p.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
+                   help="an engine step (a forward, a collective with the other tensor-parallel ranks) that "
+                        "has not returned after S seconds makes GET /health answer 503 with the reason, and "
+                        "requests fail with it instead of hanging; must exceed the longest iteration "
+                        "(default: 60)")
     p.add_argument("--max-request-mb", type=float, default=8.0, metavar="MB",
                    help="largest request body, MiB; larger gets HTTP 413 (default: 8)")
     p.add_argument("--max-inflight-mb", type=float, default=64.0, metavar="MB",
@@ -151,7 +156,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise bad("--fail-rate", "a fraction in [0, 1]", args.fail_rate)
     if not 0.0 < args.gpu_memory_fraction <= 1.0:
         raise bad("--gpu-memory-fraction", "a fraction in (0, 1]", args.gpu_memory_fraction)
-    for name in ("idle_timeout", "request_timeout", "max_request_mb", "max_inflight_mb"):
+    for name in ("idle_timeout", "request_timeout", "stall_timeout", "max_request_mb", "max_inflight_mb"):
         v = getattr(args, name)
         if not (math.isfinite(v) and v > 0):
             raise bad(f"--{name.replace('_', '-')}", "a finite number > 0", v)
@@ -190,12 +195,9 @@ def _check_profiler_dir(folder: str) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     _check_args(args)
-    if args.tensor_parallel > 1 and (words := _serve_words()) is not None:
-        return tp_process.launch(args.tensor_parallel, words)
-    require_package("torch", "tracestory serve", "serve")
-    require_package("aiohttp", "tracestory serve", "serve")
     limits = ServerLimits(max_waiting=args.max_waiting, max_connections=args.max_connections,
                           idle_timeout_s=args.idle_timeout, request_timeout_s=args.request_timeout,
+                          stall_timeout_s=args.stall_timeout,
                           max_request_bytes=max(1, int(args.max_request_mb * 2**20)),
                           max_inflight_bytes=max(1, int(args.max_inflight_mb * 2**20)))
     opts = ServeOptions(preset=args.preset, layers=args.layers, device=args.device, dtype=args.dtype, host=args.host,
@@ -211,6 +213,11 @@ def _run(args: argparse.Namespace) -> int:
                         power_monitor=not args.skip_power_monitor,
                         telemetry_path=os.environ.get(telemetry.PATH_ENV) or None,
                         tensor_parallel=args.tensor_parallel, fp8=args.fp8, profiler_dir=args.profiler_dir)
+    if args.tensor_parallel > 1 and (words := _serve_words()) is not None:
+        check_footprint_on_cpu(opts)      # before N ranks start (each checks again as it builds)
+        return tp_process.launch(args.tensor_parallel, words)
+    require_package("torch", "tracestory serve", "serve")
+    require_package("aiohttp", "tracestory serve", "serve")
 
     def ready(url: str) -> None:
         print(f"tracestory serve: listening on {url}", flush=True)

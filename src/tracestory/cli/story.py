@@ -18,8 +18,7 @@ from ..errors import UsageError
 from ..ingest import load_inputs
 from ..outputs import OutputPlan, is_stdout
 from .common import (add_analysis_options, add_taxonomy, load_and_analyze, options_from, progress_factory,
-                     refuse_overwrite, side_inputs, taxonomy_from, window_spec)
-from ..analysis.window import window_inputs
+                     refuse_overwrite, side_inputs, taxonomy_from)
 from ..render.window import window_lines
 from ..analysis.tables import TABLES
 from ..render import jsonout, terminal
@@ -50,9 +49,8 @@ def cmd_analyze(args) -> int:
         plan.check(args.json, "JSON")
     if not (fmt == "table" and is_stdout(out) and args.json is not None and is_stdout(args.json)):
         plan.check(out, f"--format {fmt} output")   # (terminal tables with --json -: to stderr)
-    spec = window_spec(args)
-    results = analyze_inputs(window_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), spec),
-                             options_from(args))
+    options = options_from(args)
+    results = analyze_inputs(load_inputs(args.inputs, progress_factory=progress_factory()), options)
     if not results.runs and not results.hardware:
         raise UsageError(f"{results.inputs.paths[0]}: analyze prints trace and kernel-metric tables; a scheduler "
                          "event log alone is told by `tracestory report`")
@@ -93,6 +91,8 @@ def cmd_analyze(args) -> int:
         plan.write_text(out, "\n".join(parts), f"--format {fmt} output")
     else:
         tab = results.table(name, None if len(results.runs) > 1 else 0)
+        if tab.missing is not None and fmt in ("csv", "json"):
+            raise UsageError(f"{results.inputs.paths[0]}: --table {name}: {tab.missing}")
         plan.write_text(out, table_text(tab, fmt), f"--format {fmt} output")
     if not is_stdout(out):
         print(f"wrote {out}", file=status)
@@ -118,7 +118,7 @@ def cmd_report(args) -> int:
     with outputs.all_or_nothing():
         out = write_report(results, args.output, plots=args.plots, json_path=args.json, written=written)
         if html is not None:
-            write_html(outputs.staged(out), html)
+            write_html(outputs.staged(out), html, results)
             if not outputs.is_stdout(html):
                 written.append(Path(html))
     status = outputs.status_stream(args.output, args.json, html)
@@ -147,7 +147,7 @@ def cmd_demo(args) -> int:
     results = analyze_inputs(load_inputs([trace]), AnalysisOptions(goal=DEMO_GOAL, command="tracestory demo"))
     with outputs.all_or_nothing():
         out = write_report(results, out_dir / names[0], json_path=out_dir / names[1])
-        write_html(outputs.staged(out), out_dir / names[2])
+        write_html(outputs.staged(out), out_dir / names[2], results)
     for path in (out, out_dir / names[1], out_dir / names[2]):   # every file written, the report first
         print(path)
     return 0

@@ -44,8 +44,8 @@ string makes that chunk invalid JSON; the chunk is then extended to the next bou
 Damaged input
 -------------
 What cannot be read is refused in one line (:class:`~tracestory.errors.TraceFormatError`):
-truncated or corrupt gzip, text that is not JSON, a document that ends inside ``traceEvents``,
-nesting deeper than the interpreter's recursion limit, more decompressed text than
+corrupt gzip, text that is not JSON, a cut file with no complete event (or, with
+``require_gpu``, none on the GPU) before the cut, nesting deeper than the interpreter's recursion limit, more decompressed text than
 ``TRACESTORY_MAX_DECOMPRESSED`` (see :mod:`.kineto_text`). Events that cannot be placed are
 dropped or repaired and counted in ``TraceMeta.warnings``: events of a known category whose
 ``ph`` is not "X", complete events without ``cat``, a ``ts`` or ``dur`` that is not a number,
@@ -55,6 +55,19 @@ Events without ``dur`` are kept at 0 ns and counted ("'kernel' events without 'd
 time is unknown, not zero; a trace whose kernels all lack ``dur`` is refused (no GPU time to
 tell). An
 integer id beyond int64 or a grid/block size beyond int32 refuses the file (one line).
+
+Truncated traces
+----------------
+A file cut short (a JSON text that ends inside ``traceEvents``, a gzip stream that ends early)
+is read up to the last complete event before the cut (:mod:`.kineto_text`) and reported as
+partial: the first warning says "truncated at byte N: M events read; what is after the cut is
+missing" (N in bytes of JSON text, decompressed for gzip; M every event decoded), and
+``meta.extra["truncated"]`` holds the numbers. A Kineto file writes the CPU events first and the
+GPU events after them in launch order, so a cut removes the GPU side of the run's end while its
+CPU side was read: the trace is kept up to the start of the last GPU op read (CPU calls, ops and
+memory samples that start later are dropped, and ranges that end later, so that the step the
+cut fell into is not told as a short step), and the warning says so. A cut after the events
+array closed loses no event (only the keys after it, such as ``baseTimeNanoseconds``).
 
 Limits
 ------
@@ -93,6 +106,7 @@ from ..trace import (
     build_trace,
     make_table,
 )
+from ..units import fmt_ns
 from .files import state
 from .kineto_attention import causal_column
 from .kineto_text import NESTING_EXPECTED, Document, stream_document
@@ -772,12 +786,18 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
     for events in stream_document(path, document, CHUNK_BYTES, decode, progress):
         builder.add(events, decode.collectives)
         del events  # its views of the text must go before the text can grow
+    if document.truncated_at is not None and builder.event_count == 0:
+        raise TraceFormatError(path, "trace events", f"no complete event before the cut at byte "
+                               f"{document.truncated_at:,}{_gz(document)} (a truncated file)")
     doc = _outer(document, path)
     if builder.event_count == 0:
         raise TraceFormatError(path, "trace events", "an empty traceEvents list")
 
     tables = {k: builder.table(k) for k in builder.parts}
     tables["collectives"] = _link_comm_ops(builder, tables)
+    cut = None
+    if document.truncated_at is not None:
+        cut = _read_to_the_cut(path, document, builder.event_count, tables, require_gpu)
     if require_gpu and tables["kernels"] is None and tables["memops"] is None:
         raise TraceFormatError(
             path, "GPU activity (kernel, gpu_memcpy or gpu_memset events)",
@@ -813,6 +833,8 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
         if getattr(doc, k) is not None
     }
     extra["event_count"] = builder.event_count
+    if cut is not None:
+        extra["truncated"] = cut[1]
     # A CUPTI range-profiler trace: its kernels ran one at a time, replayed for their counters, so
     # their times are profiling passes, not a timeline (read as a summary: has_timeline False).
     range_profiler = builder.profiler_ranges > 0 and builder.kernel_count <= builder.profiler_ranges
@@ -830,9 +852,55 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
         distributed=dist,
         has_timeline=not range_profiler,
         extra=extra,
-        warnings=tuple(f"{count:,} {what}" for what, count in builder.warnings.items()),
+        warnings=((cut[0],) if cut is not None else ())
+        + tuple(f"{count:,} {what}" for what, count in builder.warnings.items()),
     )
     return build_trace(meta, builder.pool, **{k: v for k, v in tables.items() if v is not None})
+
+
+def _gz(document: Document) -> str:
+    return " of the decompressed text (the gzip stream ends early)" if document.gzip_cut else ""
+
+
+def _read_to_the_cut(path: Path, document: Document, events: int, tables: dict,
+                     require_gpu: bool) -> tuple[str, dict]:
+    """A cut document (see "Truncated traces" in the module docstring): the warning that states
+    it and ``meta.extra["truncated"]``; ``tables`` are clipped in place to the complete part."""
+    at, gz = int(document.truncated_at or 0), _gz(document)
+    info: dict = {"at_byte": at, "events_read": events, "gzip_stream_cut": document.gzip_cut,
+                  "after_events": document.cut_after_events, "complete_through_ns": None,
+                  "dropped_events": 0, "dropped_ranges": 0}
+    if document.cut_after_events:
+        return (f"truncated at byte {at:,}{gz}, after the events: all {events:,} events read; the keys after "
+                "traceEvents (traceName, baseTimeNanoseconds) are missing", info)
+    gpu = [t["start_ns"] for k in ("kernels", "memops") if (t := tables.get(k)) is not None and len(t)]
+    if not gpu:
+        if require_gpu:
+            raise TraceFormatError(path, "GPU activity before the cut (kernel, gpu_memcpy or gpu_memset events)",
+                                   f"truncated at byte {at:,}{gz}: {events:,} events read, none on the GPU (a "
+                                   "Kineto file writes the GPU events after the CPU ones)")
+        return f"truncated at byte {at:,}{gz}: {events:,} events read; what is after the cut is missing", info
+    through = max(int(a.max()) for a in gpu)
+    first = min(int(t["ts_ns" if k == "memory" else "start_ns"].min()) for k, t in tables.items()
+                if t is not None and len(t) and k != "collectives")
+    dropped = 0
+    for kind in ("api", "ops", "memory"):
+        t = tables.get(kind)
+        if t is not None and len(t):
+            keep = t["ts_ns" if kind == "memory" else "start_ns"] <= through
+            dropped += int(len(t) - keep.sum())
+            tables[kind] = t.take(keep)
+    ranges = 0
+    r = tables.get("ranges")
+    if r is not None and len(r):
+        keep = r["end_ns"] <= through   # a range (a step) the cut ends early would tell a partial story
+        ranges = int(len(r) - keep.sum())
+        tables["ranges"] = r.take(keep)
+    info.update(complete_through_ns=through, dropped_events=dropped, dropped_ranges=ranges)
+    return (f"truncated at byte {at:,}{gz}: {events:,} events read; what is after the cut is missing. The "
+            f"last GPU op read starts {fmt_ns(through - first)} into the trace: the report tells the trace up to "
+            f"there ({dropped:,} CPU-side events and {ranges:,} ranges or steps that start or end later dropped)",
+            info)
 
 
 def _int_or_none(v) -> int | None:

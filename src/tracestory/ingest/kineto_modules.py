@@ -7,6 +7,9 @@ keeps no ``python_function`` events (they are most of a stack-traced file and on
 name modules), so this reads them on their own: it finds the ``"nn.Module: `` names in the
 decompressed document with a byte search and decodes only the events around them.
 
+A gzip file cut short (see :mod:`.kineto`, "Truncated traces") is read up to its cut, as the
+trace itself is: the module calls whose event lies before the cut.
+
 Limits: an event is cut out of the text as the ``{...}`` around the name with at most one
 level of nested object (``args``, before or after the name), which is how Kineto writes them;
 anything else is skipped.
@@ -19,11 +22,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import zlib
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
+from ..errors import TraceFormatError
 from ..trace import Table
 from .files import read_bytes
 
@@ -92,4 +97,24 @@ def load_module_ranges(path: str | os.PathLike) -> Table:
     ``tid`` and ``name`` (str, ``"nn.Module: BertLayer_0"``); empty when the trace was taken
     without ``with_stack``/``with_modules``. Pass it to
     :func:`tracestory.analysis.operators.operators`."""
-    return module_ranges_from_bytes(read_bytes(Path(path)))
+    try:
+        buf = read_bytes(Path(path))
+    except TraceFormatError as e:
+        if "stream ends early" not in str(e):
+            raise
+        buf = _inflated_to_the_cut(Path(path))   # within the size limits: read_bytes got to the cut
+    return module_ranges_from_bytes(buf)
+
+
+def _inflated_to_the_cut(path: Path) -> bytearray:
+    """The text a gzip stream cut short inflates to (every member up to the cut)."""
+    out = bytearray()
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    with open(path, "rb") as f:
+        while block := f.read(4 << 20):
+            out += d.decompress(block)
+            while d.eof and d.unused_data:
+                rest = d.unused_data
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                out += d.decompress(rest)
+    return out

@@ -25,6 +25,15 @@ Limits of the model: the chunk buffer is reused, so what ``decode`` returns must
 of the text past one chunk (the Kineto reader copies what it keeps). Progress is reported in
 bytes of the file read (compressed bytes for gzip).
 
+Truncated documents
+-------------------
+A file cut short (a copy stopped, a disk full, a gzip stream that ends early) is read up to the
+cut: the events before it, up to the last one that decodes whole, are handed to ``decode`` as
+usual, and :class:`Document` says where the text ended (``truncated_at``, bytes of JSON text;
+``gzip_cut``; ``cut_after_events`` when the events array had closed before the cut and only
+the keys after it are missing). The caller states the damage; a cut before any complete event
+is still refused. A corrupt gzip stream (bad data, not a cut) is refused.
+
 Limits (bad or hostile input)
 -----------------------------
 * Decompressed size: at most ``TRACESTORY_MAX_DECOMPRESSED`` bytes (a number, or with a K/M/G/T
@@ -85,15 +94,16 @@ def max_decompressed(compressed_bytes: int, env: dict | None = None) -> int:
 
 
 # --------------------------------------------------------------------------- reading thread
-def _pieces(path: Path, emit: Callable[[bytes, int], None]) -> None:
-    """Call ``emit(piece, bytes_read)`` for each piece of the document's (inflated) text."""
+def _pieces(path: Path, emit: Callable[[bytes, int], None]) -> bool:
+    """Call ``emit(piece, bytes_read)`` for each piece of the document's (inflated) text; True
+    when a gzip stream ended early (a cut file: what was inflated before the cut was emitted)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if f.read(2) != b"\x1f\x8b":
             f.seek(0)
             while piece := f.read(PIECE_BYTES):
                 emit(piece, f.tell())
-            return
+            return False
         f.seek(0)
         limit = max_decompressed(size)
         total = 0
@@ -122,8 +132,7 @@ def _pieces(path: Path, emit: Callable[[bytes, int], None]) -> None:
             piece = d.flush()
             if piece:
                 emit(piece, size)
-            if not d.eof:
-                raise TraceFormatError(path, "a complete gzip stream", "a truncated gzip file (stream ends early)")
+            return not d.eof   # a cut gzip file: the JSON text ends where the inflated bytes do
         except zlib.error as e:
             raise TraceFormatError(path, "a gzip-compressed trace", f"corrupt gzip data ({e})") from None
 
@@ -137,6 +146,8 @@ class _Reader:
         self.path = path
         self.size = 0
         self.done = 0
+        self.text_bytes = 0      # bytes of (inflated) JSON text handed over
+        self.gzip_cut = False    # the gzip stream ended early (set before the end is signalled)
         self._q: queue.Queue = queue.Queue(maxsize=QUEUE_PIECES)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tracestory-inflate", daemon=True)
@@ -152,7 +163,7 @@ class _Reader:
 
     def _run(self) -> None:
         try:
-            _pieces(self.path, lambda piece, done: self._put((piece, done)))
+            self.gzip_cut = _pieces(self.path, lambda piece, done: self._put((piece, done)))
             self._put(self._END)
         except _Stopped:
             pass
@@ -186,6 +197,7 @@ class _Reader:
                 if isinstance(item, Exception):
                     raise item
                 piece, self.done = item
+                self.text_bytes += len(piece)
                 yield piece
         finally:
             self._stop.set()
@@ -204,6 +216,12 @@ class Document:
     def __init__(self):
         self.head = b""
         self.tail = b""
+        # A cut document (see "Truncated documents" in the module docstring): the bytes of JSON
+        # text read (the cut's offset), whether the gzip stream ended early, and whether the
+        # cut fell after the events array had closed (no event lost).
+        self.truncated_at: int | None = None
+        self.gzip_cut = False
+        self.cut_after_events = False
 
     def outer_json(self) -> bytes:
         return self.head + b'"traceEvents":[]' + self.tail
@@ -246,7 +264,12 @@ def stream_document(path: Path, document: Document, chunk_bytes: int, decode: Ca
             search = chunk_bytes
             if progress is not None:
                 progress(reader.done, reader.size)
+    document.gzip_cut = reader.gzip_cut
     result = _last_chunk(path, text, document, decode)
+    if document.truncated_at is not None:   # cut inside the document: it ends where the text does
+        document.truncated_at = reader.text_bytes
+    elif reader.gzip_cut:                   # the JSON closed: only the gzip stream's end is cut
+        document.truncated_at, document.cut_after_events = reader.text_bytes, True
     if result is not None:
         yield result
     if progress is not None:
@@ -381,5 +404,34 @@ def _last_chunk(path: Path, text: _Buffer, document: Document, decode):
             return result
     if closed:
         raise TraceFormatError(path, "a JSON array of trace events", "invalid JSON in traceEvents")
-    raise TraceFormatError(path, "a Kineto trace (JSON)",
-                           "text that is not JSON: traceEvents do not end (a truncated or damaged file)")
+    return _before_the_cut(text, document, decode)
+
+
+_EVENT_END = re.compile(rb"\}\s*(?=[,\]]|\s*$)")
+CUT_ATTEMPTS = 256
+
+
+def _before_the_cut(text: _Buffer, document: Document, decode):
+    """The document ends inside ``traceEvents`` (a cut file): the events before the cut, up to
+    the last one that decodes whole. Candidates are the ``}`` followed by ``,``, ``]`` or the
+    end of the text, nearest the end first; one that lies inside the cut event (a nested
+    object, a string) makes invalid JSON and the next is tried. ``None`` when no event of this
+    last piece is complete (events of earlier chunks may have been)."""
+    document.truncated_at = 0   # set to the bytes read by the caller
+    document.tail = b"}"        # the keys after the events array are lost with the cut
+    buf = text.buf
+    ends = [m.start() for m in _EVENT_END.finditer(buf, 1, text.fill)]
+    for pos in reversed(ends[-CUT_ATTEMPTS:]):
+        if text.fill >= len(buf):
+            text.append(b" ")
+            text.fill -= 1
+            buf = text.buf
+        saved = buf[pos + 1]
+        buf[pos + 1] = _CLOSE
+        result = decode(memoryview(buf)[: pos + 2])
+        buf[pos + 1] = saved
+        if result is not None:
+            tail = bytes(buf[pos + 1:text.fill]).lstrip()
+            document.cut_after_events = tail[:1] == b"]"   # the array had closed: only later keys cut
+            return result
+    return None

@@ -5,6 +5,11 @@ and schema version). GPUs come from ``TARGET_INFO_CUDA_GPU`` (2021 and older: CU
 record, bandwidth in kB/s and clock in kHz) or ``TARGET_INFO_GPU`` (2022+, bytes/s and Hz);
 a ``TARGET_INFO_GPU`` row without an SM count is a display adapter without CUDA and is
 skipped. A device listed in both keeps the 2021 table's properties.
+
+``META_DATA_CAPTURE`` (2024+) holds the capture's options as ``name, value`` pairs; the CUDA
+graph trace mode is ``CUDA_GRAPH_TRACE_OPTIONS:MODE`` (``PROCESS_<n>:`` prefixed in some
+exports), ``Graph`` for nsys's default ``--cuda-graph-trace=graph`` (one activity per graph
+launch, the kernels inside not traced) or ``Node`` (every node traced as its own kernel).
 """
 
 from __future__ import annotations
@@ -18,6 +23,19 @@ def metadata(db: Db) -> dict[str, str]:
         if table in db.tables and {"name", "value"} <= db.columns(table):
             return {str(k): str(v) for k, v in db.rows(f"SELECT name, value FROM {table}")}
     return {}
+
+
+def graph_trace_mode(db: Db) -> str | None:
+    """``"graph"`` or ``"node"``: the CUDA graph trace mode the capture recorded; None when the
+    export does not say (older exports have no ``META_DATA_CAPTURE``)."""
+    table = "META_DATA_CAPTURE"
+    if table not in db.tables or not {"name", "value"} <= db.columns(table):
+        return None
+    for name, value in db.rows(f"SELECT name, value FROM {table} WHERE name LIKE '%CUDA_GRAPH_TRACE_OPTIONS:MODE'"):
+        mode = str(value or "").strip().lower()
+        if mode in ("graph", "node"):
+            return mode
+    return None
 
 
 def gpus(db: Db) -> dict[int, DeviceInfo]:

@@ -8,11 +8,17 @@ into ``StringIds``. Tables and what they fill:
 =====================================  ===================================================
 ``CUPTI_ACTIVITY_KIND_KERNEL``         ``kernels`` (demangled name; short names in
                                        ``meta.extra["kernel_short_names"]``)
+``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``    ``kernels`` too: one opaque row per graph launch of a
+                                       graph-level export (see CUDA graphs below), named
+                                       ``CUDA graph <graphId> replay, nodes not traced``
 ``CUPTI_ACTIVITY_KIND_MEMCPY/MEMSET``  ``memops``, named as Kineto names them
                                        (``Memcpy HtoD (Pinned -> Device)``, ``Memset (Device)``)
 ``CUPTI_ACTIVITY_KIND_RUNTIME``        ``api``: eventClass 0 runtime / 1 driver only (other
                                        classes, e.g. 67 backtraces in old exports, dropped);
                                        the ``_vNNNN`` suffix of 2022+ names is stripped
+``OSRT_API``                           ``osrt``: OS runtime library calls (``--trace=osrt``),
+                                       eventClass 27 only (31/32 are the zero-length
+                                       "profiling started/finished" marks)
 ``NVTX_EVENTS``                        ``ranges`` side CPU: push/pop (59) and start/end (60)
                                        ranges, marks (34) as zero-length; name is ``text`` or
                                        ``StringIds[textId]``; ``domain`` is the name from the
@@ -31,6 +37,21 @@ into ``StringIds``. Tables and what they fill:
 ``tid = g & 0xFFFFFF``; the process key of a thread is ``globalTid`` with the low 24 bits
 cleared. Every table and every column is optional (2024 exports are lazy: empty tables are
 absent); an absent column is the missing value (-1).
+
+CUDA graphs
+-----------
+With ``nsys profile --cuda-graph-trace=node`` each node of a replayed graph is a kernel row with
+``graphNodeId`` (and, 2026+, ``graphId``) set and the ``correlationId`` of the
+``cudaGraphLaunch`` that replayed it, so :mod:`tracestory.analysis.graphs` attributes it to that
+launch through the correlation id, as on Kineto. With nsys's default graph-level tracing
+(``--cuda-graph-trace=graph``) the nodes have no row; each launch is one
+``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` row (its correlation id the launch's), kept as one opaque
+kernel row so that its GPU time stays busy time and it counts as a graph replay; rows whose
+start and end are both 0 (CUPTI could not time the graph) are dropped and counted.
+``meta.extra["cuda_graphs"]`` says per process: ``trace_mode`` (``META_DATA_CAPTURE``'s
+``CUDA_GRAPH_TRACE_OPTIONS:MODE``, "graph"/"node", None when not recorded), ``node_kernels``
+(rows with a graph node id), ``graphs_with_node_kernels`` and ``whole_graph_launches`` (the
+opaque rows, which the report's Limitations name).
 
 Processes: one Trace per process that has kernels or memory operations (ranks of an MPI or
 torchrun job captured in one report); when none has, one per process with API calls or NVTX
@@ -89,14 +110,23 @@ from ..trace import (
 )
 from .files import refuse_special, state, with_warnings
 from .nsys_db import Db, Names, as_text, distinct, pid_of, split_global_tid
-from .nsys_meta import era, gpus, metadata
+from .nsys_meta import era, gpus, graph_trace_mode, metadata
 
 _LOW24 = 0xFFFFFF
 # False: read every table through SQLite (the tests compare both readers).
 _PAGE_READER = True
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+# The name of a whole-graph row of a graph-level export (one per graph launch, nodes not traced).
+GRAPH_REPLAY_PREFIX = "CUDA graph "
 RUNTIME, NVTX, MEMUSE = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUDA_GPU_MEMORY_USAGE_EVENTS"
+OSRT = "OSRT_API"
+# The export's tables that the summary tables (cuda_api_sum, cuda_gpu_mem_*_sum, osrt_sum) read:
+# which of them the export has is kept in meta.extra["nsys_tables"], so that an absent table is
+# told apart from an empty one.
+SUMMARY_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, OSRT)
+_OSRT_CALL = 27  # ENUM_NSYS_EVENT_CLASS OS runtime; 31/32 are zero-length "profiling started/finished" marks
 
 # nsys enums (ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND); note the memory kinds start at
 # Pageable = 0, unlike CUPTI's own enum.
@@ -175,7 +205,8 @@ def _kernels(db: Db, names: Names, warnings: list[str], core: bool = False) -> t
     cols = db.columns(KERNEL) - (set(_LAUNCH) | set(_SHARED) | {"shortName"} if core else set())
     wanted = {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
               "correlation": "correlationId", "gpid": "globalPid", "name": ("demangledName", "shortName", "name"),
-              "short": ("shortName",), **{v: k for k, v in _LAUNCH.items()}, **{v: k for k, v in _SHARED.items()}}
+              "short": ("shortName",), "_graph_node": ("graphNodeId",), "_graph": ("graphId",),
+              **{v: k for k, v in _LAUNCH.items()}, **{v: k for k, v in _SHARED.items()}}
     # int32 where the schema has int32 (no cast copy later); per-block shared memory fits too
     dtypes = {"device": _I4, "_static": _I4, "_dynamic": _I4, **{v: _I4 for v in _LAUNCH.values()}}
     raw, n = _possible_times(db, KERNEL, db.read(KERNEL, _present(db, KERNEL, wanted, cols), dtypes), warnings)
@@ -200,6 +231,69 @@ def _kernels(db: Db, names: Names, warnings: list[str], core: bool = False) -> t
     gpid = _col(raw, "gpid", n)
     out["pid"] = pid_of(gpid)
     return dict(out, _key=gpid), short
+
+
+def _graph_trace(db: Db, names: Names, warnings: list[str]) -> dict | None:
+    """Whole-graph rows of a graph-level export (see the module docstring), shaped as kernel
+    rows: one opaque GPU interval per graph launch, named after its graph."""
+    if GRAPH_TRACE not in db.tables:
+        return None
+    wanted = {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
+              "correlation": "correlationId", "gpid": "globalPid", "graph": "graphId"}
+    raw = db.read(GRAPH_TRACE, _present(db, GRAPH_TRACE, wanted), {"device": _I4})
+    n = _nrows(raw)
+    if n and "start_ns" in raw and "end_ns" in raw:
+        # CUPTI: start = end = 0 when the graph's times could not be collected
+        timed = (raw["start_ns"] != 0) | (raw["end_ns"] != 0)
+        if not timed.all():
+            warnings.append(f"{GRAPH_TRACE}: {int(n - timed.sum())} of {n} graph launches without times "
+                            "(CUPTI could not collect them) dropped")
+            raw, n = _rows_of(raw, n, timed)
+    raw, n = _possible_times(db, GRAPH_TRACE, raw, warnings)
+    if n == 0:
+        return None
+    graph = _col(raw, "graph", n)
+    name = names.strings_of(graph, lambda g: f"{GRAPH_REPLAY_PREFIX}{g if g >= 0 else '?'} replay, nodes not traced")
+    gpid = _col(raw, "gpid", n)
+    out = {k: _col(raw, k, n) for k in ("start_ns", "end_ns", "correlation")}
+    out.update(device=_col(raw, "device", n, dtype=_I4), stream=_col(raw, "stream", n), name=name,
+               pid=pid_of(gpid), _key=gpid, _graph_row=np.ones(n, bool))
+    return out
+
+
+def _with_graph_rows(kernels: dict | None, graphs: dict | None) -> dict | None:
+    """Kernel rows followed by the whole-graph rows (missing kernel columns as -1)."""
+    if graphs is None:
+        return kernels
+    if kernels is None:
+        return graphs
+    n_k, n_g = len(kernels["_key"]), len(graphs["_key"])
+    out = {}
+    for key in set(kernels) | set(graphs):
+        a, b = kernels.get(key), graphs.get(key)
+        dtype = (a if a is not None else b).dtype
+        fill = False if dtype == bool else -1
+        a = np.full(n_k, fill, dtype) if a is None else a
+        b = np.full(n_g, fill, dtype) if b is None else b
+        out[key] = np.concatenate([a, b.astype(dtype, copy=False)])
+    return out
+
+
+def _graph_facts(kernels: dict | None, sel: np.ndarray | None, mode: str | None) -> dict:
+    """What the export says about CUDA graphs in one process (``meta.extra["cuda_graphs"]``)."""
+    def pick(col):
+        v = kernels.get(col) if kernels is not None else None
+        return None if v is None else (v if sel is None else v[sel])
+
+    node, graph, whole = pick("_graph_node"), pick("_graph"), pick("_graph_row")
+    is_node = (node > 0) if node is not None else None
+    return {
+        "trace_mode": mode,
+        "node_kernels": int(is_node.sum()) if is_node is not None else 0,
+        "graphs_with_node_kernels": (int(len(distinct(graph[is_node & (graph >= 0)])))
+                                     if graph is not None and is_node is not None else None),
+        "whole_graph_launches": int(whole.sum()) if whole is not None else 0,
+    }
 
 
 def _memops(db: Db, names: Names, warnings: list[str]) -> dict | None:
@@ -258,6 +352,19 @@ def _api(db: Db, names: Names, warnings: list[str]) -> dict | None:
     pid, tid, key = split_global_tid(_col(raw, "gtid", n))
     return dict({k: _col(raw, k, n) for k in ("start_ns", "end_ns", "correlation")}, name=name,
                 kind=kind.astype(np.int32), pid=pid, tid=tid, _key=key)
+
+
+def _osrt(db: Db, names: Names, warnings: list[str]) -> dict | None:
+    """OS runtime library calls (``OSRT_API``), one row per call: the ``osrt`` table."""
+    if OSRT not in db.tables:
+        return None
+    raw = db.read(OSRT, _present(db, OSRT, {"start_ns": "start", "end_ns": "end", "cls": "eventClass",
+                                            "gtid": "globalTid", "name": "nameId"}))
+    raw, n = _rows_of(raw, _nrows(raw), raw["cls"] == _OSRT_CALL if "cls" in raw else None)
+    raw, n = _possible_times(db, OSRT, raw, warnings)
+    name = names.codes(raw["name"]) if "name" in raw else np.full(n, -1, np.int32)
+    pid, tid, key = split_global_tid(_col(raw, "gtid", n))
+    return dict({k: _col(raw, k, n) for k in ("start_ns", "end_ns")}, name=name, pid=pid, tid=tid, _key=key)
 
 
 def _ranges(db: Db, names: Names, warnings: list[str]) -> tuple[dict | None, int]:
@@ -384,7 +491,7 @@ def _check_length(path: Path) -> None:
 
 
 def _load(db: Db, warnings: list[str], core: bool = False, require_gpu: bool = True) -> list[Trace]:
-    known = {KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX}
+    known = {KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX, GRAPH_TRACE}
     if not known & db.tables:
         listed = ", ".join(sorted(db.tables)[:6]) or "no tables"
         raise TraceFormatError(db.path, "an Nsight Systems export (CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS tables)",
@@ -393,12 +500,14 @@ def _load(db: Db, warnings: list[str], core: bool = False, require_gpu: bool = T
     names = Names(db, pool)
     k = _kernels(db, names, warnings, core)
     kernels, short = k if k else (None, {})
+    kernels = _with_graph_rows(kernels, _graph_trace(db, names, warnings))
     memops, api, memory = _memops(db, names, warnings), _api(db, names, warnings), _memory(db)
     ranges, unterminated = _ranges(db, names, warnings)
     if names.unknown:
         warnings.append(f"{len(names.unknown)} name IDs not in StringIds"
                         f"{'' if 'StringIds' in db.tables else ' (no StringIds table)'}: shown as <string ID>")
-    tables = {"kernels": kernels, "memops": memops, "api": api, "ranges": ranges, "memory": memory}
+    tables = {"kernels": kernels, "memops": memops, "api": api, "ranges": ranges, "memory": memory,
+              "osrt": _osrt(db, names, warnings)}
     keys_of = {kind: set(distinct(t["_key"]).tolist()) for kind, t in tables.items() if t is not None}
 
     def keys(*kinds):
@@ -423,16 +532,20 @@ def _load(db: Db, warnings: list[str], core: bool = False, require_gpu: bool = T
     schema = meta_kv.get("EXPORT_SCHEMA_VERSION")
     fmt = f"{version} (schema {schema})" if version and schema else (version or schema)
     procs.sort(key=lambda g: ((g >> 24) & _LOW24, g))
+    graph_mode = graph_trace_mode(db)
     traces = []
     for rank, gpid in enumerate(procs):
         parts = {}
+        graph_facts = _graph_facts(None, None, graph_mode)
         for kind, t in tables.items():
             if t is None:
                 continue
             # the usual single-process export: every row is this process's, no copy
             whole = keys_of[kind] == {gpid}
             sel = None if whole else t["_key"] == gpid
-            cols = {c: (v if whole else v[sel]) for c, v in t.items() if c != "_key"}
+            cols = {c: (v if whole else v[sel]) for c, v in t.items() if not c.startswith("_")}
+            if kind == "kernels":
+                graph_facts = _graph_facts(t, sel, graph_mode)
             if kind == "ranges":
                 cols["depth"] = _depth(cols["start_ns"], cols["end_ns"], cols["tid"])
             parts[kind] = make_table(kind, **cols)
@@ -443,7 +556,8 @@ def _load(db: Db, warnings: list[str], core: bool = False, require_gpu: bool = T
         devices = (tuple(devices_of[d] for d in sorted(used) if d in devices_of)
                    or tuple(devices_of[d] for d in sorted(devices_of)))
         extra = {"nsys_metadata": meta_kv, "export_era": era(db), "global_pid": int(gpid),
-                 "kernel_short_names": short, "nvtx_unterminated": unterminated}
+                 "kernel_short_names": short, "nvtx_unterminated": unterminated, "cuda_graphs": graph_facts,
+                 **_summary_tables(db, tables, procs)}
         meta = TraceMeta(
             source_path=str(db.path), source_format="nsys-sqlite", format_version=fmt, devices=devices,
             rank=rank if len(procs) > 1 else None, world_size=len(procs) if len(procs) > 1 else None,
@@ -451,6 +565,24 @@ def _load(db: Db, warnings: list[str], core: bool = False, require_gpu: bool = T
         )
         traces.append(build_trace(with_warnings(meta, warnings), pool, **parts))
     return traces
+
+
+def _summary_tables(db: Db, tables: dict, procs: list[int]) -> dict:
+    """What the summary tables need to tell an absent table from an empty one: the export's
+    tables among :data:`SUMMARY_TABLES` (``nsys_tables``), and the API and OS runtime calls of
+    processes that are no trace here (no GPU activity, e.g. a launcher), which ``nsys stats``
+    counts and a per-process table does not (``calls_in_other_processes``)."""
+    out: dict = {"nsys_tables": [t for t in SUMMARY_TABLES if t in db.tables]}
+    other = {}
+    for kind, table in (("api", RUNTIME), ("osrt", OSRT)):
+        t = tables.get(kind)
+        if t is not None and len(t["_key"]):
+            n = int((~np.isin(t["_key"], procs)).sum())
+            if n:
+                other[table] = n
+    if other:
+        out["calls_in_other_processes"] = other
+    return out
 
 
 def _depth(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:

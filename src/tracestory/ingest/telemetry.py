@@ -10,7 +10,12 @@ Validation: a first line that is not a telemetry header raises
 is kept out and stated in :attr:`TelemetryLog.warnings`, never dropped silently: lines that are
 not JSON objects (a last line cut short by a killed run, most often), samples without
 timestamps or with a GPU list that does not match the header, samples going back in time, a
-missing ``end`` line (the sampler did not stop cleanly: the run was killed or is still running).
+missing ``end`` line (the sampler did not stop cleanly: the run was killed or is still running),
+and what the sampler itself found wrong (the ``end`` record's ``incomplete``: "telemetry
+incomplete: <reason>"). An energy counter that goes back (a driver reload or GPU reset; files of
+samplers before the counter was continued across resets) is continued here the same way
+(:mod:`tracestory.telemetry.sampler`: the reading before the drop is added to every later
+one), and stated, so an energy is never negative.
 Readings are kept as float arrays ``[GPUs, samples]`` with NaN where a reading is missing;
 ``reasons_mask`` as int64 with -1 where missing.
 """
@@ -74,6 +79,22 @@ def is_telemetry_file(path: str | Path) -> bool:
 
 def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _continue_counter(e: np.ndarray) -> int:
+    """Continue a counter across drops in place (finite readings only); the number of drops."""
+    idx = np.flatnonzero(np.isfinite(e))
+    if idx.size < 2:
+        return 0
+    v = e[idx]
+    drop = np.flatnonzero(np.diff(v) < 0)
+    if drop.size == 0:
+        return 0
+    offset = np.zeros(v.size)
+    for d in drop:                      # a few resets at most: one cumulative step each
+        offset[d + 1:] += v[d]
+    e[idx] = v + offset
+    return int(drop.size)
 
 
 def read_telemetry(path: str | Path) -> TelemetryLog:
@@ -148,8 +169,17 @@ def read_telemetry(path: str | Path) -> TelemetryLog:
                         "running); the samples written before are used")
     if not t_unix:
         warnings.append(f"{path.name}: no usable sample")
+    incomplete = [str(x) for x in end.get("incomplete") or () if x] if isinstance(end.get("incomplete"), list) else []
+    if incomplete:
+        warnings.append(f"{path.name}: telemetry incomplete: {'; '.join(incomplete)}")
     n = len(t_unix)
     readings = {k: np.array(v, dtype=np.float64).reshape(n_gpus, n) for k, v in cols.items()}
+    for gi in range(n_gpus):
+        drops = _continue_counter(readings["energy_mj"][gi])
+        if drops:
+            warnings.append(f"{path.name}: GPU {gi}: the energy counter went back {drops} time(s) (a driver reload "
+                            "or GPU reset): its segments are summed; the energy between the last reading before "
+                            "each reset and the reset is not counted")
     return TelemetryLog(
         path=str(path), rate_hz=header.get("rate_hz") if isinstance(header.get("rate_hz"), (int, float)) else None,
         t0_unix_ns=_int(header.get("t0_unix_ns")), t0_mono_ns=_int(header.get("t0_mono_ns")), devices=devices,

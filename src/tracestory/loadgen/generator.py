@@ -19,7 +19,8 @@ TTFT = first token event - send; ITL = gaps between consecutive token events (a 
 packs several tokens in one chunk shows one event); E2E = ``data: [DONE]`` - send. Token
 counts come from the stream's ``usage`` object when the server sends one
 (``stream_options.include_usage`` is asked for), else output = token events and input = the
-planned prompt length; each record says which.
+planned prompt length; each record says which. A ``usage`` that fails :func:`.usage.check_usage`
+is never used: the request is the failure ``bad_usage``, its error naming the field and the bound.
 
 Non-streaming (``--no-stream``): one JSON response per request (``choices[0].text``; chat:
 ``choices[0].message.content``). E2E = the whole response read - send; TTFT, ITL and TPOT are
@@ -31,7 +32,10 @@ Outcomes (``error_kind``): None (OK); failures of a sent request: ``connection_r
 ``timeout`` (no ``[DONE]`` within ``timeout_s`` of the send), ``malformed_stream`` (not
 ``text/event-stream``, a line that is not SSE, a data payload that is not a JSON object, or the
 stream ended without ``[DONE]``; without streaming, a response that is not a JSON completion),
-``stream_error`` (the server put an ``error`` object in the stream), ``server_disconnect`` (connection closed or reset mid-response), ``cancelled`` (in
+``stream_error`` (the server put an ``error`` object in the stream), ``server_disconnect`` (connection closed or
+reset mid-response), ``bad_usage`` (the response completed but its ``usage`` is not a credible count for the
+request: negative, not an integer, far more completion tokens than ``max_tokens``, a prompt count far from ours;
+:mod:`.usage` states the bounds), ``cancelled`` (in
 flight at the global deadline ``duration + timeout`` or at Ctrl-C), ``other``; and
 ``not_sent``: planned, never sent (the window closed, the deadline, Ctrl-C). ``not_sent`` is not
 a failure.
@@ -58,11 +62,12 @@ from .arrivals import arrival_offsets_ns, ramp_offsets_ns
 from .backoff import RefusalBackoff
 from .body import request_body
 from .config import LoadConfig
-from .datasets import PromptSource, TokenizerChoice, load_tokenizer
+from .datasets import Prompt, PromptSource, TokenizerChoice, load_tokenizer
 from .prompts import prompt_source
+from .usage import check_usage, choices_per_request
 
 ERROR_KINDS = ("connection_refused", "connection_error", "http_status", "timeout", "malformed_stream",
-               "stream_error", "server_disconnect", "cancelled", "other", "not_sent")
+               "stream_error", "server_disconnect", "bad_usage", "cancelled", "other", "not_sent")
 
 
 @dataclass(frozen=True)
@@ -153,13 +158,17 @@ class _State:
     """Mutable progress of one sent request; turned into its RequestRecord when it ends."""
 
     __slots__ = (
+        "choices",
         "done",
         "end_ns",
         "error",
+        "exact",
         "http_status",
         "index",
         "kind",
+        "max_tokens",
         "planned_prompt",
+        "prompt_bytes",
         "rec",
         "response_id",
         "scheduled_ns",
@@ -170,9 +179,13 @@ class _State:
         "usage_prompt",
     )
 
-    def __init__(self, index: int, scheduled_ns: int | None, planned_prompt: int):
-        self.index, self.scheduled_ns, self.planned_prompt = index, scheduled_ns, planned_prompt
-        self.send_ns = self.end_ns = self.http_status = self.usage_prompt = self.usage_output = None
+    def __init__(self, index: int, scheduled_ns: int | None, prompt: Prompt, exact: bool = False, choices: int = 1):
+        self.index, self.scheduled_ns, self.planned_prompt = index, scheduled_ns, prompt.prompt_len
+        self.max_tokens, self.prompt_bytes, self.exact = prompt.output_len, len(prompt.text.encode()), exact
+        self.choices = choices
+        self.send_ns = self.end_ns = self.http_status = None
+        self.usage_prompt: object = None        # as the server sent it (checked in record())
+        self.usage_output: object = None
         self.kind = self.error = self.response_id = self.rec = None
         self.token_ns: list[int] = []
         self.text_tokens: int | None = None     # non-streaming: output tokens counted from the text
@@ -189,10 +202,17 @@ class _State:
                 return not_sent_record(self.index, self.scheduled_ns, stop_reason)
             kind, end, error = "cancelled", now, f"cancelled: {stop_reason}"
         tok = self.token_ns
+        bad = None
+        if self.usage_prompt is not None or self.usage_output is not None:
+            bad = check_usage(self.usage_prompt, self.usage_output, max_tokens=self.max_tokens,
+                              planned_prompt=self.planned_prompt, prompt_bytes=self.prompt_bytes, exact=self.exact,
+                              token_events=len(tok) if self.text_tokens is None else None, choices=self.choices)
+            if bad is not None and ok:      # a completed request with a count we cannot believe
+                ok, kind, error = False, "bad_usage", bad
         ttft = tok[0] - self.send_ns if tok and self.send_ns is not None else None
         itl = tuple(int(x) for x in np.diff(np.asarray(tok, dtype=np.int64))) if len(tok) > 1 else ()
-        prompt_src = "usage" if isinstance(self.usage_prompt, int) else "planned"
-        out_src = "usage" if isinstance(self.usage_output, int) else \
+        prompt_src = "usage" if bad is None and self.usage_prompt is not None else "planned"
+        out_src = "usage" if bad is None and self.usage_output is not None else \
             "chunks" if self.text_tokens is None else "text"
         return RequestRecord(
             index=self.index, scheduled_ns=self.scheduled_ns, send_ns=self.send_ns, end_ns=end, ok=ok,
@@ -210,6 +230,16 @@ def not_sent_record(index: int, scheduled_ns: int | None, reason: str) -> Reques
                          error_kind="not_sent", http_status=None, error=f"not sent: {reason}", ttft_ns=None,
                          itl_ns=(), e2e_ns=None, prompt_tokens=0, prompt_tokens_source="none", output_tokens=0,
                          output_tokens_source="none", response_id=None)
+
+
+def _take_usage(usage: object, st: _State) -> None:
+    """Keep the counts of a ``usage`` object as sent (``null`` or absent: not reported); they are
+    checked when the record is made."""
+    if isinstance(usage, dict):
+        if usage.get("prompt_tokens") is not None:
+            st.usage_prompt = usage["prompt_tokens"]
+        if usage.get("completion_tokens") is not None:
+            st.usage_output = usage["completion_tokens"]
 
 
 def _on_event(data: bytes, t: int, st: _State, chat: bool) -> bool:
@@ -233,12 +263,7 @@ def _on_event(data: bytes, t: int, st: _State, chat: bool) -> bool:
         text = (c.get("delta") or {}).get("content") if chat else c.get("text")
         if text:
             st.token_ns.append(t)
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        if isinstance(usage.get("prompt_tokens"), int):
-            st.usage_prompt = usage["prompt_tokens"]
-        if isinstance(usage.get("completion_tokens"), int):
-            st.usage_output = usage["completion_tokens"]
+    _take_usage(obj.get("usage"), st)
     return False
 
 
@@ -288,12 +313,7 @@ async def _consume_json(resp, st: _State, chat: bool, count: Callable[[str], int
     text = (c.get("message") or {}).get("content") if chat else c.get("text")
     if isinstance(obj.get("id"), str):
         st.response_id = obj["id"]
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        if isinstance(usage.get("prompt_tokens"), int):
-            st.usage_prompt = usage["prompt_tokens"]
-        if isinstance(usage.get("completion_tokens"), int):
-            st.usage_output = usage["completion_tokens"]
+    _take_usage(obj.get("usage"), st)
     st.text_tokens = count(text) if isinstance(text, str) else 0
     st.done, st.end_ns = True, t
 
@@ -395,6 +415,7 @@ async def _run(cfg: LoadConfig, prompts: PromptSource, progress, on_record) -> L
     backoff = RefusalBackoff(clock=lambda: clock() / 1e9)
     counts = {"sent": 0, "finished": 0, "ok": 0, "waited": 0}
     stop_reason = "the run ended"
+    choices = choices_per_request(cfg.extra_body)   # sequences per request: the usage sums them
 
     def report() -> None:
         if progress is not None:
@@ -452,7 +473,7 @@ async def _run(cfg: LoadConfig, prompts: PromptSource, progress, on_record) -> L
                 stop_reason = "the send window (--duration) closed"
                 return
             prompt = prompts[i]
-            st = _State(i, due, prompt.prompt_len)
+            st = _State(i, due, prompt, exact=prompts.choice.exact, choices=choices)
             states.append(st)
             t = asyncio.create_task(send(session, st, request_body(cfg, prompt), probe))
             tasks.add(t)

@@ -32,7 +32,9 @@ same keys):
 Our extra keys: ``planned``, ``not_sent``, ``failures`` (count by kind: ``connection_refused``,
 ``http_<code>``, ``timeout``, ``malformed_stream``, ...), ``interrupted``, ``deadline_hit``,
 ``capped_at``, ``prompts_exact``, ``prompts`` (the tokenizer statement), ``inexact_prompts``,
-``dataset_reused``, ``waited_for_slot``, ``refusal_probes``.
+``dataset_reused``, ``waited_for_slot``, ``refusal_probes``, ``usage_rejected`` (completed requests
+whose server ``usage`` failed :mod:`.usage`'s checks, counted as failed ``bad_usage``) and
+``usage_rejected_first`` (the first such request's reason, None when none).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def benchmark_result(result: LoadResult, percentile_metrics: Sequence[str] = ("t
     tin = sum(r.prompt_tokens for r in ok)
     tout = sum(r.output_tokens for r in ok)
     good = sum(is_good(r, *slo_ns(cfg)) for r in recs) if cfg.goodput_ms else None
+    rejected = [r for r in recs if r.error_kind == "bad_usage"]
     out: dict = {
         "duration": dur, "completed": len(ok), "failed": sent - len(ok), "not_sent": len(recs) - sent,
         "planned": len(recs), "total_input_tokens": tin, "total_output_tokens": tout,
@@ -134,6 +137,7 @@ def benchmark_result(result: LoadResult, percentile_metrics: Sequence[str] = ("t
         "inexact_prompts": result.inexact_prompts, "dataset_reused": result.dataset_reused,
         "waited_for_slot": result.waited_for_slot, "refusal_probes": result.refusal_probes,
         "goodput_slo_ms": dict(cfg.goodput_ms) or None,
+        "usage_rejected": len(rejected), "usage_rejected_first": rejected[0].error if rejected else None,
     })
     if detailed:
         out["input_lens"] = [r.prompt_tokens for r in recs]
@@ -213,6 +217,9 @@ def result_lines(res: dict, cfg: LoadConfig, percentile_metrics: Sequence[str],
         lines.append(f"Not sent: {res['not_sent']} of {res['planned']} planned requests (not counted as failed)")
     if res["failures"]:
         lines.append("Failures by kind: " + ", ".join(f"{k} {v}" for k, v in res["failures"].items()))
+    if res.get("usage_rejected"):
+        lines.append(f"Usage rejected: {res['usage_rejected']} completed requests reported a usage that is not a "
+                     f"credible count, counted as failed (bad_usage); first: {res['usage_rejected_first']}")
     if res["capped_at"] is not None:
         lines.append(f"Planned requests capped at {res['capped_at']} (--max-requests)")
     if res["waited_for_slot"] and cfg.max_concurrency is None:

@@ -18,7 +18,8 @@ then adjusted before rendering:
 
 The page carries a Content-Security-Policy (``default-src 'none'``; images only from ``data:``;
 inline styles only), so a reference that slipped through could not load anything either. It
-holds no JavaScript.
+holds no JavaScript, except the interactive timeline (:mod:`.timeline_page`) when the page is
+written from results: then the one inline script is allowed by its hash.
 
 Limits: only what CommonMark and GFM tables cover renders (no footnotes, no math). A local
 image that does not exist is an error, not a broken picture.
@@ -33,7 +34,10 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from .. import outputs
+from ..analysis.results import Results
 from ..errors import TraceFormatError
+from .timeline_data import build_timeline
+from .timeline_page import TimelineSection, timeline_section
 
 # (magic prefix, MIME type). WebP is RIFF....WEBP; SVG is text and checked separately.
 _MAGIC = (
@@ -152,10 +156,11 @@ def _data_uri(path: Path) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def render_html(markdown_text: str, *, base_dir: Path, title: str) -> str:
+def render_html(markdown_text: str, *, base_dir: Path, title: str, timeline: TimelineSection | None = None) -> str:
     """One self-contained HTML page of ``markdown_text``: local images (relative paths resolve
     against ``base_dir``) embedded as data URIs, a table of contents from the ``##`` headings,
-    inline CSS, no JavaScript and no network references. See the module docstring."""
+    inline CSS, no network references; no JavaScript but the ``timeline`` section when given
+    (placed after the contents). See the module docstring."""
     md = _markdown_parser()
     env: dict = {}
     tokens = md.parse(markdown_text, env)
@@ -187,17 +192,18 @@ def render_html(markdown_text: str, *, base_dir: Path, title: str) -> str:
         items = "\n".join(f'<li><a href="#{hid}">{inner}</a></li>' for hid, inner in toc)
         nav = f'<nav class="toc">\n<h2 id="contents">Contents</h2>\n<ol>\n{items}\n</ol>\n</nav>\n'
 
+    csp = f"{_CSP}; {timeline.csp_script}" if timeline else _CSP
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n'
         '<meta charset="utf-8">\n'
-        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         '<meta name="generator" content="tracestory">\n'
         f"<title>{_html.escape(title)}</title>\n"
         f"<style>{_CSS}</style>\n"
         "</head>\n<body>\n<main>\n"
-        f"{top}{nav}{body}"
+        f"{top}{nav}{timeline.html if timeline else ''}{body}"
         "</main>\n</body>\n</html>\n"
     )
 
@@ -207,9 +213,10 @@ def _title_of(markdown_text: str, fallback: str) -> str:
     return m.group(1).strip() if m else fallback
 
 
-def write_html(markdown_path: Path, html_path: Path) -> Path:
+def write_html(markdown_path: Path, html_path: Path, results: Results | None = None) -> Path:
     """Render the Markdown report at ``markdown_path`` (images relative to its folder) into
-    ``html_path``; the page title is the report's ``#`` heading. Returns ``html_path``."""
+    ``html_path``; the page title is the report's ``#`` heading. With the report's ``results``,
+    the page also holds the interactive timeline (:mod:`.timeline_data`). Returns ``html_path``."""
     markdown_path, html_path = Path(markdown_path), Path(html_path)
     try:
         text = markdown_path.read_text(encoding="utf-8")
@@ -217,6 +224,10 @@ def write_html(markdown_path: Path, html_path: Path) -> Path:
         raise TraceFormatError(markdown_path, "a Markdown report", "no such file") from None
     except UnicodeDecodeError as e:
         raise TraceFormatError(markdown_path, "UTF-8 Markdown text", f"undecodable bytes ({e.reason})") from None
-    page = render_html(text, base_dir=markdown_path.parent, title=_title_of(text, markdown_path.stem))
+    model = build_timeline(results) if results is not None else None
+    timeline = timeline_section(model) if model is not None else None
+    page = render_html(
+        text, base_dir=markdown_path.parent, title=_title_of(text, markdown_path.stem), timeline=timeline
+    )
     outputs.write_text(html_path, page)
     return html_path

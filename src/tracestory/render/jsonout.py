@@ -17,6 +17,7 @@ import numpy as np
 from .batch_story import batch_json
 from .jsonable import jsonable
 from .multigpu import multigpu_json
+from .tables_out import table_records
 from .window import window_json
 
 SCHEMA = "tracestory.analysis/1"
@@ -176,7 +177,18 @@ def analysis_json(run) -> dict:
         "phase_coverage": phase_coverage_json(run.facts),
         "warnings": list(a.trace.meta.stated_warnings),
         "operators": operators_json(run),
+        "nsys_tables": nsys_tables_json(run),
     }
+    return out
+
+
+def nsys_tables_json(run) -> dict:
+    """The ``nsys stats`` summary tables of the trace (``analysis.nsys_tables``): per table its
+    rows (one object per row, base units) and a note of what they leave out, or ``missing``:
+    why this input cannot give it (never an empty table that reads as zero)."""
+    out = {}
+    for name, t in run.nsys_tables.items():
+        out[name] = {"missing": t.missing} if t.missing is not None else {"rows": table_records(t), "note": t.note}
     return out
 
 

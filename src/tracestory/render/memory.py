@@ -24,6 +24,7 @@ from .mpl import pyplot, save
 
 WIDTH = 100
 HEIGHT = 10
+MIN_CHART_SAMPLES = 20  # fewer samples than this are listed, not drawn
 ALLOC, RESERVED = "█", "░"
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
 
@@ -115,6 +116,13 @@ def render_memory_ascii(d, *, width: int = WIDTH, height: int = HEIGHT) -> list[
         legend += f"  {RESERVED} reserved by the caching allocator, not allocated"
     lines.append(legend)
     lines.append(f"        each column: the largest value in its time bin, {unit}; time from the first sample")
+    wrapped = [w for f in memory_facts(d) for w in textwrap.wrap(f, width, subsequent_indent="  ")]
+    return [clip_text(x, width) for x in lines + wrapped]
+
+
+def memory_facts(d) -> list[str]:
+    """One device's memory numbers, a sentence each: the peak and what ran then, the samples,
+    reserved vs allocated, the share of device memory."""
     facts = [peak_text(d)]
     facts.append(
         f"samples {d.sample_count}: {d.alloc_count} allocations, {d.free_count} frees; "
@@ -138,8 +146,7 @@ def render_memory_ascii(d, *, width: int = WIDTH, height: int = HEIGHT) -> list[
         )
     if d.allocated_from_deltas:
         facts.append("allocated rebuilt from allocation deltas (the trace has no totals)")
-    wrapped = [w for f in facts for w in textwrap.wrap(f, width, subsequent_indent="  ")]
-    return [clip_text(x, width) for x in lines + wrapped]
+    return facts
 
 
 def memory_section(mt, *, width: int = WIDTH) -> list[str]:
@@ -160,6 +167,14 @@ def memory_section(mt, *, width: int = WIDTH) -> list[str]:
     )
     out = [f"GPU memory over time from {mt.source} ({level}):", ""]
     for d in mt.devices[:8]:
+        if d.sample_count < MIN_CHART_SAMPLES:
+            out += [
+                f"Memory usage timeline of GPU {d.device}: n/a as a chart ({d.sample_count} samples, too few to "
+                "draw over time); the numbers:",
+                "",
+            ]
+            out += [f"- {f}" for f in memory_facts(d)] + [""]
+            continue
         out += ["```text", *render_memory_ascii(d, width=width), "```", ""]
     if len(mt.devices) > 8:
         out += [f"({len(mt.devices) - 8} more devices not drawn)", ""]

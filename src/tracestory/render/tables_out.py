@@ -1,12 +1,16 @@
 """Named result tables (:class:`~tracestory.analysis.tables.Table`) as text: CSV, Markdown, JSON
 records, or a rich table for the terminal.
 
+A table the input cannot give (``Table.missing``: ``osrt_sum`` of an export captured without
+``--trace=osrt``) is one line saying why in the terminal and in Markdown; CSV and JSON of it
+are refused by the command (one line, exit 2), never an empty table that reads as zero.
+
 CSV, Markdown and JSON keep base units (``total_ns`` in ns, ``share`` 0..1) and full precision,
 for a program to read; JSON is a list of one object per row, missing values ``null``. The
 terminal view picks units per column by its name: ``*_ns`` through ``fmt_ns``, ``share``
-through ``fmt_pct``, other floats with 4 significant digits. When the columns do not fit the
+through ``fmt_pct``, ``*_bytes_per_s`` in GB/s, other floats with 4 significant digits. When the columns do not fit the
 terminal's width, the least important ones are left out and the caption names them: the first
-column (the row's name), ``total_ns`` and ``share`` are kept first, then the others from the
+column (the row's name), ``total_ns``, ``share`` and the bandwidths are kept first, then the others from the
 left; ``--format csv`` or ``json`` has every column.
 """
 
@@ -17,8 +21,9 @@ import json
 import math
 
 from rich.table import Table as RichTable
+from rich.text import Text
 
-from ..units import clip_text, fmt_ns, fmt_pct, sig
+from ..units import clip_text, fmt_gbps, fmt_ns, fmt_pct, fmt_si, sig
 
 FORMATS = ("table", "csv", "json", "markdown")
 TEXT_WIDTH = 32  # terminal columns of a text cell (names, shapes); the other formats keep it whole
@@ -54,6 +59,12 @@ def _cell(column: str, v) -> str:
         return fmt_ns(v)
     if column == "share":
         return fmt_pct(v)
+    if column.endswith("_bytes_per_s"):
+        return fmt_gbps(v)
+    if column.endswith("flops_per_s"):
+        return fmt_si(v, "FLOP/s")
+    if column == "fraction_of_roof":
+        return fmt_pct(v)
     if isinstance(v, float):
         return sig(v, 4)
     if isinstance(v, int):
@@ -61,7 +72,8 @@ def _cell(column: str, v) -> str:
     return clip_text(str(v), 60)
 
 
-KEEP_FIRST = ("total_ns", "share")  # after the first column, the columns a narrow terminal keeps
+# after the first column, the columns a narrow terminal keeps
+KEEP_FIRST = ("total_ns", "share", "algbw_bytes_per_s", "busbw_bytes_per_s", "fraction_of_roof", "bound")
 BORDER = 3  # a rich column's padding and rule, in terminal columns
 
 
@@ -82,9 +94,11 @@ def _fitting_columns(cols: list[str], widths: list[int], width: int | None) -> l
     return sorted(shown)
 
 
-def table_renderable(table, title: str | None = None, width: int | None = None) -> RichTable:
+def table_renderable(table, title: str | None = None, width: int | None = None) -> RichTable | Text:
     """A rich table of ``table`` with units chosen per column, fitted to ``width`` terminal
-    columns when given (module docstring)."""
+    columns when given (module docstring); a table the input cannot give is one line saying why."""
+    if table.missing is not None:
+        return Text(f"{title or table.name}: {table.missing}")
     cols = list(table.columns)
     rows = table.rows()
     cells = [[_cell(c, v) for c, v in zip(cols, row, strict=False)] for row in rows]
@@ -95,6 +109,8 @@ def table_renderable(table, title: str | None = None, width: int | None = None) 
     shown = _fitting_columns(cols, widths, width)
     left_out = [cols[i] for i in range(len(cols)) if i not in shown]
     caption = f"left out for width: {', '.join(left_out)} (--format csv or json has every column)" if left_out else None
+    if table.note:
+        caption = f"{table.note}\n{caption}" if caption else table.note
     tab = RichTable(title=title or table.name, title_justify="left", caption=caption, caption_justify="left")
     for i in shown:
         tab.add_column(

@@ -38,12 +38,18 @@ def _summary(a) -> Table:
         f"{fmt_ns(t.idle_ns)}  in {t.gap_count:,} gaps; waiting for launches {fmt_ns(t.idle_launch_wait_ns)},"
         f" other {fmt_ns(t.idle_other_ns)}",
     )
-    ll = t.launch_latency
+    la, lq = t.launch_api, t.launch_queue
     tab.add_row(
-        "launch latency",
+        "launch call (CPU)",
         "n/a (no launch calls linked)"
-        if not ll.count
-        else f"p50 {fmt_ns(ll.p50_ns)}  p90 {fmt_ns(ll.p90_ns)}  p99 {fmt_ns(ll.p99_ns)}  (n={ll.count:,})",
+        if not la.count
+        else f"p50 {fmt_ns(la.p50_ns)}  p90 {fmt_ns(la.p90_ns)}  p99 {fmt_ns(la.p99_ns)}  (n={la.count:,})",
+    )
+    tab.add_row(
+        "queue (GPU start - call end)",
+        "n/a (no launch calls linked)"
+        if not lq.count
+        else f"p50 {fmt_ns(lq.p50_ns)}  p90 {fmt_ns(lq.p90_ns)}  p99 {fmt_ns(lq.p99_ns)}  (n={lq.count:,})",
     )
     tab.add_row(
         "kernel rate",

@@ -18,6 +18,8 @@ Pieces (each usable alone):
 * :mod:`.eventlog`  -- the scheduler event log (JSONL, ``docs``: the serve event-log format);
 * :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
 * :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;
+* :mod:`.progress`  -- the stall watch of the engine thread behind ``/health``;
+* :mod:`.footprint` -- the start-up check that weights + KV cache fit in the memory at hand;
 * :mod:`.server`    -- the aiohttp HTTP front end;
 * :mod:`.request_body` -- strict parsing of a request body (400 for every client mistake);
 * :mod:`.admission` -- load shedding: admitted requests (429), body bytes (413/503), refusal counts;
@@ -51,12 +53,12 @@ from .engine import Engine
 from .eventlog import EventLog
 from .metrics import make_metrics
 from .model import ATTENTION_BACKENDS, DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
-from . import tensor_parallel
+from . import footprint, tensor_parallel
 from .scheduler import Scheduler, SchedulerConfig
 from .server import Api, ServerLimits, serve_app, start_in_thread
 from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
 
-__all__ = ["PROMPT_ID_RANGE", "ServeOptions", "ServerLimits", "build_server", "count_tokens", "prompt_of_tokens", "run_server",
+__all__ = ["PROMPT_ID_RANGE", "ServeOptions", "ServerLimits", "build_server", "check_footprint_on_cpu", "count_tokens", "prompt_of_tokens", "run_server",
            "start_server_thread", "token_text", "tokenize", "wait_healthy"]
 
 
@@ -163,6 +165,34 @@ def _auto_blocks(opts: ServeOptions, cfg, layers: int, vocab: int, device: str, 
     return n
 
 
+def check_footprint(opts: ServeOptions, device: str, cfg, layers: int, vocab: int, dtype_label: str,
+                    dtype_bytes: int, num_blocks: int) -> None:
+    """One-line :class:`UsageError` (exit 2) before anything is allocated when the weights and
+    KV cache of this build do not fit in the memory at hand (:mod:`.footprint`)."""
+    cpu = not device.startswith("cuda")
+    fp = footprint.estimate(cfg, layers, vocab, dtype_bytes, num_blocks, opts.block_size,
+                            opts.tensor_parallel if cpu else 1)
+    asked = (f"serve --preset {cfg.name} --layers {layers} --vocab {vocab} --dtype {dtype_label} "
+             f"--num-blocks {num_blocks} --block-size {opts.block_size}"
+             + (f" --tensor-parallel {opts.tensor_parallel}" if opts.tensor_parallel > 1 else ""))
+    footprint.check_fits(asked, fp, *footprint.device_available(device))
+
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def check_footprint_on_cpu(opts: ServeOptions) -> None:
+    """:func:`check_footprint` for a CPU server without torch (the launcher of ``serve
+    --tensor-parallel N`` checks before it starts N ranks): the CPU defaults of :func:`build_server`."""
+    if opts.device != "cpu":
+        return
+    preset, layers, _ = resolve_shape(opts, "cpu")
+    cfg = LlamaConfig.from_name(preset)
+    label = "fp32" if opts.dtype == "auto" else dtype_name(opts.dtype)
+    vocab = opts.vocab if opts.vocab is not None else DEFAULT_VOCAB.get(cfg.name, 32000)
+    check_footprint(opts, "cpu", cfg, layers, vocab, label, DTYPE_BYTES[label], opts.num_blocks or 512)
+
+
 def _say(line: str) -> None:
     print(f"tracestory serve: {line}", file=sys.stderr, flush=True)
 
@@ -196,6 +226,7 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
         raise UsageError(f"--vocab: expected an integer >= 1, found {vocab}")
     dbytes = torch.tensor([], dtype=dtype).element_size()
     num_blocks = opts.num_blocks or _auto_blocks(opts, cfg, layers, vocab, device, dbytes)
+    check_footprint(opts, device, cfg, layers, vocab, dtype_label, dbytes, num_blocks)
     budget = opts.max_batch_tokens if opts.max_batch_tokens is not None else (
         GPU_TOKEN_BUDGET if device.startswith("cuda") else CPU_TOKEN_BUDGET)
     if budget < 1:

@@ -13,7 +13,8 @@ Model (event-loop thread only, no locks):
   ``max_request_bytes``. The reservation ends when the body is parsed.
 
 Every refusal is counted by reason (``queue_full``, ``shutting_down``, ``body_too_large``,
-``bytes_in_flight``, ``bad_request``, ``unknown_model``, ``timeout``, ``connection_limit``,
+``bytes_in_flight``, ``bad_request``, ``unknown_model``, ``timeout``, ``stalled`` (a new request
+refused, or a waiting one cancelled, while the engine is stalled), ``connection_limit``,
 ``connection_evicted``, ``head_timeout``) in :attr:`Admission.refused` and, when given, in the
 ``tracestory:requests_refused_total`` metric.
 

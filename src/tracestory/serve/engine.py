@@ -41,6 +41,11 @@ engine's own time. A model failure fails the requests of that iteration (finish
 
 Stop (:meth:`Engine.stop`): the loop ends after the current iteration and every request still
 queued or running finishes as ``cancelled``.
+
+Progress (:attr:`Engine.progress`, :mod:`.progress`): each turn of the loop beats and names the
+step it enters, so :meth:`Engine.stalled` can tell a step that has not returned for longer than
+a timeout (a forward waiting on a stopped tensor-parallel rank) from an idle engine. A failed
+event-log write never reaches this thread (:mod:`.eventlog` counts the lost lines and goes on).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from dataclasses import dataclass, replace
 from ..capture.region import take_notes
 from .eventlog import EventLog
 from .metrics import ServerMetrics
+from .progress import Progress
 from .scheduler import Decision, Finish, Plan, RequestRejected, Scheduler, StepResult
 
 
@@ -108,6 +114,10 @@ class Engine:
         self._sinks: dict[str, Callable] = {}
         self._thread = threading.Thread(target=self._run, name="tracestory-engine", daemon=True)
         self.error: BaseException | None = None
+        tp = getattr(model, "tp", None)
+        self.progress = Progress(int(tp["size"]) if isinstance(tp, dict) else 1)
+        if metrics is not None:
+            log.on_lost = metrics.event_log_lines_lost.inc
 
     def start(self) -> None:
         self._thread.start()
@@ -115,6 +125,11 @@ class Engine:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive() and not self._stop.is_set()
+
+    def stalled(self, timeout_s: float) -> str | None:
+        """One line when the running engine has been inside one step for over ``timeout_s``
+        seconds (:mod:`.progress`), else None."""
+        return self.progress.stalled(timeout_s) if self.alive else None
 
     def submit(self, request_id: str, prompt: list[int], max_new_tokens: int, ignore_eos: bool, sink: Callable) -> None:
         """Queue a request; ``sink(kind, payload)`` is called from the engine thread with
@@ -173,6 +188,7 @@ class Engine:
         inflight: _Flight | None = None
         try:
             while not self._stop.is_set():
+                self.progress.beat()
                 self._drain()
                 launched = self._launch_next(inflight) if sched.has_work else None
                 if inflight is not None:
@@ -208,9 +224,11 @@ class Engine:
         per sampled token (module docstring); returns the flight, or None when nothing ran."""
         sched, log = self.scheduler, self.log
         t_start = log.now_ns()
+        self.progress.doing("scheduling")
         plan = sched.schedule()
         if not plan.members:
             return None
+        self.progress.doing(f"in the forward of iteration {plan.iteration} ({len(plan.members)} requests)")
         t_fwd = log.now_ns()
         try:
             ids = self._input_ids(plan.members, prev)
@@ -262,6 +280,7 @@ class Engine:
         """Wait for a flight's tokens, then hand them out: tokens, EOS stops, finishes, the
         event-log line and the metrics of its iteration."""
         sched, log = self.scheduler, self.log
+        self.progress.doing(f"waiting for the tokens of iteration {f.plan.iteration} ({len(f.plan.members)} requests)")
         try:
             real = f.launch.result()
         except Exception as e:  # noqa: BLE001
@@ -292,6 +311,7 @@ class Engine:
                          decisions=tuple(decisions), first_tokens=tuple(first))
         t_start = max(f.t_start, self._last_end)
         self._last_end = t_end
+        self.progress.doing(f"handing out the tokens of iteration {f.plan.iteration} (event log, metrics, clients)")
         log.iteration(f.plan, result, t_start, t_end, kv_total=sched.kv.num_blocks, memory=self.model.memory(),
                       block_counts=f.blocks,
                       timing={"schedule_ns": f.t_fwd - f.t_start, "forward_ns": t_end - f.t_fwd,

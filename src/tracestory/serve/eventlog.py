@@ -26,13 +26,27 @@ need time order sort by time.
 
 The file is line-buffered and flushed after every iteration; writes are serialized by a lock
 (the HTTP thread logs arrivals and failures, the engine thread logs iterations).
+
+A failed write (full disk, a file-size limit, an I/O error): the ``meta`` line is written and
+flushed when the log is opened, so a path that cannot take a line is refused at start-up (one
+:class:`~tracestory.errors.UsageError` line). Later, the first write that raises ``OSError``
+ends the log: one line on stderr (:attr:`EventLog.failure`), the file is closed and cut back
+to its last complete line (a write that failed part-way leaves no half line, so the log stays
+readable; where the cut itself fails, e.g. on a device, the file is left as it is), every later
+line is counted in
+:attr:`EventLog.lines_lost` (and passed to :attr:`EventLog.on_lost`, the server's
+``/metrics`` counter) and dropped; the caller (the engine thread, an HTTP handler) never sees
+the error, so the server keeps serving. Lines lost are counted from the failed one on.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UsageError
@@ -51,28 +65,65 @@ class EventLog:
         self.path = Path(path) if path is not None else None
         self._lock = threading.Lock()
         self._fh = None
+        self.failure: str | None = None       # the one line said when a write failed
+        self.lines_lost = 0                   # lines not written since then
+        self.on_lost: Callable[[int], None] | None = None    # called with each count of lines lost
+        self._good = 0                        # bytes of complete lines in the file (ASCII JSON)
         if self.path is not None:
             try:
                 self._fh = open(self.path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 -- open until close()
+                line = json.dumps({"type": "meta", "version": VERSION, "engine": "tracestory-serve", **meta,
+                                   "t0_unix_ns": t0_unix}, separators=(",", ":")) + "\n"
+                self._fh.write(line)
+                self._fh.flush()
+                self._good = len(line)
             except OSError as e:
+                if self._fh is not None:
+                    _close_quietly(self._fh)
+                    self._fh = None
                 raise UsageError(f"{self.path}: expected a writable event-log path, found {e.strerror or e}") from None
-        self._write({"type": "meta", "version": VERSION, "engine": "tracestory-serve", **meta,
-                     "t0_unix_ns": t0_unix})
 
     def now_ns(self) -> int:
         """ns since ``t0`` on the log's clock."""
         return time.monotonic_ns() - self.t0
 
     def _write(self, obj: dict, flush: bool = False) -> None:
-        if self._fh is None:
+        if self._fh is None and self.failure is None:     # no path, or closed: nothing to write or count
             return
         line = json.dumps(obj, separators=(",", ":")) + "\n"
         with self._lock:
             if self._fh is None:
+                if self.failure is not None:
+                    self._lost(1)
                 return
-            self._fh.write(line)
-            if flush:
-                self._fh.flush()
+            try:
+                self._fh.write(line)          # line-buffered: on the way to the kernel now
+                if flush:
+                    self._fh.flush()
+                self._good += len(line)
+            except OSError as e:
+                self._failed(e)
+                self._lost(1)
+
+    def _failed(self, e: OSError) -> None:
+        """The first failed write (lock held): say it once, close the file, write no more."""
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            _close_quietly(fh)
+            try:
+                os.truncate(self.path, self._good)     # no half line left behind
+            except (OSError, TypeError):
+                pass
+        if self.failure is None:
+            self.failure = (f"{self.path}: event-log write failed ({e.strerror or e}); the log stops here, "
+                            "the server keeps serving")
+            print(f"tracestory serve: {self.failure}", file=sys.stderr, flush=True)
+
+    def _lost(self, n: int) -> None:
+        """Count lines not written (lock held)."""
+        self.lines_lost += n
+        if self.on_lost is not None:
+            self.on_lost(n)
 
     # ------------------------------------------------------------------ events
     def arrival(self, t_ns: int, request_id: str, prompt_tokens: int, max_new_tokens: int,
@@ -125,15 +176,30 @@ class EventLog:
     def flush(self) -> None:
         with self._lock:
             if self._fh is not None:
-                self._fh.flush()
+                try:
+                    self._fh.flush()
+                except OSError as e:
+                    self._failed(e)
 
     def close(self) -> None:
         with self._lock:
             if self._fh is not None:
-                self._fh.flush()
-                self._fh.close()
+                try:
+                    self._fh.flush()
+                except OSError as e:
+                    self._failed(e)
+                    return
+                _close_quietly(self._fh)
                 self._fh = None
 
     @property
     def closed(self) -> bool:
         return self._fh is None
+
+
+def _close_quietly(fh) -> None:
+    """Close a file whose buffered tail may not be writable (a full disk): drop the tail."""
+    try:
+        fh.close()
+    except OSError:
+        pass

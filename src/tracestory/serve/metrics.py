@@ -15,7 +15,9 @@ Metrics (all labelled ``model_name``, the first served model name):
   before scheduling to after the sampled tokens are recorded (the ``t_end_ns - t_start_ns`` of
   the event log's ``iteration`` line);
 * ``tracestory:requests_refused_total`` (counter, also labelled ``reason``): requests and
-  connections the server turned away (:mod:`.admission` lists the reasons).
+  connections the server turned away (:mod:`.admission` lists the reasons);
+* ``tracestory:event_log_lines_lost_total`` (counter): event-log lines not written because a
+  write failed (full disk; :mod:`.eventlog`), counted from the failed line on.
 
 ``prometheus-client`` is an optional dependency (the ``serve`` extra), imported when a server
 is built; without it :func:`make_metrics` returns ``None``, the engine records nothing and
@@ -55,6 +57,8 @@ class ServerMetrics:
         self.preemptions = counter("tracestory:num_preemptions", "Requests preempted (recompute).")
         self.iteration_time = pc.Histogram("tracestory:iteration_time_seconds", "Engine iteration time.", labels,
                                            buckets=ITERATION_BUCKETS_S, registry=self.registry).labels(model_name)
+        self.event_log_lines_lost = counter("tracestory:event_log_lines_lost",
+                                            "Event-log lines not written after a failed write.")
         self._model_name = model_name
         self.refused = pc.Counter("tracestory:requests_refused", "Requests and connections turned away.",
                                   ["model_name", "reason"], registry=self.registry)

@@ -2,7 +2,8 @@
 
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming as SSE
 ``data: {...}`` chunks ending with ``data: [DONE]``, or one JSON response), ``GET /health``
-(200 while the engine thread runs, else 503), ``GET /v1/models`` (the served model names),
+(200 while the engine thread runs and makes progress, else 503 with ``status`` and ``reason``;
+a failed event log is named in the 200 answer, see below), ``GET /v1/models`` (the served model names),
 ``GET /v1/models/{id}`` (one of them; 404 with an OpenAI error for another id),
 ``GET /metrics`` (Prometheus text format, :mod:`.metrics`; 501 without prometheus-client),
 ``POST /start_profile`` / ``POST /stop_profile`` (torch.profiler into ``--profiler-dir``,
@@ -38,11 +39,27 @@ before any token iff ``floor(k·F) > floor((k-1)·F)``: exactly ``floor(N·F)`` 
 fail, evenly spread (F = 0.5: every second request). It is logged as arrival + finish ``error``.
 
 A client that disconnects cancels its handler, which aborts the request in the engine (finish
-``cancelled``).
+``cancelled``), streaming or not: aiohttp cancels the handler when the connection is lost
+(``handler_cancellation``), and a handler also looks at its transport at every token and every
+:data:`POLL_S` seconds of waiting, so a whole (non-streaming) response is cancelled, its KV
+blocks freed, even where that cancellation does not come (older aiohttp, a connection aiohttp
+has not yet seen close).
+
+A stalled engine (:mod:`.progress`: one step, e.g. a forward waiting in a collective for a
+stopped tensor-parallel rank, running longer than ``stall_timeout_s``): ``/health`` answers 503
+``{"status": "stalled", "reason": ...}``, a new request gets 503 with the reason and
+``Retry-After``, and a request waiting for tokens is cancelled within :data:`POLL_S` seconds
+(503 with the reason; a stream gets an error chunk and ``[DONE]``) instead of hanging. When the
+step returns, ``/health`` is 200 again.
+
+A failed event-log write (full disk) ends the log, not the server (:mod:`.eventlog`): ``/health``
+stays 200 and adds ``"event_log": {"error": ..., "lines_lost": N}``; ``/metrics`` counts the lost
+lines (``tracestory:event_log_lines_lost_total``).
 
 Shutdown (SIGINT/SIGTERM, or :meth:`ServerHandle.stop`): the engine stops after the current
 iteration, in-flight requests finish as ``cancelled`` (their streams get an error chunk and
-``[DONE]``), the listener closes and the event log is closed.
+``[DONE]``), the listener closes and the event log is closed. A stalled engine is given 2 s,
+not 30, to end its step (it will not: the process exits with the step still waiting).
 """
 
 from __future__ import annotations
@@ -65,6 +82,7 @@ from .request_fields import unsupported_field
 from .scheduler import Finish, request_problem
 from .tokens import token_text
 
+POLL_S = 0.5       # a handler waiting for tokens checks its client and the engine's progress this often
 
 # ---------------------------------------------------------------------------- HTTP
 @dataclass(frozen=True)
@@ -77,12 +95,13 @@ class ServerLimits:
     request_timeout_s: float = 600.0       # from admission to the last token; then cancelled, KV freed
     max_request_bytes: int = 8 * 2**20     # one body (413 above)
     max_inflight_bytes: int = 64 * 2**20   # all bodies being read and parsed (503 above)
+    stall_timeout_s: float = 60.0          # one engine step longer than this: /health 503, requests fail (.progress)
 
     def __post_init__(self):
         for name in ("max_waiting", "max_request_bytes", "max_inflight_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerLimits.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("idle_timeout_s", "request_timeout_s"):
+        for name in ("idle_timeout_s", "request_timeout_s", "stall_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ServerLimits.{name} must be > 0, got {getattr(self, name)}")
 
@@ -136,9 +155,20 @@ class Api:
     async def health(self, request):
         from aiohttp import web
 
-        if self.engine.alive:
-            return web.json_response({"status": "ok"})
-        return web.json_response({"status": "unavailable"}, status=503)
+        if not self.engine.alive:
+            return web.json_response({"status": "unavailable", "reason": self._down_reason()}, status=503)
+        why = self.engine.stalled(self.limits.stall_timeout_s)
+        if why is not None:
+            return web.json_response({"status": "stalled", "reason": why}, status=503)
+        body: dict = {"status": "ok"}
+        log = self.engine.log
+        if log.failure is not None:
+            body["event_log"] = {"error": log.failure, "lines_lost": log.lines_lost}
+        return web.json_response(body)
+
+    def _down_reason(self) -> str:
+        err = getattr(self.engine, "error", None)
+        return f"engine failed: {err!r}" if err is not None else "server shutting down"
 
     async def models(self, request):
         from aiohttp import web
@@ -248,6 +278,10 @@ class Api:
         if not self.engine.alive:
             self.admission.refuse("shutting_down")
             return _error(503, "server shutting down", "server_error", retry_after=RETRY_AFTER_S)
+        why = self.engine.stalled(self.limits.stall_timeout_s)
+        if why is not None:
+            self.admission.refuse("stalled")
+            return _error(503, why, "server_error", retry_after=RETRY_AFTER_S)
         req = await self._read_body(request)
         if isinstance(req, web.StreamResponse):
             return req
@@ -279,24 +313,47 @@ class Api:
         try:
             if req.stream:
                 return await self._stream(request, q, rid, chat, len(ids), deadline)
-            return await self._whole(q, rid, chat, len(ids), deadline)
-        except (asyncio.CancelledError, ConnectionError):
+            return await self._whole(request, q, rid, chat, len(ids), deadline)
+        except asyncio.CancelledError:
             self.engine.abort(rid)            # client went away: free its blocks
             raise
+        except ConnectionError:               # found gone while waiting or writing: nobody reads an answer
+            self.engine.abort(rid)
+            return web.Response(status=499, text="client closed the connection")   # aiohttp drops it quietly
         finally:
             self.admission.done()
 
-    async def _next(self, q: asyncio.Queue, rid: str, deadline: float):
-        """The next engine item; at the deadline the request is cancelled (its KV blocks freed)
-        and a ``finish`` item saying so is returned."""
-        left = deadline - asyncio.get_running_loop().time()
-        try:
-            return await asyncio.wait_for(q.get(), max(left, 0.0))
-        except asyncio.TimeoutError:
-            why = f"request deadline of {self.limits.request_timeout_s:g} s passed"
-            self.engine.abort(rid, why)
-            self.admission.refuse("timeout")
-            return "finish", Finish(rid, "timeout", 0, 0, why)
+    async def _next(self, request, q: asyncio.Queue, rid: str, deadline: float):
+        """The next engine item. A client whose connection is gone raises ``ConnectionResetError``
+        (looked at on every call and every :data:`POLL_S` seconds of waiting; the caller aborts
+        the request); after :data:`POLL_S` seconds without an item a stalled engine cancels the
+        request and returns a ``finish`` item with the reason; at the deadline the request is
+        cancelled (its KV blocks freed) and a ``finish`` item says so."""
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("client disconnected")
+        if not q.empty():
+            return q.get_nowait()
+        loop = asyncio.get_running_loop()
+        while True:
+            left = deadline - loop.time()
+            try:
+                return await asyncio.wait_for(q.get(), max(min(left, POLL_S), 0.0))
+            except asyncio.TimeoutError:
+                pass
+            if loop.time() >= deadline:
+                why = f"request deadline of {self.limits.request_timeout_s:g} s passed"
+                self.engine.abort(rid, why)
+                self.admission.refuse("timeout")
+                return "finish", Finish(rid, "timeout", 0, 0, why)
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("client disconnected")
+            why = self.engine.stalled(self.limits.stall_timeout_s)
+            if why is not None:
+                self.engine.abort(rid, why)
+                self.admission.refuse("stalled")
+                return "finish", Finish(rid, "cancelled", 0, 0, why)
 
     def _chunk(self, rid: str, chat: bool, text: str | None, finish: str | None, first: bool) -> dict:
         if chat:
@@ -322,7 +379,7 @@ class Api:
 
         n_out = 0
         while True:
-            kind, payload = await self._next(q, rid, deadline)
+            kind, payload = await self._next(request, q, rid, deadline)
             if kind == "token":
                 await send(self._chunk(rid, chat, token_text(payload), None, first=n_out == 0))
                 n_out += 1
@@ -340,12 +397,12 @@ class Api:
         await resp.write_eof()
         return resp
 
-    async def _whole(self, q, rid, chat, prompt_tokens, deadline):
+    async def _whole(self, request, q, rid, chat, prompt_tokens, deadline):
         from aiohttp import web
 
         tokens = []
         while True:
-            kind, payload = await self._next(q, rid, deadline)
+            kind, payload = await self._next(request, q, rid, deadline)
             if kind == "token":
                 tokens.append(payload)
                 continue
@@ -353,7 +410,8 @@ class Api:
             break
         if fin.reason not in ("length", "stop"):
             status = {"cancelled": 503, "timeout": 504}.get(fin.reason, 500)
-            return _error(status, f"request {fin.reason}: {fin.error}", "server_error")
+            return _error(status, f"request {fin.reason}: {fin.error}", "server_error",
+                          retry_after=RETRY_AFTER_S if status == 503 else None)
         text = "".join(token_text(t) for t in tokens)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                    "finish_reason": fin.reason} if chat else
@@ -381,15 +439,18 @@ class ServerHandle:
 
 
 async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asyncio.Event,
-                    ready: Callable[[str], None] | None = None, install_signals: bool = True) -> None:
+                    ready: Callable[[str], None] | None = None, install_signals: bool = True,
+                    handler_cancellation: bool = True) -> None:
     """Listen on ``host:port`` (0: any free port) until ``stop`` is set (or SIGINT/SIGTERM when
-    ``install_signals``), then shut down: engine first, then the listener, then the log."""
+    ``install_signals``), then shut down: engine first, then the listener, then the log.
+    ``handler_cancellation=False`` (tests of the handlers' own transport check) keeps aiohttp
+    from cancelling a handler whose client left."""
     import signal
 
     from aiohttp import web
 
     limits = api.limits
-    runner = web.AppRunner(api.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0,
+    runner = web.AppRunner(api.app(), handler_cancellation=handler_cancellation, access_log=None, shutdown_timeout=5.0,
                            keepalive_timeout=limits.idle_timeout_s)
     await runner.setup()
     loop = asyncio.get_running_loop()
@@ -411,7 +472,9 @@ async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asy
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-        await loop.run_in_executor(None, engine.stop)
+        # a stalled engine (a forward waiting on a stopped rank) will not end its step: do not wait for it
+        stalled = engine.stalled(limits.stall_timeout_s) is not None
+        await loop.run_in_executor(None, engine.stop, 2.0 if stalled else 30.0)
         if listener is not None:
             listener.close()
         await runner.cleanup()
@@ -419,7 +482,7 @@ async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asy
 
 
 def start_in_thread(engine: Engine, api: Api, host: str = "127.0.0.1", port: int = 0,
-                    timeout_s: float = 30.0) -> ServerHandle:
+                    timeout_s: float = 30.0, *, handler_cancellation: bool = True) -> ServerHandle:
     """Run the server on its own event-loop thread (no signal handlers); returns once listening."""
     got: dict = {}
     ready_evt = threading.Event()
@@ -435,7 +498,8 @@ def start_in_thread(engine: Engine, api: Api, host: str = "127.0.0.1", port: int
             ready_evt.set()
 
         try:
-            loop.run_until_complete(serve_app(engine, api, host, port, stop=stop, ready=ready, install_signals=False))
+            loop.run_until_complete(serve_app(engine, api, host, port, stop=stop, ready=ready, install_signals=False,
+                                              handler_cancellation=handler_cancellation))
         except BaseException as e:  # noqa: BLE001 -- handed to the starting thread, which raises
             got["error"] = e
             ready_evt.set()

@@ -33,8 +33,9 @@ rank that hears nothing for :data:`CONTROL_TIMEOUT_S` seconds stops with one lin
 failed send on rank 0 (a rank died) prints one line naming it and stops the server (exit 1).
 At shutdown (SIGINT/SIGTERM to rank 0, as ``tracestory capture --load`` sends) rank 0 finishes
 serving, then broadcasts *stop*; the others leave their loop and every rank exits 0. The other
-ranks ignore SIGINT/SIGTERM while they follow (``torchrun`` and a process-group Ctrl-C deliver
-them too); they stop when rank 0 says so, or at the timeout. Each rank then leaves its process
+ranks ignore SIGINT/SIGTERM from the moment they follow to their exit (``torchrun`` and a
+process-group Ctrl-C deliver them too, and such a signal may land after rank 0's *stop*); they
+stop when rank 0 says so, or at the timeout. Each rank then leaves its process
 groups (:meth:`Group.close`: destroyed on the CPU; on CUDA left to the process exit, because
 closing the NCCL communicators did not return within 20 s on two H100s) and says in one line how
 long its stop took. How the processes start and end (``tracestory serve --tensor-parallel N``
@@ -70,6 +71,7 @@ from .scheduler import Member
 HEARTBEAT_S = 1.0            # rank 0 sends a heartbeat when it sent nothing for this long
 CONTROL_TIMEOUT_S = 300.0    # a rank that hears nothing for this long gives up
 CLOSE_TIMEOUT_S = 20.0       # leaving the process groups at the end takes at most this long
+STOP_LOCK_S = 5.0            # rank 0 waits this long for the plan channel to send *stop*
 SAFE_NCCL_ENV = TORCHRUN_SAFE_ENV    # NVLink multicast off (set where unset)
 
 # control commands (header[0])
@@ -306,17 +308,28 @@ class TensorParallelFront:
                 except WorkerLost:
                     return
 
-    def stop(self) -> None:
-        """Stop the heartbeat and tell the other ranks to exit (when they can still hear)."""
+    def stop(self, lock_timeout_s: float = STOP_LOCK_S) -> None:
+        """Stop the heartbeat and tell the other ranks to exit (when they can still hear). When
+        the channel stays held for ``lock_timeout_s`` (the engine thread's forward still waits in
+        a collective: a stopped or hung rank, see :mod:`.progress`), *stop* is not sent: the
+        rank is marked lost with one line, so rank 0 exits 1 and torchrun ends the others,
+        instead of waiting for ever behind that forward."""
         self.stopping = True
         self._done.set()
-        self._beat.join(5 * HEARTBEAT_S)
-        if self.lost is None:
-            with self.control.lock:
-                try:
-                    self._send(CMD_STOP)
-                except WorkerLost:
-                    pass
+        self._beat.join(HEARTBEAT_S)          # it wakes every HEARTBEAT_S / 4; held only behind a stalled forward
+        if self.lost is not None:
+            return
+        if not self.control.lock.acquire(timeout=lock_timeout_s):
+            self.lost = (f"tensor-parallel rank stalled: rank 0's forward still waits in a collective after "
+                         f"{lock_timeout_s:g} s; stop not sent to the other ranks, exiting with code 1")
+            self._on_lost(self.lost)
+            return
+        try:
+            self._send(CMD_STOP)
+        except WorkerLost:
+            pass
+        finally:
+            self.control.lock.release()
 
 
 def follow(model, control: Control) -> int:
@@ -468,6 +481,11 @@ def run(opts, build_server: Callable, serve: Callable) -> None:
     try:
         engine, api = build_server(g.options, prepare_hook=g.shard)
         if info.rank != 0:
+            # SIGINT/SIGTERM ignored from here to the exit, not only inside follow(): the launcher
+            # signals every rank, and rank 0 may stop and broadcast *stop* before this rank's
+            # signal lands; back under Python's handler it became KeyboardInterrupt (exit 130)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
             try:
                 follow(engine.model, g.control)
             except Exception as e:  # noqa: BLE001 -- the other side is gone or silent

@@ -11,8 +11,16 @@ event bitmask decoded into names), :mod:`.sampler` (the thread and the file).
 * asked off: ``enabled=False`` (``--skip-power-monitor``; Nsight Compute captures) or the
   environment variable ``TRACESTORY_SKIP_POWER_MONITOR`` set to a true value (a capture sets it
   for its children, since the capture process samples itself) -- silently, as asked;
-* NVML unusable (module missing, no driver, ``nvmlInit`` failed, no GPU): one line on stderr,
-  ``GPU telemetry off: <why>``, never a failure.
+* NVML unusable (module missing, no driver, ``nvmlInit`` failed, no GPU, any error while the
+  sampler starts): one line on stderr, ``GPU telemetry off: <why>``, never a failure.
+
+Once running, telemetry cannot fail the run it watches: a failing reading, a bad value or a
+sampling thread that stops are kept in :attr:`Sampler.incomplete` (and the file's ``end``
+record), :meth:`Sampler.stop` never raises, and a command records
+:attr:`Sampler.incomplete_reason` ("telemetry incomplete: <reason>") where it records the
+telemetry: the capture manifest's ``telemetry.incomplete``, ``load``'s result and summary
+(``telemetry_incomplete``); ``bench`` and ``serve`` leave it in the file's ``end`` record, which
+the report states.
 
 While a sampler runs it is :func:`active` (``bench.timer.measure`` reads the energy counter
 through it).
@@ -27,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from ..errors import UsageError
 from .nvml import NvmlSource, PynvmlSource, TelemetryUnavailable
 from .reasons import REASON_BITS, SLOWDOWN_REASONS, decode_reasons, describe
 from .sampler import DEFAULT_HZ, FILE_NAME, SCHEMA, Sampler, check_rate
@@ -74,10 +83,18 @@ def maybe_sampler(path: str | Path | None, *, enabled: bool = True, rate_hz: flo
     try:
         sampler = Sampler(source if source is not None else PynvmlSource(), path, rate_hz=rate_hz, label=label)
         sampler.start()
+    except UsageError:      # the file cannot be written: the user's to fix
+        raise
     except TelemetryUnavailable as e:
-        print(f"GPU telemetry off: {e}", file=stream if stream is not None else sys.stderr, flush=True)
+        reason = str(e)
+    except Exception as e:  # noqa: BLE001  a broken NVML turns telemetry off, never fails the command
+        reason = f"NVML failed while starting ({type(e).__name__}: {e})"
+    else:
+        reason = None
+    if reason is not None:
+        print(f"GPU telemetry off: {reason}", file=stream if stream is not None else sys.stderr, flush=True)
         if why is not None:
-            why.append(str(e))
+            why.append(reason)
         yield None
         return
     _active.append(sampler)
@@ -85,4 +102,7 @@ def maybe_sampler(path: str | Path | None, *, enabled: bool = True, rate_hz: flo
         yield sampler
     finally:
         _active.remove(sampler)
-        sampler.stop()
+        try:
+            sampler.stop()
+        except Exception as e:  # noqa: BLE001  stop() keeps its own errors; this is the last guard
+            sampler.note("stop", f"stopping failed ({type(e).__name__}: {e})")

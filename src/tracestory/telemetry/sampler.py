@@ -24,11 +24,32 @@ second; a last line cut short is reported by the reader as damage, never dropped
 Overhead: one sample is ``7 x GPUs`` NVML calls plus one ``json.dumps``; the thread's own CPU
 time (``time.thread_time_ns``) is summed and written in the ``end`` record
 (``cpu_ns_per_sample``); ``benchmarks/telemetry_overhead.py`` measures it.
+
+Energy counter resets
+---------------------
+NVML's total-energy counter counts from the last driver load; a driver reload or GPU reset
+starts it again from 0. A reading lower than the one before is taken as such a reset: the
+counter written (``energy_mj``, and what :meth:`Sampler.energy_mj` returns) is continued, the
+segments summed (the reading before the drop is added to every later reading), so energy over
+any span is never negative. Each reset is listed in the ``end`` record's ``energy_resets``
+(GPU, ``t_mono_ns``, the readings before and after). Lost: the energy between the last read
+before the reset and the reset itself (at most one ``energy_period_s``); a reset after which
+the counter is already above the reading before it cannot be seen.
+
+Telemetry never fails the run it watches
+----------------------------------------
+A reading that raises (an NVML error after the start, a bug in a source) or returns a value
+that is not a finite non-negative number is recorded as ``null``; an error outside the readings
+(the file cannot be written, the thread fails) stops the sampling thread; neither reaches the
+caller, and :meth:`Sampler.stop` never raises. Each such event is kept (once per GPU and reading)
+in :attr:`Sampler.incomplete` and in the ``end`` record's ``incomplete`` list, so a reader states
+"telemetry incomplete: <reason>" instead of taking a gap for a quiet GPU.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -59,6 +80,18 @@ _READINGS = ("sm_mhz", "mem_mhz", "power_w", "energy_mj", "temp_c", "util", "rea
 
 CLOCKS = {"t_unix_ns": "time.time_ns(): Unix epoch ns (Kineto baseTimeNanoseconds, scheduler log t0_unix_ns)",
           "t_mono_ns": "time.monotonic_ns(): CLOCK_MONOTONIC ns (the scheduler event log's clock)"}
+
+
+class _BadValue(Exception):
+    """A reading that is not a finite non-negative number."""
+
+    def __init__(self, value: Any):
+        super().__init__(repr(value)[:60])
+        self.value = value
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def check_rate(rate_hz: float) -> float:
@@ -92,6 +125,12 @@ class Sampler:
         self._lock = threading.Lock()
         self._last_flush = 0
         self._started = False
+        self.incomplete: list[str] = []             # why the telemetry is incomplete (module docstring)
+        self._noted: set[str] = set()
+        self.energy_resets: list[dict[str, Any]] = []
+        self._energy_raw: list[int | None] = []     # last raw counter reading per GPU
+        self._energy_offset: list[int] = []         # summed segments before the last reset per GPU
+        self._energy_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Sampler:
@@ -104,21 +143,37 @@ class Sampler:
                 raise TelemetryUnavailable("NVML sees no GPU")
             self._handles = [self.source.handle(i) for i in range(n)]
             self._skip = [set() for _ in range(n)]
+            self._energy_raw, self._energy_offset = [None] * n, [0] * n
             for i, h in enumerate(self._handles):
                 self._probe(i, h)
             self.devices = [{"index": i, "name": self.source.name(h), "uuid": self.source.uuid(h),
                              "pci_bus_id": self.source.pci_bus_id(h), "unsupported": sorted(self._skip[i])}
                             for i, h in enumerate(self._handles)]
         except (TelemetryUnavailable, FieldUnsupported) as e:
-            self.source.shutdown()
+            self._shutdown_source()
             raise TelemetryUnavailable(str(e)) from None
+        except Exception as e:  # noqa: BLE001  a broken NVML (or source) means no telemetry, not a failed run
+            self._shutdown_source()
+            raise TelemetryUnavailable(f"NVML failed while starting ({type(e).__name__}: {e})") from None
         if self.path is not None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 -- open until stop()
             except OSError as e:
-                self.source.shutdown()
+                self._shutdown_source()
                 raise UsageError(f"{self.path}: expected a writable telemetry file, found {e.strerror or e}") from None
+        try:
+            self._begin()
+        except Exception as e:  # noqa: BLE001  e.g. the header cannot be written: no telemetry, said so
+            self._close_file()
+            self._shutdown_source()
+            raise TelemetryUnavailable(f"the telemetry could not start ({type(e).__name__}: {e})") from None
+        self._thread = threading.Thread(target=self._run, name="tracestory-telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def _begin(self) -> None:
+        """The header and the first sample."""
         t0_unix, t0_mono = time.time_ns(), time.monotonic_ns()
         self._write({"type": "header", "schema": SCHEMA, "source": "nvml", "rate_hz": self.rate_hz,
                      "energy_period_s": self.energy_period_s, "t0_unix_ns": t0_unix, "t0_mono_ns": t0_mono, "clocks": CLOCKS, "units": FIELDS,
@@ -128,26 +183,59 @@ class Sampler:
         self._started = True
         self._take(energy=True)
         self._flush()
-        self._thread = threading.Thread(target=self._run, name="tracestory-telemetry", daemon=True)
-        self._thread.start()
-        return self
 
     def stop(self) -> None:
-        """Take a last sample, write the ``end`` record, close the file, shut NVML down."""
+        """Take a last sample, write the ``end`` record, close the file, shut NVML down. Never
+        raises: what goes wrong is kept in :attr:`incomplete` (module docstring)."""
         if not self._started:
             return
         self._started = False
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            self.note("thread", "the sampling thread ended before the run did")
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
-        self._take(energy=True)
-        self._write({"type": "end", "t_unix_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns(),
-                     "samples": self.samples, "late": self.late,
-                     "cpu_ns_per_sample": self.cpu_ns / self.samples if self.samples else None})
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-        self.source.shutdown()
+            if self._thread.is_alive():
+                self.note("thread", "the sampling thread did not stop within 5 s")
+        try:
+            self._take(energy=True)
+        except Exception as e:  # noqa: BLE001
+            self.note("last sample", f"the last sample failed ({type(e).__name__}: {e})")
+        try:
+            self._write({"type": "end", "t_unix_ns": time.time_ns(), "t_mono_ns": time.monotonic_ns(),
+                         "samples": self.samples, "late": self.late,
+                         "cpu_ns_per_sample": self.cpu_ns / self.samples if self.samples else None,
+                         "energy_resets": self.energy_resets, "incomplete": self.incomplete})
+        except Exception as e:  # noqa: BLE001
+            self.note("end", f"the end record could not be written ({type(e).__name__}: {e})")
+        self._close_file()
+        self._shutdown_source()
+
+    def note(self, key: str, reason: str) -> None:
+        """Keep why the telemetry is incomplete (once per ``key``)."""
+        with self._lock:
+            if key not in self._noted:
+                self._noted.add(key)
+                self.incomplete.append(reason)
+
+    @property
+    def incomplete_reason(self) -> str | None:
+        """``telemetry incomplete: <reasons>``, or None when nothing went wrong."""
+        return f"telemetry incomplete: {'; '.join(self.incomplete)}" if self.incomplete else None
+
+    def _close_file(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            try:
+                fh.close()
+            except Exception as e:  # noqa: BLE001  (a full disk on the last flush)
+                self.note("close", f"the telemetry file could not be closed ({type(e).__name__}: {e})")
+
+    def _shutdown_source(self) -> None:
+        try:
+            self.source.shutdown()
+        except Exception as e:  # noqa: BLE001
+            self.note("shutdown", f"NVML shutdown failed ({type(e).__name__}: {e})")
 
     def __enter__(self) -> Sampler:
         return self.start()
@@ -159,25 +247,49 @@ class Sampler:
     def _probe(self, i: int, h: Any) -> None:
         for what in _READINGS:
             try:
-                self._read(h, what)
+                self._read(h, what, i)
             except FieldUnsupported:
                 self._skip[i].add(what)
+            except Exception as e:  # noqa: BLE001  a reading that fails at the start is not read again
+                self._skip[i].add(what)
+                self.note(f"{i}:{what}", f"GPU {i} {what}: not read ({type(e).__name__}: {e})")
 
-    def _read(self, h: Any, what: str):
+    def _read(self, h: Any, what: str, i: int):
         s = self.source
         if what == "sm_mhz":
-            return s.sm_clock_mhz(h)
-        if what == "mem_mhz":
-            return s.mem_clock_mhz(h)
-        if what == "power_w":
-            return s.power_mw(h) / 1000.0
-        if what == "energy_mj":
-            return s.energy_mj(h)
-        if what == "temp_c":
-            return s.temperature_c(h)
-        if what == "util":
-            return s.utilization(h)
-        return s.clock_event_mask(h)
+            v = s.sm_clock_mhz(h)
+        elif what == "mem_mhz":
+            v = s.mem_clock_mhz(h)
+        elif what == "power_w":
+            mw = s.power_mw(h)
+            v = mw / 1000.0 if _count(mw) else mw
+        elif what == "energy_mj":
+            return self._energy(i, s.energy_mj(h))
+        elif what == "temp_c":
+            v = s.temperature_c(h)
+        elif what == "util":
+            v = s.utilization(h)
+            if isinstance(v, tuple) and len(v) == 2 and all(_count(x) for x in v):
+                return v
+            raise _BadValue(v)
+        else:
+            v = s.clock_event_mask(h)
+        if not _count(v) or (what == "reasons_mask" and not isinstance(v, int)):
+            raise _BadValue(v)
+        return v
+
+    def _energy(self, i: int, raw: Any) -> int:
+        """The continued counter of GPU ``i`` from a raw reading (module docstring: resets)."""
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise _BadValue(raw)
+        with self._energy_lock:
+            last = self._energy_raw[i]
+            if last is not None and raw < last:
+                self._energy_offset[i] += last
+                self.energy_resets.append({"gpu": i, "t_mono_ns": time.monotonic_ns(), "before_mj": last,
+                                           "after_mj": raw})
+            self._energy_raw[i] = raw
+            return self._energy_offset[i] + raw
 
     def read_gpu(self, i: int, energy: bool = True) -> dict[str, Any]:
         """One GPU's readings now (``None`` for a reading it does not support, and for the
@@ -188,9 +300,14 @@ class Sampler:
             val = None
             if what not in self._skip[i] and (energy or what != "energy_mj"):
                 try:
-                    val = self._read(h, what)
-                except FieldUnsupported:
-                    val = None
+                    val = self._read(h, what, i)
+                except FieldUnsupported as e:   # supported at the start: an NVML error now
+                    self.note(f"{i}:{what}", f"GPU {i} {what}: NVML error after the start ({e}); null where it failed")
+                except _BadValue as e:
+                    self.note(f"{i}:{what}", f"GPU {i} {what}: not a finite non-negative number ({e.value!r:.60}); "
+                                             "null where it was")
+                except Exception as e:  # noqa: BLE001  a broken reading must not end the sampling
+                    self.note(f"{i}:{what}", f"GPU {i} {what}: {type(e).__name__}: {e}; null where it failed")
             if what == "util":
                 rec["util_gpu"], rec["util_mem"] = val if val is not None else (None, None)
             elif what == "reasons_mask":
@@ -201,12 +318,14 @@ class Sampler:
         return rec
 
     def energy_mj(self, index: int = 0) -> int | None:
-        """The GPU's total-energy counter now (mJ), or None when it has none."""
+        """The GPU's total-energy counter now (mJ, continued across resets: module docstring), or
+        None when it has none or the reading fails (kept in :attr:`incomplete`)."""
         if not self._handles or index >= len(self._handles) or "energy_mj" in self._skip[index]:
             return None
         try:
-            return self.source.energy_mj(self._handles[index])
-        except FieldUnsupported:
+            return self._read(self._handles[index], "energy_mj", index)
+        except Exception as e:  # noqa: BLE001
+            self.note(f"{index}:energy_mj", f"GPU {index} energy_mj: {type(e).__name__}: {e}")
             return None
 
     def index_of_uuid(self, uuid: str | None) -> int | None:
@@ -237,7 +356,11 @@ class Sampler:
         period = int(1e9 / self.rate_hz)
         deadline = time.monotonic_ns() + period
         while not self._stop.wait(max(0, deadline - time.monotonic_ns()) / 1e9):
-            self._take()
+            try:
+                self._take()
+            except Exception as e:  # noqa: BLE001  the thread ends; the run it watches goes on
+                self.note("thread", f"sampling stopped ({type(e).__name__}: {e})")
+                return
             deadline += period
             now = time.monotonic_ns()
             if deadline <= now:                       # whole periods missed: count, do not catch up

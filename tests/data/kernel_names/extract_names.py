@@ -67,8 +67,10 @@ def sources():
         if not p.is_file():
             continue
         rel = p.relative_to(DATA).as_posix()
-        if rel.startswith(("kernel_names/", "corpus/")):
-            continue  # the field corpus is checked by its own expectations (tests/corpus)
+        if rel.startswith(("kernel_names/", "corpus/", "nsys_graphs/")):
+            # the field corpus is checked by its own expectations (tests/corpus); nsys_graphs
+            # holds synthetic exports (a made-up run, names modeled on real kernels: its README)
+            continue
         if p.name.endswith((".json.gz", ".json")) and ("trace" in p.name or p.parent.name in ("public", "field")):
             yield rel, kineto_gpu_names(p.read_bytes())
         elif p.suffix == ".sqlite":

@@ -39,17 +39,19 @@ import numpy as np
 
 from ...trace import MEMOP_KINDS, Trace, factorize
 from ..links import gpu_ops_column
-from ...units import fmt_ns, fmt_pct, kernel_base
+from ...units import fmt_ns, fmt_pct, kernel_base, plural
 from .. import advice, intervals
 from ..facts import LONG_GAP_SHARE, RunFacts
 from ..gaps import GapCause, gap_causes
 from .base import SEVERITIES, Evidence, Finding, capital
 from .hardware import ncu_only_findings, rule_bound, rule_occupancy
+from .layout import rule_layout_conversion
 from .memory import rule_memory
 from .steps import rule_first_step, rule_step_outlier, rule_step_trend
 
 __all__ = ["SEVERITIES", "Evidence", "Finding", "GapCause", "gap_causes", "category_mask", "ncu_findings",
-           "rule_bound", "rule_occupancy", "rule_memory", "rule_first_step", "rule_step_outlier", "rule_step_trend"]
+           "rule_bound", "rule_occupancy", "rule_memory", "rule_first_step", "rule_step_outlier", "rule_step_trend",
+           "rule_layout_conversion"]
 
 SMALL_OP_CATEGORIES = ("elementwise", "norm", "reduction", "softmax", "rope", "embedding")
 COMM_CATEGORIES = ("communication", "allreduce")
@@ -110,11 +112,11 @@ def _top_kernels_finding(f: RunFacts) -> list[Finding]:
     order = np.argsort(-per_base_t, kind="stable")[:3]
     top = int(order[0])
     p = float(per_base_t[top]) / b.total_time_ns
-    ev = [Evidence(f"{bases[i]} ({int(per_base_n[i])} calls, {int(per_base_kinds[i])} instantiations)",
+    ev = [Evidence(f"{bases[i]} ({plural(int(per_base_n[i]), 'call')}, {plural(int(per_base_kinds[i]), 'instantiation')})",
                    float(per_base_t[i]) / b.total_time_ns, "fraction") for i in order]
     ev += [Evidence("top kernel time", int(per_base_t[top]), "ns"), Evidence("top kernel calls", int(per_base_n[top]), "count")]
     title = (f"The top kernel is {bases[top]}: {_p(p)} of GPU op time ({_t(int(per_base_t[top]))} across "
-             f"{int(per_base_n[top])} calls")
+             f"{plural(int(per_base_n[top]), 'call')}")
     title += f", {int(per_base_kinds[top])} instantiations)" if per_base_kinds[top] > 1 else ")"
     sev = "high" if p >= 0.5 else "medium" if p >= 0.25 else "low"
     return [Finding("dominant_kernel", sev, title, tuple(ev),
@@ -256,8 +258,9 @@ def rule_gpu_idle(f: RunFacts) -> list[Finding]:
           Evidence("launch-wait share of idle", wait_share, "fraction"),
           Evidence("kernels shorter than 10 us", tl.short_kernel_share, "fraction"),
           Evidence("kernels per ms of window", tl.kernels_per_ms, "per_ms"),
-          Evidence("launch latency p50 of GPU ops launched directly (call start -> GPU start, queueing included)",
-                   tl.launch_latency.p50_ns, "ns"),
+          # the host's cost per launch; the queue time (GPU start - call end) is in the Appendix
+          Evidence("launch call CPU time p50 (GPU ops launched directly: call end - call start)",
+                   tl.launch_api.p50_ns, "ns"),
           Evidence("idle gaps", tl.gap_count, "count"),
           Evidence("mean gap", tl.idle_ns / tl.gap_count if tl.gap_count else None, "ns"),
           Evidence("largest gap", tl.largest_gaps[0].dur_ns if tl.largest_gaps else None, "ns")]

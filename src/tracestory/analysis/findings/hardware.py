@@ -32,6 +32,7 @@ from ..hardware import waves
 
 HEADROOM = 0.6
 LATENCY_PCT = 0.1
+MIN_VERDICT_COVERAGE = 0.25  # placed share of kernel time below which the bound verdict is informational
 ACHIEVED_GAP = 0.8
 TOP = 3
 
@@ -166,6 +167,8 @@ def _bound(a, hardware, joins, estimate, facts: RunFacts | None = None) -> list[
     if coverage is not None and coverage < 0.5:
         imp += (f" The verdict covers {fmt_pct(coverage)} of the kernel time: the rest could not be placed, so it "
                 "says nothing about the whole run.")
+    if coverage is not None and coverage < MIN_VERDICT_COVERAGE:
+        sev = "info"   # a verdict on a sliver of the kernel time is context, not a lead
     if est:
         imp += (" (Estimate: FLOPs and bytes from recorded shapes, each tensor read once; confirm with a "
                 "kernel profiler.)")

@@ -128,7 +128,7 @@ def _appendix(runs, inputs, command) -> list[str]:
                 out.append(f"({len(phs.phases) - 64} more phases not listed)")
         if tl is not None:
             out += ["", "**Timeline**", ""]
-            ll = tl.launch_latency
+            la, lq = tl.launch_api, tl.launch_queue
             out += md_table(
                 ("quantity", "value"),
                 [
@@ -142,8 +142,12 @@ def _appendix(runs, inputs, command) -> list[str]:
                     ("kernels per ms", f"{tl.kernels_per_ms:.2f}"),
                     (f"kernels < {fmt_ns(tl.short_kernel_ns)}", fmt_pct(tl.short_kernel_share)),
                     (
-                        "launch latency p50 / p90 / p99",
-                        f"{fmt_ns(ll.p50_ns)} / {fmt_ns(ll.p90_ns)} / {fmt_ns(ll.p99_ns)} ({ll.count} ops)",
+                        "launch call CPU time p50 / p90 / p99",
+                        f"{fmt_ns(la.p50_ns)} / {fmt_ns(la.p90_ns)} / {fmt_ns(la.p99_ns)} ({la.count} ops)",
+                    ),
+                    (
+                        "queue time (GPU start - call end) p50 / p90 / p99",
+                        f"{fmt_ns(lq.p50_ns)} / {fmt_ns(lq.p90_ns)} / {fmt_ns(lq.p99_ns)} ({lq.count} ops)",
                     ),
                     (
                         "idle time mostly waiting for launches",
@@ -186,8 +190,8 @@ def _appendix(runs, inputs, command) -> list[str]:
                     "rrrr",
                 )
         out.append("")
+    # the command that made this report is in the Reproduction Guide
     out += ["**Inputs**", ""] + ([f"- `{p}`" for p in inputs] or ["- n/a (not given)"]) + [""]
-    out += ["**Command**", ""] + fence([command or "n/a (not given)"], "bash") + [""]
     return out
 
 

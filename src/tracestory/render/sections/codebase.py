@@ -3,46 +3,9 @@ implementation, as the kernel names and op input types show them."""
 
 from __future__ import annotations
 
-import re
-
-import numpy as np
-
 from ...units import fmt_ns, fmt_pct
 from ..md import label, md_table, short_name
-from ..story import parse_json_cell
 from . import Context
-
-_PRECISIONS: tuple[tuple[str, str], ...] = (
-    ("fp8", r"fp8|e4m3|e5m2|Float8"),
-    ("bf16", r"bf16|BFloat16|bfloat16"),
-    ("fp16", r"(?<![b])f16|fp16|half|Half"),
-    ("tf32", r"tf32"),
-    ("fp32", r"(?<![a-z])float(?![0-9])|f32|fp32|s1688gemm"),
-)
-
-
-def _precisions(a) -> tuple[list[str], list[str]]:
-    """Precisions named by kernel names, and by recorded op input dtypes (GEMM/attention ops)."""
-    tr = a.trace
-    kn = [tr.name(int(c)) for c in np.unique(tr.kernels["name"])]
-    ot: list[str] = []
-    if len(tr.ops):
-        codes = [
-            i
-            for i, s in enumerate(tr.strings)
-            if s in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::_scaled_mm")
-            or "scaled_dot_product" in s
-        ]
-        sel = np.flatnonzero(np.isin(tr.ops["name"], codes))
-        for v in dict.fromkeys(tr.ops["input_types"][sel].tolist()):
-            t = parse_json_cell(v)
-            if isinstance(t, list):
-                ot += [str(x) for x in t if x]
-
-    def pick(texts) -> list[str]:
-        return [p for p, pat in _PRECISIONS if any(re.search(pat, t) for t in texts)]
-
-    return pick(kn), pick(sorted(set(ot)))
 
 
 def _codebase(runs) -> list[str]:
@@ -67,7 +30,7 @@ def _codebase(runs) -> list[str]:
             else facts.execution_mode
         )
         out.append(f"- Execution mode: {mode}")
-        _, op = _precisions(a)
+        op = facts.op_input_precisions
         named = ", ".join(f"{p} ({fmt_pct(sh)} of kernel time)" for p, sh in facts.precisions)
         out.append(
             f"- Precisions in GEMM/attention op inputs: {', '.join(op) if op else 'n/a (no op input types recorded)'}; "

@@ -21,7 +21,7 @@ def render(c: Context) -> list[str]:
     for run in shown:
         if len(r.runs) > 1:
             out += [f"### {label(run)}", ""]
-        out += fence(execution_story(run.facts)) + [""]
+        out += fence(execution_story(run.story)) + [""]
         subs = run.analysis.phases.subphases
         if subs:
             out += ["Inside the phases (the outermost nested ranges, kernels launched in them on the same thread):", ""]

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from . import Context
 
+EVERY_REPORT = (
+    "where the GPU time goes (Observations, Appendix), whether the GPU is kept busy "
+    "(Observations, Visualizations) and what happens phase by phase (Execution Story)"
+)
+
 
 def _goal(goal, questions, analyses) -> list[str]:
+    if not goal and not questions:
+        return [
+            f"**Original Goal**: none given (pass `--goal TEXT`). The report answers what every report "
+            f"answers: {EVERY_REPORT}.",
+            "",
+        ]
     out = [f"**Original Goal**: {goal if goal else 'none given (pass --goal TEXT)'}", "", "**Interpreted As**:", ""]
     qs = list(questions) + [
         "Where does the GPU time go, and what is the ceiling if the top category got faster? (Observations, Appendix)",

@@ -30,15 +30,39 @@ def _evidence(f) -> list[str]:
     return lines + ([f"- ({rest} more in the JSON output, `findings[].evidence`)"] if rest > 0 else [])
 
 
-def _multigpu_observations(multigpu, fs) -> list[str]:
-    if multigpu is None:
-        return []
-    out = ["### Multi-GPU", ""]
-    for i, f in enumerate(fs, 1):
+def _findings(fs) -> list[str]:
+    """Findings that ask for something in full (evidence, implication, recommendation); the
+    informational ones (``info``: a check that found the run fine, or context) one bullet each
+    under "Also checked", their evidence left to the JSON."""
+    act = [f for f in fs if f.severity != "info"]
+    info = [f for f in fs if f.severity == "info"]
+    out = []
+    for i, f in enumerate(act, 1):
         out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
         out += _evidence(f)
         out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
+    if info:
+        out += ["**Also checked** (informational; the evidence is in the JSON output, `findings[]`):", ""]
+        out += [f"- {f.title}. {_sentence(f.implication)}{_advice(f.recommendation)}" for f in info]
+        out.append("")
     return out
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if not text or text.endswith((".", "!", "?")) else text + "."
+
+
+def _advice(text: str) -> str:
+    """The recommendation of an informational finding, unless it only says that none is needed."""
+    text = text.strip()
+    return "" if not text or text.lower().startswith("no action") else " " + _sentence(text)
+
+
+def _multigpu_observations(multigpu, fs) -> list[str]:
+    if multigpu is None:
+        return []
+    return ["### Multi-GPU", "", *_findings(fs)]
 
 
 def _observations(findings, analyses) -> list[str]:
@@ -48,10 +72,7 @@ def _observations(findings, analyses) -> list[str]:
             out += [f"### {label(a)}", ""]
         if not fs:
             out += ["No rule fired.", ""]
-        for i, f in enumerate(fs, 1):
-            out += [f"#### {i}. [{f.severity.upper()}] {f.title}", ""]
-            out += _evidence(f)
-            out += ["", f"**Implication**: {f.implication}", "", f"**Recommendation**: {f.recommendation}", ""]
+        out += _findings(fs)
     return out
 
 

@@ -7,7 +7,7 @@ from ..md import fence
 from . import Context
 
 
-def _reproduction(inputs, command) -> list[str]:
+def _reproduction(inputs, command, recapture) -> list[str]:
     ins = " ".join(inputs) if inputs else "TRACE.json.gz"
     return [
         "To regenerate this report from the same trace(s):",
@@ -18,11 +18,7 @@ def _reproduction(inputs, command) -> list[str]:
         "",
         *fence([f"tracestory analyze {ins} --json results.json"], "bash"),
         "",
-        "To re-capture: run the workload under `torch.profiler.profile(activities=[CPU, CUDA], "
-        "record_shapes=True, profile_memory=True)` with `record_function` ranges around each "
-        "phase (or a `schedule` so each iteration is a `ProfilerStep`), then "
-        "`prof.export_chrome_trace(...)`.",
-        "",
+        *([f"To re-capture: {recapture}", ""] if recapture else []),
     ]
 
 
@@ -30,4 +26,7 @@ def render(c: Context) -> list[str]:
     m = c.results.manifest
     if m:
         return [render_reproduction(m).strip(), ""]
-    return [c.no_trace, ""] if c.no_trace else _reproduction(list(c.inputs), c.command)
+    if c.no_trace:
+        return [c.no_trace, ""]
+    runs = c.results.runs
+    return _reproduction(list(c.inputs), c.command, runs[0].recapture if runs else None)

@@ -13,7 +13,7 @@ from ..memory import memory_section
 from ..multigpu import render_multigpu_section
 from . import Context
 
-FEW_OPS = 20  # below this many GPU ops the duration histogram says less than the Appendix's kernel table
+FEW_OPS = 100  # below this many GPU ops the duration histogram says less than the Appendix's kernel table
 
 
 def _visualizations(runs) -> list[str]:
@@ -53,7 +53,7 @@ def _visualizations(runs) -> list[str]:
 def _visual_extras(results, inputs, has_roofline: bool, shown=None) -> list[str]:
     """Memory over time (of the ``shown`` runs: all, or the ones a many-rank report tells),
     multi-GPU timeline (or why either is n/a), roofline availability, interactive viewers."""
-    analyses, findings, multigpu = results.analyses, results.findings, results.multigpu
+    analyses, multigpu = results.analyses, results.multigpu
     out = []
     for run in results.runs if shown is None else shown:
         head = [f"Memory over time, {label(run)}:", ""] if len(analyses) > 1 else ["Memory over time:", ""]
@@ -72,7 +72,7 @@ def _visual_extras(results, inputs, has_roofline: bool, shown=None) -> list[str]
     amd = bool(results.runs) and all(r.facts.platform == "ROCm" for r in results.runs)
     counters = "no hardware-counter input" if amd else "no Nsight Compute metrics"
     if not has_roofline:
-        if any(f.rule == "bound" for fs in findings for f in fs):
+        if any(f.rule == "bound" for r in results.runs for f in r.findings):
             out += [
                 f"Roofline chart: n/a here ({counters}); the roofline estimated from op "
                 "shapes is summarized in Observations (memory- vs compute-bound kernels).",
