@@ -107,7 +107,8 @@ def _shift(e: dict, ts_off: int, id_off: int, step_off: int) -> dict:
     return out
 
 
-def _copy_bytes(events: list[dict], k: int, n_copies: int, ts_off: int, plan: dict, total_span_us: int) -> tuple[bytes, list[dict]]:
+def _copy_bytes(events: list[dict], k: int, n_copies: int, ts_off: int, plan: dict, total_span_us: int,
+                one_line: bool = False) -> tuple[bytes, list[dict]]:
     picked = []
     for e in events:
         role = _role(e)
@@ -116,14 +117,20 @@ def _copy_bytes(events: list[dict], k: int, n_copies: int, ts_off: int, plan: di
         if role == "first" and e.get("cat") == "Trace":
             e = {**e, "dur": float(total_span_us)}
         picked.append(_shift(e, ts_off, k * plan["id_stride"], k * plan["n_steps"]))
+    if one_line:   # what json.dump writes: no newline anywhere
+        return orjson.dumps(picked)[1:-1], picked
     # orjson's 2-space indent of a list is Kineto's layout: "[\n  {\n    ...\n  },\n  {...}\n]".
     text = orjson.dumps(picked, option=orjson.OPT_INDENT_2)
     return text[2:-2], picked
 
 
-def _header_trailer(doc: dict) -> tuple[bytes, bytes]:
+def _header_trailer(doc: dict, one_line: bool = False) -> tuple[bytes, bytes]:
     keys = list(doc)
     i = keys.index("traceEvents")
+    if one_line:
+        head = b"{" + b"".join(orjson.dumps(k) + b":" + orjson.dumps(doc[k]) + b"," for k in keys[:i]) + b'"traceEvents":['
+        tail = b"]" + b"".join(b"," + orjson.dumps(k) + b":" + orjson.dumps(doc[k]) for k in keys[i + 1:]) + b"}"
+        return head, tail
 
     def entries(ks):
         return [b'  "' + k.encode() + b'": ' + orjson.dumps(doc[k]) for k in ks]
@@ -135,22 +142,24 @@ def _header_trailer(doc: dict) -> tuple[bytes, bytes]:
 
 
 def build(out_stem: Path, target_bytes: int, source: Path = DEFAULT_SOURCE, seed: int = 0,
-          compresslevel: int = 6) -> dict:
+          compresslevel: int = 6, one_line: bool = False) -> dict:
     """Write ``out_stem.json`` and ``out_stem.json.gz`` of at least ``target_bytes`` (uncompressed).
 
     Returns a dict of facts about what was written, for the benchmark's record and cross-checks:
     copies, event counts per category, kernel/memop duration sums (ns, from ``rint(dur * 1000)``
-    of the source events times the copy count), sizes, build time.
+    of the source events times the copy count), sizes, build time. ``one_line``: the whole document
+    on one line, as ``json.dump`` writes it (the same events, fewer bytes), instead of Kineto's
+    indented layout.
     """
     t_start = time.monotonic()
     doc = _load(source)
     events = doc["traceEvents"]
     plan = _plan(events)
-    head, tail = _header_trailer(doc)
+    head, tail = _header_trailer(doc, one_line)
 
     # Size a middle copy (no once-only events) to decide the copy count up front: the last copy
     # must be known before it is written (it carries "Record Window End").
-    probe, _ = _copy_bytes(events, 1, 3, plan["span_us"], plan, 0)
+    probe, _ = _copy_bytes(events, 1, 3, plan["span_us"], plan, 0, one_line)
     n_copies = max(1, math.ceil((target_bytes - len(head) - len(tail)) / (len(probe) + 2)))
     rng = random.Random(seed)
     gaps = [rng.randint(20, 200) for _ in range(n_copies)]
@@ -180,9 +189,9 @@ def build(out_stem: Path, target_bytes: int, source: Path = DEFAULT_SOURCE, seed
 
         write(head)
         for k in range(n_copies):
-            text, picked = _copy_bytes(events, k, n_copies, offsets[k], plan, total_span_us)
+            text, picked = _copy_bytes(events, k, n_copies, offsets[k], plan, total_span_us, one_line)
             n_events += len(picked)
-            write(text if k == 0 else b",\n" + text)
+            write(text if k == 0 else (b"," if one_line else b",\n") + text)
             del text, picked
         write(tail)
     tmp_json.replace(json_path)
@@ -205,6 +214,7 @@ def build(out_stem: Path, target_bytes: int, source: Path = DEFAULT_SOURCE, seed
         "gz_bytes": gz_path.stat().st_size,
         "gzip_level": compresslevel,
         "build_s": round(time.monotonic() - t_start, 1),
+        "layout": "one line" if one_line else "Kineto (indented)",
     }
     out_stem.with_suffix(".facts.json").write_text(json.dumps(facts, indent=1) + "\n")
     return facts
@@ -216,8 +226,9 @@ def main(argv=None) -> int:
     p.add_argument("--mb", type=float, default=1024, help="target uncompressed size in MiB (default 1024)")
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     p.add_argument("--gzip-level", type=int, default=6)
+    p.add_argument("--one-line", action="store_true", help="the whole document on one line (json.dump's layout)")
     a = p.parse_args(argv)
-    facts = build(a.out_stem, int(a.mb * (1 << 20)), a.source, compresslevel=a.gzip_level)
+    facts = build(a.out_stem, int(a.mb * (1 << 20)), a.source, compresslevel=a.gzip_level, one_line=a.one_line)
     print(json.dumps(facts, indent=1))
     return 0
 

@@ -1,5 +1,6 @@
 """Start-up of the command line: the wall time of ``tracestory --version`` (the package and the
-command dispatcher, no command) and, optionally, of a second source tree side by side.
+command dispatcher, no command) and, optionally, of a second source tree side by side; with
+``--analyze FILE``, of ``tracestory analyze FILE > /dev/null`` (terminal tables) instead.
 
 Each run is a fresh interpreter (``python3 -c 'from tracestory.cli import main; main([...])'``,
 what the ``tracestory`` script does); the trees are run in turn, interleaved with a bare
@@ -7,48 +8,84 @@ what the ``tracestory`` script does); the trees are run in turn, interleaved wit
 of ``--runs`` runs, and the modules each tree's ``--version`` leaves in ``sys.modules``.
 
     PYTHONPATH=src python3 benchmarks/startup.py --runs 20 --other /path/to/other/src
+    PYTHONPATH=src python3 benchmarks/startup.py --runs 20 --analyze tests/data/public/kineto_h100_bert-small_1rank.json.gz
+
+Byte-compiled modules are what an installed package runs from; in a process started with
+``PYTHONDONTWRITEBYTECODE=1`` every tracestory module of a source tree is compiled again at each
+start (~0.15 s for ``analyze``). The script therefore unsets it in its children, points their
+byte code at a folder of its own (``PYTHONPYCACHEPREFIX``, so that no source tree is written to)
+and runs each command once, untimed, before the timed rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-VERSION = "import sys; from tracestory.cli import main; sys.exit(main(['--version']))"
-COUNT = "import sys; from tracestory.cli import main\ntry: main(['--version'])\nexcept SystemExit: pass\nprint(len(sys.modules))"
+COUNT = ("import sys, io, contextlib; from tracestory.cli import main\n"
+         "with contextlib.redirect_stdout(io.StringIO()):\n"
+         "    try: main(ARGV)\n    except SystemExit: pass\nprint(len(sys.modules))")
 
 
-def _run(cmd: list[str], src: str | None) -> float:
-    env = dict(os.environ, PYTHONPATH=src) if src else dict(os.environ)
+PYCACHE = os.path.join(tempfile.gettempdir(), "tracestory-startup-pycache")
+
+
+def _env(src: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = PYCACHE
+    if src:
+        env["PYTHONPATH"] = src
+    return env
+
+
+def _run(cmd: list[str], src: str | None) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system of the child) of one run."""
+    env = _env(src)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--other", metavar="SRC", help="a second source tree (its src/ folder) timed alongside")
+    ap.add_argument("--analyze", metavar="FILE", help="time `analyze FILE` (terminal tables) instead of --version")
     args = ap.parse_args()
+    argv = ["analyze", str(Path(args.analyze).resolve())] if args.analyze else ["--version"]
+    command = f"import sys; from tracestory.cli import main; sys.exit(main({argv!r}))"
     here = str(Path(__file__).resolve().parents[1] / "src")
     trees = {"this tree": here, **({"other tree": args.other} if args.other else {})}
-    times: dict[str, list[float]] = {k: [] for k in (*trees, "python3 -c pass")}
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in (*trees, "python3 -c pass")}
+    for src in trees.values():   # writes the byte code
+        _run([sys.executable, "-c", command], src)
     for _ in range(args.runs):
         for name, src in trees.items():
-            times[name].append(_run([sys.executable, "-c", VERSION], src))
+            times[name].append(_run([sys.executable, "-c", command], src))
         times["python3 -c pass"].append(_run([sys.executable, "-c", "pass"], None))
     for name, vals in times.items():
         mods = ""
         if name in trees:
-            env = dict(os.environ, PYTHONPATH=trees[name])
-            n = subprocess.run([sys.executable, "-c", COUNT], env=env, capture_output=True, text=True).stdout.split()[-1]
+            n = subprocess.run([sys.executable, "-c", COUNT.replace("ARGV", repr(argv))], env=_env(trees[name]),
+                               capture_output=True, text=True).stdout.split()[-1]
             mods = f", {n} modules"
-        print(f"{name:16} median {statistics.median(vals):.3f} s, min {min(vals):.3f} s (n={len(vals)}{mods})")
+        wall, cpu = [v[0] for v in vals], [v[1] for v in vals]
+        print(f"{name:16} wall median {statistics.median(wall):.3f} s, min {min(wall):.3f} s; "
+              f"CPU median {statistics.median(cpu):.3f} s, min {min(cpu):.3f} s (n={len(vals)}{mods})")
+    names = list(trees)
+    if len(names) == 2:   # paired: the two trees ran back to back in each round
+        per = [a[1] / b[1] for a, b in zip(times[names[0]], times[names[1]]) if b[1]]
+        print(f"CPU {names[0]} / {names[1]}, median of rounds: {statistics.median(per):.2f}")
     return 0
 
 

@@ -182,6 +182,28 @@ def empty_table(kind: str) -> Table:
     return make_table(kind, n=0)
 
 
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` (sorted distinct values, and each element's index
+    among them) for a 1-D integer column, in O(n) when its values span a range no wider than a few
+    times its length, as dictionary codes and stream ids do: a presence table over the range
+    instead of a sort (a sort of 2 M name codes took ~0.2 s; this, ~0.02 s). Anything else (floats,
+    a sparse range) is handed to ``np.unique``; the result is the same either way."""
+    v = np.asarray(values)
+    if v.ndim != 1 or v.size == 0 or v.dtype.kind not in "iu":
+        return np.unique(v, return_inverse=True)
+    lo, hi = int(v.min()), int(v.max())
+    span = hi - lo + 1
+    if span > 4 * v.size + 1024:
+        return np.unique(v, return_inverse=True)
+    offset = v.astype(np.int64) - lo if lo else v
+    present = np.zeros(span, dtype=bool)
+    present[offset] = True
+    uniq = np.flatnonzero(present)
+    lookup = np.empty(span, dtype=np.intp)
+    lookup[uniq] = np.arange(uniq.size)
+    return (uniq + lo).astype(v.dtype), lookup[offset]
+
+
 class StringPool:
     """Dictionary encoder shared by all tables of one trace.
 

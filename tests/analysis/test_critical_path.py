@@ -83,3 +83,18 @@ def test_the_walk_is_bounded_on_big_steps(monkeypatch):
     ends = sorted(k["end_ns"][inside].tolist() + a.trace.memops["end_ns"][
         (a.trace.memops["start_ns"] >= mid.gpu_start_ns) & (a.trace.memops["end_ns"] <= mid.gpu_end_ns)].tolist())
     assert len(ends) > 10 and path.start_ns >= ends[-10] and path.end_ns == ends[-1]
+
+
+def test_a_window_reads_the_ops_that_ended_before_it():
+    # Window 100-300 us. Stream 1: A 50-90 (before the window), B 120-200 (launched 60-62). Stream 2:
+    # 10-20, 30-40, 60-95, all before the window; stream 3: 0-5. B is ready at the latest of its
+    # stream predecessor's end (A, 90), the latest end on its device before 120 (the stream-2 op, 95)
+    # and its launch call's start (60): 95, so 95-120 (25 us > 20 us) is a wait, then the walk reaches
+    # the window's start. The rows before the window must be found for that answer (without them:
+    # ready at the launch, 62-120 a wait of 58).
+    t = _trace([(0, 5, 3, 1), (10, 20, 2, 2), (30, 40, 2, 3), (50, 90, 1, 4), (60, 95, 2, 5), (120, 200, 1, 6)],
+               [("cudaLaunchKernel", -10, -9, 1), ("cudaLaunchKernel", 1, 2, 2), ("cudaLaunchKernel", 21, 22, 3),
+                ("cudaLaunchKernel", 41, 42, 4), ("cudaLaunchKernel", 55, 56, 5), ("cudaLaunchKernel", 60, 62, 6)])
+    cp = critical_path(t, classify(t, taxonomy("llm")), (100 * US, 300 * US))
+    parts = {label: ns // US for label, ns in cp.by_label if ns}
+    assert (cp.start_ns, cp.end_ns, cp.gpu_ops_on_path) == (100 * US, 200 * US, 2) and parts == {"gpu": 80, "wait": 25}

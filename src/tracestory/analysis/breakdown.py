@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
-from ..trace import Trace
+from ..trace import Trace, factorize
 from .categories import Classification, classify, taxonomy
 
 
@@ -121,7 +121,7 @@ def breakdown(
 
     # One group per (name code, category) pair.
     key = (names + 1) * ncat + cat  # +1: a missing name (-1) stays a valid key
-    uniq, inv = np.unique(key, return_inverse=True)
+    uniq, inv = factorize(key)
     g = len(uniq)
     g_time = np.zeros(g, dtype=np.int64)
     np.add.at(g_time, inv, dur)

@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TraceFormatError, UsageError
-from ..trace import CPU_SIDE, Trace
+from ..trace import CPU_SIDE, Trace, factorize
 from .kernel_rules import MOE_RANGE_RULES, MOE_RANGE_RULES_BEFORE, RULES
 from .links import enclosed_by, gpu_ops_column
 
@@ -251,18 +251,30 @@ _UNSAFE_TO_LOWER = re.compile(r"\\[A-Z]|\(\?P|\(\?[a-zA-Z]+-?[a-zA-Z]*[:)]|\(\?-
 
 
 class NameMatcher:
-    """``search(name)``: is ``pattern`` found in ``name``, case-insensitively (first match semantics)."""
+    """``search(name)``: is ``pattern`` found in ``name``, case-insensitively (first match semantics).
 
-    __slots__ = ("_lower", "_icase")
+    Each of the two regexes is compiled on its first use: the tables of patterns built at import
+    (kernel families, ~60 rules) cost nothing until a name is matched, and the IGNORECASE one is
+    compiled only for a non-ASCII name or a pattern unsafe to lower."""
+
+    __slots__ = ("_pattern", "_lower", "_icase", "_safe")
 
     def __init__(self, pattern: str):
-        self._icase = re.compile(pattern, _FLAGS)
-        self._lower = None if _UNSAFE_TO_LOWER.search(pattern) else re.compile(pattern.lower())
+        self._pattern = pattern
+        self._safe: bool | None = None   # may the lowered pattern be searched in the lowered name?
+        self._lower: re.Pattern[str] | None = None
+        self._icase: re.Pattern[str] | None = None
 
     def search(self, name: str, lowered: str | None = None) -> bool:
         """``lowered``: ``name.lower()`` when the caller has it (ASCII names only)."""
-        if self._lower is not None and name.isascii():
+        if self._safe is None:
+            self._safe = _UNSAFE_TO_LOWER.search(self._pattern) is None
+        if self._safe and name.isascii():
+            if self._lower is None:
+                self._lower = re.compile(self._pattern.lower())
             return self._lower.search(name.lower() if lowered is None else lowered) is not None
+        if self._icase is None:
+            self._icase = re.compile(self._pattern, _FLAGS)
         return self._icase.search(name) is not None
 
 
@@ -294,7 +306,7 @@ def classify(trace: Trace, tax: Taxonomy) -> Classification:
     other = cat_index[OTHER]
     nk = len(trace.kernels)
     codes = gpu_ops_column(trace, "name").astype(np.int64)
-    uniq, inv = np.unique(codes, return_inverse=True)
+    uniq, inv = factorize(codes)
     names = [trace.name(c) for c in uniq.tolist()]
     lowered = [n.lower() for n in names]
     out = np.full(len(codes), -1, dtype=np.int32)

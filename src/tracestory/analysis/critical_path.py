@@ -87,39 +87,93 @@ def _prev_in_group(keys: np.ndarray, order_key: np.ndarray) -> np.ndarray:
     return prev
 
 
+def _last_per_group(keys: np.ndarray, vals: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per distinct key, the row with the largest ``(val, row)``; ``rows`` ascending. O(n), no sort of n."""
+    if rows.size == 0:
+        return rows
+    uk = np.unique(keys)
+    kid = np.searchsorted(uk, keys)
+    best = np.full(uk.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(best, kid, vals)
+    top = vals == best[kid]
+    last = np.full(uk.size, -1, dtype=np.int64)
+    np.maximum.at(last, kid[top], rows[top])
+    return last
+
+
+def _reachable_gpu_rows(g_start, g_end, g_dev, stream_key, lo: int) -> np.ndarray:
+    """The GPU-op rows a walk down to ``lo`` can read, ascending: every op that starts or ends at or
+    after ``lo``, and, for the ops the walk visits (they start after ``lo``), the one stream
+    predecessor and the one latest-ending op per device that lie wholly before ``lo`` (the op of
+    its stream with the largest ``(start, row)`` before ``lo``; the op of its device with the
+    largest ``(end, row)`` before ``lo``). Taken in row order, the lookups of the walk give the same
+    rows on this subset as on the whole table, at the cost of one pass over it instead of sorts."""
+    near = (g_start >= lo) | (g_end >= lo)
+    if near.all():
+        return np.arange(g_start.size)
+    before_s = np.flatnonzero(g_start < lo)
+    before_e = np.flatnonzero(g_end < lo)
+    extra = np.concatenate([_last_per_group(stream_key[before_s], g_start[before_s], before_s),
+                            _last_per_group(g_dev[before_e], g_end[before_e], before_e)])
+    near[extra[extra >= 0]] = True
+    return np.flatnonzero(near)
+
+
 def critical_path(trace: Trace, cls: Classification, window: tuple[int, int] | None = None) -> CriticalPath | None:
-    """The critical path of ``window`` (default: the whole trace), or None without GPU ops."""
+    """The critical path of ``window`` (default: the whole trace), or None without GPU ops.
+
+    Cost: one pass over the trace's columns to find the rows a walk of the window can reach
+    (:func:`_reachable_gpu_rows`, and likewise for API calls), then sorts and the walk over
+    those rows only, so a step-sized window of a million-op trace costs about what the step does."""
     k, m = trace.kernels, trace.memops
     g_start = np.concatenate([k["start_ns"], m["start_ns"]]).astype(np.int64)
+    if g_start.size == 0:
+        return None
     g_end = np.concatenate([k["end_ns"], m["end_ns"]]).astype(np.int64)
     g_dev = np.concatenate([k["device"], m["device"]]).astype(np.int64)
     g_stream = np.concatenate([k["stream"], m["stream"]]).astype(np.int64)
-    g_cat = np.concatenate([cls.kernel_category, cls.memop_category]).astype(np.int64)
-    g_launch = gpu_ops_launch_index(trace)
-    if g_start.size == 0:
-        return None
     lo, hi = window if window is not None else (int(g_start.min()), int(g_end.max()))
-    inside = (g_start >= lo) & (g_end <= hi) & (g_end >= g_start)
-    if not inside.any():
+    inside_all = (g_start >= lo) & (g_end <= hi) & (g_end >= g_start)
+    if not inside_all.any():
         return None
     comm = {i for i, n in enumerate(cls.taxonomy.categories) if n in COMM_NAMES}
+    stream_key = g_dev * (1 << 40) + (g_stream & ((1 << 40) - 1))
+    g_launch_all = gpu_ops_launch_index(trace)
+    a = trace.api
+    launched = np.zeros(len(a), dtype=bool)   # API calls that launched a GPU op (any op, in the window or not)
+    launched[g_launch_all[g_launch_all >= 0]] = True
+
+    # From here on, only the rows the walk can reach (row order kept, so ties resolve as on the whole table).
+    rows = _reachable_gpu_rows(g_start, g_end, g_dev, stream_key, lo)
+    g_start, g_end, g_dev, stream_key = g_start[rows], g_end[rows], g_dev[rows], stream_key[rows]
+    g_cat = np.concatenate([cls.kernel_category, cls.memop_category])[rows].astype(np.int64)
+    inside = inside_all[rows]
+    a_end_all = a["end_ns"].astype(np.int64)
+    g_launch = g_launch_all[rows]
+    # API calls: those ending at or after lo, the one ending last before lo (the walk's host lookup
+    # may land there), and the launch calls of the rows kept (read for their times only).
+    a_near = a_end_all >= lo
+    before = np.flatnonzero(~a_near)
+    if before.size:
+        a_near[_last_per_group(np.zeros(before.size, dtype=np.int64), a_end_all[before], before)] = True
+    a_near[g_launch[g_launch >= 0]] = True
+    a_rows = np.flatnonzero(a_near)
+    g_launch = np.where(g_launch >= 0, np.searchsorted(a_rows, g_launch), -1)
+    a_start, a_end = a["start_ns"][a_rows].astype(np.int64), a_end_all[a_rows]
+    launches = launched[a_rows]
+    a_names = a["name"][a_rows]
 
     # Previous op on the same (device, stream), and per device the op with the latest end before
     # a given time (ends sorted per device).
-    stream_key = g_dev * (1 << 40) + (g_stream & ((1 << 40) - 1))
     stream_prev = _prev_in_group(stream_key, g_start)
     by_end = np.lexsort((g_end, g_dev))
     dev_sorted, end_sorted = g_dev[by_end], g_end[by_end]
 
-    a = trace.api
-    a_start, a_end = a["start_ns"].astype(np.int64), a["end_ns"].astype(np.int64)
     a_by_end = np.argsort(a_end, kind="stable")
     a_by_end_l, a_ends_l = a_by_end.tolist(), a_end[a_by_end].tolist()
-    uniq, inv = np.unique(a["name"], return_inverse=True) if len(a) else (np.zeros(0, int), np.zeros(0, int))
+    uniq, inv = np.unique(a_names, return_inverse=True) if len(a_names) else (np.zeros(0, int), np.zeros(0, int))
     sync_name = np.array([c >= 0 and bool(SYNC_API.search(trace.strings[c])) for c in uniq], dtype=bool)
-    a_sync = sync_name[inv] if len(a) else np.zeros(0, dtype=bool)
-    launches = np.zeros(len(a), dtype=bool)
-    launches[g_launch[g_launch >= 0]] = True
+    a_sync = sync_name[inv] if len(a_names) else np.zeros(0, dtype=bool)
 
     # Scalar lookups in the walk: Python lists and bisect (numpy's per-call cost dominates there).
     by_end_l, end_sorted_l = by_end.tolist(), end_sorted.tolist()
@@ -248,7 +302,8 @@ def step_critical_path(trace: Trace, cls: Classification, phases) -> tuple[Criti
     ends = np.concatenate([trace.kernels["end_ns"], trace.memops["end_ns"]]).astype(np.int64)
     starts = np.concatenate([trace.kernels["start_ns"], trace.memops["start_ns"]]).astype(np.int64)
     inside = np.ones(ends.size, dtype=bool) if lo is None else (starts >= lo) & (ends <= hi)
-    e = np.sort(ends[inside])
+    e = ends[inside]
     if e.size <= MAX_EVENTS:
         return critical_path(trace, cls, (lo, hi) if lo is not None else None), what
-    return critical_path(trace, cls, (int(e[-MAX_EVENTS]), int(e[-1]))), what
+    cut = int(np.partition(e, e.size - MAX_EVENTS)[e.size - MAX_EVENTS])   # the MAX_EVENTS-th latest end
+    return critical_path(trace, cls, (cut, int(e.max()))), what

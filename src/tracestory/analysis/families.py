@@ -33,6 +33,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..trace import factorize
 from .categories import NameMatcher
 from .kernel_rules import ATEN_FAMILY_BY_CATEGORY, NAMESPACES, PRECISION_ORDER, PRECISION_TOKENS, RULES, KernelRule
 
@@ -125,7 +126,7 @@ def family_table(trace) -> list[tuple[str, int, int, str]]:
     """(family, ops, time_ns, top kernel) over the trace's kernels and memory ops, by time desc."""
     names = np.concatenate([trace.kernels["name"], trace.memops["name"]])
     dur = np.concatenate([trace.kernels.dur_ns, trace.memops.dur_ns])
-    codes, inv = np.unique(names, return_inverse=True)
+    codes, inv = factorize(names)
     fam_of_code = np.array([kernel_family(trace.name(int(c))) for c in codes], dtype=object)
     per_name = np.bincount(inv, weights=dur, minlength=codes.size)
     fam = fam_of_code[inv]

@@ -15,15 +15,20 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     ends = np.asarray(ends, dtype=np.int64)
     if starts.size == 0:
         return starts.copy(), ends.copy()
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
+    if bool((starts[1:] >= starts[:-1]).all()):
+        s, e = starts, ends   # already in start order (the usual case): no sort, no copies
+    else:
+        order = np.argsort(starts, kind="stable")
+        s, e = starts[order], ends[order]
     run_end = np.maximum.accumulate(e)
     # A new merged interval begins where the start is past every earlier end.
-    new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, s.size - 1)
+    brk = np.flatnonzero(s[1:] > run_end[:-1])   # interval brk[i] ends one, brk[i] + 1 starts the next
+    first = np.empty(brk.size + 1, dtype=np.int64)
+    first[0] = 0
+    first[1:] = brk + 1
+    last = np.empty(brk.size + 1, dtype=np.int64)
+    last[:-1] = brk
+    last[-1] = s.size - 1
     return s[first], run_end[last]
 
 

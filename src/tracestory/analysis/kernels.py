@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ingest.kineto import parse_json_field
-from ..trace import CPU_SIDE, Trace
+from ..trace import CPU_SIDE, Trace, factorize
 from .families import kernel_implementation, kernel_precision
 from .nesting import nest_intervals, thread_codes
 
@@ -179,7 +179,7 @@ def kernel_facts(analysis, producer=None, modules=None) -> KernelFacts:
     k = tr.kernels
     dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
     total = int(dur.sum()) or 1
-    codes, inverse = np.unique(k["name"], return_inverse=True)
+    codes, inverse = factorize(k["name"])
     per_code = np.bincount(inverse, weights=dur, minlength=codes.size) if codes.size else np.zeros(0)
     names = [tr.name(int(c)) if c >= 0 else "" for c in codes]
     prec: dict[str, float] = {}

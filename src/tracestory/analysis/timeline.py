@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import Trace
+from ..trace import Trace, factorize
 from . import intervals
 from .graphs import launched_directly
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
@@ -156,8 +156,8 @@ def distribution(values: np.ndarray) -> Distribution:
 def _stream_stats(device: np.ndarray, stream: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[StreamStat, ...]:
     # One union per (device, stream); the number of streams is small, the work per stream is
     # vectorized. The pair is factorized into one integer key (a 2-D np.unique is far slower).
-    devs, dev_i = np.unique(device, return_inverse=True)
-    sts, st_i = np.unique(stream, return_inverse=True)
+    devs, dev_i = factorize(device)
+    sts, st_i = factorize(stream)
     key = dev_i.reshape(-1).astype(np.int64) * len(sts) + st_i.reshape(-1)
     order = np.argsort(key, kind="stable")
     key_sorted = key[order]

@@ -119,8 +119,6 @@ class _Progress:
         self.bars: list = []
 
     def __call__(self, path: Path):
-        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
         t0 = time.monotonic()
         state = {"bar": None, "task": None}
 
@@ -128,6 +126,9 @@ class _Progress:
             if state["bar"] is None:
                 if time.monotonic() - t0 < 1.0 or not self.console.is_terminal:
                     return
+                # imported only when a bar is drawn (~4 ms a tiny `analyze` does not pay)
+                from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
                 bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                                TimeRemainingColumn(), console=self.console, transient=True)
                 bar.start()

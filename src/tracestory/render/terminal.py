@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.compare import Comparison
 from .ascii import fmt_ns, fmt_pct
 from .md import short_name
+
+if TYPE_CHECKING:  # a type only: importing compare (hashlib, its dataclasses) costs `analyze` ~20 ms
+    from ..analysis.compare import Comparison
 
 
 def _summary(a) -> Table:

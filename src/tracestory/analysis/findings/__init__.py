@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...trace import MEMOP_KINDS, Trace
+from ...trace import MEMOP_KINDS, Trace, factorize
 from ..links import gpu_ops_column
 from ...units import fmt_ns, fmt_pct, kernel_base, plural
 from .. import advice, intervals
@@ -103,7 +103,7 @@ def _top_kernels_finding(f: RunFacts) -> list[Finding]:
     if len(k) == 0 or b.total_time_ns <= 0:
         return []
     dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
-    codes, inverse = np.unique(k["name"], return_inverse=True)
+    codes, inverse = factorize(k["name"])
     base_of = [kernel_base(tr.name(int(c))) if c >= 0 else "" for c in codes]
     bases, base_idx = np.unique(np.array(base_of, dtype=object), return_inverse=True)
     per_base_t = np.bincount(base_idx[inverse], weights=dur, minlength=bases.size)
