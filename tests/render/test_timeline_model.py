@@ -162,6 +162,16 @@ def test_page_runs_only_its_own_hashed_script(h200, tmp_path):
     assert "<script" not in write_html(md, tmp_path / "plain.html").read_text()
 
 
+def test_timeline_follows_the_executive_summary_and_is_in_the_contents(h200, tmp_path):
+    md = tmp_path / "r.md"
+    md.write_text("# Report\n\n## Executive Summary\n\nsummary\n\n## Environment\n\nenv\n")
+    page = write_html(md, tmp_path / "r.html", results=h200).read_text()
+    at = {k: page.index(k) for k in ('id="executive-summary"', 'id="interactive-timeline"', 'id="environment"')}
+    assert at['id="executive-summary"'] < at['id="interactive-timeline"'] < at['id="environment"']
+    toc = re.findall(r'<li><a href="#([^"]+)">', page.split('<nav class="toc">')[1].split("</nav>")[0])
+    assert toc == ["executive-summary", "interactive-timeline", "environment"]
+
+
 def test_ranks_get_their_own_lanes_and_their_findings_only_their_lanes():
     folder = H200_LLAMA.parents[1] / "multigpu" / "tp2_even"
     results = analyze_inputs(load_inputs([folder]))

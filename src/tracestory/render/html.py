@@ -169,7 +169,7 @@ def render_html(markdown_text: str, *, base_dir: Path, title: str, timeline: Tim
     """One self-contained HTML page of ``markdown_text``: local images (relative paths resolve
     against ``base_dir``) embedded as data URIs, a table of contents from the ``##`` headings,
     inline CSS, no network references; no JavaScript but the ``timeline`` section when given
-    (placed after the contents). See the module docstring."""
+    (placed after the first section, the Executive Summary, and listed in the contents). See the module docstring."""
     md = _markdown_parser()
     env: dict = {}
     tokens = md.parse(markdown_text, env)
@@ -199,7 +199,13 @@ def render_html(markdown_text: str, *, base_dir: Path, title: str, timeline: Tim
     # The title heading (a leading "# ...") stays first; the contents follow it.
     head_end = 3 if len(tokens) >= 3 and tokens[0].type == "heading_open" and tokens[0].tag == "h1" else 0
     top = md.renderer.render(tokens[:head_end], md.options, env) if head_end else ""
-    body = md.renderer.render(tokens[head_end:], md.options, env)
+    # The interactive timeline follows the first section (the Executive Summary), before the details.
+    h2 = [i for i, t in enumerate(tokens) if i >= head_end and t.type == "heading_open" and t.tag == "h2"]
+    split = h2[1] if timeline and len(h2) > 1 else len(tokens)
+    body = md.renderer.render(tokens[head_end:split], md.options, env)
+    rest = md.renderer.render(tokens[split:], md.options, env) if split < len(tokens) else ""
+    if timeline:
+        toc.insert(1 if split < len(tokens) else len(toc), ("interactive-timeline", "Interactive timeline"))
     nav = ""
     if toc:
         items = "\n".join(f'<li><a href="#{hid}">{inner}</a></li>' for hid, inner in toc)
@@ -216,7 +222,7 @@ def render_html(markdown_text: str, *, base_dir: Path, title: str, timeline: Tim
         f"<title>{_html.escape(title)}</title>\n"
         f"<style>{_CSS}</style>\n"
         "</head>\n<body>\n<main>\n"
-        f"{top}{nav}{timeline.html if timeline else ''}{body}"
+        f"{top}{nav}{body}{timeline.html if timeline else ''}{rest}"
         "</main>\n</body>\n</html>\n"
     )
 
