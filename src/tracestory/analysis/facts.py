@@ -180,10 +180,12 @@ def run_facts(
     first: bool = True,
     comm_wait_ns: int | None = None,
     ranks: tuple[int, int | None] = (1, None),
+    serving_log: str | None = None,
 ) -> RunFacts:
     """The :class:`RunFacts` of one analysed trace. ``hardware``: the Nsight Compute inputs
     (joined to the first trace already; ``first=False`` joins them to this one); ``comm_wait_ns``:
-    this rank's wait inside collectives, from the multi-GPU result."""
+    this rank's wait inside collectives, from the multi-GPU result; ``serving_log``: the engine and
+    model of a scheduler event log given with the trace (evidence of the workload)."""
     trace = analysis.trace
     producer = detect_producer(trace)
     cats = tuple(analysis.classification.taxonomy.categories)
@@ -191,7 +193,7 @@ def run_facts(
         (analysis.classification.kernel_category == cats.index("attention")).any()
     )
     kf = kernel_facts(analysis, producer)
-    workload = classify_workload(trace, producer, attention_ran, kf.unfused_attention)
+    workload = classify_workload(trace, producer, attention_ran, kf.unfused_attention, serving_log)
     has_timeline = analysis.timeline is not None
     path, scope = step_critical_path(trace, analysis.classification, analysis.phases) if has_timeline else (None, "")
     ops = gpu_ops(trace, analysis.classification)

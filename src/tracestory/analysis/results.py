@@ -485,6 +485,13 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
     coverage = rank_coverage(traces) if traces else None
     mg = multigpu_of([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
     waits = (mg.rank_wait_ns or {}) if mg is not None else {}
+    log = inputs.scheduler_log
+    serving = (
+        ", ".join(x for x in (log.meta.engine, log.meta.model and f"model '{log.meta.model}'") if x)
+        or "a scheduler log"
+        if log is not None
+        else None
+    )
     runs = []
     for i, trace in enumerate(traces):
         device = _device(trace)
@@ -495,6 +502,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
             first=i == 0,
             comm_wait_ns=waits.get(trace.meta.rank) if trace.meta.rank is not None else None,
             ranks=(coverage.given, coverage.declared) if coverage else (1, None),
+            serving_log=serving,
         )
         runs.append(RunResults(facts=facts, findings=derive_findings(facts)))
 

@@ -302,13 +302,22 @@ def _llm_kind(s: dict[str, str], producer: Producer) -> str:
 
 
 def classify_workload(
-    trace: Trace, producer: Producer, attention_kernels: bool = False, unfused_attention: tuple[str, ...] = ()
+    trace: Trace,
+    producer: Producer,
+    attention_kernels: bool = False,
+    unfused_attention: tuple[str, ...] = (),
+    serving_log: str | None = None,
 ) -> Workload:
     """The :class:`Workload` of one trace. ``attention_kernels``: kernels of the attention category
     ran (from the classification); ``unfused_attention``: the evidence of attention run as bmm +
-    softmax ops (:func:`tracestory.analysis.kernels.unfused_attention`)."""
+    softmax ops (:func:`tracestory.analysis.kernels.unfused_attention`); ``serving_log``: the
+    LLM serving engine's scheduler event log given with the trace (its engine and model, as a
+    phrase), which names the workload when the trace's own names do not (graph replays hide the
+    ops)."""
     rows = _gemm_rows(trace)
     s = _signals(trace, producer, attention_kernels, rows, unfused_attention)
+    if serving_log:
+        s["serving_log"] = serving_log
     has = s.__contains__
     blocks = {
         b: s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)
@@ -326,6 +335,8 @@ def classify_workload(
             "speech",
             [f"audio front end ({s.get('stft') or s.get('conv1d')})" + (" with a decoder" if decode else "")],
         )
+    elif has("serving_log") and not cnn:
+        kind, evidence = "llm_serving", [f"a serving engine's scheduler log given with the trace ({s['serving_log']})"]
     elif producer.engine or (not cnn and (len(blocks) >= 2 or (blocks and decode) or has("causal_op"))):
         kind = _llm_kind(s, producer)
         words = [_BLOCK_WORDS[b] + (" (decomposed)" if s.get(f"{b}_unfused") else "") for b in blocks]

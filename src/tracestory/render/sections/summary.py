@@ -63,7 +63,8 @@ def _executive(runs, many: bool = False) -> list[str]:
         b, tl = a.breakdown, a.timeline
         head = f"**{label(a)}**: " if many else ""
         s1 = (
-            f"{head}The capture holds {b.kernel_count} kernels and {b.memop_count} memory ops "
+            f"{head}The capture holds {b.kernel_count} kernel{'s' if b.kernel_count != 1 else ''} and "
+            f"{b.memop_count} memory op{'s' if b.memop_count != 1 else ''} "
             f"({fmt_ns(b.total_time_ns)} of GPU op time)"
         )
         if tl is not None:
@@ -72,7 +73,7 @@ def _executive(runs, many: bool = False) -> list[str]:
                 if tl.window_ns
                 else ""
             )
-        s1 += f" across {len(a.phases.phases)} phase(s) from {a.phases.source!r}."
+        s1 += f" across {plural(len(a.phases.phases), 'phase')} from {a.phases.source!r}."
         made = _producer(run)
         s1 += (" " + made) if made else ""
         key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])
@@ -137,20 +138,20 @@ def _advice(b) -> str:
         return ""
     if a.kind == "more-kv":
         return (
-            f" {a.preemptions} preemption(s): the KV cache ran out; recommendation: more KV "
+            f" {plural(a.preemptions, 'preemption')}: the KV cache ran out; recommendation: more KV "
             "blocks (memory) or a lower --max-num-seqs."
         )
     w = a.waits
     if a.kind == "token-budget" and w is not None:
         budget = b.log.meta.max_batch_tokens
-        said = [f"{w.token_budget} wait(s) on the token budget"] if w.token_budget else []
-        said += [f"{w.chunks} prompt(s) split by it"] if w.chunks else []
+        said = [f"{plural(w.token_budget, 'wait')} on the token budget"] if w.token_budget else []
+        said += [f"{plural(w.chunks, 'prompt')} split by it"] if w.chunks else []
         return (
             f" Requests were held by the token budget{f' ({budget} per iteration)' if budget else ''}, not by the "
             f"batch size: {', '.join(said)}; a larger batch would not have admitted them sooner. Recommendation: "
             "raise --max-num-batched-tokens, at the cost of longer mixed iterations."
         )
-    seqs = f" ({w.max_num_seqs} wait(s) on --max-num-seqs)" if w is not None and w.max_num_seqs else ""
+    seqs = f" ({plural(w.max_num_seqs, 'wait')} on --max-num-seqs)" if w is not None and w.max_num_seqs else ""
     return (
         f" Recommendation: raise the batch (more concurrent requests or --max-num-seqs{seqs}) while "
         "the per-sequence cost stays below the fixed per-iteration cost."
