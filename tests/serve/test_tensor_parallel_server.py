@@ -38,6 +38,20 @@ def _complete(url: str, prompt: str, n: int) -> str:
         return json.loads(r.read())["choices"][0]["text"]
 
 
+def _plain_torchrun(tmp_path, *flags: str):
+    """``python -m torch.distributed.run --nproc_per_node=2 -m tracestory.cli serve --tensor-parallel 2``
+    on a free port, output to ``tmp_path/server.log``, in a session of its own: (process, port, log)."""
+    port = _free_port()
+    src = str(Path(tracestory.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
+           "--tensor-parallel", "2", "--port", str(port), *flags]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, port, log
+
+
 def test_tp2_server_answers_as_tp1_and_stops_with_exit_code_0(tmp_path):
     one = start_server_thread(ServeOptions(port=0))
     try:
@@ -46,15 +60,8 @@ def test_tp2_server_answers_as_tp1_and_stops_with_exit_code_0(tmp_path):
         one.stop()
     assert [len(t.split()) for t in want] == [9, 5, 12]
 
-    port = _free_port()
-    src = str(Path(tracestory.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    log = tmp_path / "server.log"
     sched = tmp_path / "sched.jsonl"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
-           "--tensor-parallel", "2", "--port", str(port), "--event-log", str(sched)]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, port, log = _plain_torchrun(tmp_path, "--event-log", str(sched))
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, 90, proc=proc)
@@ -76,14 +83,7 @@ def test_tp2_server_answers_as_tp1_and_stops_with_exit_code_0(tmp_path):
 
 
 def test_a_killed_rank_ends_the_server_with_one_line_not_a_hang(tmp_path):
-    port = _free_port()
-    src = str(Path(tracestory.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
-           "--tensor-parallel", "2", "--port", str(port)]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, port, log = _plain_torchrun(tmp_path)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", 90, proc=proc)
         ranks = torchrun_ranks(proc.pid)
@@ -148,14 +148,7 @@ def test_a_stopped_rank_makes_health_503_and_requests_fail_then_it_recovers(tmp_
     import signal
     import time
 
-    port = _free_port()
-    src = str(Path(tracestory.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
-           "--tensor-parallel", "2", "--port", str(port), "--stall-timeout", "2"]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, port, log = _plain_torchrun(tmp_path, "--stall-timeout", "2")
     url = f"http://127.0.0.1:{port}"
     stopped = None
     try:
@@ -211,14 +204,7 @@ def test_ctrl_c_at_plain_torchrun_stops_the_ranks_cleanly_but_torchrun_itself_ex
     If a torch release changes this, the test fails and the document must be updated."""
     import signal
 
-    port = _free_port()
-    src = str(Path(tracestory.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
-           "--tensor-parallel", "2", "--port", str(port)]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, port, log = _plain_torchrun(tmp_path)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", 90, proc=proc)
         ranks = torchrun_ranks(proc.pid)
@@ -246,14 +232,7 @@ def test_a_server_stalled_on_a_stopped_rank_still_stops_on_sigint(tmp_path):
     import threading
     import time
 
-    port = _free_port()
-    src = str(Path(tracestory.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "tracestory.cli", "serve",
-           "--tensor-parallel", "2", "--port", str(port), "--stall-timeout", "1"]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, port, log = _plain_torchrun(tmp_path, "--stall-timeout", "1")
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, 90, proc=proc)
