@@ -109,12 +109,20 @@ def kernel_precision(name: str) -> str:
     type the collective moves (an all-gather of any tensor viewed as bytes), not an int8 model: a
     communication kernel never states int8.
     """
-    found = {p for p, rx in _PRECISIONS if rx.search(name)}
+    found = named_precisions([name])
     if "int8" in found:
         rule = matching_rule(name)
         if rule is not None and rule.llm == "communication":
-            found.discard("int8")
-    return next((p for p in PRECISION_ORDER if p in found), "")
+            found = tuple(p for p in found if p != "int8")
+    return found[0] if found else ""
+
+
+def named_precisions(texts) -> tuple[str, ...]:
+    """Every precision that some text of ``texts`` names (dtype names such as ``c10::BFloat16``,
+    ``float``, ``c10::Float8_e4m3fn``, or kernel names), narrowest first."""
+    texts = list(texts)
+    found = {p for p, rx in _PRECISIONS if any(rx.search(t) for t in texts)}
+    return tuple(p for p in PRECISION_ORDER if p in found)
 
 
 def is_generated(family: str) -> bool:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..ingest.kineto import parse_json_field
 from ..trace import CPU_SIDE, Trace, factorize
-from .families import kernel_implementation, kernel_precision
+from .families import kernel_implementation, kernel_precision, named_precisions
 from .nesting import nest_intervals, thread_codes
 
 UNFUSED_ATTENTION = "unfused (bmm + softmax)"
@@ -207,20 +207,12 @@ def kernel_facts(analysis, producer=None, modules=None) -> KernelFacts:
         op_input_precisions=op_input_precisions(tr))
 
 
-# dtype names of recorded op inputs (``c10::BFloat16``, ``c10::Half``, ``float``, ``c10::Float8_e4m3fn``)
-_OP_TYPE_PRECISIONS: tuple[tuple[str, re.Pattern], ...] = (
-    ("fp8", re.compile(r"fp8|e4m3|e5m2|Float8")),
-    ("bf16", re.compile(r"bf16|BFloat16|bfloat16")),
-    ("fp16", re.compile(r"(?<![b])f16|fp16|half|Half")),
-    ("tf32", re.compile(r"tf32")),
-    ("fp32", re.compile(r"(?<![a-z])float(?![0-9])|f32|fp32")),
-)
 _GEMM_ATTENTION_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::_scaled_mm")
 
 
 def op_input_precisions(tr: Trace) -> tuple[str, ...]:
     """Precisions named by the recorded input types of GEMM and attention ops (each distinct
-    ``input_types`` cell decoded once), widest-last order of ``_OP_TYPE_PRECISIONS``."""
+    ``input_types`` cell decoded once), narrowest first (the kernel-name precision tokens)."""
     if not len(tr.ops) or "input_types" not in tr.ops:
         return ()
     codes = [i for i, s in enumerate(tr.strings) if s in _GEMM_ATTENTION_OPS or "scaled_dot_product" in s]
@@ -230,4 +222,4 @@ def op_input_precisions(tr: Trace) -> tuple[str, ...]:
         t = parse_json_field(v) if isinstance(v, (bytes, bytearray)) else None
         if isinstance(t, list):
             types.update(str(x) for x in t if x)
-    return tuple(p for p, rx in _OP_TYPE_PRECISIONS if any(rx.search(t) for t in types))
+    return named_precisions(sorted(types))
