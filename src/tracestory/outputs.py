@@ -369,14 +369,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     ensure_folder(p.parent if str(p.parent) else Path("."))
     if _staging is not None:
         tmp = _staging.path_for(p)
-        try:
+        with _removed_on_error(tmp, p):
             yield tmp
-        except OSError as e:
-            _remove(tmp)
-            raise OutputError(p, "a writable output file", _found(e)) from None
-        except BaseException:
-            _remove(tmp)
-            raise
         return
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix="-" + p.name, dir=p.parent)
@@ -385,10 +379,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise OutputError(p, "a writable output file", _found(e)) from None
     tmp = Path(tmp_name)
     # tempfile names are ".tmp-XXXX-<name>": same folder, same suffixes as the output
-    try:
+    with _removed_on_error(tmp, p):
         yield tmp
         _keep_mode(p, tmp)
         os.replace(tmp, p)
+
+
+@contextlib.contextmanager
+def _removed_on_error(tmp: Path, p: Path) -> Iterator[None]:
+    """``tmp`` removed when the block fails; an OSError becomes :class:`OutputError` naming ``p``."""
+    try:
+        yield
     except OSError as e:
         _remove(tmp)
         raise OutputError(p, "a writable output file", _found(e)) from None
