@@ -52,6 +52,13 @@ def _plain_torchrun(tmp_path, *flags: str):
     return proc, port, log
 
 
+def _kill_group(proc) -> None:
+    """The launcher's process group killed, if a test left it running."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
 def test_tp2_server_answers_as_tp1_and_stops_with_exit_code_0(tmp_path):
     one = start_server_thread(ServeOptions(port=0))
     try:
@@ -69,9 +76,7 @@ def test_tp2_server_answers_as_tp1_and_stops_with_exit_code_0(tmp_path):
         assert len(torchrun_ranks(proc.pid)) == 2
         assert stop_torchrun_ranks(proc, 30)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+        _kill_group(proc)
     text = log.read_text(errors="replace")
     assert got == want
     assert proc.returncode == 0, text
@@ -91,9 +96,7 @@ def test_a_killed_rank_ends_the_server_with_one_line_not_a_hang(tmp_path):
         os.kill(ranks[1], 9)                      # rank 1 vanishes while the server idles
         proc.wait(timeout=30)                     # heartbeat: rank 0 notices within a second or so
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+        _kill_group(proc)
     text = log.read_text(errors="replace")
     assert proc.returncode != 0
     lost = [x for x in text.splitlines() if x.startswith("tracestory serve: tensor-parallel rank lost")]
@@ -123,9 +126,7 @@ def test_serve_tensor_parallel_without_torchrun_launches_its_ranks_and_ctrl_c_ex
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+        _kill_group(proc)
     text = log.read_text(errors="replace")
     assert proc.returncode == 0, text
     assert "Traceback" not in text and "SignalException" not in text
@@ -181,9 +182,7 @@ def test_a_stopped_rank_makes_health_503_and_requests_fail_then_it_recovers(tmp_
     finally:
         if stopped is not None:
             os.kill(stopped, signal.SIGCONT)
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+        _kill_group(proc)
     text = log.read_text(errors="replace")
     assert e.value.code == 503 and "engine stalled: no progress for" in answer["error"]["message"]
     assert "tensor parallel 2: rank 0 waits in a collective step" in answer["error"]["message"]
@@ -213,9 +212,7 @@ def test_ctrl_c_at_plain_torchrun_stops_the_ranks_cleanly_but_torchrun_itself_ex
         os.killpg(proc.pid, signal.SIGINT)                       # what Ctrl-C sends: torchrun's group only
         proc.wait(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+        _kill_group(proc)
     text = log.read_text(errors="replace")
     assert proc.returncode == 1
     assert "tracestory serve: rank 0: stopped: stop sent to the other ranks in" in text
