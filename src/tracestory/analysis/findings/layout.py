@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from ...trace import factorize
 from ...units import fmt_ns, fmt_pct, plural
 from ..facts import RunFacts
 from .base import Evidence, Finding
@@ -29,18 +30,18 @@ def rule_layout_conversion(f: RunFacts) -> list[Finding]:
     total = f.analysis.breakdown.total_time_ns
     if not len(k) or total <= 0:
         return []
-    codes = np.unique(k["name"])
-    layout = [int(c) for c in codes if c >= 0 and LAYOUT_KERNEL.search(tr.name(int(c)))]
-    if not layout:
+    codes, inv = factorize(k["name"])
+    is_layout = np.array([c >= 0 and bool(LAYOUT_KERNEL.search(tr.name(int(c)))) for c in codes])
+    if not is_layout.any():
         return []
-    rows = np.isin(k["name"], layout)
+    rows = is_layout[inv]
     dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
     t = int(dur[rows].sum())
     share = t / total
     if share < LAYOUT_SHARE:
         return []
-    per = {c: int(dur[k["name"] == c].sum()) for c in layout}
-    top = max(per, key=per.__getitem__)
+    per = np.where(is_layout, np.bincount(inv, weights=dur, minlength=codes.size), -1)
+    top = int(codes[int(np.argmax(per))])
     ev = (
         Evidence("layout conversion share of GPU op time", share, "fraction"),
         Evidence("layout conversion time", t, "ns"),
