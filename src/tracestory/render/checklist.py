@@ -72,6 +72,7 @@ for, not that what it says is right.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -280,9 +281,10 @@ class _Report:
     def has(self, name: str) -> bool:
         return name in self.doc.sections
 
+    @functools.cached_property
     def left_out(self) -> frozenset[str]:
         """The sections the Executive Summary states are left out of this report (``**Sections left
-        out** (why): A, B.``): absent on purpose, so their items are N/A."""
+        out** (why): A, B.``): absent on purpose, so their items are N/A. Read once."""
         for line in self.prose("Executive Summary"):
             m = _LEFT_OUT.match(line.strip())
             if m:
@@ -300,7 +302,7 @@ class _Report:
     def na(self, name: str) -> str | None:
         """The n/a statement a section opens with (or the summary's statement that it is left out),
         or None."""
-        if name in self.left_out():
+        if name in self.left_out:
             return _left_out_reason(name)
         for line in self.prose(name):
             if not line.strip() or _HEAD.match(line):
@@ -346,7 +348,7 @@ class _Report:
 
 
 def _missing(r: _Report, name: str) -> tuple[str, str]:
-    if name in r.left_out():
+    if name in r.left_out:
         return NA, _left_out_reason(name)
     return FAIL, f"no '## {name}' section"
 
@@ -359,7 +361,7 @@ def check_structure(r: _Report):
     if not d.title or not d.title.startswith(TITLE_PREFIX):
         return FAIL, f"title is {d.title!r}, expected '# {TITLE_PREFIX} ...'"
     h2 = [h[2] for h in d.headings if h[1] == 2]
-    stated = r.left_out()
+    stated = r.left_out
     missing = [s for s in SECTIONS if s not in h2 and s not in stated]
     twice = [s for s in SECTIONS if h2.count(s) > 1]
     if missing or twice:
@@ -487,7 +489,7 @@ def check_timing_correlation(r: _Report):
         ln for ln in lines if re.search(r"CPU inside|waiting for launch|launch wait", ln, re.IGNORECASE)
     ]
     if not corr and lanes != {"CPU", "GPU"}:
-        if "Visualizations" in r.left_out():
+        if "Visualizations" in r.left_out:
             return NA, "no GPU timeline to tie host events to: " + _left_out_reason("Visualizations")
         if no_gpu := r.na_line(r"kernel timeline|timeline trace|no trace"):
             return NA, no_gpu  # e.g. a scheduler log alone: timing, but no GPU timeline to tie to
@@ -752,7 +754,7 @@ def check_roofline_chart(r: _Report):
         return PASS, f"roofline plot {img}"
     if na := r.na_line(r"roofline"):
         return NA, na
-    if {"Visualizations", "Hardware Behavior Analysis"} <= r.left_out():
+    if {"Visualizations", "Hardware Behavior Analysis"} <= r.left_out:
         return NA, "no kernels to place: " + _left_out_reason("Hardware Behavior Analysis")
     return FAIL, "no roofline chart and no line saying why it is n/a"
 
@@ -776,7 +778,7 @@ def check_interactive_tools(r: _Report):
     m = _TOOLS.search("\n".join(r.doc.lines))
     if m:
         return PASS, f"names {m.group(0)}"
-    if "Visualizations" in r.left_out():
+    if "Visualizations" in r.left_out:
         return NA, "no timeline to explore: " + _left_out_reason("Visualizations")
     return FAIL, "no interactive tool named (Perfetto, chrome://tracing, TensorBoard, Nsight UI)"
 
