@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ingest.kineto import parse_json_field
 from .facts import RunFacts
+from .gemm_rows import gemm_rows
 from .phases import Phase, Phases
 
 MIN_PERIOD = 3
@@ -430,33 +430,21 @@ def _family(facts: RunFacts, ops: _Ops, members: list[Phase], fam, origin: int, 
 
 
 def _gemm_rows(facts: RunFacts, phases: list[Phase]) -> tuple[int, int] | None:
-    """(min, max) M - rows of the left operand - of the ``aten::mm`` / ``aten::addmm`` calls inside
-    the phases' CPU ranges, from recorded input shapes; None when shapes were not recorded. One
-    pass over those ops (sorted by start), each distinct shape cell decoded once."""
-    tr = facts.trace
-    o = tr.ops
-    mm, addmm = tr.code_of("aten::mm"), tr.code_of("aten::addmm")
-    codes = [c for c in (mm, addmm) if c >= 0]
-    if not codes or len(o) == 0:
+    """(min, max) M - rows of the left operand (``gemm_rows``) - of the ``aten::mm`` /
+    ``aten::addmm`` calls that start inside the phases' CPU ranges; None when shapes were not
+    recorded. Linear in the ops: the calls' starts are sorted once and each phase is a slice."""
+    idx, rows = gemm_rows(facts.trace, ("aten::mm", "aten::addmm"))
+    if not idx.size:
         return None
-    sel = np.flatnonzero(np.isin(o["name"], codes))
-    start = o["start_ns"][sel]
-    keep = np.zeros(sel.size, dtype=bool)
+    start = facts.trace.ops["start_ns"][idx]
+    order = np.argsort(start, kind="stable")
+    start, rows = start[order], rows[order]
+    inside = np.zeros(start.size + 1, dtype=np.int64)
     for ph in phases:
-        keep |= (start >= ph.start_ns) & (start < ph.end_ns)
-    rows: list[int] = []
-    decoded: dict = {}
-    for i in sel[keep]:
-        cell = o["input_dims"][i]
-        if cell not in decoded:
-            decoded[cell] = parse_json_field(cell) if isinstance(cell, (bytes, bytearray)) else None
-        dims = decoded[cell]
-        if not isinstance(dims, list) or not dims:
-            continue
-        a = dims[1] if int(o["name"][i]) == addmm and len(dims) > 2 else dims[0]
-        if isinstance(a, list) and len(a) >= 2 and all(isinstance(d, int) for d in a):
-            rows.append(int(np.prod(a[:-1])))
-    return (min(rows), max(rows)) if rows else None
+        inside[np.searchsorted(start, ph.start_ns, "left")] += 1
+        inside[np.searchsorted(start, ph.end_ns, "left")] -= 1
+    hit = rows[np.cumsum(inside[:-1]) > 0]
+    return (int(hit.min()), int(hit.max())) if hit.size else None
 
 
 def _top(ops: _Ops, idx: np.ndarray) -> tuple[str, float] | None:

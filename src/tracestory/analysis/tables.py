@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import ToolNotFound, UsageError
 from ..stats import summarize
-from ..units import clip_text, sig
+from ..units import clip_text, plural, sig
 from . import intervals
 from .collectives import busbw_factor, rank_collectives
 from .gaps import gap_causes
@@ -378,7 +378,7 @@ def roofline_table(roofline: "Roofline | None", source: str, missing: str | None
             cols[c].append(v)
     notes = [roofline.note] if roofline.note else []
     if roofline.dropped:
-        notes.append(f"{len(roofline.dropped)} estimate(s) above their roof dropped as estimate errors: "
+        notes.append(f"{plural(len(roofline.dropped), 'estimate')} above their roof dropped as estimate errors: "
                      + ", ".join(f"{label} ({pct:.0f}% of roof)" for label, pct in roofline.dropped[:5]))
     t = _make("roofline", cols)
     return Table("roofline", t.columns, note="; ".join(notes) or None)

@@ -134,6 +134,7 @@ class Timeline:
     launch_bound: bool  # see the module docstring
     zero_duration_kernels: int = 0  # kernels with end == start (no duration known, or a 0-ns record)
     verdict_withheld: str | None = None  # why launch_bound was not judged (None: judged)
+    launch_queue_negative: int = 0  # ops of launch_queue the GPU started before their call returned
 
 
 def distribution(values: np.ndarray) -> Distribution:
@@ -292,4 +293,5 @@ def timeline(trace: Trace) -> Timeline | None:
         launch_bound=bool(launch_bound),
         zero_duration_kernels=zero,
         verdict_withheld=withheld,
+        launch_queue_negative=int((queue_ns < 0).sum()),
     )
