@@ -257,11 +257,16 @@ class _Ops:
         self.cat = g.category[order]
         self.launch = g.launch_start_ns[order]
         self.trace = facts.trace
+        self._by_launch = np.argsort(self.launch, kind="stable")
+        self._launch_sorted = self.launch[self._by_launch]
 
     def of_phase(self, ph: Phase, whole: bool) -> np.ndarray:
+        """The ops (ascending) launched inside the phase's CPU range; a binary search, so a
+        story over many steps stays linear in the ops."""
         if whole:
             return np.arange(len(self.start))
-        return np.flatnonzero((self.launch >= ph.start_ns) & (self.launch < ph.end_ns))
+        lo, hi = np.searchsorted(self._launch_sorted, (ph.start_ns, ph.end_ns), "left")
+        return np.sort(self._by_launch[lo:hi])
 
     def groups(self, idx: np.ndarray, reps: int = 1) -> tuple[OpGroup, ...]:
         """Consecutive same-category ops of ``idx`` (times per repetition)."""
