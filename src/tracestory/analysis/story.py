@@ -259,14 +259,26 @@ class _Ops:
         self.trace = facts.trace
         self._by_launch = np.argsort(self.launch, kind="stable")
         self._launch_sorted = self.launch[self._by_launch]
+        self._ranges: tuple[np.ndarray, np.ndarray] | None = None
 
     def of_phase(self, ph: Phase, whole: bool) -> np.ndarray:
-        """The ops (ascending) launched inside the phase's CPU range; a binary search, so a
-        story over many steps stays linear in the ops."""
-        if whole:
-            return np.arange(len(self.start))
-        lo, hi = np.searchsorted(self._launch_sorted, (ph.start_ns, ph.end_ns), "left")
+        """The ops (ascending) launched inside the phase's CPU range."""
+        return np.arange(len(self.start)) if whole else self.launched_in(ph.start_ns, ph.end_ns)
+
+    def launched_in(self, start_ns: int, end_ns: int) -> np.ndarray:
+        """The ops (ascending) whose launch call starts in [start_ns, end_ns): a binary search, so
+        a story over many steps stays linear in the ops."""
+        lo, hi = np.searchsorted(self._launch_sorted, (start_ns, end_ns), "left")
         return np.sort(self._by_launch[lo:hi])
+
+    def cpu_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of the trace's CPU ranges sorted by start, and their starts (built once)."""
+        if self._ranges is None:
+            r = self.trace.ranges
+            rows = np.flatnonzero(r["side"] == 0) if len(r) else np.zeros(0, dtype=np.int64)
+            rows = rows[np.argsort(r["start_ns"][rows], kind="stable")] if rows.size else rows
+            self._ranges = (rows, r["start_ns"][rows] if rows.size else np.zeros(0, dtype=np.int64))
+        return self._ranges
 
     def groups(self, idx: np.ndarray, reps: int = 1) -> tuple[OpGroup, ...]:
         """Consecutive same-category ops of ``idx`` (times per repetition)."""
@@ -333,21 +345,19 @@ def _sub_ranges(facts: RunFacts, ops: _Ops, ph: Phase, origin: int) -> tuple[Sub
     r = tr.ranges
     if len(r) == 0:
         return ()
-    m = (
-        (r["side"] == 0)
-        & (r["start_ns"] >= ph.start_ns)
-        & (r["end_ns"] <= ph.end_ns)
-        & ~((r["start_ns"] == ph.start_ns) & (r["end_ns"] == ph.end_ns))
-    )
-    rows = np.flatnonzero(m)
+    sorted_rows, starts = ops.cpu_ranges()
+    lo, hi = np.searchsorted(starts, (ph.start_ns, ph.end_ns), "left")
+    rows = sorted_rows[lo:hi]  # starting inside the phase, in start order
+    rows = rows[
+        (r["end_ns"][rows] <= ph.end_ns) & ~((r["start_ns"][rows] == ph.start_ns) & (r["end_ns"][rows] == ph.end_ns))
+    ]
     if rows.size == 0:
         return ()
-    rows = rows[np.argsort(r["start_ns"][rows], kind="stable")]
     run_end = np.maximum.accumulate(r["end_ns"][rows])
     outer = np.concatenate([[True], r["start_ns"][rows][1:] >= run_end[:-1]])
     out = []
     for i in rows[outer][:MAX_SUB_RANGES]:
-        sel = np.flatnonzero((ops.launch >= r["start_ns"][i]) & (ops.launch < r["end_ns"][i]))
+        sel = ops.launched_in(int(r["start_ns"][i]), int(r["end_ns"][i]))
         dur = ops.end[sel] - ops.start[sel]
         w = np.bincount(ops.cat[sel], weights=dur, minlength=len(ops.cats))
         total = float(w.sum())
