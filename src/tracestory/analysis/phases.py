@@ -79,7 +79,7 @@ import numpy as np
 
 from ..trace import CPU_SIDE, Trace
 from . import intervals
-from .links import api_column, gpu_ops_column, gpu_ops_launch_index
+from .links import api_column, gpu_ops_launch_index, gpu_ops_times
 from .loops import family_verdicts, not_a_loop, split_step, training_phases
 
 OUTLIER_RATIO = 1.5
@@ -343,8 +343,7 @@ def phases(trace: Trace) -> Phases:
     """Cut the trace into phases (see the module docstring) and project GPU work onto them."""
     k, r = trace.kernels, trace.ranges
     n_k = len(k)
-    op_start = gpu_ops_column(trace, "start_ns").astype(np.int64)
-    op_end = gpu_ops_column(trace, "end_ns").astype(np.int64)
+    op_start, op_end = gpu_ops_times(trace)
     li = gpu_ops_launch_index(trace)
     ok = li >= 0
     launch = api_column(trace, li, "start_ns")
