@@ -88,7 +88,12 @@ def gpu_ops_launch_times(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def gpu_busy(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """The merged busy periods of every GPU op (:func:`intervals.union` of :func:`gpu_ops_times`):
     sorted disjoint ``(starts, ends)``. Read-only; computed once per trace."""
-    return derived.memo(trace, "gpu_busy", lambda: intervals.union(*gpu_ops_times(trace)))
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        starts, ends = gpu_ops_times(trace)
+        order = gpu_ops_order(trace)   # the order union's own stable sort would give
+        return intervals.union(starts[order], ends[order])
+
+    return derived.memo(trace, "gpu_busy", compute)
 
 
 def gpu_ops_launch_index(trace: Trace) -> np.ndarray:

@@ -79,7 +79,7 @@ import numpy as np
 
 from ..trace import CPU_SIDE, Trace
 from . import intervals
-from .links import api_column, gpu_ops_launch_index, gpu_ops_times
+from .links import api_column, gpu_ops_launch_index, gpu_ops_order, gpu_ops_times
 from .loops import family_verdicts, not_a_loop, split_step, training_phases
 
 OUTLIER_RATIO = 1.5
@@ -433,7 +433,11 @@ def phases(trace: Trace) -> Phases:
     g_end = np.full(n_p, -big, dtype=np.int64)
     np.minimum.at(g_start, a_idx, op_start[inside])
     np.maximum.at(g_end, a_idx, op_end[inside])
-    g_busy = _segment_union(a_idx, op_start[inside], op_end[inside], n_p)
+    # in start order (stable): when the phases follow each other in time the shifted starts are
+    # then already sorted, and the union skips its sort (same merge either way)
+    by_start = gpu_ops_order(trace)
+    by_start = by_start[inside[by_start]]
+    g_busy = _segment_union(assign[by_start], op_start[by_start], op_end[by_start], n_p)
 
     k_assign = assign[:n_k]
     k_rows = np.flatnonzero(k_assign >= 0)

@@ -63,7 +63,15 @@ from ..trace import Trace, factorize
 from . import intervals
 from .graphs import launched_directly
 from . import derived
-from .links import api_column, gpu_busy, gpu_ops_column, gpu_ops_launch_index, gpu_ops_launch_times, gpu_ops_times
+from .links import (
+    api_column,
+    gpu_busy,
+    gpu_ops_column,
+    gpu_ops_launch_index,
+    gpu_ops_launch_times,
+    gpu_ops_order,
+    gpu_ops_times,
+)
 
 SHORT_KERNEL_NS = 10_000
 IDLE_FRACTION_BOUND = 0.2
@@ -154,13 +162,29 @@ def distribution(values: np.ndarray) -> Distribution:
     )
 
 
-def _stream_stats(device: np.ndarray, stream: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[StreamStat, ...]:
+def _longest(g0: np.ndarray, gdur: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` longest gaps, longest first, ties by earlier start: the first ``k`` of
+    ``np.lexsort((g0, -gdur))``, sorting only the gaps at least as long as the k-th longest."""
+    if gdur.size > 4 * k:
+        kth = np.partition(gdur, gdur.size - k)[gdur.size - k]
+        cand = np.flatnonzero(gdur >= kth)
+        return cand[np.lexsort((g0[cand], -gdur[cand]))][:k]
+    return np.lexsort((g0, -gdur))[:k]
+
+
+def _stream_stats(device: np.ndarray, stream: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  by_start: np.ndarray | None = None) -> tuple[StreamStat, ...]:
     # One union per (device, stream); the number of streams is small, the work per stream is
     # vectorized. The pair is factorized into one integer key (a 2-D np.unique is far slower).
+    # ``by_start``: the rows in start order (stable), so that each stream's rows come in start
+    # order and its union needs no sort of its own.
     devs, dev_i = factorize(device)
     sts, st_i = factorize(stream)
     key = dev_i.reshape(-1).astype(np.int64) * len(sts) + st_i.reshape(-1)
-    order = np.argsort(key, kind="stable")
+    if len(devs) * len(sts) < 2**15:
+        key = key.astype(np.int16)   # a stable sort of 16-bit keys is a radix sort
+    base = np.arange(key.size) if by_start is None else by_start
+    order = base[np.argsort(key[base], kind="stable")]
     key_sorted = key[order]
     cut = np.flatnonzero(np.diff(key_sorted)) + 1
     bounds = np.concatenate([[0], cut, [key.size]])
@@ -259,7 +283,7 @@ def timeline(trace: Trace) -> Timeline | None:
         hist.append((label, int(sel.sum()), int(gdur[sel].sum())))
 
     # Longest first; ties broken by earlier start (lexsort's last key is primary).
-    top = np.lexsort((g0, -gdur))[:TOP_GAPS]
+    top = _longest(g0, gdur, TOP_GAPS)
     largest = tuple(
         Gap(start_ns=int(g0[i]), dur_ns=int(gdur[i]), before=trace.name(int(names[before[i]])),
             after=trace.name(int(names[after[i]])), launch_wait_ns=int(wait[i]))
@@ -300,7 +324,7 @@ def timeline(trace: Trace) -> Timeline | None:
         short_kernel_ns=SHORT_KERNEL_NS,
         gap_histogram=tuple(hist),
         largest_gaps=largest,
-        streams=_stream_stats(devices, streams, starts, ends),
+        streams=_stream_stats(devices, streams, starts, ends, gpu_ops_order(trace)),
         launch_bound=bool(launch_bound),
         zero_duration_kernels=zero,
         verdict_withheld=withheld,
