@@ -8,10 +8,11 @@ nothing outlives the trace, and a second load, a window or any other new Trace g
 entries. Cached arrays are made read-only: a caller that writes into one fails at once instead of
 changing what the next caller reads.
 
-What is cached (the callers name their keys): the sorted API correlation ids and each GPU op's
-launch call (``links``), the GPU-op columns in int64 and the union of every GPU op (``links``);
-the timeline, stream stats, phases, gaps, exposure, idle gaps, tables, operators and the critical
-path all read these, which used to be recomputed a dozen times per trace.
+What is cached (the callers name their keys): in ``links``, the API rows sorted by correlation id,
+each GPU op's launch row and launch times, the GPU-op columns (times in int64), their start order
+and the union of every GPU op; in ``timeline``, the idle gaps with the op before and after each.
+The timeline, stream stats, phases, gaps, exposure, idle gaps, tables, operators and the critical
+path all read these, which used to be recomputed up to a dozen times per trace.
 
 Limits: identity, not content: two equal Trace objects compute their arrays twice. A value must
 not refer to its Trace (the entry would keep it alive). Not locked: two threads asking for the same
