@@ -137,7 +137,11 @@ class FlexPagedAttention:
         tile = 1
         while tile < 64 and (self.bs * self.group) % (tile * 2) == 0:
             tile *= 2
-        self._chunk_options = {"BLOCK_M": 64, "BLOCK_N": tile} if self.compiled else None
+        # 128 query rows (the block mask's query tile), 8 warps, 3 stages: at S = 2,048 on the H100
+        # 0.27 ms a layer for one prompt against 0.42 ms with (64, 64, 4 warps, 2 stages), 0.21 vs
+        # 0.27 for two of 1,024 (benchmarks/gpu/chunk_attn.py, docs/BENCHMARKS.md)
+        self._chunk_options = ({"BLOCK_M": Q_TILE, "BLOCK_N": tile, "num_warps": 8, "num_stages": 3}
+                               if self.compiled else None)
 
     # ------------------------------------------------------------------ mask state
     def set_blocks(self, tables, member_ids) -> None:
