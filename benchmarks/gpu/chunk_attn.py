@@ -11,7 +11,8 @@ blocks consecutive in the cache, as a fresh cache hands them out), in tile-list 
 * ``causal+full``: that, and tiles wholly in a one-member query tile's causal past "full"
   (``mask_mod`` skipped: :func:`~tracestory.serve.paged_attention.chunk_tiles`, the server's);
 
-and kernel options (``BLOCK_M``/``BLOCK_N``/``num_warps``/``num_stages``; the server's first).
+and kernel options (``BLOCK_M``/``BLOCK_N``/``num_warps``/``num_stages``: the first is what the
+server ran before call 6, the third what it runs since, chosen from this script's numbers).
 The roof: ``F.scaled_dot_product_attention`` causal on the same prompts as contiguous
 ``[n, 32, L, 128]`` tensors (K/V repeated to 32 heads), flash and cuDNN backends. FLOPs are the
 causal ones: ``4 d H sum_rows (pos + 1)``. Each time: median of 20 calls (CUDA events, after 3

@@ -7,7 +7,9 @@
 set -u
 B=benchmarks/gpu/run_tp_serve.sh; S=$(date +%s); DEADLINE=${DEADLINE:-330}
 mkdir -p "$OUT/s" "$OUT/c" "$OUT/t"
-(CUDA_VISIBLE_DEVICES=2,3 OUT=$OUT/c bash $B capture2 > "$OUT/c/stdout.txt" 2>&1) & CAP=$!
+# lane B's torchrun rendezvous on another port: in call 7 both lanes' launchers took 29500 and the
+# TP=2 server of lane A exited at start (EADDRINUSE); PET_MASTER_PORT is torchrun's --master-port
+(CUDA_VISIBLE_DEVICES=2,3 PET_MASTER_PORT=29611 OUT=$OUT/c bash $B capture2 > "$OUT/c/stdout.txt" 2>&1) & CAP=$!
 OUT=$OUT/s bash $B roofs tp2 tp1
 CUDA_VISIBLE_DEVICES=0 OUT=$OUT/t bash $B tests
 while kill -0 $CAP 2>/dev/null && [ $(( $(date +%s) - S )) -lt $((DEADLINE + 60)) ]; do sleep 2; done

@@ -64,7 +64,7 @@ ar2|ar4)
   step allreduce-tp$n 180 torchrun --nproc_per_node=$n benchmarks/gpu/allreduce_small.py --json $W/json/allreduce_tp$n.json ;;
 ncu)
   A=$W/artifacts; t0=$(date +%s)
-  step ncu-tp2 ${NCU_SECS:-240} $TS capture ncu --name serve_tp2_ncu --out $A --torchrun 2 --health-timeout 600 \
+  step ncu-tp2 ${NCU_SECS:-240} $TS capture ncu --name serve_tp2_ncu --out $A --torchrun 2 --health-timeout 600 --stop-timeout 20 \
       --load "--model llama-3-8b --request-rate 2 --duration 5 --random-input-len 512 --random-output-len 16 --ignore-eos --port 8000 --no-progress" \
       --kernel-name "${NCU_KERNELS:-nvjet|gemm|flash|ncclDevKernel}" --launch-skip ${NCU_SKIP:-2000} --launch-count 20 \
       -- $TS serve --tensor-parallel 2 $SERVE --attention-backend sdpa --enforce-eager --layers 4 --num-blocks 4096 --port 8000

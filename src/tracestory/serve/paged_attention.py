@@ -29,10 +29,11 @@ Two shapes:
 * **chunk**: the prefill tokens of a mixed iteration as one query sequence ``[1, H, T, d]``; a
   prefill chunk starting at ``start`` sees keys ``0..start+i`` for its row ``i`` (causal, offset
   by its start). Tile lists are the union over the members in each 128-row query tile of the
-  blocks up to their last position there, split into masked and full tiles. On CUDA ``T`` is padded to a multiple of 128 (padding rows belong to nobody; their
-  output is discarded), so the compiled kernel sees a few shapes only. The decode members of a
-  mixed iteration go through the decode call (same buckets and table width as the graphs, so
-  the same compiled kernels) when the model has decode graphs; else they are rows of the chunk.
+  blocks up to their last position there, split into masked and full tiles. On CUDA ``T`` is
+  padded to a multiple of 128 (padding rows belong to nobody; their output is discarded), so
+  the compiled kernel sees a few shapes only. The decode members of a mixed iteration go
+  through the decode call (same buckets and table width as the graphs, so the same compiled
+  kernels) when the model has decode graphs; else they are rows of the chunk.
 
 The decode call reads its rows' member ids and positions from ``dec_owner``/``dec_pos`` (indexed
 by batch entry), the chunk call from ``row_owner``/``row_pos`` (indexed by query row).
