@@ -106,36 +106,68 @@ def _pieces(path: Path, emit: Callable[[bytes, int], None]) -> bool:
             return False
         f.seek(0)
         limit = max_decompressed(size)
-        total = 0
         inflater, error = _inflater()
-        d = inflater()
+        emitted = 0
+
+        def counted(piece: bytes, done: int) -> None:
+            nonlocal emitted
+            emitted += len(piece)
+            emit(piece, done)
+
         try:
-            while block := f.read(READ_BYTES):
-                data = block
-                while True:
-                    piece = d.decompress(data, PIECE_BYTES)
-                    if piece:
-                        total += len(piece)
-                        if total > limit:
-                            raise TraceFormatError(
-                                path, f"at most {limit:,} bytes of JSON once decompressed ({MAX_DECOMPRESSED_ENV})",
-                                f"more than that from {size:,} compressed bytes")
-                        emit(piece, f.tell())
-                    if d.eof:
-                        data = d.unused_data
-                        if not data:
-                            break
-                        d = inflater()  # a multi-member gzip
-                        continue
-                    data = d.unconsumed_tail
-                    if not data and len(piece) < PIECE_BYTES:
-                        break
-            piece = d.flush()
-            if piece:
-                emit(piece, size)
-            return not d.eof   # a cut gzip file: the JSON text ends where the inflated bytes do
+            cut = _inflate(path, f, size, limit, inflater, counted)
         except error as e:
             raise TraceFormatError(path, "a gzip-compressed trace", f"corrupt gzip data ({_zlib_says(path, e)})") from None
+    if cut and error is not zlib.error:
+        # ISA-L may hold back the last bytes of a stream cut mid-block: the text ends where zlib's does
+        rest = bytearray()
+        seen = 0
+
+        def past(piece: bytes, done: int) -> None:
+            nonlocal seen
+            start = max(emitted - seen, 0)
+            seen += len(piece)
+            if start < len(piece):
+                rest.extend(memoryview(piece)[start:])
+
+        try:
+            with open(path, "rb") as g:
+                _inflate(path, g, size, limit, lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), past)
+        except zlib.error:
+            pass
+        if rest:
+            emit(bytes(rest), size)
+    return cut
+
+
+def _inflate(path: Path, f, size: int, limit: int, inflater: Callable, emit: Callable[[bytes, int], None]) -> bool:
+    """Inflate the gzip file ``f`` (every member) into ``emit``; True when the stream ends early."""
+    total = 0
+    d = inflater()
+    while block := f.read(READ_BYTES):
+        data = block
+        while True:
+            piece = d.decompress(data, PIECE_BYTES)
+            if piece:
+                total += len(piece)
+                if total > limit:
+                    raise TraceFormatError(
+                        path, f"at most {limit:,} bytes of JSON once decompressed ({MAX_DECOMPRESSED_ENV})",
+                        f"more than that from {size:,} compressed bytes")
+                emit(piece, f.tell())
+            if d.eof:
+                data = d.unused_data
+                if not data:
+                    break
+                d = inflater()  # a multi-member gzip
+                continue
+            data = d.unconsumed_tail
+            if not data and len(piece) < PIECE_BYTES:
+                break
+    piece = d.flush()
+    if piece:
+        emit(piece, size)
+    return not d.eof   # a cut gzip file: the JSON text ends where the inflated bytes do
 
 
 INFLATE_ENV = "TRACESTORY_INFLATE"
