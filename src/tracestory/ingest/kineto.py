@@ -32,14 +32,17 @@ link is the ``correlation`` arg, which both sides carry.
 
 How it stays fast and small on multi-GB traces
 -----------------------------------------------
-:mod:`.kineto_text` streams the text (inflated in a background thread) and cuts the
+:mod:`.kineto_text` streams the text (inflated in a background thread, by ISA-L when the ``isal``
+package is installed) and cuts the
 ``traceEvents`` array into ~32 MB chunks at event boundaries (``},{``); the whole document is
 never in memory. Each chunk is decoded by ``msgspec`` into typed structs that keep only the fields
 we use (the collective fields only for chunks whose text holds "Collective name"). Columns are
 pulled out of each chunk with C-level ``map``/``attrgetter``/``np.fromiter`` and names are
 dictionary-encoded (:class:`~tracestory.trace.StringPool`), so no Python code runs per event and
 peak memory is one chunk of text and objects plus the kept columns. A cut that lands inside a
-string makes that chunk invalid JSON; the chunk is then extended to the next boundary.
+string makes that chunk invalid JSON; the chunk is then extended to the next boundary. With
+``TRACESTORY_KINETO_WORKERS=2`` the chunks of a large trace are decoded in worker processes
+(:mod:`.kineto_workers`; off by default, see there).
 
 Damaged input
 -------------

@@ -14,7 +14,10 @@ chunks are in flight, so memory stays bounded by a few chunks beside the kept co
 How many workers
 ----------------
 ``TRACESTORY_KINETO_WORKERS`` (an integer; ``1`` or ``0`` keeps the one-process read). Default
-:data:`DEFAULT_WORKERS` (2), never more than the CPUs this process may use, and none:
+:data:`DEFAULT_WORKERS`: **1, the one-process read**, chosen by measurement (docs/PERFORMANCE.md,
+"Worker processes"): on the shared 2-core VM the workers cost 20-50% more CPU (results pickled
+back, the last chunk decoded here while the workers idle) and gave no wall time back under load.
+A larger default is never more than the CPUs this process may use. With workers asked for, none:
 
 * for a trace of less than :data:`MIN_TEXT_BYTES` of JSON (from the file size, or for gzip the
   stream's own size field): starting workers would cost more than it saves;
@@ -44,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 WORKERS_ENV = "TRACESTORY_KINETO_WORKERS"
-DEFAULT_WORKERS = 2
+DEFAULT_WORKERS = 1
 MIN_TEXT_BYTES = 48 << 20
 MIN_TEXT_ENV = "TRACESTORY_KINETO_WORKERS_MIN_BYTES"  # for tests: the size threshold
 
