@@ -219,3 +219,40 @@ def test_nsys_kernels_of_zero_ns_are_stated(tmp_path, capsys):
     assert code == 0, err
     # tracestory keeps one row per graph launch among the kernels: n + graphs in all, n of them 0 ns
     assert f"{p}: warning: {n} of {n + graphs} kernels last 0 ns" in err, err
+
+
+def test_ncu_kernels_of_zero_ns_are_stated(tmp_path, capsys):
+    import csv
+    import io
+    rows = list(csv.reader(io.StringIO(gzip.decompress((TEST_DATA / "ncu" / "triton_rmsnorm_raw.csv.gz").read_bytes())
+                                       .decode())))
+    col = rows[0].index("gpu__time_duration.sum")
+    assert len(rows) == 3 and rows[1][col] == "us" and rows[2][col] == "31.200000"   # header, units, 1 kernel
+    rows[2][col] = "0"
+    p = tmp_path / "raw.csv"
+    with p.open("w", newline="") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(rows)
+    code = main(["analyze", str(p)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"{p}: warning: 1 of 1 kernels with a duration of 0 ns" in err, err
+
+
+@pytest.mark.parametrize("target", ["", "out/"])
+@pytest.mark.parametrize("command", ["report --json", "report --html", "report -o", "categories -o", "export -o",
+                                     "compare --json", "ranks -o"])
+def test_an_empty_output_name_or_a_folder_path_is_refused(tmp_path, capsys, monkeypatch, target, command):
+    # before: "" was taken as "no output" (exit 0, nothing written), "out/" wrote a file named "out"
+    monkeypatch.chdir(tmp_path)
+    cmd, flag = command.split()
+    argv = {"report": ["report", DECODE], "categories": ["categories", DECODE], "export": ["export", "perfetto", DECODE],
+            "compare": ["compare", DECODE, DECODE], "ranks": ["ranks", TP2, "--workers", "1"]}[cmd]
+    argv = [*argv, flag, target] + (["-o", "r.md"] if cmd == "report" and flag != "-o" else [])
+    _one_line(capsys, main([str(a) for a in argv]), flag, "an empty name" if not target else "a folder path")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing written"
+
+
+def test_demo_with_an_empty_output_folder_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _one_line(capsys, main(["demo", "--output-dir", ""]), "--output-dir", "an empty name")
+    assert list(tmp_path.iterdir()) == []
