@@ -11,7 +11,8 @@ output flag x target, :mod:`reaudit_commands`; ``load``'s output flags too when 
 loopback) and ``load`` (``tracestory load`` against that server, stub servers that misbehave, a
 closed port, bad URLs, wrong flags; :mod:`reaudit_net`). The runner and the judge are
 :mod:`reaudit_run` (outcomes and failure kinds in its docstring). ``--sample N`` runs every
-N-th case of each class (the test suite's smoke test). Exit code 1 when any case failed.
+N-th case of each class and the undamaged cases they are held to (the test suite's smoke test).
+Exit code 1 when any case failed.
 """
 
 from __future__ import annotations
@@ -117,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             by = collections.defaultdict(list)
             for c in cases:
                 by[c.cls].append(c)
-            cases = [c for cs in by.values() for c in cs[::args.sample]]
+            # every N-th case, and every undamaged case the damaged ones are held to
+            cases = [c for cs in by.values() for i, c in enumerate(cs) if i % args.sample == 0
+                     or "/pristine/" in c.name]
         runs = work / "runs"
         ctx = multiprocessing.get_context("fork")
         done = 0

@@ -87,6 +87,8 @@ def output_cases(env: dict[str, str]) -> list[Case]:
                                 inputs=list(inputs) + ([target] if tname in ("symlink-to-input", "hardlink-to-input")
                                                        else []),
                                 outputs=written, dash=opt.get("dash"), prepare=prep,
+                                must_write=[target] if tname in ("empty-name", "trailing-slash", "missing-folder",
+                                                                  "existing-file") else [],
                                 as_nobody=bool(opt.get("nobody")), expect_refusal=bool(opt.get("expect"))))
     # the demo's folder
     for tname, target, prep in [("file", "afile", [("write", "afile", "x")]), ("proc", "/proc/self/demo", []),
@@ -95,7 +97,8 @@ def output_cases(env: dict[str, str]) -> list[Case]:
                                 ("existing-folder", "old", [("write", "old/keep.txt", "keep")]),
                                 ("missing", "new/demo", []), ("empty", "", [])]:
         out.append(Case("outputs", f"outputs/demo/output-dir/{tname}", ["demo", "--output-dir", target],
-                        prepare=prep, as_nobody=tname == "read-only", inputs=["old/keep.txt"] if tname ==
+                        prepare=prep, must_write=[f"{target}/report.md"] if tname in ("missing", "empty") else [],
+                        as_nobody=tname == "read-only", inputs=["old/keep.txt"] if tname ==
                         "existing-folder" else []))
     # stdout itself unwritable
     for cmd in ("analyze", "categories"):

@@ -9,7 +9,8 @@ whether an output flag was ``-`` (stdout must then hold only the data). Each cas
 process: by default a child forked from a worker that imported tracestory once (start-up cost
 paid once per worker, not per case; the child calls ``tracestory.cli.main`` exactly as
 ``python -m tracestory.cli`` does and exits with its code), or with ``subprocess=True`` a real
-``python -m tracestory.cli`` (slower, for checking that the fork changes nothing).
+``python -m tracestory.cli`` (slower, for checking that the fork changes nothing; the cases run as
+uid 65534 stay forked, since that user cannot start an interpreter installed under /root).
 
 Outcomes: ``refused`` (exit 2 and one line on stderr), ``done`` (exit 0), ``done-stated``
 (exit 0, a ``warning`` line on stderr), ``failed-1`` (exit 1 where the case allows it: a gate,
@@ -63,6 +64,7 @@ class Case:
     timeout_s: float = 60.0
     prepare: list = dataclasses.field(default_factory=list)   # ops run in the case folder first
     expect_refusal: bool = False      # exit 0 is wrong here (an output naming an input, one file for two flags)
+    must_write: list = dataclasses.field(default_factory=list)   # on exit 0 each is a file ("" never is)
 
 
 def _hash(path: str) -> str | None:
@@ -216,9 +218,9 @@ def run_case(case: Case, root: str, use_subprocess: bool = False) -> dict:
     before_in = {p: _hash(p if os.path.isabs(p) else str(cwd / p)) for p in case.inputs}
     before_out = {p: _state(p if os.path.isabs(p) else str(cwd / p)) for p in case.outputs}
     t0 = time.monotonic()
-    if use_subprocess:
+    if use_subprocess and not case.as_nobody:   # uid 65534 cannot start an interpreter under /root: forked
         env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-        pre = (lambda: (os.setgid(65534), os.setuid(65534))) if case.as_nobody else None
+        pre = None
         with open(os.devnull) as fin, open(case.stdout_path or out, "wb") as fo, open(err, "wb") as fe:
             try:
                 r = subprocess.run([sys.executable, "-m", "tracestory.cli", *case.argv], cwd=cwd, stdin=fin,
@@ -244,7 +246,9 @@ def run_case(case: Case, root: str, use_subprocess: bool = False) -> dict:
                               if _hash(p if os.path.isabs(p) else str(cwd / p)) != before_in[p]],
            "outputs_after": {p: (_state(p if os.path.isabs(p) else str(cwd / p)) != before_out[p])
                              for p in case.outputs},
-           "dash_file": (cwd / "-").exists(), "numbers": None, "warnings": None}
+           "dash_file": (cwd / "-").exists(), "numbers": None, "warnings": None,
+           "not_written": [p for p in case.must_write   # os.path, not Path: "out/" must be a folder's path
+                           if not p or not os.path.isfile(p if os.path.isabs(p) else os.path.join(cwd, p))]}
     if case.json_out and code == 0:
         jp = Path(case.json_out if os.path.isabs(case.json_out) else cwd / case.json_out)
         try:
@@ -293,6 +297,8 @@ def judge(case: Case, rec: dict, refs: dict[str, dict]) -> tuple[str, str]:
         return "failed-1", (err.strip().splitlines() or [""])[-1][:200]
     if case.expect_refusal:
         return "silent-wrong", "exit 0 where the command must refuse (an output naming an input or another output)"
+    if rec.get("not_written"):
+        return "silent-wrong", f"exit 0 but {', '.join(repr(p) for p in rec['not_written'])} not written as a file"
     if case.dash and case.stdout_path is None:
         bad = _dash_problem(case.dash, rec)
         if bad:
