@@ -245,8 +245,9 @@ def test_an_empty_output_name_or_a_folder_path_is_refused(tmp_path, capsys, monk
     # before: "" was taken as "no output" (exit 0, nothing written), "out/" wrote a file named "out"
     monkeypatch.chdir(tmp_path)
     cmd, flag = command.split()
-    argv = {"report": ["report", DECODE], "categories": ["categories", DECODE], "export": ["export", "perfetto", DECODE],
-            "compare": ["compare", DECODE, DECODE], "ranks": ["ranks", TP2, "--workers", "1"]}[cmd]
+    argv = {"report": ["report", DECODE], "categories": ["categories", DECODE],
+            "export": ["export", "perfetto", DECODE], "compare": ["compare", DECODE, DECODE],
+            "ranks": ["ranks", TP2, "--workers", "1"]}[cmd]
     argv = [*argv, flag, target] + (["-o", "r.md"] if cmd == "report" and flag != "-o" else [])
     _one_line(capsys, main([str(a) for a in argv]), flag, "an empty name" if not target else "a folder path")
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing written"
