@@ -381,3 +381,17 @@ def test_a_client_that_leaves_inside_its_body_is_counted_not_a_traceback(guarded
     assert _refused(guarded.url)["client_gone"] == before + 1
     assert _health_seconds(guarded.url) < 1
     assert not [r for r in caplog.records if r.exc_info]  # nothing logged with a traceback
+
+
+def test_a_request_aiohttp_cannot_parse_gets_400_and_one_log_line(guarded, caplog):
+    # a negative Content-Length: aiohttp answers 400 itself and logs the error; the log record
+    # keeps the message and the error in one line, without the traceback
+    host, port = guarded.url.removeprefix("http://").split(":")
+    with caplog.at_level("ERROR", logger="aiohttp.server"):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
+            reply = s.recv(4096)
+    assert reply.split(b" ", 2)[1] == b"400"  # aiohttp answers a request it cannot parse in HTTP/1.0
+    records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert records and all(r.exc_info is None and "BadHttpMessage" in r.getMessage() for r in records)
+    assert _health_seconds(guarded.url) < 1

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import threading
 import time
@@ -443,6 +444,24 @@ class ServerHandle:
             self._thread.join(timeout_s)
 
 
+class _ClientErrorsInOneLine(logging.Filter):
+    """aiohttp logs a request it cannot parse (a negative or non-numeric Content-Length, a bad
+    header) with a traceback while it answers 400. That is the client's error, not the server's:
+    the record keeps its message and the error in one line, without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 500) < 500:
+            record.msg, record.args = f"{record.getMessage()}: {type(exc).__name__}: {exc}", ()
+            record.exc_info = record.exc_text = None
+        return True
+
+
+_CLIENT_ERRORS = _ClientErrorsInOneLine()
+
+
 async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asyncio.Event,
                     ready: Callable[[str], None] | None = None, install_signals: bool = True,
                     handler_cancellation: bool = True) -> None:
@@ -455,6 +474,9 @@ async def serve_app(engine: Engine, api: Api, host: str, port: int, *, stop: asy
     from aiohttp import web
 
     limits = api.limits
+    server_log = logging.getLogger("aiohttp.server")  # the logger aiohttp's request handler writes to
+    if _CLIENT_ERRORS not in server_log.filters:
+        server_log.addFilter(_CLIENT_ERRORS)
     runner = web.AppRunner(api.app(), handler_cancellation=handler_cancellation, access_log=None, shutdown_timeout=5.0,
                            keepalive_timeout=limits.idle_timeout_s)
     await runner.setup()
