@@ -216,40 +216,39 @@ def run_exchanges(proc: subprocess.Popen, url: str, exchanges: list) -> list[dic
     host, port = url.split("//", 1)[1].rsplit(":", 1)
     port = int(port)
     recs = []
-    if True:
-        for name, data, how in exchanges:
-            t0 = time.monotonic()
-            try:
-                code, got = _exchange(host, port, data, how)
-            except OSError as e:
-                code, got = -1, str(e).encode()
-            secs = time.monotonic() - t0
-            time.sleep(0.05)
-            health = _health(host, port)
-            if how == "close-early":   # the work of a client that left must end: running set back to empty
-                for _ in range(100):
-                    if health == 200:
-                        break
-                    time.sleep(0.1)
-                    health = _health(host, port)
-            if proc.poll() is not None:
-                outcome, why = "server-died", f"exit {proc.returncode}"
-            elif code is None:
-                outcome, why = "no-answer", "no response within 30 s"
-            elif health != 200:
-                outcome, why = "health-lost", f"/health {health} after the case"
-            elif how != "answer":
-                outcome, why = "done", "client left; server healthy"
-            elif code == -1:
-                outcome, why = "no-answer", f"connection closed without a status line: {got[:80]!r}"
-            elif 200 <= code < 300:
-                outcome, why = "done", str(code)
-            elif 400 <= code < 500 or (code in (503, 429) and b"Retry-After" in got):
-                outcome, why = "refused", got.split(b"\r\n", 1)[0].decode("latin-1")[:100]
-            else:
-                outcome, why = "http-500", got[:200].decode("latin-1")
-            recs.append({"name": f"server/{name}", "cls": "server", "outcome": outcome, "why": why,
-                         "secs": round(secs, 3)})
+    for name, data, how in exchanges:
+        t0 = time.monotonic()
+        try:
+            code, got = _exchange(host, port, data, how)
+        except OSError as e:
+            code, got = -1, str(e).encode()
+        secs = time.monotonic() - t0
+        time.sleep(0.05)
+        health = _health(host, port)
+        if how == "close-early":   # the work of a client that left must end: running set back to empty
+            for _ in range(100):
+                if health == 200:
+                    break
+                time.sleep(0.1)
+                health = _health(host, port)
+        if proc.poll() is not None:
+            outcome, why = "server-died", f"exit {proc.returncode}"
+        elif code is None:
+            outcome, why = "no-answer", "no response within 30 s"
+        elif health != 200:
+            outcome, why = "health-lost", f"/health {health} after the case"
+        elif how != "answer":
+            outcome, why = "done", "client left; server healthy"
+        elif code == -1:
+            outcome, why = "no-answer", f"connection closed without a status line: {got[:80]!r}"
+        elif 200 <= code < 300:
+            outcome, why = "done", str(code)
+        elif 400 <= code < 500 or (code in (503, 429) and b"Retry-After" in got):
+            outcome, why = "refused", got.split(b"\r\n", 1)[0].decode("latin-1")[:100]
+        else:
+            outcome, why = "http-500", got[:200].decode("latin-1")
+        recs.append({"name": f"server/{name}", "cls": "server", "outcome": outcome, "why": why,
+                     "secs": round(secs, 3)})
     return recs
 
 
