@@ -14,10 +14,10 @@ them (no timeline: no gaps, no critical path; no PyTorch memory events: no memor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ingest.ncu import KernelMetrics
 from ..specs import Peaks, peaks_for
 from ..trace import Trace
 from . import Analysis
@@ -35,6 +35,9 @@ from .producer import Producer, detect_producer
 from .roofline import Roofline, estimate_roofline
 from .trace_kind import TraceKind, trace_kind
 from .workload import Workload, classify_workload
+
+if TYPE_CHECKING:  # Nsight Compute's reader is imported when such an input comes (tracestory.lazy)
+    from ..ingest.ncu import KernelMetrics
 
 LONG_GAP_SHARE = 0.5  # idle time in gaps >= 1 ms above this share is host work or waits, not launch cost
 LOW_PRECISIONS = ("nvfp4", "mxfp4", "mxfp8", "fp8", "int8", "int4")

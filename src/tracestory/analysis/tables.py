@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from ..errors import ToolNotFound, UsageError
+from ..lazy import entry
 from ..stats import summarize
 from ..units import clip_text, sig
 from . import intervals
-from .collectives import busbw_factor, rank_collectives
 from .gaps import gap_causes
 from .nsys_tables import NSYS_TABLES, missing_reason, other_processes_note, summary_rows
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
@@ -317,7 +317,7 @@ def _bandwidth(kind: str | None, nbytes: int | None, gsize: int | None, median_n
     if median_ns <= 0:
         return None, None, "zero duration"
     algbw = nbytes / (median_ns * 1e-9)
-    factor = busbw_factor(kind, gsize)
+    factor = entry("tracestory.analysis.collectives", "busbw_factor")(kind, gsize)
     if factor is None:
         why = "group size unknown" if gsize is None else f"no bus factor for {kind or 'an unknown kind'}"
         return algbw, None, f"algbw from the median; busbw n/a: {why}"
@@ -328,7 +328,7 @@ def collectives_table(trace) -> Table:
     """Per (collective kind, dtype, message bytes, group size): duration statistics and the
     algorithm and bus bandwidth where the sizes are known (:data:`COLLECTIVES_NOTE`;
     ``bandwidth_basis`` says per row how they were computed, or why not)."""
-    rc = rank_collectives(trace)
+    rc = entry("tracestory.analysis.collectives", "rank_collectives")(trace)  # the collectives table only
     cols: dict[str, list] = {c: [] for c in COLLECTIVE_COLUMNS}
     n = len(rc.start_ns)
     if n:
