@@ -56,12 +56,8 @@ from .limitations import (
     telemetry_limitations,
 )
 from .memory import MemoryTimeline
-from .ncu_join import join_ncu
 from .nsys_tables import NSYS_TABLES
-from .operators import Operators
-from .operators import operators as compute_operators
 from .producer import Producer
-from .questions import Answer, answer_all
 from .roofline import Roofline, roofline
 from .tables import TABLES, Table
 from .tables import table as make_table
@@ -71,6 +67,8 @@ from .workload import Workload
 if TYPE_CHECKING:  # passes that only some inputs feed: run through tracestory.lazy when they do
     from .batching import BatchingResult
     from .multigpu import MultiGpu, RankSummary
+    from .operators import Operators
+    from .questions import Answer
     from .story import Story
     from .telemetry import TelemetryResult
 
@@ -191,9 +189,10 @@ class RunResults:
         if key not in self._cache:
             if modules:
                 mods = _module_ranges_of(self.trace)
-                self._cache[key] = compute_operators(self.trace, mods) if mods is not None else self.operators()
+                compute = entry("tracestory.analysis.operators", "operators")
+                self._cache[key] = compute(self.trace, mods) if mods is not None else self.operators()
             else:
-                self._cache[key] = compute_operators(self.trace)
+                self._cache[key] = entry("tracestory.analysis.operators", "operators")(self.trace)
         return self._cache[key]
 
     def kernels_frame(self):
@@ -467,7 +466,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
     for path, km in inputs.kernel_metrics:
         device = km.device_name or (_device(first) if first else None)
         pk = peaks.get(device) if device else None
-        join = join_ncu(first, km) if first is not None else None
+        join = entry("tracestory.analysis.ncu_join", "join_ncu")(first, km) if first is not None else None
         rf = roofline(km, pk)
         hw.append(
             KernelMetricsResults(
@@ -546,12 +545,14 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
         + _withheld(runs)
         + capture_limitations(inputs)
         + telemetry_limitations(inputs),
-        answers=answer_all(
+        answers=entry("tracestory.analysis.questions", "answer_all")(
             options.goal,
             options.questions,
             [f for r in runs for f in r.findings],
             _sections_with_data(runs, hardware, mg, batching),
-        ),
+        )
+        if options.goal or any(options.questions)  # the report's questions, when asked
+        else (),
         ranks=coverage,
         selection=select_runs(runs),
         telemetry=entry("tracestory.analysis.telemetry", "analyze_telemetry")(

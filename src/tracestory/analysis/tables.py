@@ -45,11 +45,11 @@ from . import intervals
 from .gaps import gap_causes
 from .nsys_tables import NSYS_TABLES, missing_reason, other_processes_note, summary_rows
 from .links import api_column, gpu_ops_column, gpu_ops_launch_index
-from .operators import OUTSIDE_OPS, UNATTRIBUTED, Operators, OpStat, operators as compute_operators
 from .timeline import gap_attribution
 
 if TYPE_CHECKING:
     from . import Analysis
+    from .operators import Operators, OpStat   # computed when an op table is asked for (tracestory.lazy)
     from .roofline import Roofline
 
 TABLES = ("kernels", "categories", "ops", "leaf_ops", "modules", "phases", "gaps", "collectives", "roofline",
@@ -229,8 +229,10 @@ def categories_table(analysis: "Analysis") -> Table:
 
 
 def _op_rows(stats: Sequence[OpStat], ops: Operators) -> dict[str, list]:
-    rest = [(UNATTRIBUTED, ops.unattributed_count, ops.unattributed_ns),
-            (OUTSIDE_OPS, ops.outside_ops_count, ops.outside_ops_ns)]
+    unattributed = entry("tracestory.analysis.operators", "UNATTRIBUTED")
+    outside = entry("tracestory.analysis.operators", "OUTSIDE_OPS")
+    rest = [(unattributed, ops.unattributed_count, ops.unattributed_ns),
+            (outside, ops.outside_ops_count, ops.outside_ops_ns)]
     total = ops.total_gpu_ns
     cols: dict[str, list] = {c: [] for c in ("name", "kind", "input_dims", "input_types", "calls", "launches",
                                               "gpu_ops", "kernels", "total_ns", "share", "top_kernels")}
@@ -405,7 +407,7 @@ def table(name: str, analysis: "Analysis", *, operators: Operators | None = None
     if name == "categories":
         return categories_table(analysis)
     if name in ("ops", "leaf_ops", "modules"):
-        ops = operators if operators is not None else compute_operators(trace)
+        ops = operators if operators is not None else entry("tracestory.analysis.operators", "operators")(trace)
         if name == "modules":
             return modules_table(ops)
         return _make(name, _op_rows(ops.top_level if name == "ops" else ops.leaf, ops))
