@@ -9,6 +9,7 @@ of ``--runs`` runs, and the modules each tree's ``--version`` leaves in ``sys.mo
 
     PYTHONPATH=src python3 benchmarks/startup.py --runs 20 --other /path/to/other/src
     PYTHONPATH=src python3 benchmarks/startup.py --runs 20 --analyze tests/data/public/kineto_h100_bert-small_1rank.json.gz
+    python3 benchmarks/startup.py --records     # what a record type costs to create, per class and per instance
 
 Byte-compiled modules are what an installed package runs from; in a process started with
 ``PYTHONDONTWRITEBYTECODE=1`` every tracestory module of a source tree is compiled again at each
@@ -56,12 +57,54 @@ def _run(cmd: list[str], src: str | None) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+RECORD_KINDS = {
+    "frozen dataclass": "@dataclasses.dataclass(frozen=True)\nclass C:\n{fields}",
+    "dataclass": "@dataclasses.dataclass\nclass C:\n{fields}",
+    "frozen dataclass, slots": "@dataclasses.dataclass(frozen=True, slots=True)\nclass C:\n{fields}",
+    "NamedTuple": "class C(typing.NamedTuple):\n{fields}",
+    "class with __slots__": "class C:\n    __slots__ = {names!r}\n    def __init__(self, {args}):\n{assigns}",
+}
+
+
+def records(n_fields: int = 8, classes: int = 200, instances: int = 20000) -> None:
+    """Creation cost of one record class of ``n_fields`` fields (a module-level class statement,
+    ``from __future__ import annotations`` as in tracestory), and of one instance, per kind; the
+    minimum of 5 rounds, each of ``classes`` fresh classes (a class statement is compiled once)."""
+    import dataclasses
+    import typing
+
+    names = tuple(f"f{i}" for i in range(n_fields))
+    text = {k: v.format(fields="".join(f"    {f}: int = 0\n" for f in names), names=names,
+                        args=", ".join(f"{f}=0" for f in names),
+                        assigns="".join(f"        self.{f} = {f}\n" for f in names))
+            for k, v in RECORD_KINDS.items()}
+    for kind, src in text.items():
+        code = compile("from __future__ import annotations\n" + src, kind, "exec")
+        per_class = per_instance = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(classes):
+                ns = {"dataclasses": dataclasses, "typing": typing}
+                exec(code, ns)
+            per_class = min(per_class, (time.perf_counter() - t) / classes)
+            cls = ns["C"]
+            t = time.perf_counter()
+            for i in range(instances):
+                cls(i, i, i)
+            per_instance = min(per_instance, (time.perf_counter() - t) / instances)
+        print(f"{kind:24} class {per_class * 1e3:6.3f} ms, instance {per_instance * 1e6:5.2f} us")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--other", metavar="SRC", help="a second source tree (its src/ folder) timed alongside")
     ap.add_argument("--analyze", metavar="FILE", help="time `analyze FILE` (terminal tables) instead of --version")
+    ap.add_argument("--records", action="store_true", help="time the creation of record classes and instances")
     args = ap.parse_args()
+    if args.records:
+        records()
+        return 0
     argv = ["analyze", str(Path(args.analyze).resolve())] if args.analyze else ["--version"]
     command = f"import sys; from tracestory.cli import main; sys.exit(main({argv!r}))"
     here = str(Path(__file__).resolve().parents[1] / "src")
