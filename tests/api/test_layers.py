@@ -118,6 +118,8 @@ PLUGIN_POINTS = {
     ("tracestory.analysis.results", "tracestory.parallel"): "`tracestory ranks` only (analyze_ranks)",
     ("tracestory.analysis.tables", "tracestory.analysis.collectives"):
         "NCCL collectives of one rank, matched when the collectives table is asked for (or two ranks are given)",
+    ("tracestory.analysis.results", "tracestory.analysis.window"): "restricts the traces when a window is asked for",
+    ("tracestory.cli.common", "tracestory.analysis.window"): "parses --window/--steps/--steady-state when given",
     ("tracestory.render.jsonout", "tracestory.render.multigpu"): "the JSON's multigpu key, when there is one",
     ("tracestory.render.jsonout", "tracestory.render.batch_story"): "the JSON's batching key, when there is one",
 }
@@ -168,6 +170,9 @@ def test_plugin_points_follow_the_layers(tmp_path):
         pa, pb = _package(a), _package(b)
         assert pa == pb or LAYER[pa] > LAYER[pb] or (pa, pb) in ALLOWED, (a, b)
         assert not (pa in SEAM_LAYERS and pb in SEAM_SOURCES), (a, b)   # renderers read results only
+        if pa == "cli" and pb in CLI_RESTRICTED:   # a command: an entry point, or a class (WindowSpec)
+            obj = getattr(importlib.import_module(b), attr)
+            assert f"{b}.{attr}" in CLI_ENTRY_POINTS or not _is_function(obj), (a, b, attr)
         assert hasattr(importlib.import_module(b), attr), (b, attr)
     top = {(a, b) for a, b, is_top in _imports(_without_type_checking(mods, tmp_path)) if is_top}
     assert edges & top == set(), "reached by name and imported at the top (not for types only): drop one"

@@ -61,7 +61,6 @@ from .producer import Producer
 from .roofline import Roofline, roofline
 from .tables import TABLES, Table
 from .tables import table as make_table
-from .window import WindowSpec, window_inputs
 from .workload import Workload
 
 if TYPE_CHECKING:  # passes that only some inputs feed: run through tracestory.lazy when they do
@@ -71,6 +70,7 @@ if TYPE_CHECKING:  # passes that only some inputs feed: run through tracestory.l
     from .questions import Answer
     from .story import Story
     from .telemetry import TelemetryResult
+    from .window import WindowSpec
 
 TOP_HARDWARE_KERNELS = 5
 REPORT_MAX_OPS = 500_000  # the report tells GPU time per operator only up to this many CPU ops and ranges
@@ -455,7 +455,8 @@ def analyze_ranks(paths: Sequence[str], workers: int | None = None, dask_address
 def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Results:
     """All results of ``inputs`` (see the module docstring for what is computed, once)."""
     options = options or AnalysisOptions()
-    inputs = window_inputs(inputs, options.window)
+    if options.window is not None:  # --window, --steps, --steady-state
+        inputs = entry("tracestory.analysis.window", "window_inputs")(inputs, options.window)
     traces = list(inputs.traces)
     first = traces[0] if traces else None
     names = [_device(t) for t in traces]
