@@ -60,7 +60,7 @@ NOT_FOR_A_KINETO_TRACE = (
     "tracestory.analysis.findings.multigpu", "tracestory.analysis.telemetry", "tracestory.analysis.findings.telemetry",
     "tracestory.analysis.story", "tracestory.analysis.category_totals", "tracestory.analysis.ncu_join",
     "tracestory.analysis.questions", "tracestory.analysis.collectives", "tracestory.analysis.operators",
-    "tracestory.analysis.window", "tracestory.render.ascii",
+    "tracestory.analysis.window",
     "tracestory.render.build", "tracestory.render.html", "tracestory.render.markdown", "tracestory.render.sections",
     "tracestory.render.story", "tracestory.render.batch_story", "tracestory.render.multigpu",
     "tracestory.render.plots", "tracestory.render.timeline_page", "tracestory.cli.story",

@@ -8,7 +8,8 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from ..units import fmt_ns, fmt_pct, short_name
+from .ascii import fmt_ns, fmt_pct
+from .md import short_name
 
 if TYPE_CHECKING:  # a type only: importing compare (hashlib, its dataclasses) costs `analyze` ~20 ms
     from ..analysis.compare import Comparison
