@@ -4,7 +4,10 @@
 # PARTS: tests (pytest -m gpu), roofs (dense GEMM rate, copy roof), capture2 (the TP=2 capture under
 # load, its report and table row), tp1 / tp2 / tp4 (the server under the same load without a profiler,
 # table row each), stop4 (Ctrl-C of `tracestory serve --tensor-parallel 4`), glue (one GPU: the decode
-# GEMM study and the step profiles of benchmarks/gpu/decode_glue.py). Each step is time-limited.
+# GEMM study and the step profiles of benchmarks/gpu/decode_glue.py), chunkattn (one GPU: the chunk
+# attention kernel alone against SDPA, benchmarks/gpu/chunk_attn.py), ar2 / ar4 (decode-size
+# all-reduce, NCCL against symmetric memory, benchmarks/gpu/allreduce_small.py), ncu (the
+# docs/CAPTURE.md recipe "Kernels of a serving run under ncu", TP=2). Each step is time-limited.
 set -u
 OUT=${OUT:-tp_serve}
 W=/tmp/tpserve; mkdir -p "$OUT" $W/json
@@ -54,6 +57,21 @@ capture2)
   (cd $A && tar czf "$OUT/serve_tp2_capture.tar.gz" --exclude='*.png' serve_tp2) ;;
 glue)
   step decode-glue 330 python3 benchmarks/gpu/decode_glue.py --json $W/json/decode_glue.json ;;
+chunkattn)
+  step chunk-attn 420 python3 benchmarks/gpu/chunk_attn.py --json $W/json/chunk_attn.json ;;
+ar2|ar4)
+  n=${part#ar}
+  step allreduce-tp$n 180 torchrun --nproc_per_node=$n benchmarks/gpu/allreduce_small.py --json $W/json/allreduce_tp$n.json ;;
+ncu)
+  A=$W/artifacts; t0=$(date +%s)
+  step ncu-tp2 ${NCU_SECS:-240} $TS capture ncu --name serve_tp2_ncu --out $A --torchrun 2 --health-timeout 600 --stop-timeout 20 \
+      --load "--model llama-3-8b --request-rate 2 --duration 5 --random-input-len 512 --random-output-len 16 --ignore-eos --port 8000 --no-progress" \
+      --kernel-name "${NCU_KERNELS:-nvjet|gemm|flash|ncclDevKernel}" --launch-skip ${NCU_SKIP:-2000} --launch-count 20 \
+      -- $TS serve --tensor-parallel 2 $SERVE --attention-backend sdpa --enforce-eager --layers 4 --num-blocks 4096 --port 8000
+  echo "ncu wall $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
+  python3 -c "import json;m=json.load(open('$A/serve_tp2_ncu/manifest.json'));c=m['captures'][-1];print('capture status:',c['status'],c.get('error'));[print(' step',s['name'],s['status'],s.get('exit_code')) for s in c['steps']]" 2>&1 | tee -a "$LOG"
+  find $A/serve_tp2_ncu -type f | head -30 | xargs ls -la | tee -a "$LOG"
+  (cd $A && tar czf "$OUT/serve_tp2_ncu.tar.gz" serve_tp2_ncu) ;;
 tp1) serve_run 1 8001 ;;
 tp2) serve_run 2 8002 ;;
 tp4) serve_run 4 8004 ;;

@@ -63,16 +63,38 @@ def test_the_set_holds_exactly_the_fixture_names(labels, fixture_names):
     assert set(labels) == found
 
 
+# Two of the project's own Triton kernels in tests/data/tp_serve_gpu (its traces of 2026-11-27,
+# session 8), whose names do not say what they compute: the labels say what they are, read from
+# their source (models/fp8_small_m.py: an FP8 GEMM with the weight as the wide operand, 49% of
+# the traces' GPU time; models/glue_triton.py: residual add + RMSNorm + FP8 row quantisation),
+# and the knowledge base reads the names otherwise (fp8 -> quantisation; no category). Both are
+# renamed in the source since (_fp8_gemm_small_m_kernel, _add_rmsnorm_quant_kernel), which the
+# knowledge base reads as these labels; the recorded traces keep the old names. When the
+# knowledge base learns them, this test fails: drop the entries.
+READ_OTHERWISE = {
+    "_fp8_small_m_kernel": ("quantization", "quant_dequant", "other", "quantize/dequantize", "fp8"),
+    "_norm_kernel": ("other", "other", "other", "other", ""),
+}
+
+
 def test_every_label_is_what_the_knowledge_base_says(labels):
     llm, moe = taxonomy("llm"), taxonomy("moe")
-    wrong = []
+    wrong = {}
     for name, r in labels.items():
         info = kernel_info(name)
         got = (classify_name(name, llm), classify_name(name, moe), info.family, info.implementation, info.precision)
         want = (r["llm_category"], r["moe_category"], r["family"], r["implementation"], r["precision"])
         if got != want:
-            wrong.append((name[:80], want, got))
-    assert wrong == [], f"{len(wrong)} of {len(labels)} names labelled otherwise"
+            wrong[name[:80]] = got
+    assert wrong == READ_OTHERWISE, f"{len(wrong)} of {len(labels)} names labelled otherwise"
+
+
+def test_the_renamed_kernels_are_read_as_labelled(labels):
+    llm, moe = taxonomy("llm"), taxonomy("moe")
+    for old, new in (("_fp8_small_m_kernel", "_fp8_gemm_small_m_kernel"), ("_norm_kernel", "_add_rmsnorm_quant_kernel")):
+        r, info = labels[old], kernel_info(new)
+        assert (classify_name(new, llm), classify_name(new, moe), info.implementation, info.precision) == (
+            r["llm_category"], r["moe_category"], r["implementation"], r["precision"])
 
 
 def test_labels_use_the_taxonomies_categories(labels):

@@ -317,3 +317,36 @@ def test_launch_latency_on_a_mixed_graph_and_eager_capture_against_plain_json():
     shown = [e.value for f in rule_gpu_idle(facts_for(analyze(trace))) for e in f.evidence
              if e.label.startswith("launch call CPU time p50")]
     assert shown == [tl.launch_api.p50_ns]
+
+
+def _queue_below_zero_by_hand(path) -> tuple[int, int]:
+    """(ops launched one by one, those whose GPU start precedes their launch call's end), from the
+    JSON: GPU ops joined to runtime/driver calls by correlation id, graph launches left out."""
+    events = json.load(gzip.open(path))["traceEvents"]
+    calls = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    n = below = 0
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            call = calls.get(e["args"].get("correlation"))
+            if call is None or "Graph" in call["name"]:
+                continue
+            n += 1
+            below += e["ts"] < call["ts"] + call["dur"]
+    return n, below
+
+
+@pytest.mark.parametrize("name", ["resnet50_graph_capture", "whisper_encoder_infer"])
+def test_queue_times_below_zero_are_counted(name):
+    from pathlib import Path
+
+    from tracestory.ingest.kineto import load_kineto
+
+    path = Path(__file__).resolve().parents[1] / "data" / "corpus" / "h100" / f"{name}.pt.trace.json.gz"
+    n, below = _queue_below_zero_by_hand(path)
+    tl = timeline(load_kineto(path))
+    assert (tl.launch_queue.count, tl.launch_queue_negative) == (n, below)
+    assert below > 0  # (2, 1) and (302, 54) when read by hand

@@ -115,7 +115,7 @@ def test_load_ending_before_the_range_fails_and_keeps_the_files(work, capsys):
     assert annotations(kept / "rank0.trace.json.gz") == [f"iteration {i}" for i in range(1, seen)]
     cap = capture_record(work)
     assert cap["status"] == "failed" and cap["kept"] == "artifacts/serve/failed-torch"
-    assert f"region 'iteration' occurred {seen} time(s)" in cap["error"]
+    assert seen > 1 and f"region 'iteration' occurred {seen} times" in cap["error"]
     assert f"only {seen - 1} of 100000 were captured" in cap["error"]
     assert all(f["path"].startswith("failed-torch/") for s in cap["steps"] for f in s["files"])
     assert "FAILED" in capsys.readouterr().err

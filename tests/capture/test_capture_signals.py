@@ -185,7 +185,7 @@ def test_a_crash_after_the_range_names_the_signal_and_keeps_the_complete_trace(w
     (step,) = cap["steps"]
     assert cap["status"] == "failed" and step["signal"] == sig and step["exit_code"] == -getattr(signal, sig)
     assert f"the workload was killed by {sig}" in cap["error"]
-    assert "complete trace(s) written before: 1 of 1 rank(s)" in cap["error"]
+    assert "complete traces written before: 1 of 1 rank" in cap["error"]
 
 
 def test_manifest_is_written_before_the_workload_runs(work):

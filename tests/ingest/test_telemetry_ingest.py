@@ -49,9 +49,9 @@ def test_damage_is_stated_not_silent(tmp_path):
     path.write_text("\n".join(damaged) + "\n")
     log = read_telemetry(path)
     text = " | ".join(log.warnings)
-    assert ("2 line(s) not JSON objects ignored (first: line 3); the last line is cut short: the run was "
+    assert ("2 lines not JSON objects ignored (first: line 3); the last line is cut short: the run was "
             "probably killed while writing") in text
-    assert "1 sample(s) without t_unix_ns or with a GPU list not matching the header's 1 device(s)" in text
+    assert "1 sample without t_unix_ns or with a GPU list not matching the header's 1 device" in text
     assert "no end line" in text
     # kept: 0.8 s, 0.9 s, then 1.1 .. 1.7 s (7): the 1.0 s sample was the bad one, the cut
     # copy of 1.7 s is not JSON

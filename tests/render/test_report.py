@@ -248,3 +248,20 @@ def test_many_ranks_are_told_once(tmp_path, monkeypatch):
     # every trace has its row in the Appendix table
     for run in res.runs:
         assert f"| {run.trace.label} |" in told
+
+
+def test_launch_configuration_table_only_where_the_trace_records_one():
+    # An AMD trace whose top kernels run in graph replays, whose kernel events carry no grid, block
+    # or registers (read from the JSON below): the Hardware section says so in one line, with no
+    # table of n/a cells and no claim about blocks per CU.
+    path = REPO / "tests/data/corpus/tracelens_hta/AMD-AGI_TraceLens__mi300x_xdit_flux1_sage_attention.json.gz"
+    events = json.load(gzip.open(path))["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    time_by_name: dict = {}
+    for e in kernels:
+        time_by_name[e["name"]] = time_by_name.get(e["name"], 0.0) + e["dur"]
+    top = set(sorted(time_by_name, key=time_by_name.get, reverse=True)[:10])
+    assert not any("grid" in e["args"] or "block" in e["args"] for e in kernels if e["name"] in top)
+    hw = _section(_report(path), "Hardware Behavior Analysis")
+    assert "The trace records no launch configuration" in hw
+    assert "blocks per CU" not in hw and "| kernel (top by time) |" not in hw

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..trace import Trace
 from .categories import Classification
-from .links import gpu_ops_launch_index
+from .links import gpu_ops_column, gpu_ops_launch_index, gpu_ops_times
 
 LABELS = ("gpu", "communication", "launch", "host", "sync", "wait")
 WAIT_NS = 20_000  # a ready op that starts later than this waited for something the trace does not show
@@ -125,13 +125,11 @@ def critical_path(trace: Trace, cls: Classification, window: tuple[int, int] | N
     Cost: one pass over the trace's columns to find the rows a walk of the window can reach
     (:func:`_reachable_gpu_rows`, and likewise for API calls), then sorts and the walk over
     those rows only, so a step-sized window of a million-op trace costs about what the step does."""
-    k, m = trace.kernels, trace.memops
-    g_start = np.concatenate([k["start_ns"], m["start_ns"]]).astype(np.int64)
+    g_start, g_end = gpu_ops_times(trace)   # shared, read-only: only indexed below
     if g_start.size == 0:
         return None
-    g_end = np.concatenate([k["end_ns"], m["end_ns"]]).astype(np.int64)
-    g_dev = np.concatenate([k["device"], m["device"]]).astype(np.int64)
-    g_stream = np.concatenate([k["stream"], m["stream"]]).astype(np.int64)
+    g_dev = gpu_ops_column(trace, "device").astype(np.int64)
+    g_stream = gpu_ops_column(trace, "stream").astype(np.int64)
     lo, hi = window if window is not None else (int(g_start.min()), int(g_end.max()))
     inside_all = (g_start >= lo) & (g_end <= hi) & (g_end >= g_start)
     if not inside_all.any():

@@ -33,6 +33,7 @@ import numpy as np
 from ..trace import Trace
 from .categories import Classification
 from .intervals import intersection_length, union_length
+from .links import gpu_ops_column, gpu_ops_order, gpu_ops_times
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,14 @@ NOT_COMPUTE = ("memcpy", "memset")  # copies under communication are not compute
 
 
 def _gpu_ops(trace: Trace, cls: Classification):
-    k, m = trace.kernels, trace.memops
-    starts = np.concatenate([k["start_ns"], m["start_ns"]]).astype(np.int64)
-    ends = np.concatenate([k["end_ns"], m["end_ns"]]).astype(np.int64)
-    device = np.concatenate([k["device"], m["device"]]).astype(np.int64)
-    cat = np.concatenate([cls.kernel_category, cls.memop_category]).astype(np.int64)
-    ok = ends > starts
-    return starts[ok], ends[ok], device[ok], cat[ok]
+    """Starts, ends, devices and categories of the GPU ops with a duration, in start order (so
+    that no union below has to sort its subset)."""
+    starts, ends = gpu_ops_times(trace)
+    order = gpu_ops_order(trace)
+    rows = order[(ends > starts)[order]]
+    device = gpu_ops_column(trace, "device")[rows].astype(np.int64)
+    cat = np.concatenate([cls.kernel_category, cls.memop_category])[rows].astype(np.int64)
+    return starts[rows], ends[rows], device, cat
 
 
 def exposure(trace: Trace, cls: Classification) -> Exposure:
@@ -88,9 +90,13 @@ def exposure(trace: Trace, cls: Classification) -> Exposure:
     busy = np.zeros(len(names), dtype=np.int64)
     exposed = np.zeros(len(names), dtype=np.int64)
     comm_busy = comm_overlap = 0
-    for d in np.unique(device):
-        on = device == d
-        s, e, c = starts[on], ends[on], cat[on]
+    devices = np.unique(device)
+    for d in devices:
+        if devices.size == 1:
+            s, e, c = starts, ends, cat
+        else:
+            on = device == d
+            s, e, c = starts[on], ends[on], cat[on]
         all_union = union_length(s, e)
         busy_total += all_union
         for ci in np.unique(c):

@@ -225,7 +225,7 @@ def run_facts(
         kernel_facts=kf,
         families=tuple(family_table(trace)),
         gpu_ops=ops,
-        idle=idle_gaps(ops),
+        idle=idle_gaps(ops, trace),
         phase_coverage=coverage_of_phases(trace, analysis.phases),
         comm_wait_ns=comm_wait_ns,
         ranks=ranks,

@@ -49,8 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Trace
-from . import intervals
-from .links import gpu_ops_column, launch_index
+from .links import gpu_busy, launch_index
 from .loops import cpu_intervals
 from .nesting import nest_intervals, thread_codes
 from .phases import Phases
@@ -151,8 +150,8 @@ def gap_causes(trace: Trace, *, min_ns: int = STALL_MIN_NS, limit: int = 50,
     """The longest idle gaps (>= ``min_ns``, at most ``limit``, longest first), each with what
     the launching host thread did during it (see the module docstring). ``steps``: the trace's
     phases when already computed."""
-    s, e = gpu_ops_column(trace, "start_ns"), gpu_ops_column(trace, "end_ns")
-    g0, g1 = intervals.gaps(s, e)
+    busy_s, busy_e = gpu_busy(trace)
+    g0, g1 = busy_e[:-1], busy_s[1:]   # intervals.gaps of every GPU op
     dur = g1 - g0
     keep = np.flatnonzero(dur >= min_ns)
     keep = keep[np.argsort(-dur[keep], kind="stable")][:limit]
@@ -180,7 +179,8 @@ def gap_causes(trace: Trace, *, min_ns: int = STALL_MIN_NS, limit: int = 50,
     if c_start.size and known.any():
         if steps is None:
             steps = compute_phases(trace)
-        whole = (int(min(c_start.min(), s.min())), int(max(c_end.max(), e.max())))
+        # busy_s[0] and busy_e[-1]: the first start and the last end of every GPU op
+        whole = (int(min(c_start.min(), busy_s[0])), int(max(c_end.max(), busy_e[-1])))
         st_lo, st_hi, step_names = _steps_of(steps, w0, whole)
         th_cpu, th_q = thread_codes(c_pid, c_tid, (l_pid, l_tid))
         nest, inner = nest_intervals(c_start, c_end, th_cpu, np.concatenate([w0, ls]),

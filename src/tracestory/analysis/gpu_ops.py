@@ -13,6 +13,7 @@ rebuild them from the trace.
 
 Limits: ops without a launch call (graph replays under one graph launch, unlinked nsys rows)
 keep -1 launch times; a trace without timestamps still gets its rows (times are then 0).
+The arrays are shared with the other analyses of the trace (:mod:`.derived`) and read-only.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Trace
-from . import intervals
 from .categories import Classification
-from .links import api_column, gpu_ops_column, gpu_ops_launch_index
-from .timeline import gap_attribution
+from .links import gpu_busy, gpu_ops_column, gpu_ops_launch_index, gpu_ops_launch_times, gpu_ops_order, gpu_ops_times
+from .timeline import gap_attribution, idle_gap_attribution
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +44,8 @@ class GpuOps:
     launch_start_ns: np.ndarray  # that call's start, -1 when unknown
     launch_end_ns: np.ndarray  # that call's end, -1 when unknown
     order: np.ndarray  # rows by start time (stable)
+    busy_start_ns: np.ndarray  # the merged busy periods (intervals.union of every op), in time order
+    busy_end_ns: np.ndarray
 
     def __len__(self) -> int:
         return int(self.start_ns.size)
@@ -71,28 +73,36 @@ class IdleGaps:
 
 def gpu_ops(trace: Trace, classification: Classification) -> GpuOps:
     """The :class:`GpuOps` of ``trace`` with the categories of ``classification``."""
-    start = gpu_ops_column(trace, "start_ns").astype(np.int64)
+    start, end = gpu_ops_times(trace)
+    busy_start, busy_end = gpu_busy(trace)
     launch = gpu_ops_launch_index(trace)
+    launch_start, launch_end = gpu_ops_launch_times(trace)
     return GpuOps(
         kernel_count=len(trace.kernels),
         name=gpu_ops_column(trace, "name"),
         device=gpu_ops_column(trace, "device"),
         stream=gpu_ops_column(trace, "stream"),
         start_ns=start,
-        end_ns=gpu_ops_column(trace, "end_ns").astype(np.int64),
+        end_ns=end,
         category=np.concatenate([classification.kernel_category, classification.memop_category]),
         categories=tuple(classification.taxonomy.categories),
         launch_row=launch,
-        launch_start_ns=api_column(trace, launch, "start_ns"),
-        launch_end_ns=api_column(trace, launch, "end_ns"),
-        order=np.argsort(start, kind="stable"),
+        launch_start_ns=launch_start,
+        launch_end_ns=launch_end,
+        order=gpu_ops_order(trace),
+        busy_start_ns=busy_start,
+        busy_end_ns=busy_end,
     )
 
 
-def idle_gaps(ops: GpuOps) -> IdleGaps:
-    """The :class:`IdleGaps` between the busy periods of ``ops``."""
-    g0, g1 = intervals.gaps(ops.start_ns, ops.end_ns)
-    g0, g1 = g0.astype(np.int64), g1.astype(np.int64)
+def idle_gaps(ops: GpuOps, trace: Trace | None = None) -> IdleGaps:
+    """The :class:`IdleGaps` between the busy periods of ``ops``; ``trace``: the trace ``ops``
+    were built from, whose gap attribution is then the timeline's (computed once per trace)."""
+    if trace is not None:
+        g0, g1, before, after, wait = idle_gap_attribution(trace)
+        if g0.size:
+            return IdleGaps(g0, g1, before, after, wait)
+    g0, g1 = ops.busy_end_ns[:-1], ops.busy_start_ns[1:]  # intervals.gaps of every op
     if g0.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return IdleGaps(g0, g1, empty, empty, empty)

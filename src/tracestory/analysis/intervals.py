@@ -9,33 +9,42 @@ from __future__ import annotations
 import numpy as np
 
 
-def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge overlapping or touching intervals. Returns sorted disjoint ``(starts, ends)``."""
+def _in_start_order(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
-    if starts.size == 0:
-        return starts.copy(), ends.copy()
     if bool((starts[1:] >= starts[:-1]).all()):
-        s, e = starts, ends   # already in start order (the usual case): no sort, no copies
-    else:
-        order = np.argsort(starts, kind="stable")
-        s, e = starts[order], ends[order]
+        return starts, ends   # already in start order (the usual case): no sort, no copies
+    order = np.argsort(starts, kind="stable")
+    return starts[order], ends[order]
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge overlapping or touching intervals. Returns sorted disjoint ``(starts, ends)``."""
+    if np.size(starts) == 0:
+        return np.asarray(starts, dtype=np.int64).copy(), np.asarray(ends, dtype=np.int64).copy()
+    s, e = _in_start_order(starts, ends)
     run_end = np.maximum.accumulate(e)
-    # A new merged interval begins where the start is past every earlier end.
-    brk = np.flatnonzero(s[1:] > run_end[:-1])   # interval brk[i] ends one, brk[i] + 1 starts the next
-    first = np.empty(brk.size + 1, dtype=np.int64)
-    first[0] = 0
-    first[1:] = brk + 1
-    last = np.empty(brk.size + 1, dtype=np.int64)
-    last[:-1] = brk
-    last[-1] = s.size - 1
-    return s[first], run_end[last]
+    # A new merged interval begins where the start is past every earlier end: new[i + 1] says
+    # interval i starts one (new[0]: the first does), so new[1:] marks the last of each.
+    new = np.empty(s.size + 1, dtype=bool)
+    new[0] = new[-1] = True
+    np.greater(s[1:], run_end[:-1], out=new[1:-1])
+    return s[new[:-1]], run_end[new[1:]]
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total length covered by at least one interval."""
-    s, e = union(starts, ends)
-    return int((e - s).sum())
+    """Total length covered by at least one interval: in start order, each interval adds the part
+    of it past every earlier end, ``max(e_i, E_{i-1}) - max(s_i, E_{i-1})`` with ``E`` the running
+    maximum of the ends (the sum telescopes to the merged intervals' lengths; no merged arrays)."""
+    if np.size(starts) == 0:
+        return 0
+    s, e = _in_start_order(starts, ends)
+    run_end = np.maximum.accumulate(e)
+    lo = np.empty_like(s)
+    lo[0] = s[0]
+    np.maximum(s[1:], run_end[:-1], out=lo[1:])
+    np.subtract(run_end, lo, out=lo)
+    return int(lo.sum())
 
 
 def intersection_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:

@@ -79,7 +79,7 @@ import numpy as np
 
 from ..trace import CPU_SIDE, Trace
 from . import intervals
-from .links import api_column, gpu_ops_column, gpu_ops_launch_index
+from .links import api_column, gpu_busy, gpu_ops_launch_index, gpu_ops_order, gpu_ops_times
 from .loops import family_verdicts, not_a_loop, split_step, training_phases
 
 OUTLIER_RATIO = 1.5
@@ -343,8 +343,7 @@ def phases(trace: Trace) -> Phases:
     """Cut the trace into phases (see the module docstring) and project GPU work onto them."""
     k, r = trace.kernels, trace.ranges
     n_k = len(k)
-    op_start = gpu_ops_column(trace, "start_ns").astype(np.int64)
-    op_end = gpu_ops_column(trace, "end_ns").astype(np.int64)
+    op_start, op_end = gpu_ops_times(trace)
     li = gpu_ops_launch_index(trace)
     ok = li >= 0
     launch = api_column(trace, li, "start_ns")
@@ -434,11 +433,25 @@ def phases(trace: Trace) -> Phases:
     g_end = np.full(n_p, -big, dtype=np.int64)
     np.minimum.at(g_start, a_idx, op_start[inside])
     np.maximum.at(g_end, a_idx, op_end[inside])
-    g_busy = _segment_union(a_idx, op_start[inside], op_end[inside], n_p)
+    # in start order (stable): when the phases follow each other in time the shifted starts are
+    # then already sorted, and the union skips its sort (same merge either way)
+    by_start_all = gpu_ops_order(trace)
+    if n_p == 1 and inside.all():   # one phase holding every op: its busy time is the GPU's
+        busy_s, busy_e = gpu_busy(trace)
+        g_busy = np.array([int((busy_e - busy_s).sum())], dtype=np.int64)
+    else:
+        by_start = by_start_all[inside[by_start_all]]
+        g_busy = _segment_union(assign[by_start], op_start[by_start], op_end[by_start], n_p)
 
     k_assign = assign[:n_k]
-    k_rows = np.flatnonzero(k_assign >= 0)
-    k_rows = k_rows[np.lexsort((k["start_ns"][k_rows], k_assign[k_rows]))]
+    if k["start_ns"].dtype.kind in "iu":
+        # by (phase, start, row): the kernels in start order (stable), then a stable sort by phase
+        k_rows = by_start_all[by_start_all < n_k]
+        k_rows = k_rows[k_assign[k_rows] >= 0]
+        k_rows = k_rows[np.argsort(k_assign[k_rows], kind="stable")]
+    else:
+        k_rows = np.flatnonzero(k_assign >= 0)
+        k_rows = k_rows[np.lexsort((k["start_ns"][k_rows], k_assign[k_rows]))]
     k_bounds = np.searchsorted(k_assign[k_rows], np.arange(n_p + 1))
 
     out = []

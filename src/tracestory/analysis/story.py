@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ingest.kineto import parse_json_field
 from .facts import RunFacts
+from .gemm_rows import gemm_rows
 from .phases import Phase, Phases
 
 MIN_PERIOD = 3
@@ -257,11 +257,28 @@ class _Ops:
         self.cat = g.category[order]
         self.launch = g.launch_start_ns[order]
         self.trace = facts.trace
+        self._by_launch = np.argsort(self.launch, kind="stable")
+        self._launch_sorted = self.launch[self._by_launch]
+        self._ranges: tuple[np.ndarray, np.ndarray] | None = None
 
     def of_phase(self, ph: Phase, whole: bool) -> np.ndarray:
-        if whole:
-            return np.arange(len(self.start))
-        return np.flatnonzero((self.launch >= ph.start_ns) & (self.launch < ph.end_ns))
+        """The ops (ascending) launched inside the phase's CPU range."""
+        return np.arange(len(self.start)) if whole else self.launched_in(ph.start_ns, ph.end_ns)
+
+    def launched_in(self, start_ns: int, end_ns: int) -> np.ndarray:
+        """The ops (ascending) whose launch call starts in [start_ns, end_ns): a binary search, so
+        a story over many steps stays linear in the ops."""
+        lo, hi = np.searchsorted(self._launch_sorted, (start_ns, end_ns), "left")
+        return np.sort(self._by_launch[lo:hi])
+
+    def cpu_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of the trace's CPU ranges sorted by start, and their starts (built once)."""
+        if self._ranges is None:
+            r = self.trace.ranges
+            rows = np.flatnonzero(r["side"] == 0) if len(r) else np.zeros(0, dtype=np.int64)
+            rows = rows[np.argsort(r["start_ns"][rows], kind="stable")] if rows.size else rows
+            self._ranges = (rows, r["start_ns"][rows] if rows.size else np.zeros(0, dtype=np.int64))
+        return self._ranges
 
     def groups(self, idx: np.ndarray, reps: int = 1) -> tuple[OpGroup, ...]:
         """Consecutive same-category ops of ``idx`` (times per repetition)."""
@@ -328,21 +345,19 @@ def _sub_ranges(facts: RunFacts, ops: _Ops, ph: Phase, origin: int) -> tuple[Sub
     r = tr.ranges
     if len(r) == 0:
         return ()
-    m = (
-        (r["side"] == 0)
-        & (r["start_ns"] >= ph.start_ns)
-        & (r["end_ns"] <= ph.end_ns)
-        & ~((r["start_ns"] == ph.start_ns) & (r["end_ns"] == ph.end_ns))
-    )
-    rows = np.flatnonzero(m)
+    sorted_rows, starts = ops.cpu_ranges()
+    lo, hi = np.searchsorted(starts, (ph.start_ns, ph.end_ns), "left")
+    rows = sorted_rows[lo:hi]  # starting inside the phase, in start order
+    rows = rows[
+        (r["end_ns"][rows] <= ph.end_ns) & ~((r["start_ns"][rows] == ph.start_ns) & (r["end_ns"][rows] == ph.end_ns))
+    ]
     if rows.size == 0:
         return ()
-    rows = rows[np.argsort(r["start_ns"][rows], kind="stable")]
     run_end = np.maximum.accumulate(r["end_ns"][rows])
     outer = np.concatenate([[True], r["start_ns"][rows][1:] >= run_end[:-1]])
     out = []
     for i in rows[outer][:MAX_SUB_RANGES]:
-        sel = np.flatnonzero((ops.launch >= r["start_ns"][i]) & (ops.launch < r["end_ns"][i]))
+        sel = ops.launched_in(int(r["start_ns"][i]), int(r["end_ns"][i]))
         dur = ops.end[sel] - ops.start[sel]
         w = np.bincount(ops.cat[sel], weights=dur, minlength=len(ops.cats))
         total = float(w.sum())
@@ -430,33 +445,21 @@ def _family(facts: RunFacts, ops: _Ops, members: list[Phase], fam, origin: int, 
 
 
 def _gemm_rows(facts: RunFacts, phases: list[Phase]) -> tuple[int, int] | None:
-    """(min, max) M - rows of the left operand - of the ``aten::mm`` / ``aten::addmm`` calls inside
-    the phases' CPU ranges, from recorded input shapes; None when shapes were not recorded. One
-    pass over those ops (sorted by start), each distinct shape cell decoded once."""
-    tr = facts.trace
-    o = tr.ops
-    mm, addmm = tr.code_of("aten::mm"), tr.code_of("aten::addmm")
-    codes = [c for c in (mm, addmm) if c >= 0]
-    if not codes or len(o) == 0:
+    """(min, max) M - rows of the left operand (``gemm_rows``) - of the ``aten::mm`` /
+    ``aten::addmm`` calls that start inside the phases' CPU ranges; None when shapes were not
+    recorded. Linear in the ops: the calls' starts are sorted once and each phase is a slice."""
+    idx, rows = gemm_rows(facts.trace, ("aten::mm", "aten::addmm"))
+    if not idx.size:
         return None
-    sel = np.flatnonzero(np.isin(o["name"], codes))
-    start = o["start_ns"][sel]
-    keep = np.zeros(sel.size, dtype=bool)
+    start = facts.trace.ops["start_ns"][idx]
+    order = np.argsort(start, kind="stable")
+    start, rows = start[order], rows[order]
+    inside = np.zeros(start.size + 1, dtype=np.int64)
     for ph in phases:
-        keep |= (start >= ph.start_ns) & (start < ph.end_ns)
-    rows: list[int] = []
-    decoded: dict = {}
-    for i in sel[keep]:
-        cell = o["input_dims"][i]
-        if cell not in decoded:
-            decoded[cell] = parse_json_field(cell) if isinstance(cell, (bytes, bytearray)) else None
-        dims = decoded[cell]
-        if not isinstance(dims, list) or not dims:
-            continue
-        a = dims[1] if int(o["name"][i]) == addmm and len(dims) > 2 else dims[0]
-        if isinstance(a, list) and len(a) >= 2 and all(isinstance(d, int) for d in a):
-            rows.append(int(np.prod(a[:-1])))
-    return (min(rows), max(rows)) if rows else None
+        inside[np.searchsorted(start, ph.start_ns, "left")] += 1
+        inside[np.searchsorted(start, ph.end_ns, "left")] -= 1
+    hit = rows[np.cumsum(inside[:-1]) > 0]
+    return (int(hit.min()), int(hit.max())) if hit.size else None
 
 
 def _top(ops: _Ops, idx: np.ndarray) -> tuple[str, float] | None:

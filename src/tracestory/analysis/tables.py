@@ -40,12 +40,11 @@ import numpy as np
 from ..errors import ToolNotFound, UsageError
 from ..lazy import entry
 from ..stats import summarize
-from ..units import clip_text, sig
-from . import intervals
+from ..units import clip_text, plural, sig
 from .gaps import gap_causes
 from .nsys_tables import NSYS_TABLES, missing_reason, other_processes_note, summary_rows
-from .links import api_column, gpu_ops_column, gpu_ops_launch_index
-from .timeline import gap_attribution
+from .links import gpu_ops_column
+from .timeline import idle_gap_attribution
 
 if TYPE_CHECKING:
     from . import Analysis
@@ -285,13 +284,8 @@ def gaps_table(trace, phases=None) -> Table:
     already computed."""
     cols: dict[str, list] = {c: [] for c in GAP_COLUMNS}
     if trace.meta.has_timeline and len(trace.kernels) + len(trace.memops):
-        starts = gpu_ops_column(trace, "start_ns").astype(np.int64)
-        ends = gpu_ops_column(trace, "end_ns").astype(np.int64)
         names = gpu_ops_column(trace, "name")
-        launch_end = api_column(trace, gpu_ops_launch_index(trace), "end_ns")
-        busy_s, busy_e = intervals.union(starts, ends)
-        g0, g1 = busy_e[:-1], busy_s[1:]
-        before, after, wait = gap_attribution(g0, g1, starts, ends, launch_end)
+        g0, g1, before, after, wait = idle_gap_attribution(trace)
         dur = g1 - g0
         causes = {c.start_ns: c for c in gap_causes(trace, min_ns=1, limit=max(int(dur.size), 1), steps=phases)}
         cause = [causes.get(int(x)) for x in g0.tolist()]
@@ -380,7 +374,7 @@ def roofline_table(roofline: "Roofline | None", source: str, missing: str | None
             cols[c].append(v)
     notes = [roofline.note] if roofline.note else []
     if roofline.dropped:
-        notes.append(f"{len(roofline.dropped)} estimate(s) above their roof dropped as estimate errors: "
+        notes.append(f"{plural(len(roofline.dropped), 'estimate')} above their roof dropped as estimate errors: "
                      + ", ".join(f"{label} ({pct:.0f}% of roof)" for label, pct in roofline.dropped[:5]))
     t = _make("roofline", cols)
     return Table("roofline", t.columns, note="; ".join(notes) or None)

@@ -62,7 +62,16 @@ import numpy as np
 from ..trace import Trace, factorize
 from . import intervals
 from .graphs import launched_directly
-from .links import api_column, gpu_ops_column, gpu_ops_launch_index
+from . import derived
+from .links import (
+    api_column,
+    gpu_busy,
+    gpu_ops_column,
+    gpu_ops_launch_index,
+    gpu_ops_launch_times,
+    gpu_ops_order,
+    gpu_ops_times,
+)
 
 SHORT_KERNEL_NS = 10_000
 IDLE_FRACTION_BOUND = 0.2
@@ -134,6 +143,7 @@ class Timeline:
     launch_bound: bool  # see the module docstring
     zero_duration_kernels: int = 0  # kernels with end == start (no duration known, or a 0-ns record)
     verdict_withheld: str | None = None  # why launch_bound was not judged (None: judged)
+    launch_queue_negative: int = 0  # ops of launch_queue the GPU started before their call returned
 
 
 def distribution(values: np.ndarray) -> Distribution:
@@ -153,13 +163,29 @@ def distribution(values: np.ndarray) -> Distribution:
     )
 
 
-def _stream_stats(device: np.ndarray, stream: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[StreamStat, ...]:
+def _longest(g0: np.ndarray, gdur: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` longest gaps, longest first, ties by earlier start: the first ``k`` of
+    ``np.lexsort((g0, -gdur))``, sorting only the gaps at least as long as the k-th longest."""
+    if gdur.size > 4 * k:
+        kth = np.partition(gdur, gdur.size - k)[gdur.size - k]
+        cand = np.flatnonzero(gdur >= kth)
+        return cand[np.lexsort((g0[cand], -gdur[cand]))][:k]
+    return np.lexsort((g0, -gdur))[:k]
+
+
+def _stream_stats(device: np.ndarray, stream: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  by_start: np.ndarray | None = None) -> tuple[StreamStat, ...]:
     # One union per (device, stream); the number of streams is small, the work per stream is
     # vectorized. The pair is factorized into one integer key (a 2-D np.unique is far slower).
+    # ``by_start``: the rows in start order (stable), so that each stream's rows come in start
+    # order and its union needs no sort of its own.
     devs, dev_i = factorize(device)
     sts, st_i = factorize(stream)
     key = dev_i.reshape(-1).astype(np.int64) * len(sts) + st_i.reshape(-1)
-    order = np.argsort(key, kind="stable")
+    if len(devs) * len(sts) < 2**15:
+        key = key.astype(np.int16)   # a stable sort of 16-bit keys is a radix sort
+    base = np.arange(key.size) if by_start is None else by_start
+    order = base[np.argsort(key[base], kind="stable")]
     key_sorted = key[order]
     cut = np.flatnonzero(np.diff(key_sorted)) + 1
     bounds = np.concatenate([[0], cut, [key.size]])
@@ -194,6 +220,21 @@ def gap_attribution(g0: np.ndarray, g1: np.ndarray, starts: np.ndarray, ends: np
     return before, after, wait
 
 
+def idle_gap_attribution(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every idle gap ``[g0, g1)`` between the busy periods of every GPU op of ``trace``, with its
+    :func:`gap_attribution` (the op before, the op after, the launch wait): ``(g0, g1, before,
+    after, wait)``, rows of the GPU-op arrays. Read-only; computed once per trace (the timeline,
+    the idle gaps of the facts and the gaps table read the same arrays)."""
+
+    def compute() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        starts, ends = gpu_ops_times(trace)
+        busy_s, busy_e = gpu_busy(trace)
+        g0, g1 = busy_e[:-1], busy_s[1:]
+        return (g0, g1, *gap_attribution(g0, g1, starts, ends, gpu_ops_launch_times(trace)[1]))
+
+    return derived.memo(trace, "idle_gap_attribution", compute)
+
+
 def launch_costs(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per GPU op launched directly (kernels then memops, the order of
     :func:`~tracestory.analysis.links.gpu_ops_column`): its row among all GPU ops, the launch
@@ -201,7 +242,7 @@ def launch_costs(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     docstring)."""
     direct = np.flatnonzero(launched_directly(trace))
     launch = gpu_ops_launch_index(trace)[direct]
-    starts = gpu_ops_column(trace, "start_ns").astype(np.int64)[direct]
+    starts = gpu_ops_times(trace)[0][direct]
     call_start = api_column(trace, launch, "start_ns")
     call_end = api_column(trace, launch, "end_ns")
     return direct, call_end - call_start, starts - call_end
@@ -216,29 +257,25 @@ def timeline(trace: Trace) -> Timeline | None:
     if n_k + len(m) == 0:
         return None
 
-    starts = gpu_ops_column(trace, "start_ns").astype(np.int64)
-    ends = gpu_ops_column(trace, "end_ns").astype(np.int64)
+    starts, ends = gpu_ops_times(trace)
     names = gpu_ops_column(trace, "name")
     devices = gpu_ops_column(trace, "device")
     streams = gpu_ops_column(trace, "stream")
-    launch = gpu_ops_launch_index(trace)
-    has_launch = launch >= 0
-    launch_end = api_column(trace, launch, "end_ns")
+    has_launch = gpu_ops_launch_index(trace) >= 0
     # Ops replayed from a graph carry the graph launch's correlation id: their "latency" would be
     # the time since the graph launch, so launch costs are read from ops launched one by one.
     _, api_ns, queue_ns = launch_costs(trace)
 
     t0, t1 = int(starts.min()), int(ends.max())
     window = t1 - t0
-    busy_s, busy_e = intervals.union(starts, ends)
+    busy_s, busy_e = gpu_busy(trace)
     busy = int((busy_e - busy_s).sum())
     total = int((ends - starts).sum())
     idle = window - busy
 
     # Gaps lie between consecutive merged busy periods.
-    g0, g1 = busy_e[:-1], busy_s[1:]
+    g0, g1, before, after, wait = idle_gap_attribution(trace)
     gdur = g1 - g0
-    before, after, wait = gap_attribution(g0, g1, starts, ends, launch_end)
     idle_wait = int(wait.sum())
 
     hist = []
@@ -247,7 +284,7 @@ def timeline(trace: Trace) -> Timeline | None:
         hist.append((label, int(sel.sum()), int(gdur[sel].sum())))
 
     # Longest first; ties broken by earlier start (lexsort's last key is primary).
-    top = np.lexsort((g0, -gdur))[:TOP_GAPS]
+    top = _longest(g0, gdur, TOP_GAPS)
     largest = tuple(
         Gap(start_ns=int(g0[i]), dur_ns=int(gdur[i]), before=trace.name(int(names[before[i]])),
             after=trace.name(int(names[after[i]])), launch_wait_ns=int(wait[i]))
@@ -288,8 +325,9 @@ def timeline(trace: Trace) -> Timeline | None:
         short_kernel_ns=SHORT_KERNEL_NS,
         gap_histogram=tuple(hist),
         largest_gaps=largest,
-        streams=_stream_stats(devices, streams, starts, ends),
+        streams=_stream_stats(devices, streams, starts, ends, gpu_ops_order(trace)),
         launch_bound=bool(launch_bound),
         zero_duration_kernels=zero,
         verdict_withheld=withheld,
+        launch_queue_negative=int((queue_ns < 0).sum()),
     )

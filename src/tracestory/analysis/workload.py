@@ -58,15 +58,14 @@ shows fewer signals. Python stack frames and ``nn.Module`` names are not read.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..ingest.kineto import parse_json_field
 from ..trace import Trace
 from ..units import fmt_pct
+from .gemm_rows import gemm_rows
 from .producer import Producer
 
 WORKLOADS = (
@@ -164,7 +163,6 @@ _NAME_SIGNALS: dict[str, tuple[re.Pattern | None, re.Pattern | None]] = {
     "prefill_ranges": (re.compile(r"\bprefill|step\[(EXTEND|PREFILL)|execute_(\d+_)?context_[1-9]", _I), None),
 }
 _CONV_2D_OP = re.compile(r"^aten::(conv[23]d|conv_transpose[23]d)$")
-_GEMM_OPS = re.compile(r"^aten::(linear|mm|addmm|matmul|_scaled_mm|bmm)$")
 _GEMM_KERNEL = re.compile(r"gemm|nvjet|cutlass|xmma|Cijk_|cublas|hipblaslt", _I)
 _ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|attn", _I)
 _DECODER_BLOCKS = ("rms_norm", "gated_act", "rope", "causal", "paged_kv", "engine")
@@ -211,25 +209,6 @@ class Workload:
 
 def _unique_names(trace: Trace, codes: np.ndarray) -> list[str]:
     return [trace.strings[int(c)] for c in np.unique(codes) if c >= 0]
-
-
-def _gemm_rows(trace: Trace) -> np.ndarray:
-    """Rows (M) of every GEMM op with a recorded first input: the product of all but its last dim."""
-    ops = trace.ops
-    if not len(ops) or "input_dims" not in ops:
-        return np.zeros(0, dtype=np.int64)
-    codes = [int(c) for c in np.unique(ops["name"]) if c >= 0 and _GEMM_OPS.match(trace.strings[int(c)])]
-    if not codes:
-        return np.zeros(0, dtype=np.int64)
-    # each distinct shape cell is decoded once (a model repeats a few shapes over thousands of calls)
-    rows, counts = [], []
-    for cell, n in Counter(ops["input_dims"][np.isin(ops["name"], codes)].tolist()).items():
-        dims = parse_json_field(cell) if isinstance(cell, (bytes, bytearray)) else None
-        first = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
-        if first and len(first) >= 2 and all(isinstance(d, int) for d in first):
-            rows.append(int(np.prod(first[:-1])))
-            counts.append(n)
-    return np.repeat(np.asarray(rows, dtype=np.int64), np.asarray(counts, dtype=np.int64))
 
 
 def _signals(
@@ -314,7 +293,7 @@ def classify_workload(
     LLM serving engine's scheduler event log given with the trace (its engine and model, as a
     phrase), which names the workload when the trace's own names do not (graph replays hide the
     ops)."""
-    rows = _gemm_rows(trace)
+    rows = gemm_rows(trace)[1]
     s = _signals(trace, producer, attention_kernels, rows, unfused_attention)
     if serving_log:
         s["serving_log"] = serving_log

@@ -64,6 +64,7 @@ from typing import Any, Mapping, Sequence
 from .. import telemetry
 from ..errors import ToolNotFound, UsageError
 from ..outputs import OutputPlan, ensure_folder, is_temporary
+from ..units import plural
 from . import under_load as _load
 from . import ncu as _ncu
 from . import nsys as _nsys
@@ -301,7 +302,7 @@ def _judge_profiled_child(p: CapturePlan, sr: dict[str, Any], statuses: list[dic
     errors = _rank_errors(statuses)
     if killed:
         sr["status"] = "failed"
-        kept = f"; complete trace(s) written before: {len(done)} of {nranks} rank(s)" if done else ""
+        kept = f"; complete traces written before: {len(done)} of {plural(nranks, 'rank')}" if done else ""
         sr["error"] = f"the workload was {describe_exit(sr['exit_code'])}{kept}"
     elif stop and len(done) == nranks and not errors:
         sr["status"], sr["error"], sr["stopped_by"] = "ok", None, stop

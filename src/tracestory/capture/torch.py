@@ -57,6 +57,7 @@ from typing import Any, Callable
 
 from ..errors import ToolNotFound, TracestoryError
 from ..outputs import atomic_path
+from ..units import plural
 from . import region as _region
 from .environment import external_profiler
 from .supervise import CaptureInterrupted, interrupts_raise, signal_of
@@ -409,12 +410,12 @@ def _prime_cupti(profile, activities) -> None:
 
 
 def _range_missed(opts: TorchOptions, seen: int | None) -> str:
-    return (f"region {opts.range!r} occurred {seen} time(s); expected at least "
+    return (f"region {opts.range!r} occurred {plural(seen or 0, 'time')}; expected at least "
             f"{opts.skip + 1} (--skip {opts.skip}) so nothing was captured")
 
 
 def _range_short(opts: TorchOptions, seen: int, captured: int) -> str:
-    return (f"region {opts.range!r} occurred {seen} time(s); --skip {opts.skip} --count {opts.count} needs "
+    return (f"region {opts.range!r} occurred {plural(seen, 'time')}; --skip {opts.skip} --count {opts.count} needs "
             f"{opts.skip + opts.count}, so only {captured} of {opts.count} were captured (the partial trace "
             f"is kept apart, not as a complete capture)")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from .common import add_taxonomy, add_window_options, refuse_overwrite, side_inputs, taxonomy_from, window_spec
 from .. import outputs
 from ..errors import UsageError
+from ..units import plural
 from ..analysis.compare import GATE_METRICS, compare_paths
 from ..render.compare import comparison_json, gate_line, render_comparison
 from ..render.terminal import comparison_renderables
@@ -84,7 +85,7 @@ def cmd_compare(args) -> int:
     for g in regressions:
         print(gate_line(g), file=sys.stderr)
     if c.gates and not regressions:
-        print(f"gate: {len(c.gates)} metric(s) within their gates ({', '.join(g.name for g in c.gates)})",
+        print(f"gate: {plural(len(c.gates), 'metric')} within their gates ({', '.join(g.name for g in c.gates)})",
               file=sys.stderr)
     return 1 if regressions else 0
 

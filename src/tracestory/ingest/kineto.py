@@ -108,6 +108,7 @@ from ..trace import (
 )
 from ..units import fmt_ns
 from .files import state
+from .hip_grids import grids_in_workgroups
 from .kineto_attention import causal_column
 from .kineto_text import NESTING_EXPECTED, Document, stream_document
 
@@ -768,7 +769,7 @@ def load_kineto(path: str | os.PathLike, *, require_gpu: bool = True, progress: 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        trace = _load(path, require_gpu, progress)
+        trace = grids_in_workgroups(_load(path, require_gpu, progress))
     except OverflowError as e:   # an id beyond int64 (2**64 correlation ids), a grid beyond int32
         raise TraceFormatError(path, "integer ids within 64 bits and grid/block sizes within 32 bits",
                                f"a value out of range ({e})") from None

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..telemetry import FILE_NAME, SCHEMA
+from ..units import plural
 from .files import check_size, first_line, refuse_special, sniff_head
 
 READINGS = ("sm_mhz", "mem_mhz", "power_w", "energy_mj", "temp_c", "util_gpu", "util_mem")
@@ -157,13 +158,13 @@ def read_telemetry(path: str | Path) -> TelemetryLog:
     warnings: list[str] = []
     if bad_json:
         last = bad_json[-1] == len(lines)
-        warnings.append(f"{path.name}: {len(bad_json)} line(s) not JSON objects ignored (first: line {bad_json[0]})"
+        warnings.append(f"{path.name}: {plural(len(bad_json), 'line')} not JSON objects ignored (first: line {bad_json[0]})"
                         + ("; the last line is cut short: the run was probably killed while writing" if last else ""))
     if bad_sample:
-        warnings.append(f"{path.name}: {len(bad_sample)} sample(s) without t_unix_ns or with a GPU list not matching "
-                        f"the header's {n_gpus} device(s) ignored (first: line {bad_sample[0]})")
+        warnings.append(f"{path.name}: {plural(len(bad_sample), 'sample')} without t_unix_ns or with a GPU list not matching "
+                        f"the header's {plural(n_gpus, 'device')} ignored (first: line {bad_sample[0]})")
     if back_in_time:
-        warnings.append(f"{path.name}: {back_in_time} sample(s) earlier than the sample before ignored")
+        warnings.append(f"{path.name}: {plural(back_in_time, 'sample')} earlier than the sample before ignored")
     if not end:
         warnings.append(f"{path.name}: no end line: the sampler did not stop cleanly (run killed or still "
                         "running); the samples written before are used")
@@ -177,7 +178,7 @@ def read_telemetry(path: str | Path) -> TelemetryLog:
     for gi in range(n_gpus):
         drops = _continue_counter(readings["energy_mj"][gi])
         if drops:
-            warnings.append(f"{path.name}: GPU {gi}: the energy counter went back {drops} time(s) (a driver reload "
+            warnings.append(f"{path.name}: GPU {gi}: the energy counter went back {plural(drops, 'time')} (a driver reload "
                             "or GPU reset): its segments are summed; the energy between the last reading before "
                             "each reset and the reset is not counted")
     return TelemetryLog(

@@ -26,8 +26,8 @@ CONFIGS = ((128, 4), (256, 3))          # (BLOCK_K, num_stages) tried by the tun
 
 
 @triton.jit
-def _fp8_small_m_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_K: tl.constexpr):
+def _fp8_gemm_small_m_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -63,6 +63,6 @@ def matmul(qx: torch.Tensor, sx: torch.Tensor, qw: torch.Tensor, sw: torch.Tenso
         raise ValueError(f"fp8 small-M GEMM: expected 1..{MAX_M} rows and K a multiple of {block_k}, "
                          f"found M={M}, K={K}")
     y = torch.empty((M, N), dtype=torch.bfloat16, device=qx.device)
-    _fp8_small_m_kernel[(triton.cdiv(N, 64),)](qx, sx, qw, sw, y, M, N, K, BLOCK_M=16, BLOCK_N=64, BLOCK_K=block_k,
-                                   num_warps=4, num_stages=stages)
+    _fp8_gemm_small_m_kernel[(triton.cdiv(N, 64),)](qx, sx, qw, sw, y, M, N, K, BLOCK_M=16, BLOCK_N=64,
+                                                    BLOCK_K=block_k, num_warps=4, num_stages=stages)
     return y

@@ -44,8 +44,8 @@ def _scale_inv(amax, FP8_MAX: tl.constexpr):
 
 
 @triton.jit
-def _norm_kernel(x_ptr, r_ptr, h_ptr, w_ptr, out_ptr, s_ptr, D, eps, HAS_RES: tl.constexpr,
-                 QUANT: tl.constexpr, BLOCK: tl.constexpr, FP8_MAX: tl.constexpr):
+def _add_rmsnorm_quant_kernel(x_ptr, r_ptr, h_ptr, w_ptr, out_ptr, s_ptr, D, eps, HAS_RES: tl.constexpr,
+                              QUANT: tl.constexpr, BLOCK: tl.constexpr, FP8_MAX: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < D
@@ -144,9 +144,9 @@ def norm(x: torch.Tensor, w: torch.Tensor, eps: float, residual: torch.Tensor | 
     scale = torch.empty((T, 1), dtype=torch.float32, device=x.device) if quant else out
     block = triton.next_power_of_2(D)
     if T:
-        _norm_kernel[(T,)](x, residual if residual is not None else x, h, w, out, scale, D, float(eps),
-                           HAS_RES=residual is not None, QUANT=quant, BLOCK=block, FP8_MAX=FP8_MAX,
-                           num_warps=8 if block >= 4096 else 4)
+        _add_rmsnorm_quant_kernel[(T,)](x, residual if residual is not None else x, h, w, out, scale, D,
+                                        float(eps), HAS_RES=residual is not None, QUANT=quant, BLOCK=block,
+                                        FP8_MAX=FP8_MAX, num_warps=8 if block >= 4096 else 4)
     return h, ((out, scale) if quant else out)
 
 

@@ -303,3 +303,9 @@ def log_histogram(
     lines.extend(log_axis(lo, hi, n, indent=indent + 1))
     lines.append(" " * indent + f"(log scale; bar height = {ylabel} per bin, max {_num(top)})")
     return [clip_text(line, width) for line in lines]
+
+
+def queue_below_zero(n: int) -> str:
+    """The note on launch queue times below zero: ops the GPU started before their launch call
+    returned (an idle GPU, or clocks aligned imperfectly); "" when there are none."""
+    return f"; {n:,} below 0: started before the call returned" if n else ""

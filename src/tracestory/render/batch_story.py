@@ -24,6 +24,7 @@ import numpy as np
 
 from ..analysis.batching import STALL_MIN_NS, STALL_RATIO, BatchingResult, Iteration
 from ..analysis.serving_story import LogRow
+from ..units import plural
 from .ascii import clip_text, fmt_bytes, fmt_ns, fmt_pct, time_axis
 from .md import md_table
 
@@ -81,7 +82,9 @@ def _entry(it: Iteration) -> list[str]:
         if x.action != "wait":
             rows.append(f"{x.action.capitalize()}: {x.request_id}: {x.reason}")
     if waits:
-        rows.append(f"Wait: {len(waits)} request(s) ({_ids([w.request_id for w in waits], 4)}): {waits[0].reason}")
+        rows.append(
+            f"Wait: {plural(len(waits), 'request')} ({_ids([w.request_id for w in waits], 4)}): {waits[0].reason}"
+        )
     kv = _kv_text(it)
     if kv:
         rows.append(f"KV cache: {kv}")
@@ -527,7 +530,7 @@ def _stalls(r: BatchingResult) -> list[str] | None:
         lines.append(
             f"- Iteration {st.iter} at T={(st.t_start_ns - t0) / 1e9:.2f} s: {fmt_ns(st.duration_ns)} "
             f"({st.times_median:.0f}x the median){' — ' + '; '.join(why) if why else ''}; "
-            f"{st.arrivals_during} request(s) arrived during it{ttft}"
+            f"{plural(st.arrivals_during, 'request')} arrived during it{ttft}"
         )
     return lines + [""] + holds
 

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from ..analysis.compare import Comparison
+from ..units import plural
 from .ascii import Bar, bar_chart, fmt_ms, fmt_ns, fmt_pct
 from .jsonable import jsonable
 from .md import fmt_evidence, md_table, short_name
@@ -249,7 +250,9 @@ def what_changed(c: Comparison) -> list[str]:
         out.append(f"- GPU idle share of its window: {fmt_pct(a.idle_fraction)} -> {fmt_pct(b.idle_fraction)}.")
     fused = [f for f in c.fused if f.replaces]
     if fused:
-        out.append(f"- Fusion: {len(fused)} Inductor kernel(s) cover small-op kernels of the other run (list below).")
+        out.append(
+            f"- Fusion: {plural(len(fused), 'Inductor kernel')} cover small-op kernels of the other run (list below)."
+        )
     out += ["", "Why it matters:", ""]
     out += [f"- {s}" for s in _why_it_matters(c)]
     return out

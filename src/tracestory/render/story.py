@@ -12,6 +12,7 @@ and its median step in full; the SUMMARY closes the story when there is more tha
 from __future__ import annotations
 
 from ..analysis.story import Differs, FamilyStory, IdleGap, Loop, OpGroup, OpRun, PhaseStory, Story, StorySummary
+from ..units import plural
 from .ascii import clip_text, fmt_ms, fmt_ns
 from .md import short_name
 
@@ -177,7 +178,8 @@ def execution_story(story: Story) -> list[str]:
         return ["(no phases and no GPU ops: nothing to tell)"]
     lines = [
         f"EXECUTION STORY: {story.trace}",
-        f"Phases from {story.source!r}: {story.phase_count} phase(s); times are from the first phase's CPU start.",
+        f"Phases from {story.source!r}: {plural(story.phase_count, 'phase')};"
+        " times are from the first phase's CPU start.",
         "Per line: offset from the phase's GPU start, category x ops, GPU time, top kernel.",
         "",
     ]

@@ -8,7 +8,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from .ascii import fmt_ns, fmt_pct
+from .ascii import fmt_ns, fmt_pct, queue_below_zero
 from .md import short_name
 
 if TYPE_CHECKING:  # a type only: importing compare (hashlib, its dataclasses) costs `analyze` ~20 ms
@@ -49,7 +49,8 @@ def _summary(a) -> Table:
         "queue (GPU start - call end)",
         "n/a (no launch calls linked)"
         if not lq.count
-        else f"p50 {fmt_ns(lq.p50_ns)}  p90 {fmt_ns(lq.p90_ns)}  p99 {fmt_ns(lq.p99_ns)}  (n={lq.count:,})",
+        else f"p50 {fmt_ns(lq.p50_ns)}  p90 {fmt_ns(lq.p90_ns)}  p99 {fmt_ns(lq.p99_ns)}  (n={lq.count:,})"
+        + queue_below_zero(t.launch_queue_negative),
     )
     tab.add_row(
         "kernel rate",

@@ -149,7 +149,7 @@ def _summary(m: TimelineModel) -> str:
             f"busy shading (per-pixel aggregates of all spans at the full view, {DENSITY_BINS} columns)"
         )
     if m.runs_omitted:
-        parts.append(f"{m.runs_omitted} trace(s) not drawn (the report tells the ones shown)")
+        parts.append(f"{units.plural(m.runs_omitted, 'trace')} not drawn (the report tells the ones shown)")
     return "; ".join(parts) + "."
 
 

@@ -23,7 +23,8 @@ Static buffers (device; filled per iteration from pinned host buffers by two cop
            srow[M] row of each sampled token (padding: 0)
     int32: dnblk[bd] dtab[bd, W] (the decode block mask)   rown[R] row owners (-2: padding)
            kvn[nQ] kvi[nQ, KW] chunk tile lists (nQ = R / 128; KW = the cache's KV tiles,
-           ``FlexPagedAttention.chunk_width``: 64-key tiles of 4 blocks of 16)
+           ``FlexPagedAttention.chunk_width``: 64-key tiles of 4 blocks of 16), fkn[nQ]
+           fki[nQ, KW] the full tiles (the mask skipped: :func:`.paged_attention.chunk_tiles`)
 
 ``W`` is the decode graphs' table width (``max_model_len`` / block size); an iteration with a
 longer table, more members than ``max_num_seqs``, more decode members than the last bucket or
@@ -36,7 +37,7 @@ memory pool shared by all buckets (one graph runs at a time). ``use_graphs=False
 body without graphs (the CPU tests, and the fallback when a capture fails).
 
 Limits: the chunk tile lists are as wide as the cache (the compiled kernel's shape does not vary
-with the iteration), so each iteration copies ``nQ x KW`` int32 (0.3 MB at 16 tiles of
+with the iteration), so each iteration copies ``2 x nQ x KW`` int32 (0.6 MB at 16 tiles of
 18,000 blocks of 16); the token budget bounds ``R``; buckets double, so up to half of a bucket's
 rows can be padding (their matmul FLOPs are spent).
 """
@@ -91,7 +92,8 @@ class MixedGraphs:
         self._n64 = off
         self._o32 = o32 = {}
         off = 0
-        for name, n in (("dnblk", B), ("dtab", B * W), ("rown", R), ("kvn", self.nq), ("kvi", self.nq * kw)):
+        for name, n in (("dnblk", B), ("dtab", B * W), ("rown", R), ("kvn", self.nq), ("kvi", self.nq * kw),
+                        ("fkn", self.nq), ("fki", self.nq * kw)):
             o32[name] = (off, n)
             off += n
         self._n32 = off
@@ -114,6 +116,8 @@ class MixedGraphs:
         self.rown = w[o32["rown"][0]:o32["rown"][0] + R]
         self.kvn = w[o32["kvn"][0]:o32["kvn"][0] + self.nq]
         self.kvi = w[o32["kvi"][0]:o32["kvi"][0] + self.nq * kw].view(self.nq, kw)
+        self.fkn = w[o32["fkn"][0]:o32["fkn"][0] + self.nq]
+        self.fki = w[o32["fki"][0]:o32["fki"][0] + self.nq * kw].view(self.nq, kw)
         self.graphs: dict[tuple[int, int], object] = {}
         self.dmasks: dict[int, object] = {}
         self.cmasks: dict[int, object] = {}
@@ -198,15 +202,16 @@ class MixedGraphs:
         nq = -(-R // Q_TILE)
         tiles, off = [], 0
         for m in members[lead:]:
-            tiles.append((off, m.tokens, m.block_table))
+            tiles.append((off, m.tokens, m.start, m.block_table))
             off += m.tokens
-        kv_num, kv_idx = chunk_tiles(tiles, bs, R, model._flex.group)
-        b[o32["kvn"][0]:o32["kvn"][0] + nq] = kv_num
+        ct = chunk_tiles(tiles, bs, R, model._flex.group)
         kw = self.kw
-        kvi = np.empty((nq, kw), dtype=np.int32)
-        kvi[:, :kv_idx.shape[1]] = kv_idx[:, :kw]
-        kvi[:, kv_idx.shape[1]:] = kv_idx[:, :1]      # padding entries repeat the first, never read
-        b[o32["kvi"][0]:o32["kvi"][0] + nq * kw] = kvi.ravel()
+        for nk, ik, num, idx in (("kvn", "kvi", ct.kv_num, ct.kv_idx), ("fkn", "fki", ct.full_num, ct.full_idx)):
+            b[o32[nk][0]:o32[nk][0] + nq] = num
+            full = np.empty((nq, kw), dtype=np.int32)
+            full[:, :idx.shape[1]] = idx[:, :kw]
+            full[:, idx.shape[1]:] = idx[:, :1]      # padding entries repeat the first, never read
+            b[o32[ik][0]:o32[ik][0] + nq * kw] = full.ravel()
 
     # ------------------------------------------------------------------ masks, body, graphs
     def masks(self, key):
@@ -218,7 +223,7 @@ class MixedGraphs:
             self.dmasks[bd] = fa.decode_block_mask(self.dtab[:bd], self.dnblk[:bd], slots)
         if R not in self.cmasks:
             nq = -(-R // Q_TILE)
-            self.cmasks[R] = fa.chunk_block_mask(self.kvn[:nq], self.kvi[:nq], R, slots)
+            self.cmasks[R] = fa.chunk_block_mask(self.kvn[:nq], self.kvi[:nq], R, slots, self.fkn[:nq], self.fki[:nq])
         return (self.dmasks[bd] if bd else None), self.cmasks[R]
 
     def body(self, key) -> None:
@@ -281,6 +286,8 @@ class MixedGraphs:
         self.rown.fill_(PAD_ROW)
         self.kvn.fill_(1)
         self.kvi.fill_(nb // model._flex.group)      # the KV tile holding the scratch block
+        self.fkn.fill_(0)
+        self.fki.fill_(nb // model._flex.group)
 
     def run(self, members, ids, key) -> None:
         """Copy the inputs (two copies) and replay the bucket's graph (or run its body)."""

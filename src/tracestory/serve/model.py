@@ -591,7 +591,7 @@ class PagedLlama:
             own_l.append(np.full(n, i, dtype=np.int64))
             tabs.append(np.pad(table, (0, width - len(table)), constant_values=nb))
             if i >= lead:
-                tiles.append((off - lead, n, table))
+                tiles.append((off - lead, n, start, table))
             off += n
         T = off
         tc = T - lead                                  # chunk rows
@@ -600,14 +600,16 @@ class PagedLlama:
         pos_all = np.concatenate(pos_l)
         parts = [pos_all, np.concatenate(slot_l), np.stack(tabs).ravel()]
         if rows:
-            kv_num, kv_idx = chunk_tiles(tiles, bs, rows, fa.group)
+            kv_num, kv_idx, full_num, full_idx = chunk_tiles(tiles, bs, rows, fa.group)
             if self.on_cuda:          # one compiled shape per row bucket: tile lists as wide as the cache
                 kv_idx = np.pad(kv_idx, ((0, 0), (0, fa.chunk_width - kv_idx.shape[1])), mode="edge")
+                full_idx = np.pad(full_idx, ((0, 0), (0, fa.chunk_width - full_idx.shape[1])), mode="edge")
             own = np.full(rows, PAD_ROW, dtype=np.int64)
             own[:tc] = np.concatenate(own_l)[lead:]
             pos = np.zeros(rows, dtype=np.int64)
             pos[:tc] = pos_all[lead:]
-            parts += [pos, own, kv_num.astype(np.int64), kv_idx.astype(np.int64).ravel()]
+            parts += [pos, own, kv_num.astype(np.int64), kv_idx.astype(np.int64).ravel(),
+                      full_num.astype(np.int64), full_idx.astype(np.int64).ravel()]
         if bd:
             src = np.where(np.arange(bd) < lead, np.arange(bd), 0)       # padding rows repeat row 0
             dtab = np.stack(tabs[:lead])[:, :g.width][src]
@@ -624,9 +626,9 @@ class PagedLlama:
             fa.row_pos[:rows] = d[3]
             fa.row_owner[:rows] = d[4]
             chunk_mask = fa.chunk_block_mask(d[5].to(torch.int32), d[6].to(torch.int32).view(kv_idx.shape), rows,
-                                             slots_n)
+                                             slots_n, d[7].to(torch.int32), d[8].to(torch.int32).view(full_idx.shape))
         if bd:
-            k = 7 if rows else 3
+            k = 9 if rows else 3
             fa.dec_owner[:bd] = d[k]
             fa.dec_pos[:bd] = d[k + 1]
             dec_mask = fa.decode_block_mask(d[k + 3].to(torch.int32).view(bd, g.width), d[k + 2].to(torch.int32),

@@ -14,9 +14,11 @@ query row ``r`` and physical key slot ``s`` (block ``b = s // bs``) is::
     block_owner[b] == row_owner[r]  and  block_logical[b] * bs + s % bs <= row_pos[r]
 
 which is exact on its own: eager FlexAttention (the CPU path, which scores every slot) needs no
-more. The block mask only makes the compiled kernels skip blocks: KV tile = one cache block,
-and each query tile lists the physical blocks of the members it holds
-(``BlockMask.from_kv_blocks``; no "full" blocks, the mask runs on every listed block).
+more. The block mask only makes the compiled kernels skip blocks: each query tile lists the KV
+tiles its rows can see (the decode call: one cache block each; the chunk call: the blocks up
+to each member's last position in the tile, :func:`chunk_tiles`), and the chunk call marks as
+"full" the tiles wholly inside the causal past of a query tile that holds one member, so the
+kernel skips ``mask_mod`` there (``BlockMask.from_kv_blocks``' full lists).
 
 Two shapes:
 
@@ -26,11 +28,12 @@ Two shapes:
   can replay it; rows padded to a bucket repeat row 0 (same member id, same writes).
 * **chunk**: the prefill tokens of a mixed iteration as one query sequence ``[1, H, T, d]``; a
   prefill chunk starting at ``start`` sees keys ``0..start+i`` for its row ``i`` (causal, offset
-  by its start). Tile lists are the union of the tables of the members in each 128-row query
-  tile. On CUDA ``T`` is padded to a multiple of 128 (padding rows belong to nobody; their
-  output is discarded), so the compiled kernel sees a few shapes only. The decode members of a
-  mixed iteration go through the decode call (same buckets and table width as the graphs, so
-  the same compiled kernels) when the model has decode graphs; else they are rows of the chunk.
+  by its start). Tile lists are the union over the members in each 128-row query tile of the
+  blocks up to their last position there, split into masked and full tiles. On CUDA ``T`` is
+  padded to a multiple of 128 (padding rows belong to nobody; their output is discarded), so
+  the compiled kernel sees a few shapes only. The decode members of a mixed iteration go
+  through the decode call (same buckets and table width as the graphs, so the same compiled
+  kernels) when the model has decode graphs; else they are rows of the chunk.
 
 The decode call reads its rows' member ids and positions from ``dec_owner``/``dec_pos`` (indexed
 by batch entry), the chunk call from ``row_owner``/``row_pos`` (indexed by query row).
@@ -51,6 +54,8 @@ scattered over the cache make tiles that are mostly other requests' keys (work, 
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 Q_TILE = 128          # query rows per tile of the block mask (FlexAttention's default)
 NOBODY = -1           # block_owner of a block outside this batch
@@ -133,7 +138,11 @@ class FlexPagedAttention:
         tile = 1
         while tile < 64 and (self.bs * self.group) % (tile * 2) == 0:
             tile *= 2
-        self._chunk_options = {"BLOCK_M": 64, "BLOCK_N": tile} if self.compiled else None
+        # 128 query rows (the block mask's query tile), 8 warps, 3 stages: at S = 2,048 on the H100
+        # 0.27 ms a layer for one prompt against 0.42 ms with (64, 64, 4 warps, 2 stages), 0.21 vs
+        # 0.27 for two of 1,024 (benchmarks/gpu/chunk_attn.py, docs/BENCHMARKS.md)
+        self._chunk_options = ({"BLOCK_M": Q_TILE, "BLOCK_N": tile, "num_warps": 8, "num_stages": 3}
+                               if self.compiled else None)
 
     # ------------------------------------------------------------------ mask state
     def set_blocks(self, tables, member_ids) -> None:
@@ -155,14 +164,21 @@ class FlexPagedAttention:
         return _from_kv_blocks(BlockMask, nblk_i32.view(B, 1, 1), tables_i32.view(B, 1, 1, W),
                                BLOCK_SIZE=(Q_TILE, self.bs), mask_mod=self._decode_mask, seq_lengths=(1, slots))
 
-    def chunk_block_mask(self, kv_num_i32, kv_idx_i32, rows: int, slots: int):
-        """Block mask of one query sequence of ``rows`` rows: ``kv_num`` ``[nQ]``, ``kv_idx`` ``[nQ, W]``."""
+    def chunk_block_mask(self, kv_num_i32, kv_idx_i32, rows: int, slots: int, full_num_i32=None,
+                         full_idx_i32=None):
+        """Block mask of one query sequence of ``rows`` rows: ``kv_num`` ``[nQ]``, ``kv_idx``
+        ``[nQ, W]`` (tiles the mask runs on) and, optionally, the full tiles ``full_num`` ``[nQ]``,
+        ``full_idx`` ``[nQ, FW]`` (:func:`chunk_tiles`; the mask is skipped there)."""
         from torch.nn.attention.flex_attention import BlockMask
 
         nq, W = kv_idx_i32.shape
+        fk = {}
+        if full_num_i32 is not None:
+            fk = {"full_kv_num_blocks": full_num_i32.view(1, 1, nq),
+                  "full_kv_indices": full_idx_i32.view(1, 1, nq, full_idx_i32.shape[-1])}
         return _from_kv_blocks(BlockMask, kv_num_i32.view(1, 1, nq), kv_idx_i32.view(1, 1, nq, W),
                                BLOCK_SIZE=(Q_TILE, self.bs * self.group), mask_mod=self._chunk_mask,
-                               seq_lengths=(rows, slots))
+                               seq_lengths=(rows, slots), **fk)
 
     # ------------------------------------------------------------------ attention
     @staticmethod
@@ -203,28 +219,79 @@ def _from_kv_blocks(cls, kv_num, kv_idx, **kw):
         return cls.from_kv_blocks(kv_num, kv_idx, **kw)
 
 
-def chunk_tiles(spans, block_size: int, rows: int, group: int = 1):
-    """Host-side tile lists of a chunk call (numpy): for each 128-row query tile, the distinct
-    KV tiles (``group`` consecutive physical blocks: tile ``b // group`` holds block ``b``) of
-    the members with a row in it. ``spans``: ``(offset, n, table)`` per member in row order;
-    returns ``(kv_num [nQ], kv_idx [nQ, W])`` with ``W`` the widest list (at least 1; padding
-    entries repeat the tile's first, never read)."""
+class ChunkTiles(NamedTuple):
+    """Tile lists of a chunk call, per 128-row query tile: the KV tiles the mask must run on
+    (``kv_num [nQ]``, ``kv_idx [nQ, W]``) and the "full" ones where it is true for every row and
+    key, so FlexAttention skips ``mask_mod`` there (``full_num [nQ]``, ``full_idx [nQ, FW]``).
+    The two lists of a query tile are disjoint; padding entries repeat the list's first (0 when
+    empty), never read."""
+
+    kv_num: Any
+    kv_idx: Any
+    full_num: Any
+    full_idx: Any
+
+
+def chunk_tiles(spans, block_size: int, rows: int, group: int = 1, *, causal: bool = True,
+                full: bool = True) -> ChunkTiles:
+    """Host-side tile lists of a chunk call (numpy). ``spans``: ``(offset, n, start, table)`` per
+    member in row order (rows ``offset..offset+n-1`` at positions ``start..start+n-1``; ``table``
+    its block table); KV tile ``b // group`` holds physical block ``b``.
+
+    For query tile ``t`` and a member with rows in it at positions ``p_lo..p_hi``:
+
+    * listed (``causal``): the tiles of its logical blocks ``0 .. p_hi // bs`` -- the blocks a
+      causal row of the tile can see (``causal=False``: the whole table, as before);
+    * full (``full``), only when the member is the tile's one member (the tile's other rows are
+      padding, whose outputs are discarded): a KV tile all of whose ``group`` blocks are the
+      member's logical blocks ``l`` with ``(l + 1) * bs - 1 <= p_lo`` (every key at or before
+      every row's position), so the mask is true on the whole tile. A prompt's chunk of ``n``
+      rows then runs the mask on about ``n / 64 + 2`` tiles per query tile, the diagonal, and
+      the rest full; tiles of several members stay masked (their rows must not see each other).
+
+    Widths: ``W`` / ``FW`` the widest list, at least 1."""
     import numpy as np
 
     nq = max(1, blocks_for(rows, Q_TILE))
     lists: list[list] = [[] for _ in range(nq)]
-    for off, n, table in spans:
+    fulls: list = [None] * nq
+    members: list[list] = [[] for _ in range(nq)]
+    for off, n, start, table in spans:
         if n < 1:
             continue
         for t in range(off // Q_TILE, (off + n - 1) // Q_TILE + 1):
-            lists[t].append(np.asarray(table, dtype=np.int64) // group)
-    uniq = [np.unique(np.concatenate(ls)) if ls else np.zeros(0, dtype=np.int64) for ls in lists]
-    W = max(1, max(len(u) for u in uniq))
-    kv_idx = np.zeros((nq, W), dtype=np.int32)
-    kv_num = np.zeros(nq, dtype=np.int32)
-    for t, u in enumerate(uniq):
-        kv_num[t] = len(u)
-        kv_idx[t, :len(u)] = u
+            members[t].append((off, n, start, table))
+    bs = int(block_size)
+    for t in range(nq):
+        for off, n, start, table in members[t]:
+            tab = np.asarray(table, dtype=np.int64)
+            r0, r1 = max(off, t * Q_TILE), min(off + n, (t + 1) * Q_TILE) - 1
+            p_lo, p_hi = start + r0 - off, start + r1 - off
+            seen = tab[:p_hi // bs + 1] if causal else tab
+            lists[t].append(seen // group)
+            if full and len(members[t]) == 1:
+                inside = tab[:(p_lo + 1) // bs] // group       # blocks wholly at or before p_lo
+                u, c = np.unique(inside, return_counts=True)
+                fulls[t] = u[c == group]
+    uniq, fuq = [], []
+    for t in range(nq):
+        u = np.unique(np.concatenate(lists[t])) if lists[t] else np.zeros(0, dtype=np.int64)
+        f = fulls[t] if fulls[t] is not None else np.zeros(0, dtype=np.int64)
+        uniq.append(np.setdiff1d(u, f, assume_unique=True))
+        fuq.append(f)
+    return ChunkTiles(*_pack_lists(uniq), *_pack_lists(fuq))
+
+
+def _pack_lists(lists):
+    """``(num [nQ], idx [nQ, W])`` int32 of per-tile lists; padding repeats the first entry."""
+    import numpy as np
+
+    W = max(1, max(len(u) for u in lists))
+    idx = np.zeros((len(lists), W), dtype=np.int32)
+    num = np.zeros(len(lists), dtype=np.int32)
+    for t, u in enumerate(lists):
+        num[t] = len(u)
+        idx[t, :len(u)] = u
         if len(u):
-            kv_idx[t, len(u):] = u[0]
-    return kv_num, kv_idx
+            idx[t, len(u):] = u[0]
+    return num, idx

@@ -382,7 +382,7 @@ def _long_gaps_finding(f: RunFacts, ev: list) -> list[Finding]:
                    "has nothing to run meanwhile.")
     return [Finding(
         "gpu_idle", "high" if tl.idle_fraction >= 0.5 else "medium",
-        f"GPU idle {_p(tl.idle_fraction)} of its window, {_p(share)} of that in {len(f.gaps)} gap(s) of 1 ms or more",
+        f"GPU idle {_p(tl.idle_fraction)} of its window, {_p(share)} of that in {plural(len(f.gaps), 'gap')} of 1 ms or more",
         tuple(ev),
         "Gaps this long are host work or waits (data loading, one-off setup such as library autotuning or module "
         "loading, synchronisation), not per-launch overhead: faster launches or graph capture would not remove "
@@ -483,7 +483,7 @@ def rule_cpu_stall(f: RunFacts) -> list[Finding]:
               Evidence("GPU op waiting after the gap", gs[0].after, "text"))
         out.append(Finding(
             "cpu_stall", "high" if share >= 0.5 else "medium",
-            f"The GPU waits on the CPU inside {name}: {len(gs)} gap(s), {_t(total)} idle",
+            f"The GPU waits on the CPU inside {name}: {plural(len(gs), 'gap')}, {_t(total)} idle",
             ev,
             f"While the GPU sat idle the host was inside {name} (each gap lasts at least "
             f"{_t(int(durs.min()))}); this CPU work, not GPU execution, is {_p(share)} of the "

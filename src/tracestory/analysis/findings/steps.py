@@ -80,11 +80,14 @@ def kv_lengths(trace, phases) -> list[int | None]:
             ok = isinstance(k, list) and len(k) >= 3 and all(isinstance(x, int) for x in k)
             cache[key] = int(k[key[0]]) if ok else -1
         kv[j] = cache[key]
-    starts = o["start_ns"][rows]
+    known = kv >= 0
+    starts, kv = o["start_ns"][rows][known], kv[known]
+    order = np.argsort(starts, kind="stable")
+    starts, kv = starts[order], kv[order]
     out: list[int | None] = []
-    for ph in phases:
-        inside = (starts >= ph.start_ns) & (starts < ph.end_ns) & (kv >= 0)
-        out.append(int(kv[inside].max()) if inside.any() else None)
+    for ph in phases:  # a binary search per phase: linear in the ops however many steps there are
+        lo, hi = np.searchsorted(starts, (ph.start_ns, ph.end_ns), "left")
+        out.append(int(kv[lo:hi].max()) if hi > lo else None)
     return out
 
 

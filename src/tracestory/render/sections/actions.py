@@ -16,8 +16,8 @@ def render(c: Context) -> list[str] | None:
     if c.no_trace:
         return [c.no_trace, ""]
     return [
-        "tracestory read the input trace(s) and ran no capture of its own; the "
-        "capture's own actions log is n/a (no capture manifest given).",
+        f"tracestory read the input {'trace' if len(c.inputs) == 1 else 'traces'} and ran no capture of its own; "
+        "the capture's own actions log is n/a (no capture manifest given).",
         "",
         *fence([c.command or "n/a (not given)"], "bash"),
         "",

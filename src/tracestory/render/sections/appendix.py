@@ -5,6 +5,7 @@ command."""
 from __future__ import annotations
 
 from ...units import clip_text, fmt_count, fmt_ms, fmt_ns, fmt_pct
+from ..ascii import queue_below_zero
 from ..jsonout import REPORT_OPS
 from ..md import fence, label, md_table, short_name
 from . import Context
@@ -147,7 +148,8 @@ def _appendix(runs, inputs, command) -> list[str]:
                     ),
                     (
                         "queue time (GPU start - call end) p50 / p90 / p99",
-                        f"{fmt_ns(lq.p50_ns)} / {fmt_ns(lq.p90_ns)} / {fmt_ns(lq.p99_ns)} ({lq.count} ops)",
+                        f"{fmt_ns(lq.p50_ns)} / {fmt_ns(lq.p90_ns)} / {fmt_ns(lq.p99_ns)} ({lq.count} ops"
+                        f"{queue_below_zero(tl.launch_queue_negative)})",
                     ),
                     (
                         "idle time mostly waiting for launches",

@@ -10,7 +10,7 @@ from . import Context
 def _reproduction(inputs, command, recapture) -> list[str]:
     ins = " ".join(inputs) if inputs else "TRACE.json.gz"
     return [
-        "To regenerate this report from the same trace(s):",
+        f"To regenerate this report from the same {'trace' if len(inputs) <= 1 else 'traces'}:",
         "",
         *fence([command or f"tracestory report {ins} -o report.md"], "bash"),
         "",

@@ -73,7 +73,11 @@ def _executive(runs, many: bool = False) -> list[str]:
                 if tl.window_ns
                 else ""
             )
-        s1 += f" across {plural(len(a.phases.phases), 'phase')} from {a.phases.source!r}."
+        s1 += (
+            ", told as one phase (no step markers)."
+            if a.phases.source == "none"
+            else f" across {plural(len(a.phases.phases), 'phase')} from {a.phases.source!r}."
+        )
         made = _producer(run)
         s1 += (" " + made) if made else ""
         key = [f for f in fs if f.severity in ("high", "medium")][:2] or list(fs[:1])

@@ -1,0 +1,125 @@
+"""Decode-size all-reduce latency: NCCL against torch symmetric-memory kernels (P2P, no multicast).
+
+A tensor-parallel decode step runs 2 all-reduces per layer of ``rows x 4096`` bf16 (rows = the
+batch bucket, 1..32). Per method and size: 64 back-to-back all-reduces captured in one CUDA
+graph (as the decode graphs run them), replayed 10 times; time per all-reduce = median replay
+time / 64, the max over ranks. Methods:
+
+* ``nccl``: ``dist.all_reduce`` (NCCL, NVLS off: ``NCCL_NVLS_ENABLE=0``);
+* ``one_shot``: ``torch.ops.symm_mem.one_shot_all_reduce_out`` (each rank reads every peer's
+  symmetric buffer over NVLink and sums: one kernel, no NCCL);
+* ``two_shot``: ``torch.ops.symm_mem.two_shot_all_reduce_`` (reduce-scatter + all-gather, in place).
+
+Multicast stays off (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``; the multimem kernels are not tried).
+A method the installed torch lacks or refuses is recorded with its error. Results are checked
+against the expected sum (every rank adds ``rank + 1``).
+
+Usage: torchrun --nproc_per_node=N benchmarks/gpu/allreduce_small.py [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+
+import torch
+import torch.distributed as dist
+
+HIDDEN = 4096
+ROWS = (1, 2, 4, 8, 16, 32)
+REPS = 64
+
+
+def _graph_us(fn) -> float:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(REPS):
+            fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    out = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / REPS)
+    t = torch.tensor([statistics.median(out)], device="cuda", dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    group = dist.group.WORLD
+    gname = group.group_name
+    symm = None
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):
+            symm_mem.enable_symm_mem_for_group(gname)
+        symm = symm_mem
+    except Exception as e:  # noqa: BLE001 -- recorded below
+        print(f"rank {rank}: no symmetric memory: {e}", flush=True)
+    want = world * (world + 1) / 2
+    rows = []
+    for r in ROWS:
+        n = r * HIDDEN
+        row = {"rows": r, "bytes": n * 2}
+        x = torch.full((n,), rank + 1.0, device="cuda", dtype=torch.bfloat16)
+        try:
+            y = x.clone()
+            dist.all_reduce(y)
+            ok = bool((y == want).all().item())
+            row["nccl_us"] = _graph_us(lambda: dist.all_reduce(x))
+            row["nccl_ok"] = ok
+        except Exception as e:  # noqa: BLE001
+            row["nccl_error"] = " ".join(str(e).split())[:200]
+        if symm is not None:
+            buf = symm.empty(n, dtype=torch.bfloat16, device="cuda")
+            symm.rendezvous(buf, gname)
+            out = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+            for name, call in (
+                ("one_shot", lambda: torch.ops.symm_mem.one_shot_all_reduce_out(buf, "sum", gname, out)),
+                ("two_shot", lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", gname)),
+            ):
+                try:
+                    buf.fill_(rank + 1.0)
+                    dist.barrier()
+                    call()
+                    torch.cuda.synchronize()
+                    res = out if name == "one_shot" else buf
+                    row[f"{name}_ok"] = bool((res == want).all().item())
+                    row[f"{name}_us"] = _graph_us(call)
+                except Exception as e:  # noqa: BLE001
+                    row[f"{name}_error"] = " ".join(str(e).split())[:200]
+        rows.append(row)
+        if rank == 0:
+            print(json.dumps(row), flush=True)
+    if rank == 0 and args.json:
+        doc = {"world_size": world, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "nccl": ".".join(map(str, torch.cuda.nccl.version())), "reps_per_graph": REPS, "rows": rows}
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
