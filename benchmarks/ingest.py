@@ -50,6 +50,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,14 +65,45 @@ MIB = 1 << 20
 
 
 # --------------------------------------------------------------------------- measuring
+def _tree_sampler(pid: int, stop: threading.Event, out: dict) -> None:
+    """Every 20 ms, the resident memory of ``pid`` and all its descendants: the largest sum of
+    RSS (shared pages counted once per process: an upper bound) and of PSS (shared pages split
+    between the processes that map them) seen. A peak shorter than the period can be missed."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return
+    while not stop.wait(0.02):
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        rss = pss = 0
+        for p in procs:
+            try:
+                m = p.memory_full_info()
+            except psutil.Error:
+                continue
+            rss += m.rss
+            pss += getattr(m, "pss", m.rss)
+        out["tree_rss_bytes"] = max(out.get("tree_rss_bytes", 0), rss)
+        out["tree_pss_bytes"] = max(out.get("tree_pss_bytes", 0), pss)
+        out["tree_procs"] = max(out.get("tree_procs", 0), len(procs))
+
+
 def measure(cmd: list[str], *, env: dict | None = None, timeout_s: float | None = None,
-            mem_cap_bytes: int | None = None) -> dict:
+            mem_cap_bytes: int | None = None, tree: bool = False) -> dict:
     """Run ``cmd`` once: wall time, and peak RSS and CPU time of the command alone.
 
     Peak RSS and CPU come from GNU ``time`` wrapped around the command, not from ``os.wait4`` on
     a child of this process: a child forked from this Python process is charged this process's
     resident pages until it execs, which would put tens of MiB on ``zcat``. ``prlimit --as``
     applies the address-space cap; the command gets its own session so a timeout can kill all of it.
+    GNU time's CPU includes the children the command waited for (its worker processes); its peak
+    RSS is one process's. ``tree``: also sample the whole process tree's memory
+    (:func:`_tree_sampler`: ``tree_rss_bytes``, ``tree_pss_bytes``).
     """
     # Per-process names: two benchmark runs at once must not read each other's GNU time output.
     stats_path = DATA / f"time_{os.getpid()}.txt"
@@ -85,6 +117,11 @@ def measure(cmd: list[str], *, env: dict | None = None, timeout_s: float | None 
     with open(err_path, "wb") as err:
         t0 = time.monotonic()
         proc = subprocess.Popen(wrapped, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+        sampled: dict = {}
+        stop = threading.Event()
+        sampler = threading.Thread(target=_tree_sampler, args=(proc.pid, stop, sampled), daemon=True)
+        if tree:
+            sampler.start()
         try:
             rc = proc.wait(timeout=timeout_s)
             timed_out = False
@@ -93,6 +130,9 @@ def measure(cmd: list[str], *, env: dict | None = None, timeout_s: float | None 
             rc = proc.wait()
             timed_out = True
         wall = time.monotonic() - t0
+        stop.set()
+        if tree:
+            sampler.join()
     maxrss_bytes, cpu = None, None  # unknown (not 0) when the run was killed, GNU time with it
     lines = stats_path.read_text().strip().splitlines() if stats_path.exists() else []
     if lines:
@@ -104,7 +144,7 @@ def measure(cmd: list[str], *, env: dict | None = None, timeout_s: float | None 
     return {
         "cmd": cmd, "rc": rc, "timed_out": timed_out, "wall_s": wall,
         "maxrss_bytes": maxrss_bytes, "cpu_s": cpu,
-        "load1_before": load1, "stderr_tail": stderr_tail if rc else "",
+        "load1_before": load1, "stderr_tail": stderr_tail if rc else "", **sampled,
     }
 
 

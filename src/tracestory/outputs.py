@@ -155,7 +155,7 @@ class OutputPlan:
 
     def check(self, path: str | os.PathLike, what: str = "output") -> Path | None:
         """Refuse ``path`` in one line if writing it would overwrite an input, if it is a
-        folder, or if another output of this command claimed it (``what`` names the output:
+        folder, an empty name or a folder path (``out/``), or if another output of this command claimed it (``what`` names the output:
         two outputs with different ``what`` may not name one file, and only one may be ``-``).
         ``-`` gives None."""
         if is_stdout(path):
@@ -165,6 +165,11 @@ class OutputPlan:
                                   f"the {other} there too (give one of them a file)")
             self._claimed[STDOUT] = what
             return None
+        text = os.fspath(path)
+        if not text:
+            raise OutputError(f"{what} ''", f"a file path for the {what}", "an empty name")
+        if text.endswith(("/", os.sep)):   # a folder path: writing the file "out" for "out/" is a guess
+            raise OutputError(text, f"a file path for the {what}", "a folder path (it ends with '/')")
         p = Path(path)
         hit = self._input_named_by(str(p))
         if hit is not None:

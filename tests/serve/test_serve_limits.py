@@ -362,3 +362,22 @@ def test_serve_argument_errors_are_one_line_exit_2(argv, line):
                        timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == f"tracestory: error: {line}\n"
+
+
+def test_a_client_that_leaves_inside_its_body_is_counted_not_a_traceback(guarded, caplog):
+    # a Content-Length of 1000 with 10 bytes sent, then the socket closed: the body can never be
+    # whole; the handler counts it (reason client_gone) and the server answers the next request
+    before = _refused(guarded.url)["client_gone"]
+    host, port = guarded.url.removeprefix("http://").split(":")
+    with caplog.at_level("ERROR"):
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n" + b'{"prompt":')
+        time.sleep(0.2)
+        s.close()
+        deadline = time.monotonic() + 10
+        while _refused(guarded.url)["client_gone"] == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert _refused(guarded.url)["client_gone"] == before + 1
+    assert _health_seconds(guarded.url) < 1
+    assert not [r for r in caplog.records if r.exc_info]  # nothing logged with a traceback

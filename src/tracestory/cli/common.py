@@ -109,7 +109,7 @@ def refuse_overwrite(inputs, *outputs) -> OutputPlan:
     plan = OutputPlan(inputs)
     for i, out in enumerate(outputs):
         flag, path = out if isinstance(out, tuple) else (f"output {i + 1}", out)
-        if path:
+        if path is not None:       # "" is asked for and refused, not taken as "no output"
             plan.check(path, flag)
     return plan
 

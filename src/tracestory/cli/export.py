@@ -20,7 +20,7 @@ from ..export.perfetto import export_perfetto
 def _perfetto(args) -> int:
     """``-o -`` writes the (uncompressed) JSON to stdout and the summary line to stderr."""
     out = Path(args.output)
-    inputs = read_inputs(args, ("-o", out))
+    inputs = read_inputs(args, ("-o", args.output))   # as typed: Path("out/") would drop the "/"
     if not inputs.traces:
         raise UsageError("no trace with a GPU timeline in the inputs (Nsight Compute data alone has none)")
     result = export_perfetto(analyze_inputs(inputs, options_from(args)), out)

@@ -36,7 +36,12 @@ def cmd_report(args) -> int:
     stderr when an output is ``-``."""
     if args.html and outputs.is_stdout(args.output):
         raise UsageError("--html renders the written Markdown report: give -o a file, not -")
-    html = None if not args.html else Path(args.output).with_suffix(".html") if args.html == HTML_BESIDE else args.html
+    if args.html is None:                  # --html "" is asked for, and refused with the other outputs
+        html = None
+    elif args.html == HTML_BESIDE:
+        html = Path(args.output).with_suffix(".html") if args.output else None
+    else:
+        html = args.html
     results = load_and_analyze(args, ("-o", args.output), ("--json", args.json), ("--html", html),
                                goal=args.goal, questions=tuple(args.question or ()),
                                command="tracestory " + " ".join(sys.argv[1:]))
@@ -63,6 +68,8 @@ def cmd_demo(args) -> int:
 
 
     trace = Path(str(resources.files("tracestory") / "data" / "demo" / DEMO_TRACE))
+    if not args.output_dir:                # Path("") is the current folder: not what "" asked for
+        raise UsageError("--output-dir: expected a folder path, found an empty name")
     out_dir = Path(args.output_dir)
     names = ("report.md", "analysis.json", "report.html")
     plan = OutputPlan([trace])

@@ -16,16 +16,19 @@ the command line or from a capture folder), and a summary only together with its
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
+
 from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
 from ..lazy import entry
 from .capture_folder import MANIFEST, capture_root, load_artifact_folder
-from .files import SNIFF_BYTES, check_sparse, read_head, refuse_special
+from .files import SNIFF_BYTES, check_sparse, named_members, read_head, refuse_special, state, with_warnings
 from .sniffs import is_rocprof_head, is_scheduler_log, is_summary_file
 from .telemetry import TelemetryLog, is_telemetry_file, read_telemetry
 from .kineto import load_kineto
@@ -106,8 +109,42 @@ def _sniff_csv(head: bytes, path: Path) -> str:
 
 
 def load_file(path: str | os.PathLike, *, require_gpu: bool = True, progress: Progress | None = None):
-    """Read one file. Returns ``("traces", [Trace, ...])`` or ``("ncu", KernelMetrics)``."""
-    path = Path(path)
+    """Read one file. Returns ``("traces", [Trace, ...])`` or ``("ncu", KernelMetrics)``.
+
+    Two checks hold for every reader: text that is not UTF-8 where a reader decodes JSON (a
+    damaged byte; msgspec raises ``UnicodeDecodeError``, not its ``DecodeError``) is refused in
+    one line, and so is a trace whose kernels all last 0 ns (no GPU time to tell: a damaged or
+    rewritten file, never what a profiler records)."""
+    try:
+        kind, value = _load_file(Path(path), require_gpu, progress)
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(path, "text in UTF-8 (JSON)", f"a byte that is not UTF-8 ({e.reason}; a damaged "
+                                                            "file?)") from None
+    if kind == "traces":
+        value = refuse_timeless_kernels(path, value)
+    return kind, value
+
+
+def refuse_timeless_kernels(path: str | os.PathLike, traces: list[Trace]) -> list[Trace]:
+    """Refuse traces whose kernels all last 0 ns: no GPU time to tell (a damaged or rewritten
+    file; a profiler never records that). Some kernels of 0 ns are stated when the format keeps
+    nanoseconds (Nsight Systems: a kernel never lasts 0 ns there); Kineto's older files round
+    to whole microseconds, where sub-microsecond kernels are 0 ns as written, and say nothing."""
+    out = []
+    for trace in traces:
+        k = trace.kernels
+        zero = int(np.count_nonzero(k["end_ns"] <= k["start_ns"])) if len(k) else 0
+        if len(k) and zero == len(k):
+            raise TraceFormatError(path, "kernels with a duration (their GPU time)", f"{len(k):,} kernels, all of 0 ns")
+        if zero and trace.meta.source_format.startswith("nsys"):
+            w = f"{zero:,} of {len(k):,} kernels last 0 ns (end = start: rows damaged or rewritten; counted as 0 ns)"
+            state(path, [w])
+            trace = dataclasses.replace(trace, meta=with_warnings(trace.meta, [w]))
+        out.append(trace)
+    return out
+
+
+def _load_file(path: Path, require_gpu: bool, progress: Progress | None):
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder")
     if path.name == MANIFEST and path.is_file():
@@ -130,8 +167,9 @@ def load_file(path: str | os.PathLike, *, require_gpu: bool = True, progress: Pr
 
 
 def _expand(path: Path) -> list[Path]:
-    """A folder of traces -> its trace files, in name order."""
-    files = [p for p in sorted(path.rglob("*")) if p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES)]
+    """A folder of traces -> its trace files, in name order (files.named_members: one named like a
+    trace that is not a regular file is refused)."""
+    files = named_members(path, _TRACE_SUFFIXES)
     if not files:
         raise UsageError(f"{path}: folder holds no trace files ({', '.join(_TRACE_SUFFIXES)})")
     return files

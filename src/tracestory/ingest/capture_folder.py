@@ -50,6 +50,8 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TraceFormatError(p, "a tracestory manifest (JSON)", f"unreadable JSON ({e})") from None
+    except OSError as e:                # permission denied, an I/O error
+        raise TraceFormatError(p, "a readable tracestory manifest", (e.strerror or str(e)).lower()) from None
     if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise TraceFormatError(p, f"a manifest with schema {MANIFEST_SCHEMA!r}", f"schema {found!r}")
@@ -93,8 +95,13 @@ def _stem(p: Path) -> str:
 def _glob(folder: Path, *suffixes: str) -> tuple[Path, ...]:
     if not folder.is_dir():
         return ()
-    return tuple(p for p in sorted(folder.iterdir())
-                 if p.is_file() and p.name.lower().endswith(suffixes))
+    named = [p for p in sorted(folder.iterdir()) if p.name.lower().endswith(suffixes)]
+    for p in named:   # one named like a trace but not a file is refused, never skipped
+        if not p.is_file():
+            what = ("a folder" if p.is_dir() else "a dangling link" if p.is_symlink() and not p.exists()
+                    else "a special file (FIFO, socket or device)")
+            raise TraceFormatError(p, "a trace file (a member of the capture folder named like one)", what)
+    return tuple(named)
 
 
 def capture_root(path: str | Path) -> Path | None:

@@ -294,3 +294,18 @@ def warnings_of(obj) -> tuple[str, ...]:
         return tuple(own)
     extra = getattr(meta, "extra", None) or {}
     return tuple(extra.get("warnings", ()))
+
+
+def named_members(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The members of ``folder`` (recursively, in name order) whose names end in one of
+    ``suffixes``; one that is not a regular file (a FIFO, a folder, a dangling link) is refused
+    in one line, never skipped: a rank left out would change every number without a word. Our
+    own unfinished writes (``.partial-``) are not members."""
+    named = [p for p in sorted(Path(folder).rglob("*")) if p.name.lower().endswith(suffixes)
+             and ".partial-" not in str(p)]
+    for p in named:
+        if not p.is_file():
+            what = ("a folder" if p.is_dir() else "a dangling link" if p.is_symlink() and not p.exists()
+                    else "a special file (FIFO, socket or device)")
+            raise TraceFormatError(p, "a trace file (a member of the folder named like one)", what)
+    return named

@@ -32,14 +32,17 @@ link is the ``correlation`` arg, which both sides carry.
 
 How it stays fast and small on multi-GB traces
 -----------------------------------------------
-:mod:`.kineto_text` streams the text (inflated in a background thread) and cuts the
+:mod:`.kineto_text` streams the text (inflated in a background thread, by ISA-L when the ``isal``
+package is installed) and cuts the
 ``traceEvents`` array into ~32 MB chunks at event boundaries (``},{``); the whole document is
 never in memory. Each chunk is decoded by ``msgspec`` into typed structs that keep only the fields
 we use (the collective fields only for chunks whose text holds "Collective name"). Columns are
 pulled out of each chunk with C-level ``map``/``attrgetter``/``np.fromiter`` and names are
 dictionary-encoded (:class:`~tracestory.trace.StringPool`), so no Python code runs per event and
 peak memory is one chunk of text and objects plus the kept columns. A cut that lands inside a
-string makes that chunk invalid JSON; the chunk is then extended to the next boundary.
+string makes that chunk invalid JSON; the chunk is then extended to the next boundary. With
+``TRACESTORY_KINETO_WORKERS=2`` the chunks of a large trace are decoded in worker processes
+(:mod:`.kineto_workers`; off by default, see there).
 
 Damaged input
 -------------
@@ -82,7 +85,8 @@ import gc
 import math
 import os
 import re
-from collections import Counter
+from collections import Counter, deque
+from contextlib import closing
 from itertools import chain, compress, repeat
 from operator import attrgetter
 from pathlib import Path
@@ -111,8 +115,10 @@ from .files import state
 from .hip_grids import grids_in_workgroups
 from .kineto_attention import causal_column
 from .kineto_text import NESTING_EXPECTED, Document, stream_document
+from .kineto_workers import ChunkPool, Ready, decode_workers
 
 CHUNK_BYTES = 32 << 20
+WORKER_CHUNK_BYTES = 16 << 20  # chunks handed to worker processes: smaller, so that both start early
 
 Progress = Callable[[int, int], None]
 
@@ -440,6 +446,30 @@ class _Builder:
             if ev.name == "process_name" and isinstance(ev.pid, int) and ev.args is not None and ev.args.name:
                 self.process_names[ev.pid] = ev.args.name
 
+    def merge(self, part: _Builder) -> None:
+        """Append what ``part`` (a builder that read the next chunk on its own, in a worker)
+        holds, as if this builder had read that chunk: its string codes are re-encoded in this
+        pool (in ``part``'s first-seen order, so codes come out as in a one-process read),
+        its kernel indices shifted past the kernels read so far, its counts added."""
+        remap = self.pool.encode(part.pool.strings)
+        for kind, parts in part.parts.items():
+            for cols in parts:
+                for c in _POOL_COLUMNS[kind]:
+                    cols[c] = remap[cols[c]]
+                if kind == "collectives":
+                    cols["kernel_index"] = cols["kernel_index"] + self.kernel_count
+                self.parts[kind].append(cols)
+        for cols in part.comm_ops:
+            for c in _POOL_COLUMNS["collectives"]:
+                cols[c] = remap[cols[c]]
+            self.comm_ops.append(cols)
+        self.process_names.update(part.process_names)
+        self.event_count += part.event_count
+        self.kernel_count += part.kernel_count
+        self.profiler_ranges += part.profiler_ranges
+        self.warnings.update(part.warnings)
+        self.no_dur.update(part.no_dur)
+
     def _count_unrouted(self, cats: list, kinds: np.ndarray, is_x: np.ndarray, routed: np.ndarray) -> None:
         """Events that look like ours but cannot be placed: counted in ``warnings``."""
         no_x = routed & ~is_x
@@ -608,6 +638,24 @@ class _Builder:
         return make_table(kind, **cols)
 
 
+# The columns that hold codes of the builder's string pool, per table.
+_POOL_COLUMNS = {"kernels": ("name",), "memops": ("name",), "api": ("name",), "ops": ("name",),
+                 "ranges": ("name",), "memory": (), "collectives": ("name", "dtype", "pg_name", "pg_ranks")}
+
+
+def _decode_part(path: Path, text) -> _Builder | None:
+    """One chunk decoded on its own (in a worker process, see :mod:`.kineto_workers`): a builder
+    holding its columns, or ``None`` when the text is not one JSON array."""
+    gc.disable()
+    part = _Builder()
+    decode = _ChunkDecoder(path, part.warnings)
+    events = decode(memoryview(text))
+    if events is None:
+        return None
+    part.add(events, decode.collectives)
+    return part
+
+
 def _raw_column(raws: list) -> np.ndarray:
     """Raw JSON slices -> object array of bytes (b"" when absent). Parse with :func:`parse_json_field`."""
     if raws.count(_NO_RAW) == len(raws):  # shapes not recorded: every value is the default
@@ -769,7 +817,16 @@ def load_kineto(path: str | os.PathLike, *, require_gpu: bool = True, progress: 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        trace = grids_in_workgroups(_load(path, require_gpu, progress))
+        workers = decode_workers(path)
+        trace = None
+        if workers:
+            try:
+                trace = _load(path, require_gpu, progress, workers)
+            except Exception:   # any surprise (damage included): the one-process read says it exactly
+                trace = None
+        if trace is None:
+            trace = _load(path, require_gpu, progress)
+        trace = grids_in_workgroups(trace)
     except OverflowError as e:   # an id beyond int64 (2**64 correlation ids), a grid beyond int32
         raise TraceFormatError(path, "integer ids within 64 bits and grid/block sizes within 32 bits",
                                f"a value out of range ({e})") from None
@@ -780,13 +837,48 @@ def load_kineto(path: str | os.PathLike, *, require_gpu: bool = True, progress: 
     return trace
 
 
-def _load(path: Path, require_gpu: bool, progress: Progress | None) -> Trace:
+class _Unreadable(Exception):
+    """A worker could not decode its chunk as one JSON array: read again in one process."""
+
+
+def _decode_with_workers(path: Path, document: Document, builder: _Builder, workers: int,
+                         progress: Progress | None) -> None:
+    """The events read by :mod:`.kineto_workers`: chunks decoded in ``workers`` processes and
+    merged into ``builder`` in file order."""
+
+    def done(part: _Builder | None) -> _Builder:
+        if part is None:
+            raise _Unreadable
+        return part
+
+    with ChunkPool(workers, _decode_part) as pool:
+        def submit(text: memoryview):
+            return pool.submit(path, bytes(text))   # the buffer is reused: the worker gets a copy
+
+        def here(text: memoryview):
+            part = _decode_part(path, text)
+            return None if part is None else Ready(part)
+
+        pending: deque = deque()
+        with closing(stream_document(path, document, WORKER_CHUNK_BYTES, submit, progress, here)) as chunks:
+            for handle in chunks:
+                pending.append(handle)
+                if len(pending) > workers:
+                    builder.merge(done(pending.popleft().get()))
+        while pending:
+            builder.merge(done(pending.popleft().get()))
+
+
+def _load(path: Path, require_gpu: bool, progress: Progress | None, workers: int = 0) -> Trace:
     builder = _Builder()
     document = Document()
-    decode = _ChunkDecoder(path, builder.warnings)
-    for events in stream_document(path, document, CHUNK_BYTES, decode, progress):
-        builder.add(events, decode.collectives)
-        del events  # its views of the text must go before the text can grow
+    if workers:
+        _decode_with_workers(path, document, builder, workers, progress)
+    else:
+        decode = _ChunkDecoder(path, builder.warnings)
+        for events in stream_document(path, document, CHUNK_BYTES, decode, progress):
+            builder.add(events, decode.collectives)
+            del events  # its views of the text must go before the text can grow
     if document.truncated_at is not None and builder.event_count == 0:
         raise TraceFormatError(path, "trace events", f"no complete event before the cut at byte "
                                f"{document.truncated_at:,}{_gz(document)} (a truncated file)")

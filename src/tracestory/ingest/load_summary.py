@@ -10,6 +10,7 @@ which writes it. A missing key or a wrong type raises
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import MISSING, asdict, dataclass, fields
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,6 +82,20 @@ def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
     return Distribution(sm.count, sm.mean, sm.min, sm.median, sm.at(90), sm.at(99), sm.max)
 
 
+def _check_numbers(path: str | Path, s: dict) -> None:
+    """Every number of the summary (counts, times, rates; those of ttft/itl/e2e and failures
+    too) as ``tracestory load`` writes it: finite, not negative, within int64. 2^70 requests or a
+    negative latency is a damaged or hand-edited file, refused in one line."""
+    for key, v in s.items():
+        items = v.items() if isinstance(v, dict) else [("", v)]
+        for sub, x in items:
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                continue
+            if not (math.isfinite(x) and 0 <= x < (1 << 63)):
+                name = f"summary.{key}" + (f".{sub}" if sub else "")
+                raise TraceFormatError(path, f"{name} finite, not negative and within int64", repr(x)[:40])
+
+
 def read_summary(path: str | Path) -> LoadSummary:
     """The :class:`LoadSummary` of a ``tracestory load --json`` file; a missing key or a wrong
     type raises :class:`~tracestory.errors.TraceFormatError` naming it."""
@@ -96,6 +111,7 @@ def read_summary(path: str | Path) -> LoadSummary:
     missing = [f.name for f in required if f.name not in s]
     if missing:
         raise TraceFormatError(path, "a `tracestory load --json` summary", f"no key {missing[0]!r} in \"summary\"")
+    _check_numbers(path, s)
     values = dict(s)
     for name in ("ttft", "itl", "e2e"):
         d = s[name]

@@ -58,7 +58,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from dataclasses import fields as dc_fields
 from pathlib import Path
 
@@ -484,6 +484,10 @@ def load_ncu(path: str | os.PathLike) -> KernelMetrics:
     except _BAD_BYTES as e:
         raise TraceFormatError(path, "a readable Nsight Compute report or CSV",
                                f"damaged content ({type(e).__name__}: {str(e)[:160]})") from None
+    zero = sum(1 for k in km.kernels if k.duration_ns == 0)
+    if zero:   # ncu measures every kernel it profiles for some time: 0 ns is a damaged or rewritten row
+        km = replace(km, warnings=(*km.warnings, f"{zero} of {len(km.kernels)} kernels with a duration of 0 ns "
+                                                 "(gpu__time_duration: damaged or rewritten rows)"))
     state(path, km.warnings)
     return km
 

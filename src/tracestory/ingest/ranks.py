@@ -32,9 +32,9 @@ from pathlib import Path
 
 from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
-from . import sniff
+from . import refuse_timeless_kernels, sniff
 from .capture_folder import load_artifact_folder
-from .files import sniff_head
+from .files import named_members, sniff_head
 from .kineto import load_kineto
 from .rocprof_json import load_rocprof_json
 from .nsys_sqlite import load_nsys_sqlite
@@ -107,8 +107,7 @@ def _files_of(raw: str | os.PathLike) -> list[Path]:
         if not files:
             raise UsageError(f"{path}: capture folder holds no torch or nsys trace (torch/*.json.gz, nsys/*.sqlite)")
         return files
-    files = [p for p in sorted(path.rglob("*")) if p.is_file() and p.name.lower().endswith(_RANK_FILES)
-             and ".partial-" not in str(p)]
+    files = named_members(path, _RANK_FILES)
     if not files:
         raise UsageError(f"{path}: folder holds no rank traces ({', '.join(_RANK_FILES)})")
     return files
@@ -162,6 +161,7 @@ def load_source(source: RankSource, *, require_gpu: bool = True) -> list[Trace]:
         if source.kind == "nsys-rep":
             path = export_nsys_rep(path)
         traces = load_nsys_sqlite(path, require_gpu=require_gpu)
+    traces = refuse_timeless_kernels(source.path, traces)
     out = []
     for t in traces:
         if t.meta.rank is None:

@@ -141,8 +141,9 @@ class _Line:
         v = o.get(key)
         if v is None and not required:
             return None
-        if not _is_int(v):
-            raise self.bad(f"an integer {key!r} in a {self.obj.get('type')} line",
+        if not _is_int(v) or not -(1 << 63) <= v < (1 << 63):   # times and counts fit int64, as written
+            raise self.bad(f"an integer {key!r} in a {self.obj.get('type')} line"
+                           + (" (within int64)" if _is_int(v) else ""),
                            "no such key" if key not in o else f"{v!r}")
         return v
 
@@ -190,6 +191,26 @@ def _iteration(ln: _Line) -> Iteration:
         memory_reserved_bytes=ln.int("reserved_bytes", False, mem),
         waiting=ln.int("waiting", False), running=ln.int("running", False),
         profiler_ns=ln.int("profiler_ns", False), launch_ns=ln.int("launch_ns", False))
+
+
+def _refuse_repeats(path: Path, arrivals: list, iters: list) -> None:
+    """The server writes one arrival line per request and one line per iteration number, and every
+    iteration takes time: a request arriving twice or an iteration number written twice (a log
+    appended to itself, two runs in one file), or iterations that all last 0 ns, are refused."""
+    seen: set[str] = set()
+    for a in arrivals:
+        if a.request_id in seen:
+            raise TraceFormatError(path, "one arrival line per request (one run per log)",
+                                   f"request {a.request_id!r} arriving twice")
+        seen.add(a.request_id)
+    numbers: set[int] = set()
+    for it in iters:
+        if it.iter in numbers:
+            raise TraceFormatError(path, "one line per iteration number (one run per log)",
+                                   f"iteration {it.iter} written twice")
+        numbers.add(it.iter)
+    if iters and all(it.t_end_ns == it.t_start_ns for it in iters):
+        raise TraceFormatError(path, "iterations that take time", f"{len(iters):,} iterations, all of 0 ns")
 
 
 def read_scheduler_log(path: str | Path) -> SchedulerLog:
@@ -247,6 +268,7 @@ def read_scheduler_log(path: str | Path) -> SchedulerLog:
         raise TraceFormatError(path, "a gzip-compressed scheduler event log", f"corrupt gzip data ({e})") from None
     if meta is None:
         raise TraceFormatError(path, "a scheduler event log (a meta line first)", "an empty file")
+    _refuse_repeats(path, arrivals, iters)
     # Lines are written when known, not in time order (see the format): sort by time.
     return SchedulerLog(str(path), meta, tuple(sorted(arrivals, key=lambda a: a.t_ns)),
                         tuple(sorted(iters, key=lambda i: i.iter)), tuple(sorted(firsts, key=lambda x: x.t_ns)),

@@ -23,6 +23,7 @@ Readings are kept as float arrays ``[GPUs, samples]`` with NaN where a reading i
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import numpy as np
 from ..errors import TraceFormatError
 from ..telemetry import FILE_NAME, SCHEMA
 from ..units import plural
-from .files import check_size, first_line, refuse_special, sniff_head
+from .files import check_size, first_line, refuse_special, sniff_head, state
 
 READINGS = ("sm_mhz", "mem_mhz", "power_w", "energy_mj", "temp_c", "util_gpu", "util_mem")
 
@@ -79,7 +80,12 @@ def is_telemetry_file(path: str | Path) -> bool:
 
 
 def _int(v: Any) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """An integer reading or time, or None: not a number, not finite, or outside int64 (2^70 ns is
+    no time a clock gives; the sample is then ignored and said)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        return None
+    i = int(v)
+    return i if -(1 << 63) <= i < (1 << 63) else None
 
 
 def _continue_counter(e: np.ndarray) -> int:
@@ -144,7 +150,7 @@ def read_telemetry(path: str | Path) -> TelemetryLog:
         if tu is None or not isinstance(gpus, list) or len(gpus) != n_gpus or not all(isinstance(g, dict) for g in gpus):
             bad_sample.append(no)
             continue
-        if t_unix and tu < t_unix[-1]:
+        if t_unix and tu <= t_unix[-1]:        # the sampler's clock moves on between two samples
             back_in_time += 1
             continue
         t_unix.append(tu)
@@ -164,7 +170,7 @@ def read_telemetry(path: str | Path) -> TelemetryLog:
         warnings.append(f"{path.name}: {plural(len(bad_sample), 'sample')} without t_unix_ns or with a GPU list not matching "
                         f"the header's {plural(n_gpus, 'device')} ignored (first: line {bad_sample[0]})")
     if back_in_time:
-        warnings.append(f"{path.name}: {plural(back_in_time, 'sample')} earlier than the sample before ignored")
+        warnings.append(f"{path.name}: {plural(back_in_time, 'sample')} not later than the sample before ignored")
     if not end:
         warnings.append(f"{path.name}: no end line: the sampler did not stop cleanly (run killed or still "
                         "running); the samples written before are used")
@@ -181,6 +187,7 @@ def read_telemetry(path: str | Path) -> TelemetryLog:
             warnings.append(f"{path.name}: GPU {gi}: the energy counter went back {plural(drops, 'time')} (a driver reload "
                             "or GPU reset): its segments are summed; the energy between the last reading before "
                             "each reset and the reset is not counted")
+    state(path, [w.removeprefix(f"{path.name}: ") for w in warnings])   # on the terminal too
     return TelemetryLog(
         path=str(path), rate_hz=header.get("rate_hz") if isinstance(header.get("rate_hz"), (int, float)) else None,
         t0_unix_ns=_int(header.get("t0_unix_ns")), t0_mono_ns=_int(header.get("t0_mono_ns")), devices=devices,

@@ -57,7 +57,10 @@ def validate_base_url(url: str, flag: str = "--base-url") -> str:
         raise bad("it contains whitespace or control characters")
     if "://" not in url:
         raise bad("no scheme: add http://")
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as e:             # an unclosed "[" of an IPv6 address
+        raise bad(str(e)) from None
     if parts.scheme not in ("http", "https"):
         raise bad(f"scheme {parts.scheme!r}" if parts.scheme else "no scheme")
     if not parts.hostname:

@@ -254,6 +254,11 @@ class Api:
         except BadRequest as e:
             adm.refuse("bad_request")
             return _error(400, str(e), "invalid_request_error", e.param)
+        except ConnectionError:
+            # the client left before its body was whole (fewer bytes than its Content-Length): no one
+            # is left to answer; counted, and the handler ends without a traceback
+            adm.refuse("client_gone")
+            return _error(400, "the request body ended before its Content-Length", "invalid_request_error")
         finally:
             adm.release_body(reserved)
         try:
