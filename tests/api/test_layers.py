@@ -10,7 +10,12 @@ Layers, top to bottom (a package may import only packages of lower rows):
     parallel
     ingest
     trace  specs  outputs  telemetry
-    units  stats  errors
+    units  stats  errors  lazy
+
+Code reached by name (``tracestory.lazy.entry("tracestory.<module>", "<name>")``: a reader, an
+analysis pass or a renderer that only some inputs need) is held to the same rule: each call names
+its target in literal strings, points down the stack (or within its package) and is listed in
+``PLUGIN_POINTS`` with the reason it is reached by name.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from conftest import REPO
 SRC = REPO / "src" / "tracestory"
 LAYER = {"cli": 7, "render": 6, "export": 6, "bench": 6, "serve": 6, "loadgen": 6, "analysis": 5, "capture": 5,
          "models": 5, "parallel": 4, "ingest": 3, "trace": 2, "specs": 2, "outputs": 2, "telemetry": 2, "units": 1,
-         "stats": 1, "errors": 1, "version": 1}
+         "stats": 1, "errors": 1, "version": 1, "lazy": 1}
 # The one sideways edge: the load generator counts prompt tokens with the reference server's rule.
 ALLOWED = {("loadgen", "serve")}
 # Modules whose import pulls a heavy optional dependency (torch, triton): the only internal imports
@@ -78,6 +83,110 @@ def test_no_package_imports_a_layer_above_its_own():
                   and LAYER[_package(a)] <= LAYER[_package(b)]
                   and (_package(a), _package(b)) not in ALLOWED})
     assert bad == []
+
+
+# Code reached by name (tracestory.lazy.entry): (calling module, target module) -> why it is not
+# imported at the top. Each is an import taken on the code path that needs it, held to the layer rule
+# like an import; a renderer reaches only renderers this way (the seam below), and a new point must
+# be added here with its reason (test_plugin_points_follow_the_layers).
+_READER = "a reader, imported when the sniff names its format; a Kineto trace needs none of them"
+_SERVING = "the serving run's pass, run when a scheduler event log is among the inputs"
+_MULTI = "the multi-GPU pass, run when two ranks or more are given"
+PLUGIN_POINTS = {
+    ("tracestory.ingest", "tracestory.ingest.rocprof_json"): _READER,
+    ("tracestory.ingest", "tracestory.ingest.nsys_rep"): _READER + " (an .nsys-rep is exported to SQLite)",
+    ("tracestory.ingest", "tracestory.ingest.nsys_sqlite"): _READER,
+    ("tracestory.ingest", "tracestory.ingest.nsys_csv"): _READER,
+    ("tracestory.ingest", "tracestory.ingest.ncu"): _READER + " (Nsight Compute report or CSV)",
+    ("tracestory.ingest", "tracestory.ingest.scheduler_log"): _READER + " (its sniff is ingest.sniffs)",
+    ("tracestory.ingest", "tracestory.ingest.load_summary"): _READER + " (its sniff is ingest.sniffs)",
+    ("tracestory.analysis.results", "tracestory.analysis.batching"): _SERVING,
+    ("tracestory.analysis.results", "tracestory.analysis.multigpu"): _MULTI,
+    ("tracestory.analysis.results", "tracestory.analysis.findings.multigpu"): _MULTI,
+    ("tracestory.analysis.results", "tracestory.analysis.telemetry"): "run when a GPU telemetry file is given",
+    ("tracestory.analysis.results", "tracestory.analysis.story"): "the Execution Story, built when the report asks",
+    ("tracestory.analysis.results", "tracestory.ingest.kineto_modules"):
+        "nn.Module ranges, read again from the file when the modules table is asked for",
+    ("tracestory.analysis.results", "tracestory.analysis.ncu_join"): "joins Nsight Compute input to a trace, when given",
+    ("tracestory.analysis.facts", "tracestory.analysis.ncu_join"): "joins Nsight Compute input to a trace, when given",
+    ("tracestory.analysis.results", "tracestory.analysis.questions"): "maps --goal and --question to findings, when asked",
+    ("tracestory.analysis.results", "tracestory.analysis.operators"):
+        "GPU time per operator, computed on request (the JSON, the report, an op table; not the terminal tables)",
+    ("tracestory.analysis.tables", "tracestory.analysis.operators"):
+        "GPU time per operator, computed on request (the JSON, the report, an op table; not the terminal tables)",
+    ("tracestory.analysis.results", "tracestory.ingest.ranks"): "`tracestory ranks` only (analyze_ranks)",
+    ("tracestory.analysis.results", "tracestory.parallel"): "`tracestory ranks` only (analyze_ranks)",
+    ("tracestory.analysis.tables", "tracestory.analysis.collectives"):
+        "NCCL collectives of one rank, matched when the collectives table is asked for (or two ranks are given)",
+    ("tracestory.analysis.results", "tracestory.analysis.window"): "restricts the traces when a window is asked for",
+    ("tracestory.cli.common", "tracestory.analysis.window"): "parses --window/--steps/--steady-state when given",
+    ("tracestory.render.jsonout", "tracestory.render.multigpu"): "the JSON's multigpu key, when there is one",
+    ("tracestory.render.jsonout", "tracestory.render.batch_story"): "the JSON's batching key, when there is one",
+}
+
+
+def _plugin_calls(mods) -> list[tuple[str, str | None, str | None, int]]:
+    """(calling module, target module, attribute, line) of every call of ``entry`` imported from
+    tracestory.lazy; target and attribute None where they are not literal strings."""
+    out = []
+    for name, (path, is_pkg) in mods.items():
+        tree = ast.parse(path.read_text())
+        local = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                 and (n.module or "").endswith("lazy") for a in n.names if a.name == "entry"}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in local:
+                lits = [a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else None
+                        for a in n.args]
+                ok = len(lits) == 2 and None not in lits and not n.keywords
+                out.append((name, lits[0] if ok else None, lits[1] if ok else None, n.lineno))
+    return out
+
+
+def _without_type_checking(mods, folder) -> dict[str, tuple]:
+    """``mods`` copied into ``folder`` with each ``if TYPE_CHECKING:`` block emptied (imports for
+    annotations only, which the layer rule reads but which import nothing at run time)."""
+    out = {}
+    for name, (path, is_pkg) in mods.items():
+        tree = ast.parse(path.read_text())
+        for n in ast.walk(tree):
+            if isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING":
+                n.body = [ast.Pass()]
+        p = folder / f"{name}.py"
+        p.write_text(ast.unparse(tree))
+        out[name] = (p, is_pkg)
+    return out
+
+
+def test_plugin_points_follow_the_layers(tmp_path):
+    import importlib
+
+    mods = _modules()
+    calls = _plugin_calls(mods)
+    assert [c for c in calls if c[1] is None] == [], "entry() takes two literal strings: module, name"
+    edges = {(a, b) for a, b, _, _ in calls}
+    assert edges == set(PLUGIN_POINTS), "a module reached by name needs its line (and reason) in PLUGIN_POINTS"
+    for a, b, attr, line in calls:
+        assert b in mods, (a, line, b)
+        pa, pb = _package(a), _package(b)
+        assert pa == pb or LAYER[pa] > LAYER[pb] or (pa, pb) in ALLOWED, (a, b)
+        assert not (pa in SEAM_LAYERS and pb in SEAM_SOURCES), (a, b)   # renderers read results only
+        if pa == "cli" and pb in CLI_RESTRICTED:   # a command: an entry point, or a class (WindowSpec)
+            obj = getattr(importlib.import_module(b), attr)
+            assert f"{b}.{attr}" in CLI_ENTRY_POINTS or not _is_function(obj), (a, b, attr)
+        assert hasattr(importlib.import_module(b), attr), (b, attr)
+    top = {(a, b) for a, b, is_top in _imports(_without_type_checking(mods, tmp_path)) if is_top}
+    assert edges & top == set(), "reached by name and imported at the top (not for types only): drop one"
+    assert all(why for why in PLUGIN_POINTS.values())
+
+
+def test_plugin_check_sees_an_entry_call(tmp_path):
+    """The check itself: a call through entry() is read, with its literal target or None."""
+    mod = tmp_path / "probe.py"
+    mod.write_text("from tracestory.lazy import entry as e\nx = 'm'\n"
+                   "def f():\n    return e('tracestory.ingest.ncu', 'load_ncu'), e(x, 'y')\n")
+    calls = _plugin_calls({"tracestory.render.probe": (mod, False)})
+    assert calls == [("tracestory.render.probe", "tracestory.ingest.ncu", "load_ncu", 4),
+                     ("tracestory.render.probe", None, None, 4)]
 
 
 def test_no_import_cycle_between_modules():

@@ -14,10 +14,11 @@ them (no timeline: no gaps, no critical path; no PyTorch memory events: no memor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ingest.ncu import KernelMetrics
+from ..lazy import entry
 from ..specs import Peaks, peaks_for
 from ..trace import Trace
 from . import Analysis
@@ -30,11 +31,14 @@ from .hardware import KernelHardware
 from .kernels import KernelFacts, kernel_facts
 from .limitations import PhaseCoverage, coverage_of_phases
 from .memory import MemoryTimeline, memory_timeline
-from .ncu_join import NcuJoin, join_ncu
 from .producer import Producer, detect_producer
 from .roofline import Roofline, estimate_roofline
 from .trace_kind import TraceKind, trace_kind
 from .workload import Workload, classify_workload
+
+if TYPE_CHECKING:  # Nsight Compute's reader and join are imported when such an input comes (tracestory.lazy)
+    from ..ingest.ncu import KernelMetrics
+    from .ncu_join import NcuJoin
 
 LONG_GAP_SHARE = 0.5  # idle time in gaps >= 1 ms above this share is host work or waits, not launch cost
 LOW_PRECISIONS = ("nvfp4", "mxfp4", "mxfp8", "fp8", "int8", "int4")
@@ -200,7 +204,7 @@ def run_facts(
     joins = (
         tuple(h.join for h in hardware if h.join is not None)
         if first
-        else tuple(join_ncu(trace, h.metrics) for h in hardware)
+        else tuple(entry("tracestory.analysis.ncu_join", "join_ncu")(trace, h.metrics) for h in hardware)
     )
     return RunFacts(
         analysis=analysis,

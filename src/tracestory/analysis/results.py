@@ -28,26 +28,22 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import UsageError
 from ..ingest import Inputs
-from ..ingest.kineto_modules import load_module_ranges
-from ..ingest.ranks import rank_sources
-from ..parallel import map_ranks
+from ..lazy import entry
 from ..specs import Peaks, peaks_warning, resolve_peaks
 from ..trace import Trace
 from . import Analysis, advice, analyze
-from .batching import BatchingResult, analyze_batching
 from .categories import Taxonomy
 from .claims import derive_findings, withheld
 from .critical_path import CriticalPath
 from .exposure import Exposure
 from .facts import KernelMetricsResults, RunFacts, run_facts
 from .findings import Evidence, Finding, ncu_findings
-from .findings.multigpu import headline, multigpu_findings
 from .gaps import GapCause
 from .hardware import hardware_analysis, waves
 from .kernels import KernelFacts
@@ -60,21 +56,21 @@ from .limitations import (
     telemetry_limitations,
 )
 from .memory import MemoryTimeline
-from .multigpu import MultiGpu, RankSummary, combine, rank_summary
-from .ncu_join import join_ncu
 from .nsys_tables import NSYS_TABLES
-from .operators import Operators
-from .operators import operators as compute_operators
 from .producer import Producer
-from .questions import Answer, answer_all
 from .roofline import Roofline, roofline
-from .story import Story
-from .story import story as build_story
 from .tables import TABLES, Table
 from .tables import table as make_table
-from .telemetry import TelemetryResult, analyze_telemetry
-from .window import WindowSpec, window_inputs
 from .workload import Workload
+
+if TYPE_CHECKING:  # passes that only some inputs feed: run through tracestory.lazy when they do
+    from .batching import BatchingResult
+    from .multigpu import MultiGpu, RankSummary
+    from .operators import Operators
+    from .questions import Answer
+    from .story import Story
+    from .telemetry import TelemetryResult
+    from .window import WindowSpec
 
 TOP_HARDWARE_KERNELS = 5
 REPORT_MAX_OPS = 500_000  # the report tells GPU time per operator only up to this many CPU ops and ranges
@@ -166,7 +162,7 @@ class RunResults:
     def story(self) -> Story:
         """The Execution Story's model (:func:`tracestory.analysis.story.story`), built on first use."""
         if "story" not in self._cache:
-            self._cache["story"] = build_story(self.facts)
+            self._cache["story"] = entry("tracestory.analysis.story", "story")(self.facts)
         return self._cache["story"]
 
     @property
@@ -193,9 +189,10 @@ class RunResults:
         if key not in self._cache:
             if modules:
                 mods = _module_ranges_of(self.trace)
-                self._cache[key] = compute_operators(self.trace, mods) if mods is not None else self.operators()
+                compute = entry("tracestory.analysis.operators", "operators")
+                self._cache[key] = compute(self.trace, mods) if mods is not None else self.operators()
             else:
-                self._cache[key] = compute_operators(self.trace)
+                self._cache[key] = entry("tracestory.analysis.operators", "operators")(self.trace)
         return self._cache[key]
 
     def kernels_frame(self):
@@ -402,7 +399,7 @@ def _module_ranges_of(trace: Trace):
     path = trace.meta.source_path
     if trace.meta.source_format != "kineto" or not path or not os.path.isfile(path):
         return None
-    mods = load_module_ranges(path)
+    mods = entry("tracestory.ingest.kineto_modules", "load_module_ranges")(path)
     through = ((trace.meta.extra or {}).get("truncated") or {}).get("complete_through_ns")
     if through is not None and len(mods):  # a cut file: the calls past the cut (ingest.kineto)
         mods = mods.take(mods["end_ns"] <= through)
@@ -425,8 +422,8 @@ def is_multigpu(traces) -> bool:
 def multigpu_of(summaries: Sequence[RankSummary]) -> MultiGpu:
     """The multi-GPU result of the ranks' summaries (:func:`~.multigpu.combine`) with its
     one-sentence headline (``MultiGpu.headline``) told once."""
-    mg = combine(summaries)
-    return dataclasses.replace(mg, headline=headline(mg))
+    mg = entry("tracestory.analysis.multigpu", "combine")(summaries)
+    return dataclasses.replace(mg, headline=entry("tracestory.analysis.findings.multigpu", "headline")(mg))
 
 
 @dataclass(frozen=True)
@@ -444,17 +441,22 @@ def analyze_ranks(paths: Sequence[str], workers: int | None = None, dask_address
     """Each rank trace of ``paths`` (files, folders, globs, a ``--torchrun`` capture) summarised in
     a worker (:func:`~tracestory.parallel.map_ranks`: a process pool, or a dask cluster at
     ``dask_address``), then combined: the multi-GPU result and its findings. At least 2 ranks."""
-    sources = rank_sources(paths)
+    sources = entry("tracestory.ingest.ranks", "rank_sources")(paths)
     if len(sources) < 2:
         raise UsageError(f"{' '.join(paths)}: expected the traces of at least 2 ranks, found {len(sources)}")
+    rank_summary = entry("tracestory.analysis.multigpu", "rank_summary")
+    map_ranks = entry("tracestory.parallel", "map_ranks")
     mg = multigpu_of(map_ranks(sources, rank_summary, workers=workers, dask_address=dask_address))
-    return RankResults(multigpu=mg, findings=tuple(multigpu_findings(mg)))
+    return RankResults(
+        multigpu=mg, findings=tuple(entry("tracestory.analysis.findings.multigpu", "multigpu_findings")(mg))
+    )
 
 
 def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Results:
     """All results of ``inputs`` (see the module docstring for what is computed, once)."""
     options = options or AnalysisOptions()
-    inputs = window_inputs(inputs, options.window)
+    if options.window is not None:  # --window, --steps, --steady-state
+        inputs = entry("tracestory.analysis.window", "window_inputs")(inputs, options.window)
     traces = list(inputs.traces)
     first = traces[0] if traces else None
     names = [_device(t) for t in traces]
@@ -465,7 +467,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
     for path, km in inputs.kernel_metrics:
         device = km.device_name or (_device(first) if first else None)
         pk = peaks.get(device) if device else None
-        join = join_ncu(first, km) if first is not None else None
+        join = entry("tracestory.analysis.ncu_join", "join_ncu")(first, km) if first is not None else None
         rf = roofline(km, pk)
         hw.append(
             KernelMetricsResults(
@@ -483,7 +485,10 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
     hardware = tuple(hw)
 
     coverage = rank_coverage(traces) if traces else None
-    mg = multigpu_of([rank_summary(t) for t in traces]) if is_multigpu(traces) else None
+    mg: MultiGpu | None = None
+    if is_multigpu(traces):
+        rank_summary = entry("tracestory.analysis.multigpu", "rank_summary")
+        mg = multigpu_of([rank_summary(t) for t in traces])
     waits = (mg.rank_wait_ns or {}) if mg is not None else {}
     log = inputs.scheduler_log
     serving = (
@@ -508,7 +513,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
 
     batching = None
     if inputs.scheduler_log is not None:
-        batching = analyze_batching(
+        batching = entry("tracestory.analysis.batching", "analyze_batching")(
             inputs.scheduler_log, trace=first, client=inputs.load_summary, manifest=inputs.manifest
         )
     return Results(
@@ -519,7 +524,11 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
         ncu_findings=ncu_findings(hardware) if hardware and not runs else (),
         peaks=peaks,
         multigpu=mg,
-        multigpu_findings=tuple(multigpu_findings(mg, coverage, [r.facts.workload.kind for r in runs]))
+        multigpu_findings=tuple(
+            entry("tracestory.analysis.findings.multigpu", "multigpu_findings")(
+                mg, coverage, [r.facts.workload.kind for r in runs]
+            )
+        )
         if mg is not None
         else (),
         batching=batching,
@@ -537,15 +546,21 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
         + _withheld(runs)
         + capture_limitations(inputs)
         + telemetry_limitations(inputs),
-        answers=answer_all(
+        answers=entry("tracestory.analysis.questions", "answer_all")(
             options.goal,
             options.questions,
             [f for r in runs for f in r.findings],
             _sections_with_data(runs, hardware, mg, batching),
-        ),
+        )
+        if options.goal or any(options.questions)  # the report's questions, when asked
+        else (),
         ranks=coverage,
         selection=select_runs(runs),
-        telemetry=analyze_telemetry(inputs.telemetry, traces, inputs.scheduler_log) if inputs.telemetry else None,
+        telemetry=entry("tracestory.analysis.telemetry", "analyze_telemetry")(
+            inputs.telemetry, traces, inputs.scheduler_log
+        )
+        if inputs.telemetry
+        else None,
     )
 
 

@@ -38,17 +38,17 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from ..errors import ToolNotFound, UsageError
+from ..lazy import entry
 from ..stats import summarize
 from ..units import clip_text, plural, sig
-from .collectives import busbw_factor, rank_collectives
 from .gaps import gap_causes
 from .nsys_tables import NSYS_TABLES, missing_reason, other_processes_note, summary_rows
 from .links import gpu_ops_column
-from .operators import OUTSIDE_OPS, UNATTRIBUTED, Operators, OpStat, operators as compute_operators
 from .timeline import idle_gap_attribution
 
 if TYPE_CHECKING:
     from . import Analysis
+    from .operators import Operators, OpStat   # computed when an op table is asked for (tracestory.lazy)
     from .roofline import Roofline
 
 TABLES = ("kernels", "categories", "ops", "leaf_ops", "modules", "phases", "gaps", "collectives", "roofline",
@@ -228,8 +228,10 @@ def categories_table(analysis: "Analysis") -> Table:
 
 
 def _op_rows(stats: Sequence[OpStat], ops: Operators) -> dict[str, list]:
-    rest = [(UNATTRIBUTED, ops.unattributed_count, ops.unattributed_ns),
-            (OUTSIDE_OPS, ops.outside_ops_count, ops.outside_ops_ns)]
+    unattributed = entry("tracestory.analysis.operators", "UNATTRIBUTED")
+    outside = entry("tracestory.analysis.operators", "OUTSIDE_OPS")
+    rest = [(unattributed, ops.unattributed_count, ops.unattributed_ns),
+            (outside, ops.outside_ops_count, ops.outside_ops_ns)]
     total = ops.total_gpu_ns
     cols: dict[str, list] = {c: [] for c in ("name", "kind", "input_dims", "input_types", "calls", "launches",
                                               "gpu_ops", "kernels", "total_ns", "share", "top_kernels")}
@@ -311,7 +313,7 @@ def _bandwidth(kind: str | None, nbytes: int | None, gsize: int | None, median_n
     if median_ns <= 0:
         return None, None, "zero duration"
     algbw = nbytes / (median_ns * 1e-9)
-    factor = busbw_factor(kind, gsize)
+    factor = entry("tracestory.analysis.collectives", "busbw_factor")(kind, gsize)
     if factor is None:
         why = "group size unknown" if gsize is None else f"no bus factor for {kind or 'an unknown kind'}"
         return algbw, None, f"algbw from the median; busbw n/a: {why}"
@@ -322,7 +324,7 @@ def collectives_table(trace) -> Table:
     """Per (collective kind, dtype, message bytes, group size): duration statistics and the
     algorithm and bus bandwidth where the sizes are known (:data:`COLLECTIVES_NOTE`;
     ``bandwidth_basis`` says per row how they were computed, or why not)."""
-    rc = rank_collectives(trace)
+    rc = entry("tracestory.analysis.collectives", "rank_collectives")(trace)  # the collectives table only
     cols: dict[str, list] = {c: [] for c in COLLECTIVE_COLUMNS}
     n = len(rc.start_ns)
     if n:
@@ -399,7 +401,7 @@ def table(name: str, analysis: "Analysis", *, operators: Operators | None = None
     if name == "categories":
         return categories_table(analysis)
     if name in ("ops", "leaf_ops", "modules"):
-        ops = operators if operators is not None else compute_operators(trace)
+        ops = operators if operators is not None else entry("tracestory.analysis.operators", "operators")(trace)
         if name == "modules":
             return modules_table(ops)
         return _make(name, _op_rows(ops.top_level if name == "ops" else ops.leaf, ops))

@@ -3,10 +3,10 @@
 Library errors (:class:`~tracestory.errors.TracestoryError`) become one line on stderr and
 exit code 2.
 
-Start-up: each command lives in a module of this package (``story`` holds analyze, report,
+Start-up: each command lives in a module of this package (``analyze``; ``story`` holds report,
 demo and categories) and only the module of the command being run is imported
-(:data:`COMMANDS`; ``importlib`` by name, the one place where internal modules are imported
-lazily): ``tracestory --version`` imports no analysis, and ``analyze`` no serve, bench,
+(:data:`COMMANDS`; ``importlib`` by name; below the command line, :mod:`tracestory.lazy` does
+the same for readers and passes that only some inputs need): ``tracestory --version`` imports no analysis, and ``analyze`` no serve, bench,
 capture or load generator code. The other commands appear in ``--help`` with their one-line
 help from :data:`COMMANDS` (a test keeps it equal to the modules' own).
 """
@@ -25,8 +25,8 @@ from ..version import __version__
 
 # (command, module of this package whose register(subparsers) adds it, one-line help), help order
 COMMANDS = (
-    ("analyze", "story", "tables of the breakdown, timeline and phases; one named table as CSV/JSON/Markdown "
-                         "(--table, --format); all results as JSON (--json)"),
+    ("analyze", "analyze", "tables of the breakdown, timeline and phases; one named table as CSV/JSON/"
+                           "Markdown (--table, --format); all results as JSON (--json)"),
     ("report", "story", "write the Markdown story report"),
     ("demo", "story", "report on the bundled H200 Llama trace; prints the files it wrote "
                       "(report.md, analysis.json, report.html)"),

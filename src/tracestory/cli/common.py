@@ -8,13 +8,17 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..analysis.categories import Taxonomy
 from ..analysis.results import AnalysisOptions, Results, analyze_inputs
-from ..analysis.window import WindowSpec
 from ..errors import UsageError
 from ..outputs import OutputPlan
 from ..ingest import Inputs, load_inputs
+from ..lazy import entry
+
+if TYPE_CHECKING:
+    from ..analysis.window import WindowSpec
 
 INPUTS_HELP = ("Kineto .json(.gz), nsys .sqlite/.nsys-rep/CSV, ncu .ncu-rep/CSV, a scheduler event log, "
                "a `tracestory load --json` summary, or a folder")
@@ -57,8 +61,11 @@ def add_window_options(p: argparse.ArgumentParser) -> None:
 
 def window_spec(args) -> WindowSpec | None:
     """The window the command line asks for, or None (the whole trace)."""
-    return WindowSpec.from_flags(getattr(args, "window", None), getattr(args, "steps", None),
-                                 getattr(args, "steady_state", False))
+    window, steps = getattr(args, "window", None), getattr(args, "steps", None)
+    steady = getattr(args, "steady_state", False)
+    if window is None and steps is None and not steady:
+        return None   # the whole trace: the window module is imported only when a window is asked for
+    return entry("tracestory.analysis.window", "WindowSpec").from_flags(window, steps, steady)
 
 
 def taxonomy_from(args) -> Taxonomy:

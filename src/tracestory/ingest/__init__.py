@@ -6,7 +6,9 @@ JSON traces, Nsight
 Systems SQLite/CSV/report files, Nsight Compute reports or CSVs, capture folders, folders of
 rank traces, a scheduler event log (docs/SCHEDULER_LOG.md) and a ``tracestory load --json``
 summary — sniffs each one and returns what it holds. Each reader lives in its own module of
-this package; the trace readers are imported only when a file of their kind is seen.
+this package; every input is first sniffed (:mod:`.sniffs`, :func:`sniff`: at most its first
+64 KiB), and a reader other than Kineto's is imported only when a file of its kind is seen
+(:func:`tracestory.lazy.entry`).
 
 One report tells one serving run: at most one scheduler event log and one load summary (from
 the command line or from a capture folder), and a summary only together with its log.
@@ -18,23 +20,22 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from ..errors import TraceFormatError, UsageError
 from ..trace import Trace
+from ..lazy import entry
 from .capture_folder import MANIFEST, capture_root, load_artifact_folder
 from .files import SNIFF_BYTES, check_sparse, named_members, read_head, refuse_special, state, with_warnings
-from .load_summary import LoadSummary, is_summary_file, read_summary
-from .scheduler_log import SchedulerLog, is_scheduler_log, read_scheduler_log
+from .sniffs import is_rocprof_head, is_scheduler_log, is_summary_file
 from .telemetry import TelemetryLog, is_telemetry_file, read_telemetry
 from .kineto import load_kineto
-from .nsys_sqlite import load_nsys_sqlite
-from .nsys_rep import export_nsys_rep
-from .nsys_csv import load_nsys_csv
-from .ncu import load_ncu
-from .rocprof_json import is_rocprof_head, load_rocprof_json
+
+if TYPE_CHECKING:
+    from .load_summary import LoadSummary
+    from .scheduler_log import SchedulerLog
 
 Progress = Callable[[int, int], None]
 
@@ -151,17 +152,18 @@ def _load_file(path: Path, require_gpu: bool, progress: Progress | None):
     kind = sniff(path)
     if kind == "kineto":
         return "traces", [load_kineto(path, require_gpu=require_gpu, progress=progress)]
+    # the other readers are imported when a file of their format comes (tracestory.lazy)
     if kind == "rocprof-json":
-        return "traces", [load_rocprof_json(path, require_gpu=require_gpu)]
+        return "traces", [entry("tracestory.ingest.rocprof_json", "load_rocprof_json")(path, require_gpu=require_gpu)]
     if kind in ("nsys-sqlite", "nsys-rep"):
         if kind == "nsys-rep":
 
-            path = export_nsys_rep(path)
-        return "traces", load_nsys_sqlite(path, require_gpu=require_gpu)
+            path = entry("tracestory.ingest.nsys_rep", "export_nsys_rep")(path)
+        return "traces", entry("tracestory.ingest.nsys_sqlite", "load_nsys_sqlite")(path, require_gpu=require_gpu)
     if kind == "nsys-csv":
-        return "traces", load_nsys_csv(path)
+        return "traces", entry("tracestory.ingest.nsys_csv", "load_nsys_csv")(path)
 
-    return "ncu", load_ncu(path)
+    return "ncu", entry("tracestory.ingest.ncu", "load_ncu")(path)
 
 
 def _expand(path: Path) -> list[Path]:
@@ -232,6 +234,8 @@ def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | 
     named = [p for p in paths if p in logs or p in summaries or p in telemetry_files]
     return Inputs(traces=tuple(traces), kernel_metrics=tuple(metrics), manifests=tuple(manifests),
                   artifact_dirs=tuple(dirs), paths=tuple([*others, *named]),
-                  scheduler_log=read_scheduler_log(logs[0]) if logs else None,
-                  load_summary=read_summary(summaries[0]) if summaries else None,
+                  scheduler_log=entry("tracestory.ingest.scheduler_log", "read_scheduler_log")(logs[0])
+                  if logs else None,
+                  load_summary=entry("tracestory.ingest.load_summary", "read_summary")(summaries[0])
+                  if summaries else None,
                   telemetry=read_telemetry(telemetry_files[0]) if telemetry_files else None)

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from ..stats import summarize
-from .files import SNIFF_BYTES, check_size, refuse_special, sniff_head
+from .files import check_size, refuse_special
+from .sniffs import is_summary_file  # noqa: F401  (its sniff, where it was)
 
 
 @dataclass(frozen=True)
@@ -79,24 +80,6 @@ def distribution(values: Sequence[float] | np.ndarray) -> Distribution:
     """Count, mean, min, p50/p90/p99 (linear interpolation) and max of ``values``."""
     sm = summarize(values, (90, 99))
     return Distribution(sm.count, sm.mean, sm.min, sm.median, sm.at(90), sm.at(99), sm.max)
-
-
-def is_summary_file(path: str | Path) -> bool:
-    """Sniff rule: a ``.json`` file under 1 MiB holding ``{"config": {...}, "summary": {"mode": ...,
-    "ttft": {...}}}`` (what ``tracestory load --json`` writes, about 2 KB). Only a file whose first
-    64 KiB open a JSON object naming ``"config"`` or ``"summary"`` is parsed."""
-    p = Path(path)
-    try:
-        if not p.name.lower().endswith(".json") or p.stat().st_size > 1 << 20:
-            return False
-        head = sniff_head(p)
-        if not head or not head.lstrip().startswith(b"{") or (b'"summary"' not in head and b'"config"' not in head):
-            return False  # cheap refusal: a trace is never parsed here
-        doc = json.loads(head if len(head) < SNIFF_BYTES else p.read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return False
-    s = doc.get("summary") if isinstance(doc, dict) else None
-    return isinstance(s, dict) and "mode" in s and isinstance(s.get("ttft"), dict)
 
 
 def _check_numbers(path: str | Path, s: dict) -> None:

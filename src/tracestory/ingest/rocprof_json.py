@@ -60,6 +60,7 @@ from ..trace import (
     make_table,
 )
 from .files import read_bytes, state
+from .sniffs import SNIFF_MARKERS, is_rocprof_head  # noqa: F401  (its sniff, where it was)
 
 EXPECTED = "a rocprof JSON trace (a JSON object with traceEvents)"
 
@@ -67,8 +68,6 @@ HIP_API, COPY = "CPU HIP API", "COPY"
 _GPU = re.compile(r"GPU(\d+)")
 # Markers found in the first 64 KiB of a rocprof v1 JSON (the process names it writes first;
 # otherData's rocminfo keys, which come last, only in a small file).
-SNIFF_MARKERS = (b'"CPU HIP API"', b'"CPU HSA API"', b'"GPU Barriers', b'"HSASystemAttributes.')
-
 _KIND = {0: MEMOP_KINDS.index("memcpy_htoh"), 1: MEMOP_KINDS.index("memcpy_htod"),
          2: MEMOP_KINDS.index("memcpy_dtoh"), 3: MEMOP_KINDS.index("memcpy_dtod")}
 _NAME_KIND = (("HostToDevice", "memcpy_htod"), ("DeviceToHost", "memcpy_dtoh"),
@@ -78,11 +77,6 @@ _SIZE = re.compile(r"\bsizeBytes\((\d+)\)")
 _CALL_KIND = re.compile(r"\bkind\((\d+)\)")
 _DIMS = {k: re.compile(k + r"\(\{z\((\d+)\) y\((\d+)\) x\((\d+)") for k in ("numBlocks", "dimBlocks")}
 _SHARED = re.compile(r"\bsharedMemBytes\((\d+)\)")
-
-
-def is_rocprof_head(head: bytes | None) -> bool:
-    """Whether the first bytes of a JSON document are rocprof v1's (see :data:`SNIFF_MARKERS`)."""
-    return bool(head) and any(m in head for m in SNIFF_MARKERS)
 
 
 # --------------------------------------------------------------------------- columns

@@ -22,7 +22,9 @@ import msgspec
 
 from ..errors import TraceFormatError
 from ..units import fmt_bytes
-from .files import check_size, first_line, max_input_bytes, refuse_special, sniff_head
+from .files import check_size, max_input_bytes, refuse_special
+from .sniffs import is_int as _is_int
+from .sniffs import is_scheduler_log  # noqa: F401  (its sniff, where it was)
 
 
 @dataclass(frozen=True)
@@ -123,24 +125,6 @@ class SchedulerLog:
     iterations: tuple[Iteration, ...]      # in iteration order
     first_tokens: tuple[FirstToken, ...]
     finishes: tuple[Finish, ...]
-
-
-def is_scheduler_log(path: str | Path) -> bool:
-    """Sniff rule: the first non-blank line (of the file, or of its gzip content) is a JSON
-    object with ``"type": "meta"`` and an integer ``version``. At most the first 64 KiB are read
-    (:func:`~tracestory.ingest.files.sniff_head`): a longer first line is not a meta line."""
-    line = first_line(sniff_head(path))
-    if line is None or not line.startswith(b"{") or b'"meta"' not in line:
-        return False  # cheap refusal: other formats are never parsed here
-    try:
-        obj = msgspec.json.decode(line)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return False  # not a readable scheduler log: the trace readers say what it is
-    return isinstance(obj, dict) and obj.get("type") == "meta" and _is_int(obj.get("version"))
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class _Line:

@@ -14,9 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .batch_story import batch_json
+from ..lazy import entry
 from .jsonable import jsonable
-from .multigpu import multigpu_json
 from .tables_out import table_records
 from .window import window_json
 
@@ -332,9 +331,11 @@ def document(results) -> dict:
         if names:
             doc["ncu_peaks"] = {n: peaks_json(results.peaks.get(n)) for n in sorted(names)}
     if results.multigpu is not None:
-        doc["multigpu"] = multigpu_json(results.multigpu, results.multigpu_findings)
+        doc["multigpu"] = entry("tracestory.render.multigpu", "multigpu_json")(
+            results.multigpu, results.multigpu_findings
+        )
     if results.batching is not None:
-        doc["batching"] = batch_json(results.batching)
+        doc["batching"] = entry("tracestory.render.batch_story", "batch_json")(results.batching)
     if getattr(results, "telemetry", None) is not None:
         doc["telemetry"] = telemetry_json(results.telemetry)
     doc["limitations"] = [{"analysis": x.analysis, "reason": x.reason} for x in results.limitations]
