@@ -257,3 +257,33 @@ def test_demo_with_an_empty_output_folder_is_refused(tmp_path, capsys, monkeypat
     monkeypatch.chdir(tmp_path)
     _one_line(capsys, main(["demo", "--output-dir", ""]), "--output-dir", "an empty name")
     assert list(tmp_path.iterdir()) == []
+
+
+def _finished(log: Path) -> int:
+    return sum(1 for line in log.read_text().splitlines() if line.strip() and json.loads(line).get("type") == "finish")
+
+
+@pytest.mark.parametrize("sent, ok", [(0, 0), (40, 40)])
+def test_a_load_summary_not_of_the_logs_run_is_stated(tmp_path, capsys, sent, ok):
+    # the CPU TP capture's log finished 23 requests (counted below) and its summary sent 23, ok 23:
+    # a summary that sent none, or that counts 40 successes, cannot be of that run
+    src = TEST_DATA / "tp_serve_cpu" / "torch"
+    assert _finished(src / "serve.sched.jsonl") == 23
+    doc = json.loads((src / "load.summary.json").read_text())
+    assert (doc["summary"]["sent"], doc["summary"]["ok"]) == (23, 23)
+    doc["summary"].update(sent=sent, ok=ok, failed=0)
+    (tmp_path / "load.summary.json").write_text(json.dumps(doc))
+    code = main(["report", str(src / "serve.sched.jsonl"), str(tmp_path / "load.summary.json"),
+                 "-o", str(tmp_path / "r.md"), "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "load.summary.json: warning: the load summary" in err and "not of the same run" in err
+    lims = json.loads((tmp_path / "r.json").read_text())["limitations"]
+    assert any("not of the same run" in str(x) for x in lims)
+
+
+def test_the_load_summary_of_the_logs_own_run_gives_no_warning(tmp_path, capsys):
+    src = TEST_DATA / "tp_serve_cpu" / "torch"
+    code = main(["report", str(src / "serve.sched.jsonl"), str(src / "load.summary.json"),
+                 "-o", str(tmp_path / "r.md")])
+    assert code == 0 and "warning" not in capsys.readouterr().err

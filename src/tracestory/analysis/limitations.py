@@ -215,6 +215,12 @@ def capture_limitations(inputs) -> tuple[Limitation, ...]:
     return tuple(out)
 
 
+def input_limitations(inputs) -> tuple[Limitation, ...]:
+    """Inputs that disagree with each other (``Inputs.warnings``: a load summary that is not of
+    the scheduler log's run), one line each."""
+    return tuple(Limitation("serving inputs", w) for w in getattr(inputs, "warnings", ()))
+
+
 def telemetry_limitations(inputs) -> tuple[Limitation, ...]:
     """GPU telemetry limitations of ``inputs`` (an :class:`~tracestory.ingest.Inputs`); see the
     module docstring."""

@@ -51,6 +51,7 @@ from .limitations import (
     Limitation,
     RankCoverage,
     capture_limitations,
+    input_limitations,
     limitations,
     rank_coverage,
     telemetry_limitations,
@@ -545,6 +546,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
         )
         + _withheld(runs)
         + capture_limitations(inputs)
+        + input_limitations(inputs)
         + telemetry_limitations(inputs),
         answers=entry("tracestory.analysis.questions", "answer_all")(
             options.goal,

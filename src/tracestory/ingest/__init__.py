@@ -61,6 +61,7 @@ class Inputs:
     load_summary: LoadSummary | None = None
     telemetry: TelemetryLog | None = None  # GPU telemetry (a capture's telemetry.jsonl, or one named)
     window: object | None = None           # analysis.window.WindowSelection: the part of the traces kept
+    warnings: tuple[str, ...] = ()         # inputs that disagree with each other (stated on the terminal too)
 
     def __repr__(self) -> str:
         return (f"Inputs(traces={len(self.traces)}, kernel_metrics={len(self.kernel_metrics)}, "
@@ -232,10 +233,13 @@ def load_inputs(paths, *, progress_factory: Callable[[Path], Progress | None] | 
     if require_content and not traces and not metrics and not logs:
         raise UsageError("no trace or kernel metrics found in the inputs")
     named = [p for p in paths if p in logs or p in summaries or p in telemetry_files]
+    log = entry("tracestory.ingest.scheduler_log", "read_scheduler_log")(logs[0]) if logs else None
+    summary = entry("tracestory.ingest.load_summary", "read_summary")(summaries[0]) if summaries else None
+    warnings: list[str] = []
+    if log is not None and summary is not None:
+        warnings = entry("tracestory.ingest.load_summary", "against_log")(summary, log)
+        state(summaries[0], warnings)  # on the terminal too
     return Inputs(traces=tuple(traces), kernel_metrics=tuple(metrics), manifests=tuple(manifests),
-                  artifact_dirs=tuple(dirs), paths=tuple([*others, *named]),
-                  scheduler_log=entry("tracestory.ingest.scheduler_log", "read_scheduler_log")(logs[0])
-                  if logs else None,
-                  load_summary=entry("tracestory.ingest.load_summary", "read_summary")(summaries[0])
-                  if summaries else None,
-                  telemetry=read_telemetry(telemetry_files[0]) if telemetry_files else None)
+                  artifact_dirs=tuple(dirs), paths=tuple([*others, *named]), scheduler_log=log,
+                  load_summary=summary, telemetry=read_telemetry(telemetry_files[0]) if telemetry_files else None,
+                  warnings=tuple(warnings))

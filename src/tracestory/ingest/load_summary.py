@@ -119,3 +119,21 @@ def read_summary(path: str | Path) -> LoadSummary:
             raise TraceFormatError(path, f"summary.{name} with count and p50/p90/p99 in ns", repr(d)[:80])
         values[name] = Distribution(**{f.name: d[f.name] for f in fields(Distribution)})
     return LoadSummary(**{f.name: values[f.name] for f in fields(LoadSummary) if f.name in values})
+
+
+def against_log(summary: LoadSummary, log) -> list[str]:
+    """Where a load summary cannot be of the same run as the scheduler log given with it: the
+    client says it sent no request, or that more requests succeeded than the server finished,
+    while the log (``SchedulerLog``) holds ``finish`` lines. Either way the two files are not of
+    one run, and the client-side numbers (TTFT, throughput) next to the log's would mislead: the
+    report states it.
+    A summary that sent fewer requests than the log finished is not flagged: a capture's log also
+    holds the requests of its warm-up and of other clients."""
+    done = len(log.finishes)
+    if done and summary.sent == 0:
+        return [f"the load summary sent no request while the scheduler log {Path(log.path).name} finished "
+                f"{done}: the two files are not of the same run"]
+    if summary.ok > done:
+        return [f"the load summary counts {summary.ok} successful requests but the scheduler log "
+                f"{Path(log.path).name} finished {done}: the two files are not of the same run"]
+    return []
