@@ -130,7 +130,7 @@ def test_serve_tensor_parallel_without_torchrun_launches_its_ranks_and_ctrl_c_ex
     text = log.read_text(errors="replace")
     assert proc.returncode == 0, text
     assert "Traceback" not in text and "SignalException" not in text
-    assert text.count("tracestory serve: stopped\n") == 2          # both ranks
+    assert text.count("tracestory serve: stopped\n") == 2, text    # both ranks (the whole log when not)
     # each rank's timed stop line: rank 0 sent the stop, rank 1 received it
     assert "tracestory serve: rank 0: stopped: stop sent to the other ranks in" in text
     assert "tracestory serve: rank 1: stopped: stop received in" in text
