@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
 
+from roofs import cuda_times   # this folder: run as python3 benchmarks/gpu/chunk_attn.py
 from tracestory.serve.paged_attention import FlexPagedAttention, cache_blocks, chunk_tiles
 
 H, KH, D, BS, NB, S = 32, 8, 128, 16, 16384, 2048
@@ -41,19 +41,8 @@ OPTIONS = [
 ]
 
 
-def _time(fn, reps=20, warm=3) -> float:
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(out)
+def _time(fn) -> float:
+    return cuda_times(fn, warm=3)[1]   # the median
 
 
 def main() -> None:

@@ -17,7 +17,8 @@ import statistics
 import torch
 
 
-def _time(fn, reps=20, warm=5):
+def cuda_times(fn, reps=20, warm=5):
+    """(min, median) seconds of ``fn`` over ``reps`` calls timed by CUDA events, after ``warm`` calls."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
@@ -39,20 +40,20 @@ def main() -> None:
     n = 8192
     x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    best, med = _time(lambda: torch.mm(x, w))
+    best, med = cuda_times(lambda: torch.mm(x, w))
     res = {"gpu": torch.cuda.get_device_name(), "bf16_gemm_tflops": 2 * n**3 / best / 1e12,
            "bf16_gemm_tflops_median": 2 * n**3 / med / 1e12}
     xf, wf = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
     sx = torch.ones(n, 1, device="cuda", dtype=torch.float32)
     sw = torch.ones(1, n, device="cuda", dtype=torch.float32)
     try:
-        best, med = _time(lambda: torch._scaled_mm(xf, wf.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16))
+        best, med = cuda_times(lambda: torch._scaled_mm(xf, wf.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16))
         res.update(fp8_rowwise_gemm_tflops=2 * n**3 / best / 1e12, fp8_rowwise_gemm_tflops_median=2 * n**3 / med / 1e12)
     except RuntimeError as e:
         res["fp8_error"] = str(e)[:200]
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    best, med = _time(lambda: dst.copy_(src), reps=10)
+    best, med = cuda_times(lambda: dst.copy_(src), reps=10)
     res.update(copy_tbps=2 * 2**30 / best / 1e12, copy_tbps_median=2 * 2**30 / med / 1e12)
     print(json.dumps(res, indent=1))
     if args.json:
