@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..trace import CPU_SIDE, Trace
+from ..units import plural
 from . import intervals
 from .links import api_column, gpu_busy, gpu_ops_launch_index, gpu_ops_order, gpu_ops_times
 from .loops import family_verdicts, not_a_loop, split_step, training_phases
@@ -406,8 +407,8 @@ def phases(trace: Trace) -> Phases:
             source, chosen, table = "training", None, None
             p_names, p_start, p_end = tr
             assign, cov = t_assign, t_cov
-            reason = (f"forward / backward / optimizer of {sum(n.startswith('optimizer#') for n in p_names)} "
-                      f"training iteration(s), from optimizer steps and autograd ops ({t_cov:.0%} of the kernel "
+            reason = (f"forward / backward / optimizer of "
+                      f"{plural(sum(n.startswith('optimizer#') for n in p_names), 'training iteration')}, from optimizer steps and autograd ops ({t_cov:.0%} of the kernel "
                       f"time)" + (f"; {low}" if low else ""))
         else:
             reason = f"one phase: {low}, and no training loop to cut it by" if low else ""

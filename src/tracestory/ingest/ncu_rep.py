@@ -20,6 +20,7 @@ import zlib
 from pathlib import Path
 
 from ..errors import ToolNotFound, TraceFormatError
+from ..units import plural
 from .files import check_size, max_input_bytes, refuse_special
 
 
@@ -129,7 +130,7 @@ def read_rep(path: Path, warnings: list[str] | None = None) -> list:
                 records.append((ident, metrics, [r for r in rules if r is not None]))
         if unreadable and not records:
             raise TraceFormatError(path, "an Nsight Compute report with readable kernels",
-                                   f"{unreadable} profiled kernel(s), none with a name and metrics "
+                                   f"{plural(unreadable, 'profiled kernel')}, none with a name and metrics "
                                    "(the report is damaged or cut short)")
         if unreadable:
             warnings.append(f"{unreadable} of {unreadable + len(records)} profiled kernels unreadable (no name "

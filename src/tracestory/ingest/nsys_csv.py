@@ -63,6 +63,7 @@ from ..trace import (
     empty_table,
     make_table,
 )
+from ..units import plural
 from .files import check_size, inflate, refuse_special, state, with_warnings
 
 _UNIT = {"ns": 1, "us": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -123,7 +124,7 @@ def _sections(text: str, path: Path, warnings: list[str]) -> list[tuple[str, lis
                 bad_rows += 1
             current = None  # preamble or trailer text
     if bad_rows:
-        warnings.append(f"{bad_rows} row(s) whose cell count does not match their header ended a report early")
+        warnings.append(f"{plural(bad_rows, 'row')} whose cell count does not match their header ended a report early")
     if not out:
         table = next((ln for ln in text.splitlines() if _COLUMN_FORMAT.search(ln)), None)
         if table is not None:
