@@ -4,6 +4,7 @@ every process with exit code 0."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -231,6 +232,7 @@ def test_a_server_stalled_on_a_stopped_rank_still_stops_on_sigint(tmp_path):
 
     proc, port, log = _plain_torchrun(tmp_path, "--stall-timeout", "1")
     url = f"http://127.0.0.1:{port}"
+    ranks: dict[int, int] = {}
     try:
         wait_healthy(url, 90, proc=proc)
         ranks = {_rank_of(pid): pid for pid in torchrun_ranks(proc.pid)}
@@ -260,10 +262,14 @@ def test_a_server_stalled_on_a_stopped_rank_still_stops_on_sigint(tmp_path):
             time.sleep(0.1)
         took = time.monotonic() - t0
     finally:
+        # the ranks run in sessions of their own: killing torchrun's group leaves them, and rank 1
+        # is still stopped (SIGKILL ends a stopped process; every other signal waits for SIGCONT)
+        leftover = set(torchrun_ranks(proc.pid)) | set(ranks.values()) if proc.poll() is None else set(ranks.values())
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
-        for pid in torchrun_ranks(proc.pid) if proc.poll() is None else ():
-            os.kill(pid, 9)
+        for pid in leftover:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
         proc.wait()
     text = log.read_text(errors="replace")
     assert took < 30, text              # 2 s for the engine, 1 s for the heartbeat, 5 s for the channel, exit

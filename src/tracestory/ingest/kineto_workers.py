@@ -24,8 +24,10 @@ A larger default is never more than the CPUs this process may use. With workers 
 * in a process that is itself a worker (a rank read in parallel by :mod:`tracestory.parallel`
   already uses every core).
 
-Workers start with ``fork`` on Linux (about 10 ms each; they inherit the imported modules) before
-the reading thread starts, and with ``spawn`` elsewhere. They ignore SIGINT (the reader stops them).
+Workers start from a ``forkserver`` on Linux (it imports this module once; each worker is a fork
+of it, not of the reading process and its threads) and with ``spawn`` elsewhere. They ignore
+SIGINT (the reader stops them); a worker that dies fails the parallel read, which the caller
+then does again in one process.
 
 Limits
 ------
@@ -101,21 +103,40 @@ def _quiet() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+class _Handle:
+    """A submitted chunk: ``get()`` gives its result or re-raises the worker's exception (a
+    worker that died raises ``BrokenProcessPool`` instead of leaving the reader waiting)."""
+
+    def __init__(self, future):
+        self._future = future
+
+    def get(self):
+        return self._future.result()
+
+
 class ChunkPool:
     """``workers`` processes running ``fn(*args)``; :meth:`submit` returns a handle whose
-    ``get()`` gives the result (re-raising a worker's exception)."""
+    ``get()`` gives the result (re-raising a worker's exception).
+
+    Workers come from a ``forkserver`` on Linux (``spawn`` elsewhere): forking the reading process
+    itself, which may hold other threads (a server's, a progress bar's, a test runner's) and
+    their locks, can leave a child blocked on a lock no thread will release, and a plain
+    ``multiprocessing.Pool`` then waits for its result forever."""
 
     def __init__(self, workers: int, fn: Callable[..., Any]):
-        method = "fork" if sys.platform.startswith("linux") else "spawn"
-        self.fn = fn
-        self.pool = multiprocessing.get_context(method).Pool(workers, initializer=_quiet)
+        from concurrent.futures import ProcessPoolExecutor
 
-    def submit(self, *args):
-        return self.pool.apply_async(self.fn, args)
+        ctx = multiprocessing.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
+        if ctx.get_start_method() == "forkserver":
+            ctx.set_forkserver_preload([__name__])  # the server imports the decoder once
+        self.fn = fn
+        self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_quiet)
+
+    def submit(self, *args) -> _Handle:
+        return _Handle(self.pool.submit(self.fn, *args))
 
     def close(self) -> None:
-        self.pool.terminate()
-        self.pool.join()
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> ChunkPool:
         return self
