@@ -30,17 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-FP8_MAX = 448.0
-_FP8 = torch.float8_e4m3fn
-
-
-@triton.jit
-def _scale_inv(amax, FP8_MAX: tl.constexpr):
-    fmax = tl.full(amax.shape, FP8_MAX, tl.float32)
-    one = tl.full(amax.shape, 1.0, tl.float32)
-    pos = amax > 0
-    safe = tl.where(pos, amax, one)
-    return tl.where(pos, tl.math.div_rn(safe, fmax), one), tl.where(pos, tl.math.div_rn(fmax, safe), one)
+from .quant_triton import _FP8, FP8_MAX, _scale_from_amax
 
 
 @triton.jit
@@ -61,7 +51,7 @@ def _add_rmsnorm_quant_kernel(x_ptr, r_ptr, h_ptr, w_ptr, out_ptr, s_ptr, D, eps
     if QUANT:
         yf = y.to(tl.float32)
         amax = tl.max(tl.abs(yf)[None, :], axis=1)        # [1]
-        scale, inv = _scale_inv(amax, FP8_MAX)
+        scale, inv = _scale_from_amax(amax, FP8_MAX)
         tl.store(s_ptr + row + tl.arange(0, 1), scale)
         q = tl.minimum(tl.maximum(yf * inv, -FP8_MAX), FP8_MAX)
         tl.store(out_ptr + row * D + cols, q.to(out_ptr.dtype.element_ty), mask=mask)
@@ -114,7 +104,7 @@ def _silu_mul_kernel(gu_ptr, out_ptr, s_ptr, I, QUANT: tl.constexpr, BLOCK: tl.c
             y = (a * u).to(dt).to(tl.float32)
             acc = tl.maximum(acc, tl.abs(y))
         amax = tl.max(acc[None, :], axis=1)
-        scale, inv = _scale_inv(amax, FP8_MAX)
+        scale, inv = _scale_from_amax(amax, FP8_MAX)
         tl.store(s_ptr + row + tl.arange(0, 1), scale)
     for k in range(0, I, BLOCK):
         m = k + cols < I
