@@ -193,22 +193,28 @@ def _iteration(ln: _Line) -> Iteration:
         profiler_ns=ln.int("profiler_ns", False), launch_ns=ln.int("launch_ns", False))
 
 
+def _first_repeat(values):
+    """The first value seen a second time, in order; None when every value is distinct."""
+    seen = set()
+    for v in values:
+        if v in seen:
+            return v
+        seen.add(v)
+    return None
+
+
 def _refuse_repeats(path: Path, arrivals: list, iters: list) -> None:
     """The server writes one arrival line per request and one line per iteration number, and every
     iteration takes time: a request arriving twice or an iteration number written twice (a log
     appended to itself, two runs in one file), or iterations that all last 0 ns, are refused."""
-    seen: set[str] = set()
-    for a in arrivals:
-        if a.request_id in seen:
-            raise TraceFormatError(path, "one arrival line per request (one run per log)",
-                                   f"request {a.request_id!r} arriving twice")
-        seen.add(a.request_id)
-    numbers: set[int] = set()
-    for it in iters:
-        if it.iter in numbers:
-            raise TraceFormatError(path, "one line per iteration number (one run per log)",
-                                   f"iteration {it.iter} written twice")
-        numbers.add(it.iter)
+    request = _first_repeat(a.request_id for a in arrivals)
+    if request is not None:
+        raise TraceFormatError(path, "one arrival line per request (one run per log)",
+                               f"request {request!r} arriving twice")
+    number = _first_repeat(it.iter for it in iters)
+    if number is not None:
+        raise TraceFormatError(path, "one line per iteration number (one run per log)",
+                               f"iteration {number} written twice")
     if iters and all(it.t_end_ns == it.t_start_ns for it in iters):
         raise TraceFormatError(path, "iterations that take time", f"{len(iters):,} iterations, all of 0 ns")
 
