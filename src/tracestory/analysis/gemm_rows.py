@@ -24,6 +24,7 @@ import numpy as np
 
 from ..ingest.kineto import parse_json_field
 from ..trace import Trace
+from .derived import memo
 from .nesting import nest_intervals, thread_codes
 
 GEMM_OPS = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_scaled_mm", "aten::bmm")
@@ -57,13 +58,19 @@ def _outermost(ops, sel: np.ndarray) -> np.ndarray:
 
 def gemm_rows(trace: Trace, names: Iterable[str] = GEMM_OPS) -> tuple[np.ndarray, np.ndarray]:
     """(op row indices, M) of the ops named ``names`` whose left operand's shape was recorded,
-    indices ascending. Each distinct (op name, shape cell) is decoded once: a model repeats a few
-    shapes over thousands of calls."""
+    indices ascending (read-only arrays, kept per trace: the story asks twice, per phase set).
+    Each distinct (op name, shape cell) is decoded once: a model repeats a few shapes over
+    thousands of calls."""
+    wanted = tuple(sorted(set(names)))
+    return memo(trace, "gemm_rows:" + ",".join(wanted), lambda: _gemm_rows(trace, wanted))
+
+
+def _gemm_rows(trace: Trace, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     ops = trace.ops
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     if not len(ops) or "input_dims" not in ops:
         return empty
-    left = {c: int(n in _LEFT_IS_SECOND) for n in set(names) if (c := trace.code_of(n)) >= 0}
+    left = {c: int(n in _LEFT_IS_SECOND) for n in names if (c := trace.code_of(n)) >= 0}
     if not left:
         return empty
     sel = np.flatnonzero(np.isin(ops["name"], list(left)))
