@@ -58,3 +58,19 @@ def test_ops_left_out_of_the_roofline_estimate_are_stated_once_with_their_kernel
                       not_estimated=[("vllm::moe_forward", 252, why), ("vllm::moe_forward", 252, why)])
     assert [(lim.analysis, lim.reason) for lim in out] == [
         ("roofline estimate", f"the 504 kernels of vllm::moe_forward are not estimated: {why}.")]
+
+
+def _shapes_in_json(path) -> bool:
+    """Whether some CPU op of the Kineto file carries a non-empty "Input Dims" list, read from the JSON."""
+    events = json.load(gzip.open(path))["traceEvents"]
+    return any(e.get("cat") == "cpu_op" and (e.get("args") or {}).get("Input Dims") for e in events)
+
+
+def test_missing_op_shapes_are_stated_for_kineto_and_recorded_ones_are_not():
+    # the op-shape cells of a Kineto trace are raw JSON bytes; an empty one used to count as a shape
+    # (b"" != ""), so a trace taken without record_shapes never got this limitation
+    without = TEST_DATA / "public" / "kineto_a100_nccl_allreduce_rank0of2.json.gz"
+    with_shapes = TEST_DATA / "public" / "kineto_h100_bert-small_1rank.json.gz"
+    assert (_shapes_in_json(without), _shapes_in_json(with_shapes)) == (False, True)
+    assert "no recorded op shapes" in _limits(without)["op shapes"]
+    assert "op shapes" not in _limits(with_shapes)

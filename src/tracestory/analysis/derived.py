@@ -60,9 +60,24 @@ def memo(trace: Trace, key: str, compute: Callable[[], T]) -> T:
     return value
 
 
+SHAPE_ROWS_LOOKED_AT = 100_000
+
+
+def op_shapes_recorded(trace: Trace) -> bool:
+    """Whether the trace's CPU ops carry input shapes (Kineto's ``record_shapes=True``): some op
+    among the first :data:`SHAPE_ROWS_LOOKED_AT` has an ``input_dims`` cell other than empty or
+    ``[]`` (cells are the raw JSON text, bytes or str). Readers without shapes leave the column
+    empty or out."""
+    ops = trace.ops
+    if not len(ops) or "input_dims" not in ops:
+        return False
+    cells = ops["input_dims"][:SHAPE_ROWS_LOOKED_AT]
+    return memo(trace, "op_shapes_recorded", lambda: any(len(d) > 2 for d in filter(None, cells)))
+
+
 def cached_traces() -> int:
     """How many Trace objects have entries now (for tests: entries die with their trace)."""
     return len(_ENTRIES)
 
 
-__all__ = ["cached_traces", "memo"]
+__all__ = ["cached_traces", "memo", "op_shapes_recorded"]

@@ -45,6 +45,7 @@ import numpy as np
 from ..ingest.files import warnings_of
 from ..trace import Trace
 from ..units import fmt_ns, fmt_pct
+from .derived import op_shapes_recorded
 
 PHASE_COVERAGE_FLOOR = 0.9
 OTHER_SHARE_CEILING = 0.05
@@ -166,7 +167,7 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
             if len(t.kernels):
                 out.append(Limitation("op shapes", f"{who}no CPU operators in this input: no GPU time per "
                                       "operator and no shape-based FLOP/byte estimates."))
-        elif not any(d is not None and d != "" and d != "[]" for d in t.ops["input_dims"][:100_000]):
+        elif not op_shapes_recorded(t):
             out.append(Limitation("op shapes", f"{who}no recorded op shapes: shape-based FLOP/byte estimates are "
                                   "skipped (capture with record_shapes=True)."))
         other = next((c for c in a.breakdown.categories if c.name == "other"), None)

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..specs import Peaks
+from .derived import op_shapes_recorded
 from .families import kernel_info
 from ..ingest.kineto import parse_json_field
 from ..ingest.kineto_attention import CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT
@@ -200,9 +201,8 @@ def estimate_roofline(trace, peaks: Peaks | None) -> Roofline:
     kept = tuple(p for p in points if p.pct_of_roof is None or p.pct_of_roof <= ROOF_TOLERANCE_PCT)
     note = "estimate: FLOPs and bytes from op shapes (Kineto), not hardware counters"
     if not points and not dropped:
-        shaped = any(d is not None and len(d) > 2 for d in ops["input_dims"][:100_000])
         note = ("op shapes were recorded, but no kernel could be tied (by its External id) to an op whose shapes "
-                "give its FLOPs and bytes" if shaped
+                "give its FLOPs and bytes" if op_shapes_recorded(trace)
                 else "no recorded op shapes (capture with record_shapes=True)")
     if dropped:
         note += (f"; {len(dropped)} kernel{'s' if len(dropped) != 1 else ''} whose estimate came out above "
