@@ -80,6 +80,18 @@ def test_kernels_without_ph_are_ignored_and_counted(source, tmp_path, capsys):
     assert len(changed) == 2700
 
 
+@pytest.mark.parametrize("ph", ["Q", "f", "s", "i", "M"])
+def test_kernels_of_another_phase_are_ignored_and_counted(source, tmp_path, capsys, ph):
+    # an unknown letter sends the chunk to the slow path; flows ("s", "f") are decoded with their
+    # cat only; instants and metadata keep every field: each way, the kernel is counted, not kept
+    doc, changed, kept = damaged(source, lambda e: e.update(ph=ph), pick=lambda i: i % 3 == 0)
+    p = write(tmp_path, doc)
+    code, err, out = analyze(p, tmp_path, capsys)
+    assert code == 0 and out["gpu"]["kernel_count"] == len(kept) == 1800
+    assert load_kineto(p).meta.warnings == (f"{len(changed):,} 'kernel' events without ph 'X' ignored",)
+    assert sum(ns(e["dur"]) for e in kept) == out["gpu"]["kernel_time_ns"]
+
+
 def test_kernels_without_cat_are_ignored_and_counted(source, tmp_path, capsys):
     doc, changed, _ = damaged(source, lambda e: e.pop("cat"), pick=lambda i: i % 3 == 0)
     p = write(tmp_path, doc)

@@ -36,7 +36,9 @@ How it stays fast and small on multi-GB traces
 package is installed) and cuts the
 ``traceEvents`` array into ~32 MB chunks at event boundaries (``},{``); the whole document is
 never in memory. Each chunk is decoded by ``msgspec`` into typed structs that keep only the fields
-we use (the collective fields only for chunks whose text holds "Collective name"). Columns are
+we use (the collective fields only for chunks whose text holds "Collective name"), one struct type
+per ``ph`` (a tagged union): flow events, a third of a trace's events, are decoded with their
+``cat`` alone and the rest of their text is skipped. Columns are
 pulled out of each chunk with C-level ``map``/``attrgetter``/``np.fromiter`` and names are
 dictionary-encoded (:class:`~tracestory.trace.StringPool`), so no Python code runs per event and
 peak memory is one chunk of text and objects plus the kept columns. A cut that lands inside a
@@ -85,12 +87,13 @@ import gc
 import math
 import os
 import re
+import types
 from collections import Counter, deque
 from contextlib import closing
 from itertools import chain, compress, repeat
 from operator import attrgetter
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -164,8 +167,11 @@ class _CollArgs(_Args, gc=False):
     seq_lower: int = msgspec.field(default=-1, name="seq")
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
+class _Event(msgspec.Struct, gc=False, tag_field="ph"):
+    """An event of any phase but a flow, as kept: decoded as one of the per-phase subclasses
+    below (a union tagged by ``ph``), whose ``ph`` is a class attribute, not a decoded field."""
+
+    ph: ClassVar[str] = ""
     cat: str = ""
     name: str = ""
     pid: int | str = -1
@@ -175,8 +181,42 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None  # None, not a default instance: flows carry no args (10% of decoding)
 
 
-class _CollEvent(_Event, gc=False):
-    args: _CollArgs | None = None
+class _Flow(msgspec.Struct, gc=False, tag_field="ph"):
+    """A flow event (``ph`` "s", "t", "f": Kineto's launch -> kernel and forward -> backward
+    arrows, a third of a trace's events): only its ``cat`` is decoded (for the "without ph 'X'"
+    count), the rest of its text is skipped, which is most of the reason for the tagged union."""
+
+    ph: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    cat: str = ""
+
+
+# Chrome trace-event phases (the format's document); "" stands for a missing or unknown ``ph``
+# in the lenient path (the typed decode refuses those and sends the chunk there).
+_FLOW_PHASES = ("s", "t", "f")
+_OTHER_PHASES = ("", "B", "E", "i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "P", "O", "N", "D", "M", "V",
+                 "v", "R", "c", "(", ")")
+
+
+def _phase_class(base: type, ph: str, name: str) -> type:
+    return types.new_class(name, (base,), {"tag": ph, "gc": False}, lambda ns: ns.update(ph=ph))
+
+
+class _X(_Event, tag="X"):
+    ph: ClassVar[str] = "X"
+
+
+class _CollX(_X, tag="X"):
+    """A complete event of a chunk that may hold collectives (see :class:`_CollArgs`)."""
+
+    args: _CollArgs | None = None  # type: ignore[assignment]
+
+
+_PHASE_CLASSES = tuple(_phase_class(_Event, ph, f"_Phase{i}") for i, ph in enumerate(_OTHER_PHASES)) + tuple(
+    _phase_class(_Flow, ph, f"_Flow{i}") for i, ph in enumerate(_FLOW_PHASES))
+_LEAN = Union[(_X, *_PHASE_CLASSES)]  # type: ignore[valid-type]
+_FULL = Union[(_CollX, *_PHASE_CLASSES)]  # type: ignore[valid-type]
+_PHASES = frozenset(("X", *_OTHER_PHASES, *_FLOW_PHASES))
 
 
 _NO_ARGS = _CollArgs()
@@ -250,8 +290,8 @@ class _ChunkDecoder:
     def __init__(self, path: Path, warnings: Counter):
         self.path = path
         self.warnings = warnings
-        self.lean = msgspec.json.Decoder(list[_Event])
-        self.full = msgspec.json.Decoder(list[_CollEvent])
+        self.lean = msgspec.json.Decoder(list[_LEAN])
+        self.full = msgspec.json.Decoder(list[_FULL])
         self.collectives = False  # whether the last chunk decoded may hold collective args
 
     def __call__(self, text: memoryview) -> list | None:
@@ -304,11 +344,13 @@ def _lenient_events(items: list, warnings: Counter) -> list[_Event]:
             ev[k] = v
         if ev is None:
             continue
+        if ev.get("ph") not in _PHASES:
+            ev["ph"] = ""
         args = item.get("args")
         clean_args = {k: msgspec.Raw(msgspec.json.encode(v)) if k in _RAW_ARGS else v
                       for k, v in args.items() if v is not None} if isinstance(args, dict) else {}
         try:
-            out.append(msgspec.convert({**ev, "args": clean_args}, _CollEvent, strict=False))
+            out.append(msgspec.convert({**ev, "args": clean_args}, _FULL, strict=False))
             continue
         except msgspec.ValidationError:
             pass
@@ -321,7 +363,7 @@ def _lenient_events(items: list, warnings: Counter) -> list[_Event]:
             except msgspec.ValidationError:
                 warnings[f"event args '{k}' of the wrong type (ignored)"] += 1
         try:
-            out.append(msgspec.convert({**ev, "args": fixed}, _CollEvent, strict=False))
+            out.append(msgspec.convert({**ev, "args": fixed}, _FULL, strict=False))
         except msgspec.ValidationError:
             warnings["events that do not convert (ignored)"] += 1
     return out
@@ -337,7 +379,7 @@ def _number_or_none(v) -> float | None:
 
 
 _RAW_ARGS = frozenset(f.encode_name for f in msgspec.structs.fields(_CollArgs) if f.type is msgspec.Raw)
-_EVENT_FIELDS = tuple(f for f in _Event.__struct_fields__ if f != "args")
+_EVENT_FIELDS = ("ph", *(f for f in _Event.__struct_fields__ if f != "args"))
 _TEXT_FIELDS = frozenset(("ph", "cat", "name"))
 _NUMBER_FIELDS = frozenset(("ts", "dur"))
 
@@ -428,8 +470,7 @@ class _Builder:
         cats = _col(events, attrgetter("cat"))
         kinds = np.fromiter(map(_CAT_KIND.get, cats, repeat(-1, n)), dtype=np.int8, count=n)
         self.profiler_ranges += cats.count(_RANGE_PROFILER_CAT)
-        phs = _col(events, attrgetter("ph"))
-        is_x = np.fromiter(map("X".__eq__, phs), dtype=bool, count=n)
+        is_x = np.fromiter(map(isinstance, events, repeat(_X, n)), dtype=bool, count=n)
         routed = kinds >= 0
         kinds_x = np.where(is_x, kinds, -1)
         for kind in np.unique(kinds_x[kinds_x >= 0]):
@@ -537,7 +578,8 @@ class _Builder:
                 if kind == _K_MEMSET:
                     mkind = np.zeros(len(evs), dtype=np.int32)
                 else:
-                    mkind = np.fromiter(map(_memcpy_kind, _col(evs, attrgetter("name"))), dtype=np.int32, count=len(evs))
+                    codes, at = np.unique(name, return_inverse=True)  # a few names: one split each
+                    mkind = np.array([_memcpy_kind(self.pool.strings[c]) for c in codes.tolist()], dtype=np.int32)[at]
                 self.parts["memops"].append(dict(common, kind=mkind, bytes=_int_col(a, attrgetter("bytes"))))
         elif kind in (_K_RUNTIME, _K_DRIVER):
             self.parts["api"].append(dict(
