@@ -67,8 +67,9 @@ ar2|ar4)
 ncufilter)
   # which kernels the --profile-rank filter keeps (NCCL look-alike out, the others in)
   for F in 'regex:^(?!.*nccl).*' 'regex:^(?!.*nccl)(?=.*(?:keep|gemm|nvjet)).*'; do
-    step ncu-filter 90 ncu --kernel-name "$F" --clock-control none --section SpeedOfLight \
-        python3 benchmarks/gpu/ncu_filter_check.py
+    echo "=== [ncu-filter] $(date +%T) \$ ncu --kernel-name $F ..." | tee -a "$LOG"
+    timeout 90 ncu --kernel-name "$F" --clock-control none --section SpeedOfLight \
+        python3 benchmarks/gpu/ncu_filter_check.py 2>&1 | grep -E "==PROF== Profiling|^values|==ERROR==" | tee -a "$LOG"
   done ;;
 ncu)
   # docs/CAPTURE.md "Kernels of a serving run under ncu": rank 0 of TP=2 under ncu, NCCL kernels
@@ -77,9 +78,10 @@ ncu)
   echo "=== [ncu-tp2] $(date +%T)" | tee -a "$LOG"
   # its own process group and output file: a timeout stops every process of it
   setsid $TS capture ncu --name serve_tp2_ncu --out $A --torchrun 2 --profile-rank 0 --health-timeout 300 \
-      --stop-timeout 30 --range iteration --skip ${NCU_ITER:-0} --launch-count ${NCU_COUNT:-40} \
+      --stop-timeout 60 --range iteration --skip ${NCU_ITER:-0} --launch-count ${NCU_COUNT:-40} --set ${NCU_SET:-basic} \
       --load "--model llama-3-8b --request-rate 2 --duration 8 --random-input-len 512 --random-output-len 16 --ignore-eos --port 8000 --no-progress" \
-      -- $TS serve --tensor-parallel 2 $SERVE --attention-backend sdpa --enforce-eager --num-blocks 4096 --port 8000 \
+      -- $TS serve --tensor-parallel 2 $SERVE --attention-backend sdpa --enforce-eager --num-blocks 4096 \
+         --stall-timeout 900 --port 8000 \
       > $W/ncu_capture.txt 2>&1 &
   CP=$!
   while kill -0 $CP 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt ${NCU_SECS:-240} ]; do

@@ -232,3 +232,23 @@ def test_dry_run_shows_the_wrapped_rank(capsys):
                           "--kernel-name 'regex:^(?!.*nccl).*' --clock-control none --export artifacts/w/ncu/w "
                           "-- w.py")
 
+
+
+def test_stop_targets_the_program_below_ncu_wrappers(monkeypatch):
+    """The process tree `ps --forest` showed under torchrun on the H100 (ncu 2025.3.1, call 1 of
+    session 9): the profiled rank is a shell script running ncu's binary, which runs
+    TreeLauncherSubreaper, which runs the rank's python; the plain rank is python itself."""
+    from tracestory.capture import under_load
+
+    nc = "/opt/nvidia/nsight-compute/2025.3.1"
+    table = {
+        1575: (1390, ["/opt/torch/.venv/bin/python", "/opt/torch/.venv/bin/torchrun", "--nproc_per_node=2"]),
+        1652: (1575, ["/bin/sh", f"{nc}/ncu", "--force-overwrite"]),
+        1669: (1652, [f"{nc}/target/linux-desktop-glibc_2_11_3-x64/ncu", "--force-overwrite"]),
+        1673: (1669, [f"{nc}/target/linux-desktop-glibc_2_11_3-x64/./TreeLauncherSubreaper", "-m", "x"]),
+        1677: (1673, ["/opt/torch/.venv/bin/python", "-m", "tracestory.capture.runner"]),
+        1653: (1575, ["/opt/torch/.venv/bin/python", "-m", "tracestory.capture.runner"]),
+        1700: (1653, ["/opt/torch/.venv/bin/python", "-c", "compile worker"]),
+    }
+    monkeypatch.setattr(under_load, "_proc_table", lambda: table)
+    assert under_load.torchrun_ranks(1575) == [1653, 1677]

@@ -203,7 +203,10 @@ def _proc_table() -> dict[int, tuple[int, list[str]]]:
     return out
 
 
-PROFILERS = ("ncu", "nsys")   # a rank that is one of these (capture --profile-rank) is signalled in its child
+# a rank that is one of these (capture --profile-rank) is signalled in the program it runs: ncu
+# 2025.3 on the H100 ran `/bin/sh .../ncu` -> `.../target/.../ncu` -> `TreeLauncherSubreaper` ->
+# the program, and a SIGINT to any of the three did not reach the program
+PROFILERS = ("ncu", "nsys", "TreeLauncherSubreaper")
 
 
 def torchrun_ranks(root_pid: int) -> list[int]:

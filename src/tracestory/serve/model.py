@@ -61,6 +61,7 @@ from collections.abc import Sequence
 
 from ..capture.region import region
 from ..models.llama_config import LlamaConfig, layer_params
+from . import fresh_attention
 from .graphs import DecodeGraphs, bucket_for, decode_buckets
 from .mixed import MixedGraphs, chunk_buckets
 from .paged_attention import PAD_ROW, Q_TILE, FlexPagedAttention, cache_blocks, chunk_tiles
@@ -224,6 +225,10 @@ class PagedLlama:
         self._out_ring: list = []    # pinned host buffers + events for the sampled ids (CUDA)
         self._out_next = 0
         self._glue = None            # models.glue_triton when the fused glue runs (prepare, CUDA)
+        # prefill chunks of fresh prompts through flash (.fresh_attention): CUDA, FlexAttention's
+        # backend, a dtype flash takes; tests may switch it on elsewhere (the reference then runs)
+        self._fresh = (self.on_cuda and attention == "flex" and self.dtype in (torch.bfloat16, torch.float16)
+                       and fresh_attention.enabled())
         self.startup: dict = {}      # what prepare() built and how long it took
 
     # ------------------------------------------------------------------ public
@@ -280,7 +285,7 @@ class PagedLlama:
 
         torch = self.torch
         say = log or (lambda _line: None)
-        info: dict = {"attention": self.attention, "cuda_graphs": False}
+        info: dict = {"attention": self.attention, "cuda_graphs": False, "fresh_attention": self._fresh}
         stacked = self._fuse_projections()
         glue = glue or os.environ.get("TRACESTORY_GLUE", "triton")
         if glue not in ("triton", "torch"):
@@ -599,6 +604,9 @@ class PagedLlama:
         fa = self._flex_for(max(rows, bd))
         pos_all = np.concatenate(pos_l)
         parts = [pos_all, np.concatenate(slot_l), np.stack(tabs).ravel()]
+        # every chunk a fresh prompt: one flash call over the K/V just written (.fresh_attention)
+        fresh = bool(tc) and self._fresh and fresh_attention.is_fresh((s, n) for s, n, _t in spans[lead:])
+        cu = fresh_attention.offsets([n for _s, n, _t in spans[lead:]], tc, len(spans) - lead) if fresh else None
         if rows:
             kv_num, kv_idx, full_num, full_idx = chunk_tiles(tiles, bs, rows, fa.group)
             if self.on_cuda:          # one compiled shape per row bucket: tile lists as wide as the cache
@@ -615,6 +623,8 @@ class PagedLlama:
             dtab = np.stack(tabs[:lead])[:, :g.width][src]
             nblk = -(-(pos_all[:lead] + 1) // bs)
             parts += [src, pos_all[:lead][src], nblk[src], dtab.ravel()]
+        if fresh:
+            parts.append(cu.astype(np.int64))
         buf = self._to_device(np.concatenate(parts))
         cut = np.cumsum([0] + [len(p) for p in parts])
         d = [buf[a:b] for a, b in itertools.pairwise(cut)]
@@ -635,13 +645,21 @@ class PagedLlama:
                                             slots_n)
             dec_rows = d[k]
 
+        if fresh:
+            cu_d, chunk_slots = d[-1].to(torch.int32), d[1][lead:]
+
+        def chunk(q, kc, vc):
+            if fresh:
+                return fresh_attention.attend(q, kc, vc, chunk_slots, cu_d, tc)
+            return fa.chunk(q, kc, vc, chunk_mask, rows)
+
         def attend(q, kc, vc):
             if not bd:
-                return fa.chunk(q, kc, vc, chunk_mask, rows)
+                return chunk(q, kc, vc)
             od = fa.decode(q[:, dec_rows], kc, vc, dec_mask)[:lead]
             if not rows:
                 return od
-            return torch.cat((od, fa.chunk(q[:, lead:], kc, vc, chunk_mask, rows)))
+            return torch.cat((od, chunk(q[:, lead:], kc, vc)))
 
         cos, sin = self._rope_tables(d[0])
         return cos, sin, d[1], attend
@@ -658,7 +676,8 @@ class PagedLlama:
         ``R`` chunk rows through the chunk kernel, every sampled row through the LM head. No host
         sync and no allocation that depends on the contents, so a CUDA graph can replay it."""
         torch = self.torch
-        bd, R = key
+        bd, R = key[:2]
+        fresh = len(key) > 2 and key[2]
         N = bd + R
         fa = self._flex
         fa.set_blocks(g.mtab, g.mids)
@@ -672,7 +691,10 @@ class PagedLlama:
         didx = g.didx[:bd]
 
         def attend(q, kc, vc):
-            oc = fa.chunk(q[:, bd:], kc, vc, cmask, R)
+            if fresh:      # every chunk a fresh prompt: flash over the rows' own K/V (.fresh_attention)
+                oc = fresh_attention.attend(q[:, bd:], kc, vc, g.slot[bd:N], g.cu, R)
+            else:
+                oc = fa.chunk(q[:, bd:], kc, vc, cmask, R)
             if not bd:
                 return oc
             return torch.cat((fa.decode(q[:, didx], kc, vc, dmask), oc))
