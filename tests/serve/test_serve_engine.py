@@ -131,10 +131,14 @@ def test_fresh_prompts_give_the_tokens_of_sdpa(sdpa_run, monkeypatch):
 
 
 def test_chunk_buckets():
-    assert mixed.chunk_buckets(2048) == [128, 256, 512, 1024, 2048]
+    assert mixed.chunk_buckets(2048) == [128, 256, 384, 512, 768, 1024, 1536, 2048]
     assert mixed.chunk_buckets(256) == [128, 256]
     assert mixed.chunk_buckets(100) == [128]
-    assert mixed.chunk_buckets(3000) == [128, 256, 512, 1024, 2048, 3072]   # rounded up to 128 rows
+    assert mixed.chunk_buckets(640) == [128, 256, 384, 512, 640]            # 768 is past the budget
+    assert mixed.chunk_buckets(3000) == [128, 256, 384, 512, 768, 1024, 1536, 2048, 3072]   # rounded up to 128 rows
+    for budget in (300, 2048, 5000):   # a third of a bucket at most is padding
+        b = mixed.chunk_buckets(budget)
+        assert all(hi <= lo * 2 and (lo <= 128 or hi * 2 <= lo * 3) for lo, hi in zip(b, b[1:]))
     with pytest.raises(ValueError):
         mixed.chunk_buckets(0)
 

@@ -9,8 +9,8 @@ Shape buckets. The iteration's rows are ``[decode rows | chunk rows]``:
 * the leading single-token members (decode; the scheduler puts them first) are padded to a
   decode bucket ``bd`` (0, 1, 2, 4, ... ``max_num_seqs``; padding rows repeat row 0, as in
   :mod:`.graphs`), attended by FlexAttention's decoding kernel;
-* the other members' tokens, ``tc`` rows, are padded to a chunk bucket ``R`` (128, 256, 512, ...
-  up to the token budget rounded up to 128: :func:`chunk_buckets`), attended as one query
+* the other members' tokens, ``tc`` rows, are padded to a chunk bucket ``R`` (128, 256, 384, 512,
+  768, ... up to the token budget rounded up to 128: :func:`chunk_buckets`), attended as one query
   sequence by the chunk kernel. Padding rows read token 0 at position 0, write their K/V into
   the cache's scratch block (the extra block after ``num_blocks`` that no table lists) and
   belong to nobody in the mask (their outputs are discarded).
@@ -45,7 +45,7 @@ fp16, ``TRACESTORY_FRESH_ATTN`` not 0), so twice the graphs then.
 
 Limits: the chunk tile lists are as wide as the cache (the compiled kernel's shape does not vary
 with the iteration), so each iteration copies ``2 x nQ x KW`` int32 (0.6 MB at 16 tiles of
-18,000 blocks of 16); the token budget bounds ``R``; buckets double, so up to half of a bucket's
+18,000 blocks of 16); the token budget bounds ``R``; buckets grow by 1.5x or 2x, so up to a third of a bucket's
 rows can be padding (their matmul FLOPs are spent).
 """
 
@@ -61,13 +61,19 @@ RING = 4
 
 
 def chunk_buckets(max_batch_tokens: int) -> list[int]:
-    """Chunk row buckets: 128, 256, 512, ... below the budget rounded up to 128, then that."""
+    """Chunk row buckets: 128, 256, then each power of two and 1.5 times it (384, 512, 768,
+    1024, 1536, 2048, 3072, ...) below the budget rounded up to 128, then that. The 1.5 steps
+    bound the padding rows of a bucket above 256 rows to a third of it (with doubling alone, up
+    to half). The serving load of docs/BENCHMARKS.md (median 766 chunk rows per iteration with
+    prompt tokens): padding 25% of the bucket rows at the median with doubling, 14% with these."""
     if max_batch_tokens < 1:
         raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
     top = -(-max_batch_tokens // Q_TILE) * Q_TILE
     out, r = [], Q_TILE
     while r < top:
         out.append(r)
+        if r >= 2 * Q_TILE and r * 3 // 2 < top:
+            out.append(r * 3 // 2)
         r *= 2
     return out + [top]
 

@@ -713,20 +713,26 @@ class PagedLlama:
 
     def _warm_chunks(self, rows_max: int, say) -> float:
         """Compile the chunk (mixed-iteration) FlexAttention once per row bucket: a throwaway
-        forward over one request of ``rows`` tokens in block 0.. (its K/V are overwritten later)."""
+        forward over one request of ``rows`` tokens in block 0.. (its K/V are overwritten later).
+        That request is a fresh prompt: the fresh-prompt path is held off meanwhile, so the chunk
+        kernel (which chunks over cached blocks need) is the one compiled."""
         import time
 
         t_all = 0.0
-        for rows in self._chunk_buckets or range(Q_TILE, rows_max + 1, Q_TILE):
-            n = min(rows, self.num_blocks * self.block_size)
-            table = list(range(-(-n // self.block_size)))
-            x = self.embed[:1].expand(n, -1)
-            t0 = time.perf_counter()
-            self.forward_hidden(x, [(0, n, table)])
-            self.torch.cuda.synchronize(self.device)
-            dt = time.perf_counter() - t0
-            t_all += dt
-            say(f"flex chunk attention for {rows} rows compiled in {dt:.1f} s")
+        fresh, self._fresh = self._fresh, False
+        try:
+            for rows in self._chunk_buckets or range(Q_TILE, rows_max + 1, Q_TILE):
+                n = min(rows, self.num_blocks * self.block_size)
+                table = list(range(-(-n // self.block_size)))
+                x = self.embed[:1].expand(n, -1)
+                t0 = time.perf_counter()
+                self.forward_hidden(x, [(0, n, table)])
+                self.torch.cuda.synchronize(self.device)
+                dt = time.perf_counter() - t0
+                t_all += dt
+                say(f"flex chunk attention for {rows} rows compiled in {dt:.1f} s")
+        finally:
+            self._fresh = fresh
         return t_all
 
     def _warm_mixed_decode(self, say) -> float:
