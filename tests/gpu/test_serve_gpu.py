@@ -131,10 +131,11 @@ def test_fresh_prompts_through_flash_follow_the_flex_chunk_kernel(monkeypatch):
         cfg = LlamaConfig.from_name("llama-3-8b")
         m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda",
                        dtype=torch.bfloat16, seed=2, attention="flex")
+        before = len(calls)
         m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET, cuda_graphs=False)
         assert m._fresh is True and m.startup["fresh_attention"] is True
         # the start-up warm-up compiles the FlexAttention chunk kernel, never the flash call
-        assert calls == []
+        assert len(calls) == before
         m._fresh = fresh
         x = m.embed[torch.arange(60, device="cuda") * 7]
         with torch.inference_mode():
