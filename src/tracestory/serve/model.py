@@ -41,7 +41,9 @@ chunks of a mixed iteration are one query sequence over the whole cache with a b
 mask, decode tokens go through FlexAttention's decoding kernel, and on CUDA decode-only
 iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`); prefill and mixed
 iterations replay one per (decode rows, chunk rows) bucket (:mod:`.mixed`) when they fit, else run
-eagerly (the layers' Python launches every op). The caches hold one scratch block after the
+eagerly (the layers' Python launches every op). On CUDA in bf16/fp16, an iteration whose every
+chunk is a fresh prompt (from position 0) attends its chunks with one flash call over the K/V just
+written instead of FlexAttention's chunk kernel (:mod:`.fresh_attention`, its own buckets). The caches hold one scratch block after the
 last (``num_blocks``), which no block table lists: padding rows of those graphs write there.
 
 Asynchronous iterations (:meth:`PagedLlama.launch`): the sampled ids stay on the device (the
