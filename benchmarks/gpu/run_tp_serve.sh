@@ -7,7 +7,9 @@
 # GEMM study and the step profiles of benchmarks/gpu/decode_glue.py), chunkattn (one GPU: the chunk
 # attention kernel alone against SDPA, benchmarks/gpu/chunk_attn.py), ar2 / ar4 (decode-size
 # all-reduce, NCCL against symmetric memory, benchmarks/gpu/allreduce_small.py), ncu (the
-# docs/CAPTURE.md recipe "Kernels of a serving run under ncu", TP=2). Each step is time-limited.
+# docs/CAPTURE.md recipe "Kernels of a serving run under ncu", TP=2, rank 0 under ncu), ncufilter
+# (which kernels ncu's NCCL-free filter keeps), fresh (one GPU: fresh-prompt flash attention against
+# the chunk kernel, benchmarks/gpu/fresh_attn.py). Each step is time-limited.
 set -u
 OUT=${OUT:-tp_serve}
 W=/tmp/tpserve; mkdir -p "$OUT" $W/json
@@ -40,8 +42,8 @@ serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; r
 }
 
 for part in "$@"; do case $part in
-tests)
-  step gpu-tests 240 python3 -m pytest -q -m gpu --noconftest -p no:cacheprovider tests/gpu ;;
+tests)   # the whole pytest output in $OUT/pytest_gpu.txt, its end in the log
+  step gpu-tests 240 bash -c "python3 -m pytest -q -rfE -m gpu --noconftest -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.txt 2>&1; rc=\$?; tail -30 $OUT/pytest_gpu.txt; exit \$rc" ;;
 roofs)
   step roofs 60 python3 benchmarks/gpu/roofs.py --json $W/json/roofs.json ;;
 capture2)
@@ -62,16 +64,43 @@ chunkattn)
 ar2|ar4)
   n=${part#ar}
   step allreduce-tp$n 180 torchrun --nproc_per_node=$n benchmarks/gpu/allreduce_small.py --json $W/json/allreduce_tp$n.json ;;
+ncufilter)
+  # which kernels the --profile-rank filter keeps (NCCL look-alike out, the others in)
+  for F in 'regex:^(?!.*nccl).*' 'regex:^(?!.*nccl)(?=.*(?:keep|gemm|nvjet)).*'; do
+    echo "=== [ncu-filter] $(date +%T) \$ ncu --kernel-name $F ..." | tee -a "$LOG"
+    timeout 90 ncu --kernel-name "$F" --clock-control none --section SpeedOfLight \
+        python3 benchmarks/gpu/ncu_filter_check.py 2>&1 | grep -E "==PROF== Profiling|^values|==ERROR==" | tee -a "$LOG"
+  done ;;
 ncu)
+  # docs/CAPTURE.md "Kernels of a serving run under ncu": rank 0 of TP=2 under ncu, NCCL kernels
+  # left out there, an eager SDPA server (nothing compiles), the first iteration (a prefill)
   A=$W/artifacts; t0=$(date +%s)
-  step ncu-tp2 ${NCU_SECS:-240} $TS capture ncu --name serve_tp2_ncu --out $A --torchrun 2 --health-timeout 600 --stop-timeout 20 \
-      --load "--model llama-3-8b --request-rate 2 --duration 5 --random-input-len 512 --random-output-len 16 --ignore-eos --port 8000 --no-progress" \
-      --kernel-name "${NCU_KERNELS:-nvjet|gemm|flash|ncclDevKernel}" --launch-skip ${NCU_SKIP:-2000} --launch-count 20 \
-      -- $TS serve --tensor-parallel 2 $SERVE --attention-backend sdpa --enforce-eager --layers 4 --num-blocks 4096 --port 8000
-  echo "ncu wall $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
-  python3 -c "import json;m=json.load(open('$A/serve_tp2_ncu/manifest.json'));c=m['captures'][-1];print('capture status:',c['status'],c.get('error'));[print(' step',s['name'],s['status'],s.get('exit_code')) for s in c['steps']]" 2>&1 | tee -a "$LOG"
-  find $A/serve_tp2_ncu -type f | head -30 | xargs ls -la | tee -a "$LOG"
-  (cd $A && tar czf "$OUT/serve_tp2_ncu.tar.gz" serve_tp2_ncu) ;;
+  echo "=== [ncu-tp2] $(date +%T)" | tee -a "$LOG"
+  # its own process group and output file: a timeout stops every process of it
+  setsid $TS capture ncu --name serve_tp2_ncu --out $A --torchrun 2 --profile-rank 0 --health-timeout 300 \
+      --stop-timeout 60 --range iteration --skip ${NCU_ITER:-0} --launch-count ${NCU_COUNT:-40} --set ${NCU_SET:-basic} \
+      --load "--model llama-3-8b --request-rate 2 --duration 8 --random-input-len 512 --random-output-len 16 --ignore-eos --port 8000 --no-progress" \
+      -- $TS serve --tensor-parallel 2 $SERVE --attention-backend sdpa --enforce-eager --num-blocks 4096 \
+         --stall-timeout 900 --port 8000 \
+      > $W/ncu_capture.txt 2>&1 &
+  CP=$!
+  while kill -0 $CP 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt ${NCU_SECS:-240} ]; do
+    sleep 2
+    [ -s $W/ps.txt ] || [ $(( $(date +%s) - t0 )) -lt 40 ] || ps -eo pid,ppid,pgid,etimes,args --forest | grep -E "ncu|tracestory|torchrun" | grep -v grep | cut -c1-220 > $W/ps.txt
+  done
+  cat $W/ps.txt 2>/dev/null | tee -a "$LOG"
+  kill -0 $CP 2>/dev/null && { echo "ncu capture still running after ${NCU_SECS:-240} s: stopped" | tee -a "$LOG"; kill -INT -- -$CP; sleep 20; kill -KILL -- -$CP 2>/dev/null; }
+  wait $CP; echo "=== [ncu-tp2] rc=$? wall $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
+  grep -v Warning $W/ncu_capture.txt | grep -E "==PROF==|capture ncu|Error|error|Traceback" | head -80 | tee -a "$LOG"
+  grep -c "==PROF== Profiling" $W/ncu_capture.txt | sed 's/^/profiled kernels: /' | tee -a "$LOG"
+  python3 -c "import json;m=json.load(open('$A/serve_tp2_ncu/manifest.json'));c=m['captures'][-1];print('capture status:',c['status'],c.get('error'));[print(' step',s['name'],s['status'],s.get('exit_code'),s.get('stop_signal'),s.get('stopped'),s.get('duration_ns')) for s in c['steps']]" 2>&1 | tee -a "$LOG"
+  find $A/serve_tp2_ncu -type f | xargs ls -la | tee -a "$LOG"
+  step report-ncu 120 $TS report $A/serve_tp2_ncu -o $A/serve_tp2_ncu/report.md
+  grep -n -i -B2 -A12 "kernel metrics\|ncu\|Nsight Compute" $A/serve_tp2_ncu/report.md | head -60 | tee -a "$LOG"
+  gzip -c $W/ncu_capture.txt > "$OUT/ncu_capture.txt.gz"
+  (cd $A && tar czf "$OUT/serve_tp2_ncu.tar.gz" --exclude='*.ncu-rep' serve_tp2_ncu) ;;
+fresh)
+  step fresh-attn 240 python3 benchmarks/gpu/fresh_attn.py --json $W/json/fresh_attn.json ;;
 tp1) serve_run 1 8001 ;;
 tp2) serve_run 2 8002 ;;
 tp4) serve_run 4 8004 ;;

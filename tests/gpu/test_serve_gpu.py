@@ -24,10 +24,12 @@ pytestmark = pytest.mark.gpu
 BS, NB, SEQS, BUDGET = 16, 96, 4, 64
 
 
-def _run(attention, prepare, graphs=True, mixed=True, replay=True, glue="triton", dtype=torch.float32, fp8="off"):
+def _run(attention, prepare, graphs=True, mixed=True, replay=True, glue="triton", dtype=torch.float32, fp8="off",
+         keep=None):
     """A continuous-batching run over 7 ragged requests (chunked prefills, decode at batch 1..4).
     ``mixed``: prefill/mixed buckets built; ``replay=False``: the graphs are captured but their
-    bodies run instead (same kernels, no replay); ``glue``: fused Triton glue or torch ops."""
+    bodies run instead (same kernels, no replay); ``glue``: fused Triton glue or torch ops; ``keep``:
+    a list that receives the model."""
     cfg = LlamaConfig.from_name("llama-3-8b")
     m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda", dtype=dtype,
                    seed=2, attention=attention)
@@ -39,6 +41,8 @@ def _run(attention, prepare, graphs=True, mixed=True, replay=True, glue="triton"
         if not replay:
             m._graphs.use_graphs = False
             m._mixed.use_graphs = False
+    if keep is not None:
+        keep.append(m)
     s = Scheduler(SchedulerConfig(block_size=BS, num_blocks=NB, max_batch_tokens=BUDGET, max_num_seqs=SEQS))
     rng = random.Random(0)
     for i in range(7):
@@ -102,10 +106,54 @@ def test_served_request_completes_with_graphs(tmp_path):
     meta = lines[0]
     assert meta["attention_backend"] == "flex" and meta["startup"]["cuda_graphs"] is True
     assert meta["startup"]["decode_buckets"] == [1, 2, 4, 8] and meta["startup"]["compile_s"] > 0
-    # chunk rows 128 (the budget) x decode rows 0, 1, 2, 4, 8: one graph each
-    assert meta["startup"]["chunk_rows"] == [128] and meta["startup"]["mixed_graphs"] == 5
+    # chunk rows 128 (the budget) x decode rows 0, 1, 2, 4, 8, each with and without fresh prompts
+    # (bf16: the fresh-prompt flash path is on): one graph each
+    assert meta["startup"]["fresh_attention"] is True
+    assert meta["startup"]["chunk_rows"] == [128] and meta["startup"]["mixed_graphs"] == 10
     decode = [o for o in lines if o["type"] == "iteration" and o["prefill_tokens"] == 0]
     assert len(decode) >= 20
+
+
+# ---------------------------------------------------------------- fresh prompts through flash
+
+
+def test_fresh_prompts_through_flash_follow_the_flex_chunk_kernel(monkeypatch):
+    """bf16, two fresh prompts in one prefill: the hidden states with the chunk attention through
+    the flash call (serve.fresh_attention) against the FlexAttention chunk kernel (another
+    attention implementation: bf16 rounding apart, the same function)."""
+    from tracestory.serve import fresh_attention
+
+    calls = []
+    real = fresh_attention.attend
+    monkeypatch.setattr(fresh_attention, "attend", lambda *a: calls.append(a[-1]) or real(*a))
+    outs = []
+    for fresh in (True, False):
+        cfg = LlamaConfig.from_name("llama-3-8b")
+        m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda",
+                       dtype=torch.bfloat16, seed=2, attention="flex")
+        before = len(calls)
+        m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET, cuda_graphs=False)
+        assert m._fresh is True and m.startup["fresh_attention"] is True
+        # the start-up warm-up compiles the FlexAttention chunk kernel, never the flash call
+        assert len(calls) == before
+        m._fresh = fresh
+        x = m.embed[torch.arange(60, device="cuda") * 7]
+        with torch.inference_mode():
+            outs.append(m.forward_hidden(x, [(0, 40, [0, 1, 2]), (0, 20, [5, 6])]).float())
+    assert calls == [60, 60]          # one flash call per layer, over the 60 chunk rows, in the fresh run only
+    rel = ((outs[0] - outs[1]).norm() / outs[1].norm()).item()
+    assert rel < 1e-2, rel
+
+
+def test_fresh_buckets_replay_like_their_bodies():
+    """bf16 continuous batching: the fresh prefill buckets' graph replays give the tokens of their
+    bodies run without replay (same kernels), and fresh buckets were used."""
+    kept = []
+    graph, paths = _run("flex", prepare=True, dtype=torch.bfloat16, keep=kept)
+    assert kept[0]._mixed.fresh and kept[0]._mixed.fresh_runs >= 1 and "mixed-graph" in paths
+    assert any(k[2] for k in kept[0]._mixed.graphs)
+    bodies, _ = _run("flex", prepare=True, dtype=torch.bfloat16, replay=False)
+    assert _first_difference(graph, bodies) is None
 
 
 # ---------------------------------------------------------------- the fused glue (models.glue_triton)

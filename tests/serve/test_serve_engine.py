@@ -104,11 +104,41 @@ def test_prefill_and_mixed_buckets_give_the_tokens_of_sdpa(sdpa_run):
     assert got == out and got_fins == fins
 
 
+def test_fresh_prompts_give_the_tokens_of_sdpa(sdpa_run, monkeypatch):
+    """Iterations whose chunks are all fresh prompts through :mod:`tracestory.serve.fresh_attention`
+    (on the CPU its masked-SDPA reference; on CUDA the flash call, tests/gpu), in the eager
+    FlexAttention path and in the fresh prefill/mixed buckets' bodies: the SDPA path's tokens."""
+    from tracestory.serve import fresh_attention
+
+    calls = []
+    real = fresh_attention.attend
+    monkeypatch.setattr(fresh_attention, "attend", lambda *a: calls.append(a[-1]) or real(*a))
+    out, fins, _, _ = sdpa_run
+    m = _model("flex")
+    m._fresh = True
+    got, got_fins, _, _ = _reference(m)
+    assert calls and got == out and got_fins == fins
+    calls.clear()
+    mm = _mixed_model()
+    mm._fresh = True
+    mm._mixed = mixed.MixedGraphs(mm, graphs.decode_buckets(SEQS), [8, 16], 6, SEQS, use_graphs=False)
+    mm._mixed.build(lambda _line: None)
+    assert mm._mixed.fresh and (0, 8, True) in mm._mixed.keys() and len(mm._mixed.keys()) == 2 * 4 * 2
+    got, got_fins, _, paths = _reference(mm)
+    assert mm._mixed.fresh_runs >= 1 and "mixed-static" in paths
+    assert set(calls) & {8, 16}                     # bucket rows: the fresh buckets' calls
+    assert got == out and got_fins == fins
+
+
 def test_chunk_buckets():
-    assert mixed.chunk_buckets(2048) == [128, 256, 512, 1024, 2048]
+    assert mixed.chunk_buckets(2048) == [128, 256, 384, 512, 768, 1024, 1536, 2048]
     assert mixed.chunk_buckets(256) == [128, 256]
     assert mixed.chunk_buckets(100) == [128]
-    assert mixed.chunk_buckets(3000) == [128, 256, 512, 1024, 2048, 3072]   # rounded up to 128 rows
+    assert mixed.chunk_buckets(640) == [128, 256, 384, 512, 640]            # 768 is past the budget
+    assert mixed.chunk_buckets(3000) == [128, 256, 384, 512, 768, 1024, 1536, 2048, 3072]   # rounded up to 128 rows
+    for budget in (300, 2048, 5000):   # a third of a bucket at most is padding
+        b = mixed.chunk_buckets(budget)
+        assert all(hi <= lo * 2 and (lo <= 128 or hi * 2 <= lo * 3) for lo, hi in zip(b, b[1:]))
     with pytest.raises(ValueError):
         mixed.chunk_buckets(0)
 
@@ -119,10 +149,11 @@ def test_mixed_packing_by_hand():
     # a decode member (position 5, blocks [3, 7]) then a prefill chunk of 3 tokens at 0..2 in block [2]
     members = [Member("a", "decode", 5, (11,), (3, 7), False, True),
                Member("b", "prefill", 0, (21, 22, 23), (2,), False, True)]
-    assert g.key(members) == (1, 8)                 # 1 decode row, 3 chunk rows -> the 8-row bucket
+    # 1 decode row, 3 chunk rows -> the 8-row bucket; not a fresh bucket: those are off on the CPU
+    assert g.key(members) == (1, 8, False)
     h64 = torch.zeros(g._n64, dtype=torch.long)
     h32 = torch.zeros(g._n32, dtype=torch.int32)
-    g.pack(members, [11, 21, 22, 23], (1, 8), h64, h32)
+    g.pack(members, [11, 21, 22, 23], (1, 8, False), h64, h32)
     a, b = h64.numpy(), h32.numpy()
     o, o32 = g._o64, g._o32
     N, scratch = 1 + 8, NB * BS                     # scratch block = block NB, slot NB * BS = 32

@@ -235,9 +235,11 @@ def check_tools(p: CapturePlan) -> None:
     if p.tool == "torch" and importlib.util.find_spec("torch") is None:
         raise ToolNotFound("torch", "install PyTorch (`pip install torch`) to capture with torch.profiler")
     for s in p.steps:
-        exe = s.argv[0]
-        if shutil.which(exe) is None:
-            raise ToolNotFound(exe, hints.get(exe, f"`{exe}` (the workload's interpreter) is not on PATH"))
+        # --profile-rank: torchrun starts ncu inside one rank (capture.one_rank)
+        inside = [p.tool] if "tracestory.capture.one_rank" in s.argv else []
+        for exe in (s.argv[0], *inside):
+            if shutil.which(exe) is None:
+                raise ToolNotFound(exe, hints.get(exe, f"`{exe}` (the workload's interpreter) is not on PATH"))
 
 
 def check_workload(p: CapturePlan) -> None:

@@ -88,6 +88,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("launch_count", "int", None, ("ncu",), "ncu --launch-count"),
     Option("kernel_name", "str", None, ("ncu",), "ncu --kernel-name, a regex"),
     Option("kernel_name_base", "str", None, ("ncu",), "ncu --kernel-name-base (function|demangled|mangled)"),
+    Option("profile_rank", "int", None, ("ncu",),
+           "with --torchrun N: profile rank R only (ncu wraps that rank's process, the other ranks run "
+           "plain) and never its NCCL kernels (a replayed collective would wait for the other ranks)"),
     Option("clock_control", "str", "none", ("ncu",), "ncu --clock-control"),
     Option("target_processes", "str", "all", ("ncu",), "ncu --target-processes"),
 )
@@ -216,6 +219,14 @@ def validate(tool: str, v: Mapping[str, Any]) -> None:
                                  "--wait/--warmup/--active schedule, found both")
             if v.get("active") is None:
                 raise UsageError("capture torch: a --wait/--warmup schedule needs --active N")
+    if v.get("profile_rank") is not None:
+        n = v.get("torchrun")
+        if not n:
+            raise UsageError("option --profile-rank: expected --torchrun N beside it (the rank of a torchrun job "
+                             "to profile), found no --torchrun")
+        if not 0 <= v["profile_rank"] < n:
+            raise UsageError(f"option --profile-rank: expected a rank from 0 to {n - 1} (--torchrun {n}), "
+                             f"found {v['profile_rank']}")
     if tool in ("nsys", "ncu") and v.get("skip") and not v.get("range"):
         raise UsageError(f"capture {tool}: --skip needs --range NAME")
 

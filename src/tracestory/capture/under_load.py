@@ -16,7 +16,8 @@
    SIGKILL after another ``grace_s``; the signal that ended it is recorded. The server is
    stopped whatever happened before (failed health check, failed load, Ctrl-C). A server
    launched by ``torchrun`` (or ``python -m torch.distributed.run``, also under ncu or nsys)
-   gets the SIGINT on its ranks only (the children of the launcher, found in ``/proc``): a
+   gets the SIGINT on its ranks only (the children of the launcher, found in ``/proc``; a rank
+   that is ncu or nsys, ``capture ncu --profile-rank``, through the program it runs): a
    launcher that receives a signal itself ends its ranks and exits 1 with a traceback, while
    ranks that stop by themselves let it exit 0 (``tracestory serve --tensor-parallel N``: rank 0
    stops serving and tells the others to exit). Ranks still running ``grace_s`` later get
@@ -202,8 +203,17 @@ def _proc_table() -> dict[int, tuple[int, list[str]]]:
     return out
 
 
+# a rank that is one of these (capture --profile-rank) is signalled in the program it runs: ncu
+# 2025.3 on the H100 ran `/bin/sh .../ncu` -> `.../target/.../ncu` -> `TreeLauncherSubreaper` ->
+# the program, and a SIGINT to any of the three did not reach the program
+PROFILERS = ("ncu", "nsys", "TreeLauncherSubreaper")
+
+
 def torchrun_ranks(root_pid: int) -> list[int]:
-    """The pids of the processes a torchrun launcher at or below ``root_pid`` started."""
+    """The pids of the processes a torchrun launcher at or below ``root_pid`` started; for a
+    rank that is a profiler (``capture ncu --profile-rank``: ncu runs the rank's program as its
+    child), the program's pid instead, so the program stops as the other ranks do and the
+    profiler then writes its report and exits by itself."""
     table = _proc_table()
     kids: dict[int, list[int]] = {}
     for pid, (ppid, _argv) in table.items():
@@ -213,10 +223,23 @@ def torchrun_ranks(root_pid: int) -> list[int]:
         pid = todo.pop()
         below = kids.get(pid, [])
         if pid in table and _is_launcher(table[pid][1]):
-            ranks += below
+            for rank in below:
+                ranks += _through_profiler(rank, table, kids)
         else:
             todo += below
     return sorted(ranks)
+
+
+def _is_profiler(argv: Sequence[str]) -> bool:
+    """``ncu ...``, or a script named ncu run by its interpreter (``/bin/sh .../ncu ...``)."""
+    return any(Path(w).name in PROFILERS for w in argv[:2])
+
+
+def _through_profiler(pid: int, table: dict[int, tuple[int, list[str]]], kids: dict[int, list[int]]) -> list[int]:
+    """``[pid]``, or for a profiler the programs it runs (through profilers that start profilers)."""
+    if not _is_profiler(table.get(pid, (0, []))[1]) or not kids.get(pid):
+        return [pid]
+    return [p for kid in kids[pid] for p in _through_profiler(kid, table, kids)]
 
 
 def _alive_pids(pids: Sequence[int]) -> list[int]:

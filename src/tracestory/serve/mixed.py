@@ -9,8 +9,8 @@ Shape buckets. The iteration's rows are ``[decode rows | chunk rows]``:
 * the leading single-token members (decode; the scheduler puts them first) are padded to a
   decode bucket ``bd`` (0, 1, 2, 4, ... ``max_num_seqs``; padding rows repeat row 0, as in
   :mod:`.graphs`), attended by FlexAttention's decoding kernel;
-* the other members' tokens, ``tc`` rows, are padded to a chunk bucket ``R`` (128, 256, 512, ...
-  up to the token budget rounded up to 128: :func:`chunk_buckets`), attended as one query
+* the other members' tokens, ``tc`` rows, are padded to a chunk bucket ``R`` (128, 256, 384, 512,
+  768, ... up to the token budget rounded up to 128: :func:`chunk_buckets`), attended as one query
   sequence by the chunk kernel. Padding rows read token 0 at position 0, write their K/V into
   the cache's scratch block (the extra block after ``num_blocks`` that no table lists) and
   belong to nobody in the mask (their outputs are discarded).
@@ -36,9 +36,16 @@ start-up warm-ups; a missed one compiles here, not under load), then ``torch.cud
 memory pool shared by all buckets (one graph runs at a time). ``use_graphs=False`` runs the same
 body without graphs (the CPU tests, and the fallback when a capture fails).
 
+Fresh prompts (:mod:`.fresh_attention`): an iteration whose every chunk starts at position 0
+has its own bucket ``(bd, R, True)``, whose graph attends the chunk rows with one flash call over
+the K/V just written (``cu``: the members' cumulative row offsets, then the padding rows as one
+sequence, then empty ones; ``int32[M + 2]``) instead of the FlexAttention chunk kernel; the
+others ``(bd, R, False)``. Only where the model says so (:attr:`PagedLlama._fresh`: CUDA, bf16 or
+fp16, ``TRACESTORY_FRESH_ATTN`` not 0), so twice the graphs then.
+
 Limits: the chunk tile lists are as wide as the cache (the compiled kernel's shape does not vary
 with the iteration), so each iteration copies ``2 x nQ x KW`` int32 (0.6 MB at 16 tiles of
-18,000 blocks of 16); the token budget bounds ``R``; buckets double, so up to half of a bucket's
+18,000 blocks of 16); the token budget bounds ``R``; buckets grow by 1.5x or 2x, so up to a third of a bucket's
 rows can be padding (their matmul FLOPs are spent).
 """
 
@@ -46,6 +53,7 @@ from __future__ import annotations
 
 import time
 
+from . import fresh_attention
 from .graphs import bucket_for
 from .paged_attention import PAD_ROW, Q_TILE, chunk_tiles
 
@@ -53,13 +61,19 @@ RING = 4
 
 
 def chunk_buckets(max_batch_tokens: int) -> list[int]:
-    """Chunk row buckets: 128, 256, 512, ... below the budget rounded up to 128, then that."""
+    """Chunk row buckets: 128, 256, then each power of two and 1.5 times it (384, 512, 768,
+    1024, 1536, 2048, 3072, ...) below the budget rounded up to 128, then that. The 1.5 steps
+    bound the padding rows of a bucket above 256 rows to a third of it (with doubling alone, up
+    to half). The serving load of docs/BENCHMARKS.md (median 766 chunk rows per iteration with
+    prompt tokens): padding 25% of the bucket rows at the median with doubling, 14% with these."""
     if max_batch_tokens < 1:
         raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
     top = -(-max_batch_tokens // Q_TILE) * Q_TILE
     out, r = [], Q_TILE
     while r < top:
         out.append(r)
+        if r >= 2 * Q_TILE and r * 3 // 2 < top:
+            out.append(r * 3 // 2)
         r *= 2
     return out + [top]
 
@@ -68,7 +82,7 @@ class MixedGraphs:
     """Static buffers, block masks and graphs of a model's prefill and mixed iterations."""
 
     def __init__(self, model, decode_buckets: list[int], row_buckets: list[int], width: int,
-                 max_members: int, *, use_graphs: bool = True):
+                 max_members: int, *, use_graphs: bool = True, fresh: bool | None = None):
         import numpy as np
         import torch
 
@@ -77,6 +91,9 @@ class MixedGraphs:
         self.rbuckets = list(row_buckets)
         self.width, self.M, self.use_graphs = int(width), int(max_members), use_graphs
         self.on_cuda = bool(model.on_cuda)
+        # fresh-prompt buckets (module docstring); the model decides unless told
+        self.fresh = bool(getattr(model, "_fresh", False)) if fresh is None else bool(fresh)
+        self.fresh_runs = 0                  # iterations run through a fresh bucket (tests, logs)
         if use_graphs and not self.on_cuda:
             raise ValueError("CUDA graphs need a CUDA device")
         B, R, W, M = self.dbuckets[-1], self.rbuckets[-1], self.width, self.M
@@ -93,7 +110,7 @@ class MixedGraphs:
         self._o32 = o32 = {}
         off = 0
         for name, n in (("dnblk", B), ("dtab", B * W), ("rown", R), ("kvn", self.nq), ("kvi", self.nq * kw),
-                        ("fkn", self.nq), ("fki", self.nq * kw)):
+                        ("fkn", self.nq), ("fki", self.nq * kw), ("cu", M + 2)):
             o32[name] = (off, n)
             off += n
         self._n32 = off
@@ -118,7 +135,8 @@ class MixedGraphs:
         self.kvi = w[o32["kvi"][0]:o32["kvi"][0] + self.nq * kw].view(self.nq, kw)
         self.fkn = w[o32["fkn"][0]:o32["fkn"][0] + self.nq]
         self.fki = w[o32["fki"][0]:o32["fki"][0] + self.nq * kw].view(self.nq, kw)
-        self.graphs: dict[tuple[int, int], object] = {}
+        self.cu = w[o32["cu"][0]:o32["cu"][0] + M + 2]
+        self.graphs: dict[tuple[int, int, bool], object] = {}
         self.dmasks: dict[int, object] = {}
         self.cmasks: dict[int, object] = {}
         self.failed: str | None = None       # why graphs were given up (the static body still runs)
@@ -132,8 +150,9 @@ class MixedGraphs:
             lead += 1
         return min(lead, self.bmax)
 
-    def key(self, members) -> tuple[int, int] | None:
-        """The bucket ``(bd, R)`` of an iteration with chunk rows, or None when it does not fit."""
+    def key(self, members) -> tuple[int, int, bool] | None:
+        """The bucket ``(bd, R, fresh)`` of an iteration with chunk rows, or None when it does not
+        fit; ``fresh``: every chunk starts at position 0 and the fresh buckets are on."""
         if not members or len(members) > self.M:
             return None
         if any(len(m.block_table) > self.width for m in members):
@@ -146,14 +165,14 @@ class MixedGraphs:
         r = bucket_for(tc, self.rbuckets)
         if bd is None or r is None:
             return None
-        return bd, r
+        return bd, r, self.fresh and all(m.start == 0 for m in members[lead:])
 
     # ------------------------------------------------------------------ packing
     def pack(self, members, ids, key, h64, h32) -> None:
         """Fill the pinned buffers for ``members`` (input ``ids``) in bucket ``key``."""
         np, model = self.np, self.model
         bs, nb = model.block_size, model.num_blocks
-        bd, R = key
+        bd, R = key[:2]
         W, M = self.width, self.M
         o, o32 = self._o64, self._o32
         a, b = h64.numpy(), h32.numpy()
@@ -212,11 +231,13 @@ class MixedGraphs:
             full[:, :idx.shape[1]] = idx[:, :kw]
             full[:, idx.shape[1]:] = idx[:, :1]      # padding entries repeat the first, never read
             b[o32[ik][0]:o32[ik][0] + nq * kw] = full.ravel()
+        if len(key) > 2 and key[2]:
+            b[o32["cu"][0]:o32["cu"][0] + M + 2] = fresh_attention.offsets([m.tokens for m in members[lead:]], R, M + 1)
 
     # ------------------------------------------------------------------ masks, body, graphs
     def masks(self, key):
         """The decode and chunk block masks of a bucket: views of the static buffers."""
-        bd, R = key
+        bd, R = key[:2]
         model = self.model
         fa, slots = model._flex, model.k_cache[0].shape[0]
         if bd and bd not in self.dmasks:
@@ -270,8 +291,9 @@ class MixedGraphs:
         torch.cuda.current_stream(model.device).wait_stream(stream)
         return warm_s, capture_s
 
-    def keys(self) -> list[tuple[int, int]]:
-        return [(bd, r) for r in self.rbuckets for bd in self.dbuckets]
+    def keys(self) -> list[tuple[int, int, bool]]:
+        fresh = (False, True) if self.fresh else (False,)
+        return [(bd, r, f) for r in self.rbuckets for bd in self.dbuckets for f in fresh]
 
     def _harmless(self) -> None:
         """Inputs that touch only the scratch block: every row writes there, owns nothing."""
@@ -288,6 +310,7 @@ class MixedGraphs:
         self.kvi.fill_(nb // model._flex.group)      # the KV tile holding the scratch block
         self.fkn.fill_(0)
         self.fki.fill_(nb // model._flex.group)
+        self.cu.zero_()                  # every fresh sequence empty: nothing read beyond any bucket
 
     def run(self, members, ids, key) -> None:
         """Copy the inputs (two copies) and replay the bucket's graph (or run its body)."""
@@ -300,6 +323,7 @@ class MixedGraphs:
         self.d32.copy_(h32, non_blocking=self.on_cuda)
         if ev is not None:
             ev.record()
+        self.fresh_runs += bool(len(key) > 2 and key[2])
         if self.use_graphs and key in self.graphs:
             self.graphs[key].replay()
         else:

@@ -41,7 +41,9 @@ chunks of a mixed iteration are one query sequence over the whole cache with a b
 mask, decode tokens go through FlexAttention's decoding kernel, and on CUDA decode-only
 iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`); prefill and mixed
 iterations replay one per (decode rows, chunk rows) bucket (:mod:`.mixed`) when they fit, else run
-eagerly (the layers' Python launches every op). The caches hold one scratch block after the
+eagerly (the layers' Python launches every op). On CUDA in bf16/fp16, an iteration whose every
+chunk is a fresh prompt (from position 0) attends its chunks with one flash call over the K/V just
+written instead of FlexAttention's chunk kernel (:mod:`.fresh_attention`, its own buckets). The caches hold one scratch block after the
 last (``num_blocks``), which no block table lists: padding rows of those graphs write there.
 
 Asynchronous iterations (:meth:`PagedLlama.launch`): the sampled ids stay on the device (the
@@ -61,6 +63,7 @@ from collections.abc import Sequence
 
 from ..capture.region import region
 from ..models.llama_config import LlamaConfig, layer_params
+from . import fresh_attention
 from .graphs import DecodeGraphs, bucket_for, decode_buckets
 from .mixed import MixedGraphs, chunk_buckets
 from .paged_attention import PAD_ROW, Q_TILE, FlexPagedAttention, cache_blocks, chunk_tiles
@@ -224,6 +227,10 @@ class PagedLlama:
         self._out_ring: list = []    # pinned host buffers + events for the sampled ids (CUDA)
         self._out_next = 0
         self._glue = None            # models.glue_triton when the fused glue runs (prepare, CUDA)
+        # prefill chunks of fresh prompts through flash (.fresh_attention): CUDA, FlexAttention's
+        # backend, a dtype flash takes; tests may switch it on elsewhere (the reference then runs)
+        self._fresh = (self.on_cuda and attention == "flex" and self.dtype in (torch.bfloat16, torch.float16)
+                       and fresh_attention.enabled())
         self.startup: dict = {}      # what prepare() built and how long it took
 
     # ------------------------------------------------------------------ public
@@ -280,7 +287,7 @@ class PagedLlama:
 
         torch = self.torch
         say = log or (lambda _line: None)
-        info: dict = {"attention": self.attention, "cuda_graphs": False}
+        info: dict = {"attention": self.attention, "cuda_graphs": False, "fresh_attention": self._fresh}
         stacked = self._fuse_projections()
         glue = glue or os.environ.get("TRACESTORY_GLUE", "triton")
         if glue not in ("triton", "torch"):
@@ -599,6 +606,9 @@ class PagedLlama:
         fa = self._flex_for(max(rows, bd))
         pos_all = np.concatenate(pos_l)
         parts = [pos_all, np.concatenate(slot_l), np.stack(tabs).ravel()]
+        # every chunk a fresh prompt: one flash call over the K/V just written (.fresh_attention)
+        fresh = bool(tc) and self._fresh and fresh_attention.is_fresh((s, n) for s, n, _t in spans[lead:])
+        cu = fresh_attention.offsets([n for _s, n, _t in spans[lead:]], tc, len(spans) - lead) if fresh else None
         if rows:
             kv_num, kv_idx, full_num, full_idx = chunk_tiles(tiles, bs, rows, fa.group)
             if self.on_cuda:          # one compiled shape per row bucket: tile lists as wide as the cache
@@ -615,6 +625,8 @@ class PagedLlama:
             dtab = np.stack(tabs[:lead])[:, :g.width][src]
             nblk = -(-(pos_all[:lead] + 1) // bs)
             parts += [src, pos_all[:lead][src], nblk[src], dtab.ravel()]
+        if fresh:
+            parts.append(cu.astype(np.int64))
         buf = self._to_device(np.concatenate(parts))
         cut = np.cumsum([0] + [len(p) for p in parts])
         d = [buf[a:b] for a, b in itertools.pairwise(cut)]
@@ -635,13 +647,21 @@ class PagedLlama:
                                             slots_n)
             dec_rows = d[k]
 
+        if fresh:
+            cu_d, chunk_slots = d[-1].to(torch.int32), d[1][lead:]
+
+        def chunk(q, kc, vc):
+            if fresh:
+                return fresh_attention.attend(q, kc, vc, chunk_slots, cu_d, tc)
+            return fa.chunk(q, kc, vc, chunk_mask, rows)
+
         def attend(q, kc, vc):
             if not bd:
-                return fa.chunk(q, kc, vc, chunk_mask, rows)
+                return chunk(q, kc, vc)
             od = fa.decode(q[:, dec_rows], kc, vc, dec_mask)[:lead]
             if not rows:
                 return od
-            return torch.cat((od, fa.chunk(q[:, lead:], kc, vc, chunk_mask, rows)))
+            return torch.cat((od, chunk(q[:, lead:], kc, vc)))
 
         cos, sin = self._rope_tables(d[0])
         return cos, sin, d[1], attend
@@ -658,7 +678,8 @@ class PagedLlama:
         ``R`` chunk rows through the chunk kernel, every sampled row through the LM head. No host
         sync and no allocation that depends on the contents, so a CUDA graph can replay it."""
         torch = self.torch
-        bd, R = key
+        bd, R = key[:2]
+        fresh = len(key) > 2 and key[2]
         N = bd + R
         fa = self._flex
         fa.set_blocks(g.mtab, g.mids)
@@ -672,7 +693,10 @@ class PagedLlama:
         didx = g.didx[:bd]
 
         def attend(q, kc, vc):
-            oc = fa.chunk(q[:, bd:], kc, vc, cmask, R)
+            if fresh:      # every chunk a fresh prompt: flash over the rows' own K/V (.fresh_attention)
+                oc = fresh_attention.attend(q[:, bd:], kc, vc, g.slot[bd:N], g.cu, R)
+            else:
+                oc = fa.chunk(q[:, bd:], kc, vc, cmask, R)
             if not bd:
                 return oc
             return torch.cat((fa.decode(q[:, didx], kc, vc, dmask), oc))
@@ -691,20 +715,26 @@ class PagedLlama:
 
     def _warm_chunks(self, rows_max: int, say) -> float:
         """Compile the chunk (mixed-iteration) FlexAttention once per row bucket: a throwaway
-        forward over one request of ``rows`` tokens in block 0.. (its K/V are overwritten later)."""
+        forward over one request of ``rows`` tokens in block 0.. (its K/V are overwritten later).
+        That request is a fresh prompt: the fresh-prompt path is held off meanwhile, so the chunk
+        kernel (which chunks over cached blocks need) is the one compiled."""
         import time
 
         t_all = 0.0
-        for rows in self._chunk_buckets or range(Q_TILE, rows_max + 1, Q_TILE):
-            n = min(rows, self.num_blocks * self.block_size)
-            table = list(range(-(-n // self.block_size)))
-            x = self.embed[:1].expand(n, -1)
-            t0 = time.perf_counter()
-            self.forward_hidden(x, [(0, n, table)])
-            self.torch.cuda.synchronize(self.device)
-            dt = time.perf_counter() - t0
-            t_all += dt
-            say(f"flex chunk attention for {rows} rows compiled in {dt:.1f} s")
+        fresh, self._fresh = self._fresh, False
+        try:
+            for rows in self._chunk_buckets or range(Q_TILE, rows_max + 1, Q_TILE):
+                n = min(rows, self.num_blocks * self.block_size)
+                table = list(range(-(-n // self.block_size)))
+                x = self.embed[:1].expand(n, -1)
+                t0 = time.perf_counter()
+                self.forward_hidden(x, [(0, n, table)])
+                self.torch.cuda.synchronize(self.device)
+                dt = time.perf_counter() - t0
+                t_all += dt
+                say(f"flex chunk attention for {rows} rows compiled in {dt:.1f} s")
+        finally:
+            self._fresh = fresh
         return t_all
 
     def _warm_mixed_decode(self, say) -> float:
