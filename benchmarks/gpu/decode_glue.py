@@ -17,12 +17,14 @@ Parts (``--parts``, default all):
   the kernels one step launches and their GPU time by kind (torch.profiler), and one iteration
   with a 2,048-token prefill chunk (the same).
 
-Usage: python benchmarks/gpu/decode_glue.py [--parts gemm,step] [--json OUT]
+Usage: python benchmarks/gpu/decode_glue.py [--parts gemm,step] [--tp 1,2,4] [--m 1,8] [--block-n 64,32,16]
+[--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -60,7 +62,7 @@ def _graph_time(calls, reps=64) -> float:
     return statistics.median(out)
 
 
-def gemm_part() -> list[dict]:
+def gemm_part(tps=(1, 2, 4), ms=(1, 2, 4, 8, 16, 32), block_ns=(64,)) -> list[dict]:
     from tracestory.models import fp8_small_m
     from tracestory.models import quant_triton as qt
     from tracestory.models.fp8 import SMALL_M, Fp8Weight, scaled_mm
@@ -68,7 +70,7 @@ def gemm_part() -> list[dict]:
     SMALL_M.clear()                   # _scaled_mm only in the fp8 columns
 
     rows = []
-    for tp in (1, 2, 4):
+    for tp in tps:
         shapes = {"qkv": [((H + 2 * KH) * HD // tp, D)], "q,k,v": [(H * HD // tp, D), (KH * HD // tp, D),
                                                                      (KH * HD // tp, D)],
                   "wo": [(D, H * HD // tp)], "gu": [(2 * FF // tp, D)], "g,u": [(FF // tp, D)] * 2,
@@ -85,7 +87,7 @@ def gemm_part() -> list[dict]:
             q8 = [[Fp8Weight(w, "rowwise") for w in c] for c in ws]
             if not bf:
                 del ws
-            for m in (1, 2, 4, 8, 16, 32):
+            for m in ms:
                 x = torch.randn(m, parts[0][1], device="cuda", dtype=torch.bfloat16)
                 qx, sx = qt.quantize_per_row(x)
                 row = {"tp": tp, "proj": name, "m": m, "weight_mb": round(wbytes / 1e6, 2)}
@@ -96,12 +98,15 @@ def gemm_part() -> list[dict]:
                 row["fp8_mm_us"] = t * 1e6
                 row["fp8_mm_gbps"] = wbytes / t / 1e9
                 if m <= fp8_small_m.MAX_M:
-                    for bk, st in fp8_small_m.CONFIGS:
+                    for (bk, st), bn in itertools.product(fp8_small_m.CONFIGS, block_ns):
                         if all(fp8_small_m.fits(m, k, bk) for _, k in parts):
-                            t = _graph_time([lambda c=c, bk=bk, st=st: [
-                                fp8_small_m.matmul(qx, sx, w.weight, w.scale, bk, st) for w in c] for c in q8])
-                            row[f"triton_k{bk}_us"] = t * 1e6
-                            row[f"triton_k{bk}_gbps"] = wbytes / t / 1e9
+                            warps = 4 if bn >= 32 else 2
+                            t = _graph_time([lambda c=c, bk=bk, st=st, bn=bn, warps=warps: [
+                                fp8_small_m.matmul(qx, sx, w.weight, w.scale, bk, st, bn, warps) for w in c]
+                                for c in q8])
+                            label = f"k{bk}_s{st}_n{bn}_w{warps}"   # BLOCK_K, stages, BLOCK_N, warps
+                            row[f"triton_{label}_us"] = t * 1e6
+                            row[f"triton_{label}_gbps"] = wbytes / t / 1e9
                 if bf:
                     t = _graph_time([lambda c=c: [F.linear(x, w) for w in c] for c in ws])
                     row["bf16_us"] = t * 1e6
@@ -226,12 +231,16 @@ def main() -> None:
     ap.add_argument("--parts", default="gemm,step")
     ap.add_argument("--glue", default="torch:nosmall,triton",
                     help="variants: GLUE[:nosmall] (torch or triton glue; nosmall: _scaled_mm at every M)")
+    ap.add_argument("--tp", default="1,2,4", help="gemm part: the tensor-parallel degrees whose shapes are timed")
+    ap.add_argument("--m", default="1,2,4,8,16,32", help="gemm part: the row counts")
+    ap.add_argument("--block-n", default="64", help="gemm part: the small-M kernel's BLOCK_N values timed")
     ap.add_argument("--json")
     args = ap.parse_args()
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     parts = args.parts.split(",")
     if "gemm" in parts:
-        res["gemm"] = gemm_part()
+        res["gemm"] = gemm_part(tuple(map(int, args.tp.split(","))), tuple(map(int, args.m.split(","))),
+                                tuple(map(int, args.block_n.split(","))))
     if "step" in parts:
         res["step"] = step_part(args.glue.split(","))
     if args.json:

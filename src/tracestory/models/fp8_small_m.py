@@ -23,6 +23,9 @@ import triton.language as tl
 
 MAX_M = 16
 CONFIGS = ((128, 4), (256, 3))          # (BLOCK_K, num_stages) tried by the tuner
+# Narrower blocks (BLOCK_N 32 or 16, more programs for the 4096-wide Wo and Wd) were timed on an
+# H100 in session 9 (benchmarks/gpu/decode_glue.py --block-n 64,32,16) and were not faster: the
+# kernel is not short of programs; matmul keeps block_n and warps for such measurements.
 
 
 @triton.jit
@@ -55,7 +58,7 @@ def fits(M: int, K: int, block_k: int) -> bool:
 
 
 def matmul(qx: torch.Tensor, sx: torch.Tensor, qw: torch.Tensor, sw: torch.Tensor, block_k: int = 128,
-           stages: int = 4) -> torch.Tensor:
+           stages: int = 4, block_n: int = 64, warps: int = 4) -> torch.Tensor:
     """``qx [M, K]`` e4m3 with ``sx [M, 1]``, ``qw [N, K]`` e4m3 with ``sw [1, N]`` -> bf16 ``[M, N]``."""
     M, K = qx.shape
     N = qw.shape[0]
@@ -63,6 +66,6 @@ def matmul(qx: torch.Tensor, sx: torch.Tensor, qw: torch.Tensor, sw: torch.Tenso
         raise ValueError(f"fp8 small-M GEMM: expected 1..{MAX_M} rows and K a multiple of {block_k}, "
                          f"found M={M}, K={K}")
     y = torch.empty((M, N), dtype=torch.bfloat16, device=qx.device)
-    _fp8_gemm_small_m_kernel[(triton.cdiv(N, 64),)](qx, sx, qw, sw, y, M, N, K, BLOCK_M=16, BLOCK_N=64,
-                                                    BLOCK_K=block_k, num_warps=4, num_stages=stages)
+    _fp8_gemm_small_m_kernel[(triton.cdiv(N, block_n),)](qx, sx, qw, sw, y, M, N, K, BLOCK_M=16, BLOCK_N=block_n,
+                                                         BLOCK_K=block_k, num_warps=warps, num_stages=stages)
     return y
