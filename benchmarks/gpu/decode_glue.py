@@ -98,13 +98,13 @@ def gemm_part(tps=(1, 2, 4), ms=(1, 2, 4, 8, 16, 32), block_ns=(64,)) -> list[di
                 row["fp8_mm_us"] = t * 1e6
                 row["fp8_mm_gbps"] = wbytes / t / 1e9
                 if m <= fp8_small_m.MAX_M:
-                    for (bk, st, split), bn in itertools.product(fp8_small_m.CONFIGS, block_ns):
-                        if all(fp8_small_m.fits(m, k, bk, split) for _, k in parts):
+                    for (bk, st), bn in itertools.product(fp8_small_m.CONFIGS, block_ns):
+                        if all(fp8_small_m.fits(m, k, bk) for _, k in parts):
                             warps = 4 if bn >= 32 else 2
-                            t = _graph_time([lambda c=c, bk=bk, st=st, split=split, bn=bn, warps=warps: [
-                                fp8_small_m.matmul(qx, sx, w.weight, w.scale, bk, st, split, bn, warps) for w in c]
+                            t = _graph_time([lambda c=c, bk=bk, st=st, bn=bn, warps=warps: [
+                                fp8_small_m.matmul(qx, sx, w.weight, w.scale, bk, st, bn, warps) for w in c]
                                 for c in q8])
-                            label = f"k{bk}_s{st}_x{split}_n{bn}_w{warps}"   # BLOCK_K, stages, split, BLOCK_N, warps
+                            label = f"k{bk}_s{st}_n{bn}_w{warps}"   # BLOCK_K, stages, BLOCK_N, warps
                             row[f"triton_{label}_us"] = t * 1e6
                             row[f"triton_{label}_gbps"] = wbytes / t / 1e9
                 if bf:
@@ -163,7 +163,6 @@ def _profile(fn) -> dict:
 
 
 def step_part(glues) -> list[dict]:
-    from tracestory.models import fp8_small_m
     from tracestory.models.fp8 import SMALL_M, quantize_stack, weight_bytes
     from tracestory.models.llama_config import LlamaConfig
     from tracestory.serve.model import PagedLlama
@@ -176,12 +175,9 @@ def step_part(glues) -> list[dict]:
     quantize_stack(m.stack.layers, "rowwise")
     wbytes = sum(weight_bytes(layer) for layer in m.stack.layers) + m.lm_head.numel() * 2
     out = []
-    all_configs = fp8_small_m.CONFIGS
     for variant in glues:
         glue, _, small = variant.partition(":")
         os.environ["TRACESTORY_SMALL_M"] = "0" if small == "nosmall" else "1"
-        # GLUE:nosplit: the small-M tuner without its split-K configs (the configs before session 9)
-        fp8_small_m.CONFIGS = tuple(c for c in all_configs if small != "nosplit" or c[2] == 1)
         SMALL_M.clear()
         t0 = time.perf_counter()
         m.prepare(max_num_seqs=16, max_batch_tokens=2048, glue=glue)
@@ -234,8 +230,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="gemm,step")
     ap.add_argument("--glue", default="torch:nosmall,triton",
-                    help="variants: GLUE[:nosmall|:nosplit] (torch or triton glue; nosmall: _scaled_mm at every "
-                         "M; nosplit: the small-M kernel without split-K)")
+                    help="variants: GLUE[:nosmall] (torch or triton glue; nosmall: _scaled_mm at every M)")
     ap.add_argument("--tp", default="1,2,4", help="gemm part: the tensor-parallel degrees whose shapes are timed")
     ap.add_argument("--m", default="1,2,4,8,16,32", help="gemm part: the row counts")
     ap.add_argument("--block-n", default="64", help="gemm part: the small-M kernel's BLOCK_N values timed")

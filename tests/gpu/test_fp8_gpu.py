@@ -57,14 +57,13 @@ def test_rowwise_scaled_mm_matches_dequantized_fp32(qt):
     assert float((c.float() - ref).norm() / ref.norm()) < 1e-2
 
 
-# (BLOCK_K, stages, split, BLOCK_N, warps): every config the tuner may choose (fp8_small_m.CONFIGS,
-# checked below), and narrower blocks the decode benchmark times
-SMALL_M_CONFIGS = [(128, 4, 1, 64, 4), (256, 3, 1, 64, 4), (256, 3, 2, 64, 4), (128, 4, 4, 64, 4), (256, 3, 4, 64, 4),
-                   (128, 4, 1, 32, 4), (256, 3, 1, 16, 2), (128, 4, 2, 32, 4)]
+# (BLOCK_K, stages, BLOCK_N, warps): the tuner's two (fp8_small_m.CONFIGS, checked below) and the
+# narrower blocks the decode benchmark times
+SMALL_M_CONFIGS = [(128, 4, 64, 4), (256, 3, 64, 4), (128, 4, 32, 4), (256, 3, 16, 2)]
 
 
 @pytest.mark.parametrize("m", [1, 3, 16])
-@pytest.mark.parametrize("cfg", SMALL_M_CONFIGS, ids=lambda c: "k{}_s{}_x{}_n{}_w{}".format(*c))
+@pytest.mark.parametrize("cfg", SMALL_M_CONFIGS, ids=lambda c: "k{}_s{}_n{}_w{}".format(*c))
 def test_small_m_triton_gemm_matches_scaled_mm(m, cfg):
     """The decode GEMM (models.fp8_small_m) against torch._scaled_mm on the same FP8 operands:
     the same products summed in another order, so equal to bf16 rounding (and a looser bound)."""
@@ -72,46 +71,11 @@ def test_small_m_triton_gemm_matches_scaled_mm(m, cfg):
     from tracestory.models.fp8 import Fp8Weight
 
     g = torch.Generator(device="cuda").manual_seed(m)
-    w = Fp8Weight(torch.randn(1536 + 48, 7168, generator=g, device="cuda", dtype=torch.bfloat16), "rowwise")
-    qx, sx = quant_triton.quantize_per_row(torch.randn(m, 7168, generator=g, device="cuda", dtype=torch.bfloat16))
+    w = Fp8Weight(torch.randn(1536 + 48, 3584, generator=g, device="cuda", dtype=torch.bfloat16), "rowwise")
+    qx, sx = quant_triton.quantize_per_row(torch.randn(m, 3584, generator=g, device="cuda", dtype=torch.bfloat16))
     ref = torch._scaled_mm(qx, w.weight.t(), scale_a=sx, scale_b=w.scale, out_dtype=torch.bfloat16).float()
-    assert set(fp8_small_m.CONFIGS) <= {c[:3] for c in SMALL_M_CONFIGS if c[3] == 64}
+    assert set(fp8_small_m.CONFIGS) <= {c[:2] for c in SMALL_M_CONFIGS if c[2] == 64}
     y = fp8_small_m.matmul(qx, sx, w.weight, w.scale, *cfg).float()
     assert y.shape == (m, 1536 + 48)   # 1,584 columns (a multiple of 16, as _scaled_mm needs): the last block is partial at BLOCK_N 64 and 32
     assert ((y - ref).norm() / ref.norm()).item() < 1e-2
     assert torch.allclose(y, ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
-
-
-
-@pytest.mark.parametrize("split", [2, 4])
-def test_split_k_small_m_gemm_is_deterministic_and_replays_from_a_cuda_graph(split):
-    """Split-K sums its partials in program order (bit-identical on every call), and its counters
-    start at zero on every replay of a captured graph: three replays with new inputs copied in give
-    what eager calls give on the same inputs."""
-    from tracestory.models import fp8_small_m, quant_triton
-    from tracestory.models.fp8 import Fp8Weight
-
-    g = torch.Generator(device="cuda").manual_seed(split)
-    w = Fp8Weight(torch.randn(4096, 14336, generator=g, device="cuda", dtype=torch.bfloat16), "rowwise")
-    xs = [torch.randn(1, 14336, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
-    eager = []
-    for x in xs:
-        qx, sx = quant_triton.quantize_per_row(x)
-        a = fp8_small_m.matmul(qx, sx, w.weight, w.scale, 256, 3, split)
-        b = fp8_small_m.matmul(qx, sx, w.weight, w.scale, 256, 3, split)
-        assert torch.equal(a, b)
-        eager.append(a.clone())
-    x_in = xs[0].clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fp8_small_m.matmul(*quant_triton.quantize_per_row(x_in), w.weight, w.scale, 256, 3, split)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = fp8_small_m.matmul(*quant_triton.quantize_per_row(x_in), w.weight, w.scale, 256, 3, split)
-    for x, want in zip(xs, eager):
-        x_in.copy_(x)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(y, want)

@@ -168,9 +168,9 @@ def _out_dtype(x, w: Fp8Weight):
     return x.dtype if x.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
 
 
-# (N, K, M) -> (BLOCK_K, stages, split) of :mod:`.fp8_small_m`, where it was measured faster than
+# (N, K, M) -> (BLOCK_K, stages) of :mod:`.fp8_small_m`, where it was measured faster than
 # ``_scaled_mm`` (:func:`tune_small_m`); every other shape runs ``_scaled_mm``
-SMALL_M: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+SMALL_M: dict[tuple[int, int, int], tuple[int, int]] = {}
 
 
 def scaled_mm(qx, sx, w: Fp8Weight, out_dtype):
@@ -236,27 +236,26 @@ def tune_small_m(groups, rows, margin: float = 0.95) -> list[dict]:
             t_cublas = _graph_seconds(lambda qx=qx, sx=sx: [scaled_mm(qx, sx, w, torch.bfloat16) for w in ws])
             row = {"n": N, "k": K, "m": M, "weights": len(ws), "scaled_mm_us": round(t_cublas / len(ws) * 1e6, 2)}
             best = None
-            for cfg in fp8_small_m.CONFIGS:
-                label = "triton_{}".format("_".join(map(str, cfg)))   # BLOCK_K, stages, split
-                if not fp8_small_m.fits(M, K, cfg[0], cfg[2]):
+            for bk, st in fp8_small_m.CONFIGS:
+                if not fp8_small_m.fits(M, K, bk):
                     continue
                 try:
-                    y = fp8_small_m.matmul(qx, sx, ws[0].weight, ws[0].scale, *cfg).float()
+                    y = fp8_small_m.matmul(qx, sx, ws[0].weight, ws[0].scale, bk, st).float()
                     err = ((y - ref).norm() / ref.norm().clamp_min(1e-30)).item()
                     if err >= 2e-2:
-                        row[f"{label}_error"] = round(err, 4)
+                        row[f"triton_{bk}_error"] = round(err, 4)
                         continue
-                    t = _graph_seconds(lambda qx=qx, sx=sx, cfg=cfg: [
-                        fp8_small_m.matmul(qx, sx, w.weight, w.scale, *cfg) for w in ws])
+                    t = _graph_seconds(lambda qx=qx, sx=sx, bk=bk, st=st: [
+                        fp8_small_m.matmul(qx, sx, w.weight, w.scale, bk, st) for w in ws])
                 except Exception as e:  # noqa: BLE001 -- a config that does not build is skipped, said
-                    row[f"{label}_failed"] = " ".join(str(e).split())[:120]
+                    row[f"triton_{bk}_failed"] = " ".join(str(e).split())[:120]
                     continue
-                row[f"{label}_us"] = round(t / len(ws) * 1e6, 2)
+                row[f"triton_{bk}_us"] = round(t / len(ws) * 1e6, 2)
                 if best is None or t < best[0]:
-                    best = (t, cfg)
+                    best = (t, (bk, st))
             if best is not None and best[0] < margin * t_cublas:
                 SMALL_M[(N, K, M)] = best[1]
-                row["chosen"] = "triton BLOCK_K={} stages={} split={}".format(*best[1])
+                row["chosen"] = f"triton BLOCK_K={best[1][0]}"
             else:
                 row["chosen"] = "_scaled_mm"
             out.append(row)

@@ -11,17 +11,8 @@ padded), then scales and writes bf16. ``N / 64`` programs (48-448 for llama-3-8b
 Which of this kernel and ``torch._scaled_mm`` runs for a given ``(N, K, M)`` is measured, not
 assumed (:func:`tracestory.models.fp8.tune_small_m`).
 
-Split K: a projection of few output columns (Wo and Wd at 4096 columns: 64 programs on 132 SMs;
-QKV at TP=4: 24) leaves SMs idle, and narrower column blocks do not help (each program then has
-fewer bytes in flight). With ``split`` > 1 each column block is cut along ``K`` into ``split``
-programs over the same 64-row tiles; each stores its fp32 partial sums in a workspace and adds one
-to its column block's counter; the program that finds the count at ``split - 1`` adds the partials
-in program order (so the result does not depend on which program is last), scales and writes
-bf16. Workspace and counters are allocated zeroed by each call (one small memset, inside the CUDA
-graph when captured), so no state outlives a call.
-
-Limits: ``M <= 16`` (:data:`MAX_M`), ``K`` a multiple of ``BLOCK_K * split``, row-wise scales
-only, fp32 accumulation inside the tensor-core instruction as Triton emits it for e4m3.
+Limits: ``M <= 16`` (:data:`MAX_M`), ``K`` a multiple of ``BLOCK_K``, row-wise scales only,
+fp32 accumulation inside the tensor-core instruction as Triton emits it for e4m3.
 """
 
 from __future__ import annotations
@@ -31,11 +22,10 @@ import triton
 import triton.language as tl
 
 MAX_M = 16
-# (BLOCK_K, num_stages, split) tried by the tuner: the first two were the only ones before session 9
-CONFIGS = ((128, 4, 1), (256, 3, 1), (256, 3, 2), (128, 4, 4), (256, 3, 4))
+CONFIGS = ((128, 4), (256, 3))          # (BLOCK_K, num_stages) tried by the tuner
 # Narrower blocks (BLOCK_N 32 or 16, more programs for the 4096-wide Wo and Wd) were timed on an
-# H100 in session 9 (benchmarks/gpu/decode_glue.py --block-n 64,32,16) and were not faster: a
-# program's bytes in flight shrink with its block; matmul keeps block_n and warps for such measurements.
+# H100 in session 9 (benchmarks/gpu/decode_glue.py --block-n 64,32,16) and were not faster: the
+# kernel is not short of programs; matmul keeps block_n and warps for such measurements.
 
 
 @triton.jit
@@ -63,66 +53,19 @@ def _fp8_gemm_small_m_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, y_ptr, M, N, K, BLOCK
              mask=mask_n[:, None] & mask_m[None, :])
 
 
-@triton.jit
-def _fp8_gemm_small_m_split_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
-                                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                   SPLIT: tl.constexpr):
-    pid = tl.program_id(0)
-    part_k = tl.program_id(1)
-    k_len = K // SPLIT
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_k = part_k * k_len + tl.arange(0, BLOCK_K)
-    mask_n = offs_n < N
-    mask_m = offs_m < M
-    w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * K + offs_k[None, :]
-    x_ptrs = x_ptr + offs_m[:, None] * K + offs_k[None, :]
-    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    for _ in range(0, k_len, BLOCK_K):
-        w = tl.load(w_ptrs, mask=mask_n[:, None], other=0.0)
-        x = tl.load(x_ptrs, mask=mask_m[:, None], other=0.0)
-        acc = tl.dot(w, tl.trans(x), acc)
-        w_ptrs += BLOCK_K
-        x_ptrs += BLOCK_K
-    # partial sums: part[part_k, m, n] in fp32, every row of the padded block (the masked rows are 0)
-    cell = offs_m[None, :] * N + offs_n[:, None]
-    tl.store(part_ptr + part_k * BLOCK_M * N + cell, acc, mask=mask_n[:, None])
-    tl.debug_barrier()                     # every thread's partials stored before the count (release)
-    seen = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel")
-    if seen == SPLIT - 1:                  # the last program of this column block adds them up
-        total = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        for s in tl.static_range(SPLIT):   # in program order: the same sum whichever came last
-            total += tl.load(part_ptr + s * BLOCK_M * N + cell, mask=mask_n[:, None], other=0.0,
-                             cache_modifier=".cg")
-        sw = tl.load(sw_ptr + offs_n, mask=mask_n, other=0.0)
-        sx = tl.load(sx_ptr + offs_m, mask=mask_m, other=0.0)
-        y = total * sw[:, None] * sx[None, :]
-        tl.store(y_ptr + offs_m[None, :] * N + offs_n[:, None], y.to(y_ptr.dtype.element_ty),
-                 mask=mask_n[:, None] & mask_m[None, :])
-
-
-def fits(M: int, K: int, block_k: int, split: int = 1) -> bool:
-    return 1 <= M <= MAX_M and K % (block_k * split) == 0
+def fits(M: int, K: int, block_k: int) -> bool:
+    return 1 <= M <= MAX_M and K % block_k == 0
 
 
 def matmul(qx: torch.Tensor, sx: torch.Tensor, qw: torch.Tensor, sw: torch.Tensor, block_k: int = 128,
-           stages: int = 4, split: int = 1, block_n: int = 64, warps: int = 4) -> torch.Tensor:
-    """``qx [M, K]`` e4m3 with ``sx [M, 1]``, ``qw [N, K]`` e4m3 with ``sw [1, N]`` -> bf16 ``[M, N]``
-    (``split`` > 1: K cut into that many programs per column block, see the module doc)."""
+           stages: int = 4, block_n: int = 64, warps: int = 4) -> torch.Tensor:
+    """``qx [M, K]`` e4m3 with ``sx [M, 1]``, ``qw [N, K]`` e4m3 with ``sw [1, N]`` -> bf16 ``[M, N]``."""
     M, K = qx.shape
     N = qw.shape[0]
-    if not fits(M, K, block_k, split):
-        raise ValueError(f"fp8 small-M GEMM: expected 1..{MAX_M} rows and K a multiple of {block_k * split}, "
+    if not fits(M, K, block_k):
+        raise ValueError(f"fp8 small-M GEMM: expected 1..{MAX_M} rows and K a multiple of {block_k}, "
                          f"found M={M}, K={K}")
     y = torch.empty((M, N), dtype=torch.bfloat16, device=qx.device)
-    blocks = triton.cdiv(N, block_n)
-    if split == 1:
-        _fp8_gemm_small_m_kernel[(blocks,)](qx, sx, qw, sw, y, M, N, K, BLOCK_M=16, BLOCK_N=block_n,
-                                            BLOCK_K=block_k, num_warps=warps, num_stages=stages)
-        return y
-    part = torch.empty((split, 16, N), dtype=torch.float32, device=qx.device)
-    count = torch.zeros(blocks, dtype=torch.int32, device=qx.device)
-    _fp8_gemm_small_m_split_kernel[(blocks, split)](qx, sx, qw, sw, y, part, count, M, N, K, BLOCK_M=16,
-                                                    BLOCK_N=block_n, BLOCK_K=block_k, SPLIT=split,
-                                                    num_warps=warps, num_stages=stages)
+    _fp8_gemm_small_m_kernel[(triton.cdiv(N, block_n),)](qx, sx, qw, sw, y, M, N, K, BLOCK_M=16, BLOCK_N=block_n,
+                                                         BLOCK_K=block_k, num_warps=warps, num_stages=stages)
     return y
