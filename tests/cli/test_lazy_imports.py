@@ -74,6 +74,8 @@ def test_analyze_of_a_kineto_trace_imports_only_what_it_needs(tmp_path):
     assert rc == 0 and "GPU time by category" in out
     loaded = [m for m in modules if m.startswith(NOT_FOR_A_KINETO_TRACE)]
     assert loaded == [], loaded
+    # the Kineto worker processes (off by default) and the telemetry sampler's host name
+    assert "multiprocessing" not in modules and "socket" not in modules
     assert {"tracestory.ingest.kineto", "tracestory.render.terminal", "tracestory.cli.analyze"} <= set(modules)
     doc = tmp_path / "a.json"
     rc, modules, _ = _modules_after(["analyze", str(H100_BERT), "--json", str(doc)])
