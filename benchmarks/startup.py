@@ -11,6 +11,7 @@ of ``--runs`` runs, and the modules each tree's ``--version`` leaves in ``sys.mo
     PYTHONPATH=src python3 benchmarks/startup.py --runs 20 --other /path/to/other/src
     PYTHONPATH=src python3 benchmarks/startup.py --runs 20 --analyze tests/data/public/kineto_h100_bert-small_1rank.json.gz
     python3 benchmarks/startup.py --records     # what a record type costs to create, per class and per instance
+                                                # (frozen dataclass, dataclass, NamedTuple, msgspec.Struct, __slots__)
     PYTHONPATH=src python3 benchmarks/startup.py --runs 15 --where tests/data/public/kineto_h100_bert-small_1rank.json.gz
 
 Byte-compiled modules are what an installed package runs from; in a process started with
@@ -125,6 +126,7 @@ RECORD_KINDS = {
     "dataclass": "@dataclasses.dataclass\nclass C:\n{fields}",
     "frozen dataclass, slots": "@dataclasses.dataclass(frozen=True, slots=True)\nclass C:\n{fields}",
     "NamedTuple": "class C(typing.NamedTuple):\n{fields}",
+    "msgspec.Struct, frozen": "class C(msgspec.Struct, frozen=True):\n{fields}",
     "class with __slots__": "class C:\n    __slots__ = {names!r}\n    def __init__(self, {args}):\n{assigns}",
 }
 
@@ -135,6 +137,8 @@ def records(n_fields: int = 8, classes: int = 200, instances: int = 20000) -> No
     minimum of 5 rounds, each of ``classes`` fresh classes (a class statement is compiled once)."""
     import dataclasses
     import typing
+
+    import msgspec
 
     names = tuple(f"f{i}" for i in range(n_fields))
     text = {k: v.format(fields="".join(f"    {f}: int = 0\n" for f in names), names=names,
@@ -147,7 +151,7 @@ def records(n_fields: int = 8, classes: int = 200, instances: int = 20000) -> No
         for _ in range(5):
             t = time.perf_counter()
             for _ in range(classes):
-                ns = {"dataclasses": dataclasses, "typing": typing}
+                ns = {"dataclasses": dataclasses, "typing": typing, "msgspec": msgspec}
                 exec(code, ns)
             per_class = min(per_class, (time.perf_counter() - t) / classes)
             cls = ns["C"]
