@@ -2,14 +2,16 @@
 command dispatcher, no command) and, optionally, of a second source tree side by side; with
 ``--analyze FILE``, of ``tracestory analyze FILE > /dev/null`` (terminal tables) instead.
 
-Each run is a fresh interpreter (``python3 -c 'from tracestory.cli import main; main([...])'``,
-what the ``tracestory`` script does); the trees are run in turn, interleaved with a bare
+Each run is a fresh interpreter (``python3 -c 'import sys; sys.argv = [...]; from tracestory.cli
+import main; sys.exit(main())'``, what the ``tracestory`` script does: ``main()`` of the process's
+own command line, which freezes the garbage collector's objects at exit); the trees are run in turn, interleaved with a bare
 ``python3 -c pass`` so that all three see the same machine load. Prints the median and minimum
 of ``--runs`` runs, and the modules each tree's ``--version`` leaves in ``sys.modules``.
 
     PYTHONPATH=src python3 benchmarks/startup.py --runs 20 --other /path/to/other/src
     PYTHONPATH=src python3 benchmarks/startup.py --runs 20 --analyze tests/data/public/kineto_h100_bert-small_1rank.json.gz
     python3 benchmarks/startup.py --records     # what a record type costs to create, per class and per instance
+                                                # (frozen dataclass, dataclass, NamedTuple, msgspec.Struct, __slots__)
     PYTHONPATH=src python3 benchmarks/startup.py --runs 15 --where tests/data/public/kineto_h100_bert-small_1rank.json.gz
 
 Byte-compiled modules are what an installed package runs from; in a process started with
@@ -58,9 +60,11 @@ def _run(cmd: list[str], src: str | None) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-# One `analyze FILE` in a fresh interpreter, timed by stage: numpy + msgspec, rich, tracestory's
-# modules (of which creating frozen dataclasses, counted), reading the inputs, computing the
-# results, printing the tables. Prints one JSON line of seconds.
+# One `analyze FILE` in a fresh interpreter, timed by stage: numpy + msgspec (with tracestory.cli,
+# which says how numpy's OpenBLAS starts), rich, tracestory's modules (of which creating frozen
+# dataclasses, counted), reading the inputs, computing the results, printing the tables. Prints
+# one JSON line of seconds; where() adds the interpreter's start and exit (the wall seen from
+# outside less the stages).
 WHERE = r"""
 import contextlib, dataclasses, importlib, io, json, sys, time
 t0 = time.perf_counter()
@@ -69,12 +73,15 @@ _process = dataclasses._process_class
 def _timed(*a, **k):
     t = time.perf_counter(); r = _process(*a, **k); made[0] += 1; made[1] += time.perf_counter() - t; return r
 dataclasses._process_class = _timed
+import tracestory.cli
+getattr(tracestory.cli, "_one_blas_thread", lambda: None)()   # numpy as `analyze` loads it
 import numpy, msgspec
 t1 = time.perf_counter()
 import rich.console, rich.table
 t2 = time.perf_counter()
 before = list(made)
 from tracestory.cli import COMMANDS, main
+sys.argv = ["tracestory", "analyze", sys.argv[1]]
 mod = importlib.import_module("tracestory.cli." + {n: m for n, m, _ in COMMANDS}["analyze"])
 t3 = time.perf_counter()
 dc = [made[0] - before[0], made[1] - before[1]]
@@ -86,7 +93,7 @@ def wrap(obj, name, key):
     setattr(obj, name, w)
 wrap(mod, "load_inputs", "read"); wrap(mod, "analyze_inputs", "results"); wrap(rich.console.Console, "print", "print")
 with contextlib.redirect_stdout(io.StringIO()):
-    main(["analyze", sys.argv[1]])
+    main()
 t4 = time.perf_counter()
 print(json.dumps({"numpy + msgspec": t1 - t0, "rich": t2 - t1, "tracestory modules": t3 - t2,
                   "of which dataclasses": dc[1], "dataclasses": dc[0], **stage, "analyze in all": t4 - t3,
@@ -101,9 +108,14 @@ def where(path: str, trees: dict[str, str], runs: int) -> None:
     best: dict[str, dict[str, float]] = {k: {} for k in trees}
     for _ in range(runs):
         for name, src in trees.items():
+            t = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", WHERE, path], env=_env(src), capture_output=True,
                                  text=True, check=True).stdout
-            for k, v in json.loads(out.splitlines()[-1]).items():
+            wall = time.perf_counter() - t
+            stages = json.loads(out.splitlines()[-1])
+            stages["start and exit"] = wall - stages["after the interpreter"]
+            stages["wall"] = wall
+            for k, v in stages.items():
                 best[name][k] = min(best[name].get(k, v), v)
     for name, b in best.items():
         print(f"{name}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in b.items()))
@@ -114,6 +126,7 @@ RECORD_KINDS = {
     "dataclass": "@dataclasses.dataclass\nclass C:\n{fields}",
     "frozen dataclass, slots": "@dataclasses.dataclass(frozen=True, slots=True)\nclass C:\n{fields}",
     "NamedTuple": "class C(typing.NamedTuple):\n{fields}",
+    "msgspec.Struct, frozen": "class C(msgspec.Struct, frozen=True):\n{fields}",
     "class with __slots__": "class C:\n    __slots__ = {names!r}\n    def __init__(self, {args}):\n{assigns}",
 }
 
@@ -124,6 +137,8 @@ def records(n_fields: int = 8, classes: int = 200, instances: int = 20000) -> No
     minimum of 5 rounds, each of ``classes`` fresh classes (a class statement is compiled once)."""
     import dataclasses
     import typing
+
+    import msgspec
 
     names = tuple(f"f{i}" for i in range(n_fields))
     text = {k: v.format(fields="".join(f"    {f}: int = 0\n" for f in names), names=names,
@@ -136,7 +151,7 @@ def records(n_fields: int = 8, classes: int = 200, instances: int = 20000) -> No
         for _ in range(5):
             t = time.perf_counter()
             for _ in range(classes):
-                ns = {"dataclasses": dataclasses, "typing": typing}
+                ns = {"dataclasses": dataclasses, "typing": typing, "msgspec": msgspec}
                 exec(code, ns)
             per_class = min(per_class, (time.perf_counter() - t) / classes)
             cls = ns["C"]
@@ -159,7 +174,8 @@ def main() -> int:
         records()
         return 0
     argv = ["analyze", str(Path(args.analyze).resolve())] if args.analyze else ["--version"]
-    command = f"import sys; from tracestory.cli import main; sys.exit(main({argv!r}))"
+    # what the `tracestory` script does: main() reads the process's own command line
+    command = f"import sys; sys.argv = ['tracestory', *{argv!r}]; from tracestory.cli import main; sys.exit(main())"
     here = str(Path(__file__).resolve().parents[1] / "src")
     trees = {"this tree": here, **({"other tree": args.other} if args.other else {})}
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in (*trees, "python3 -c pass")}

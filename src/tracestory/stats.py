@@ -7,9 +7,9 @@ Percentiles interpolate linearly between closest ranks (numpy's ``linear`` metho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+import msgspec
 import numpy as np
 
 
@@ -21,8 +21,7 @@ def percentile(values: Sequence[float] | np.ndarray, p: float) -> float | None:
     return float(np.percentile(x, p, method="linear"))
 
 
-@dataclass(frozen=True)
-class Summary:
+class Summary(msgspec.Struct, frozen=True):
     """Count, total, mean, median, min, max, standard deviation and the asked percentiles of a
     sample; every field but ``count`` is None without samples."""
 

@@ -105,6 +105,8 @@ PLUGIN_POINTS = {
     ("tracestory.analysis.results", "tracestory.analysis.findings.multigpu"): _MULTI,
     ("tracestory.analysis.results", "tracestory.analysis.telemetry"): "run when a GPU telemetry file is given",
     ("tracestory.analysis.results", "tracestory.analysis.story"): "the Execution Story, built when the report asks",
+    ("tracestory.analysis.results", "tracestory.analysis.tables"): "a named table (--table, the JSON's nsys summaries), "
+                                                                   "built when one is asked for (the names: analysis.table_names)",
     ("tracestory.analysis.results", "tracestory.ingest.kineto_modules"):
         "nn.Module ranges, read again from the file when the modules table is asked for",
     ("tracestory.analysis.results", "tracestory.analysis.ncu_join"): "joins Nsight Compute input to a trace, when given",

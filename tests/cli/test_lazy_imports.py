@@ -50,7 +50,8 @@ def test_analyze_imports_no_serve_bench_capture_or_loadgen(tmp_path):
 
 # What a Kineto trace's analyze does not need: the other readers (and their record types), the
 # serving run's files and passes, the multi-GPU pass, the telemetry analysis, the report's
-# renderers (Markdown sections, HTML, plots, the Execution Story) and the rank pool.
+# renderers (Markdown sections, HTML, plots, the Execution Story), the rank pool, and the builders of
+# the named tables (--table; the JSON's nsys summaries).
 NOT_FOR_A_KINETO_TRACE = (
     "tracestory.ingest.nsys_sqlite", "tracestory.ingest.nsys_rep", "tracestory.ingest.nsys_csv",
     "tracestory.ingest.nsys_db", "tracestory.ingest.ncu", "tracestory.ingest.ncu_rep", "tracestory.ingest.ncu_csv",
@@ -60,7 +61,7 @@ NOT_FOR_A_KINETO_TRACE = (
     "tracestory.analysis.findings.multigpu", "tracestory.analysis.telemetry", "tracestory.analysis.findings.telemetry",
     "tracestory.analysis.story", "tracestory.analysis.category_totals", "tracestory.analysis.ncu_join",
     "tracestory.analysis.questions", "tracestory.analysis.collectives", "tracestory.analysis.operators",
-    "tracestory.analysis.window",
+    "tracestory.analysis.window", "tracestory.analysis.tables", "tracestory.analysis.nsys_tables",
     "tracestory.render.build", "tracestory.render.html", "tracestory.render.markdown", "tracestory.render.sections",
     "tracestory.render.story", "tracestory.render.batch_story", "tracestory.render.multigpu",
     "tracestory.render.plots", "tracestory.render.timeline_page", "tracestory.cli.story",
@@ -69,17 +70,21 @@ NOT_FOR_A_KINETO_TRACE = (
 
 def test_analyze_of_a_kineto_trace_imports_only_what_it_needs(tmp_path):
     """The terminal tables (what benchmarks/startup.py times) and the JSON; GPU time per operator
-    is computed for the JSON only."""
+    and the nsys summary tables are computed for the JSON only."""
     rc, modules, out = _modules_after(["analyze", str(H100_BERT)])
     assert rc == 0 and "GPU time by category" in out
     loaded = [m for m in modules if m.startswith(NOT_FOR_A_KINETO_TRACE)]
     assert loaded == [], loaded
+    # the Kineto worker processes (off by default) and the telemetry sampler's host name
+    assert "multiprocessing" not in modules and "socket" not in modules
     assert {"tracestory.ingest.kineto", "tracestory.render.terminal", "tracestory.cli.analyze"} <= set(modules)
     doc = tmp_path / "a.json"
     rc, modules, _ = _modules_after(["analyze", str(H100_BERT), "--json", str(doc)])
     assert rc == 0 and json.loads(doc.read_text())["traces"][0]["source"]["format"] == "kineto"
     loaded = [m for m in modules if m.startswith(NOT_FOR_A_KINETO_TRACE)]
-    assert loaded == ["tracestory.analysis.operators"], loaded   # the JSON's operators key
+    # the JSON's operators and nsys_summaries keys
+    assert loaded == ["tracestory.analysis.nsys_tables", "tracestory.analysis.operators",
+                      "tracestory.analysis.tables"], loaded
 
 
 def test_the_readers_and_passes_reached_by_name_still_come_when_needed(tmp_path):
@@ -91,6 +96,8 @@ def test_the_readers_and_passes_reached_by_name_still_come_when_needed(tmp_path)
     rc, modules, _ = _modules_after(["analyze", str(TEST_DATA / "public" / "nsys_2024.5_a100_cloverleaf.sqlite"),
                                      "--json", str(out)])
     assert rc == 0 and "tracestory.ingest.nsys_sqlite" in modules
+    rc, modules, out_text = _modules_after(["analyze", str(H100_BERT), "--table", "kernels", "--format", "csv"])
+    assert rc == 0 and out_text.startswith("name,") and "tracestory.analysis.tables" in modules
     rc, modules, _ = _modules_after(["analyze", str(TEST_DATA / "tp_serve_gpu"), "--json", str(out)])
     doc = json.loads(out.read_text())
     assert rc == 0 and {"batching", "multigpu", "telemetry"} <= set(doc)

@@ -11,6 +11,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from conftest import H200_LLAMA, KINETO_FIXTURES, REPO
@@ -151,6 +152,14 @@ def _numbers(text):
     return set(re.findall(r"\d+(?:\.\d+)?(?: ?(?:%|ms|us|ns|s|x|GiB|MiB))?", text))
 
 
+def _field_values(obj):
+    """The field values of a result record: a dataclass (``vars``) or a msgspec Struct, which has
+    no ``__dict__`` (the leaf records, docs/ARCHITECTURE.md)."""
+    if isinstance(obj, msgspec.Struct):
+        return [getattr(obj, f) for f in obj.__struct_fields__]
+    return list(vars(obj).values())
+
+
 @pytest.mark.parametrize("path", KINETO_FIXTURES, ids=ids)
 def test_numbers_in_prose_come_from_results(path):
     """Every number in the Executive Summary and in the Observations' titles and implications is
@@ -163,7 +172,7 @@ def test_numbers_in_prose_come_from_results(path):
     values = []
     for obj in (a.breakdown, a.timeline, *a.breakdown.categories, *a.phases.families,
                 *a.phases.outliers, *a.phases.phases):
-        values += [v for v in vars(obj).values() if isinstance(v, (int, float, np.integer, np.floating))]
+        values += [v for v in _field_values(obj) if isinstance(v, (int, float, np.integer, np.floating))]
     run = analyze_inputs(load_inputs([path])).runs[0]   # the findings the report prints
     for f in run.findings:
         values += [e.value for e in f.evidence if isinstance(e.value, (int, float, np.integer, np.floating))]

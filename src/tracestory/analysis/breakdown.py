@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from ..errors import UsageError
@@ -37,8 +38,7 @@ from ..trace import Trace, factorize
 from .categories import Classification, classify, taxonomy
 
 
-@dataclass(frozen=True)
-class KernelStat:
+class KernelStat(msgspec.Struct, frozen=True):
     name: str
     category: str
     time_ns: int
@@ -49,8 +49,7 @@ class KernelStat:
     percent: float  # of total GPU op time (kernels + memops), 0..100
 
 
-@dataclass(frozen=True)
-class CategoryStat:
+class CategoryStat(msgspec.Struct, frozen=True):
     name: str
     time_ns: int
     count: int

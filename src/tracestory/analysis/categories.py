@@ -59,6 +59,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from ..errors import TraceFormatError, UsageError
@@ -73,8 +74,7 @@ _RULE_KEYS = {"category", "kernel", "range", "note"}
 _FLAGS = re.IGNORECASE
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     category: str
     kernel: str  # regex, case-insensitive, re.search in the kernel or memop name
     range: str | None = None  # regex: launch must lie inside a CPU range whose name matches
@@ -98,8 +98,7 @@ class Taxonomy:
         return load_rules(rules_path, base) if rules_path else base
 
 
-@dataclass(frozen=True)
-class Classification:
+class Classification(msgspec.Struct, frozen=True):
     taxonomy: Taxonomy
     kernel_category: np.ndarray  # int32 index into taxonomy.categories, one per kernels row
     memop_category: np.ndarray  # int32, one per memops row

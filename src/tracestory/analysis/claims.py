@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from .facts import RunFacts
 from .findings import (
@@ -47,8 +48,7 @@ TIMELINE = frozenset({"timeline"})
 WITH_KERNELS = frozenset({"timeline", "summary_only", "range_profiler"})
 
 
-@dataclass(frozen=True)
-class Applies:
+class Applies(msgspec.Struct, frozen=True):
     """Preconditions of a rule. ``None``: any value, unknown included."""
 
     kinds: frozenset[str] = TIMELINE
@@ -73,8 +73,7 @@ class Applies:
         return None
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     name: str
     check: Callable[[RunFacts], list[Finding]]
     applies: Applies = Applies()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from ..trace import Trace
@@ -36,8 +37,7 @@ from .intervals import intersection_length, union_length
 from .links import gpu_ops_column, gpu_ops_order, gpu_ops_times
 
 
-@dataclass(frozen=True)
-class CategoryExposure:
+class CategoryExposure(msgspec.Struct, frozen=True):
     name: str
     busy_ns: int         # union of this category's GPU ops, summed over devices
     exposed_ns: int      # busy while no other category runs

@@ -28,9 +28,9 @@ library; a name that says ``float`` only for a scale or a statistics argument re
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 
+import msgspec
 import numpy as np
 
 from ..trace import factorize
@@ -46,8 +46,7 @@ FAMILIES: tuple[tuple[str, str], ...] = tuple((r.family or "(by namespace)", r.p
 SMALL_OP_FAMILIES = ("ATen elementwise", "ATen reduction", "ATen other")
 
 
-@dataclass(frozen=True)
-class KernelInfo:
+class KernelInfo(msgspec.Struct, frozen=True):
     """What the knowledge base says about one kernel or memop name."""
 
     family: str

@@ -44,8 +44,8 @@ looked at: what the launching thread waited on is named, e.g. ``__next__``, not 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from ..trace import Trace
@@ -59,8 +59,7 @@ STALL_MIN_NS = 1_000_000
 MIN_COVER = 0.5  # the cause must cover at least this share of the host's part of the gap
 
 
-@dataclass(frozen=True)
-class GapCause:
+class GapCause(msgspec.Struct, frozen=True):
     start_ns: int
     dur_ns: int
     launch_wait_ns: int          # part of the gap before the next op's launch call returned

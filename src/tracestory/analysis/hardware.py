@@ -22,7 +22,8 @@ Rules (``pct`` are percentages):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+import msgspec
 
 HIGH, LOW = 60.0, 20.0
 ACHIEVED_GAP = 0.8
@@ -51,8 +52,7 @@ STALL_MEANING = {
 }
 
 
-@dataclass(frozen=True)
-class KernelHardware:
+class KernelHardware(msgspec.Struct, frozen=True):
     """The interpreted hardware behaviour of one ncu kernel."""
 
     kernel_id: int

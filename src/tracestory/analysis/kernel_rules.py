@@ -60,7 +60,7 @@ through cuDNN's graph API.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 # Example names: copied from the trace fixtures in tests/data (tests/data/kernel_names/labels.tsv
 # lists every fixture name with its source), except these, as printed in public profiles:
@@ -103,8 +103,7 @@ _ROTARY = ("(?:" + _has("cos|sin") + _has("mul|bmm|cat|mm|outer|einsum") + "|" +
 _HEAD_REPEAT = "(?:" + _has("expand") + _has("clone") + "|" + _has("repeat|repeat_interleave") + ")"
 
 
-@dataclass(frozen=True)
-class KernelRule:
+class KernelRule(msgspec.Struct, frozen=True):
     pattern: str  # regex, case-insensitive, re.search in the full name
     llm: str  # category in the llm taxonomy
     moe: str  # category in the moe taxonomy

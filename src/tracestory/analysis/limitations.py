@@ -37,9 +37,9 @@ ranks lists it in one line, not 64; the input-wide ones (ranks, kernel metrics) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+import msgspec
 import numpy as np
 
 from ..ingest.files import warnings_of
@@ -51,14 +51,12 @@ PHASE_COVERAGE_FLOOR = 0.9
 OTHER_SHARE_CEILING = 0.05
 
 
-@dataclass(frozen=True)
-class Limitation:
+class Limitation(msgspec.Struct, frozen=True):
     analysis: str   # short name of the analysis affected
     reason: str     # one sentence, true for these inputs
 
 
-@dataclass(frozen=True)
-class RankCoverage:
+class RankCoverage(msgspec.Struct, frozen=True):
     given: int                 # distinct ranks among the traces (or traces, when none has a rank)
     declared: int | None       # the largest world size the traces declare
 
@@ -76,8 +74,7 @@ def rank_coverage(traces: Sequence[Trace]) -> RankCoverage:
     return RankCoverage(len(ranks) or len(traces), max(sizes) if sizes else None)
 
 
-@dataclass(frozen=True)
-class PhaseCoverage:
+class PhaseCoverage(msgspec.Struct, frozen=True):
     """How much of the kernel time the phases hold (kernels only: phases record kernel rows)."""
 
     share: float                 # of kernel time inside phases

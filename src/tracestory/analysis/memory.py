@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from ..trace import CPU_SIDE, Trace
@@ -46,8 +47,7 @@ from ..trace import CPU_SIDE, Trace
 BINS = 100
 
 
-@dataclass(frozen=True)
-class PeakContext:
+class PeakContext(msgspec.Struct, frozen=True):
     """What was running when a device's allocated memory peaked. Unknown fields are ``None``."""
 
     ts_ns: int
@@ -61,8 +61,7 @@ class PeakContext:
     kernel_next_start_ns: int | None
 
 
-@dataclass(frozen=True)
-class MemoryBin:
+class MemoryBin(msgspec.Struct, frozen=True):
     """One column of a binned series: the largest values inside ``[start_ns, end_ns)``
     (the value carried in from the previous sample counts)."""
 

@@ -52,8 +52,6 @@ import numpy as np
 from ..stats import summarize
 from ..trace import MEMSET, Trace
 
-NSYS_TABLES = ("cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum", "osrt_sum")
-
 RUNTIME, MEMCPY, MEMSET_TABLE, OSRT, KERNEL = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
                                               "CUPTI_ACTIVITY_KIND_MEMSET", "OSRT_API", "CUPTI_ACTIVITY_KIND_KERNEL")
 
@@ -166,7 +164,7 @@ def other_processes_note(name: str, trace: Trace) -> str | None:
 
 
 def summary_rows(name: str, trace: Trace) -> tuple[tuple[str, ...], list[tuple]]:
-    """The columns and rows of table ``name`` (one of :data:`NSYS_TABLES`) of ``trace``; call
+    """The columns and rows of table ``name`` (one of :data:`~tracestory.analysis.table_names.NSYS_TABLES`) of ``trace``; call
     :func:`missing_reason` first."""
     if name in ("cuda_api_sum", "osrt_sum"):
         t = trace.api if name == "cuda_api_sum" else trace.osrt

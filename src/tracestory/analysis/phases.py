@@ -75,6 +75,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from ..trace import CPU_SIDE, Trace
@@ -108,8 +109,7 @@ class Phase:
     kernel_rows: np.ndarray = field(compare=False, repr=False)  # rows of trace.kernels, by start
 
 
-@dataclass(frozen=True)
-class FamilyTrend:
+class FamilyTrend(msgspec.Struct, frozen=True):
     family: str
     count: int
     mean_ns: float  # per-step time: gpu_span when known, else wall
@@ -120,8 +120,7 @@ class FamilyTrend:
     r2: float | None
 
 
-@dataclass(frozen=True)
-class Outlier:
+class Outlier(msgspec.Struct, frozen=True):
     phase_index: int
     name: str
     time_ns: int
@@ -129,8 +128,7 @@ class Outlier:
     ratio: float
 
 
-@dataclass(frozen=True)
-class SubPhase:
+class SubPhase(msgspec.Struct, frozen=True):
     """CPU ranges of one name nested inside the phases, with the kernels launched in them."""
 
     name: str

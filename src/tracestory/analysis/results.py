@@ -57,11 +57,9 @@ from .limitations import (
     telemetry_limitations,
 )
 from .memory import MemoryTimeline
-from .nsys_tables import NSYS_TABLES
 from .producer import Producer
 from .roofline import Roofline, roofline
-from .tables import TABLES, Table
-from .tables import table as make_table
+from .table_names import NSYS_TABLES, TABLES
 from .workload import Workload
 
 if TYPE_CHECKING:  # passes that only some inputs feed: run through tracestory.lazy when they do
@@ -70,6 +68,7 @@ if TYPE_CHECKING:  # passes that only some inputs feed: run through tracestory.l
     from .operators import Operators
     from .questions import Answer
     from .story import Story
+    from .tables import Table
     from .telemetry import TelemetryResult
     from .window import WindowSpec
 
@@ -232,6 +231,7 @@ class RunResults:
         cuda_gpu_mem_size_sum, osrt_sum; :mod:`tracestory.analysis.nsys_tables`) of this trace,
         computed on first request; a table the input cannot give says why in ``.missing``."""
         if not self._summaries:
+            make_table = entry("tracestory.analysis.tables", "table")
             self._summaries.update({n: make_table(n, self.analysis) for n in NSYS_TABLES})
         return dict(self._summaries)
 
@@ -349,7 +349,9 @@ class Results:
         if run is not None:
             r = self.runs[run]
             ops = r.operators(modules=name == "modules") if name in ("ops", "leaf_ops", "modules") else None
+            make_table = entry("tracestory.analysis.tables", "table")
             return make_table(name, r.analysis, operators=ops, roofline=self._roofline_of(run))
+        Table = entry("tracestory.analysis.tables", "Table")
         parts = [self.table(name, i) for i in range(len(self.runs))]
         if not parts:
             return Table(name, {})

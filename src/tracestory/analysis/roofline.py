@@ -41,6 +41,7 @@ import math
 import re
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from ..specs import Peaks
@@ -64,8 +65,7 @@ _ROOF_KEY = {
 }
 
 
-@dataclass(frozen=True)
-class RooflinePoint:
+class RooflinePoint(msgspec.Struct, frozen=True):
     label: str                      # kernel name
     kernel_id: int | None           # ncu ID; None for estimates (grouped by name)
     precision: str | None           # dominant FLOP precision, e.g. "tensor_bf16", "fp32"

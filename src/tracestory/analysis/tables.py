@@ -42,7 +42,8 @@ from ..lazy import entry
 from ..stats import summarize
 from ..units import clip_text, plural, sig
 from .gaps import gap_causes
-from .nsys_tables import NSYS_TABLES, missing_reason, other_processes_note, summary_rows
+from .nsys_tables import missing_reason, other_processes_note, summary_rows
+from .table_names import NSYS_TABLES, TABLES
 from .links import gpu_ops_column
 from .timeline import idle_gap_attribution
 
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
     from .operators import Operators, OpStat   # computed when an op table is asked for (tracestory.lazy)
     from .roofline import Roofline
 
-TABLES = ("kernels", "categories", "ops", "leaf_ops", "modules", "phases", "gaps", "collectives", "roofline",
-          *NSYS_TABLES)
 
 
 @dataclass(frozen=True, eq=False)

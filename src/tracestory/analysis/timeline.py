@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from ..trace import Trace, factorize
@@ -89,8 +90,7 @@ GAP_BINS: tuple[tuple[str, int, float], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Distribution:
+class Distribution(msgspec.Struct, frozen=True):
     """Summary of nanosecond values; every statistic is ``None`` when ``count`` is 0."""
 
     count: int
@@ -102,8 +102,7 @@ class Distribution:
     max_ns: int | None
 
 
-@dataclass(frozen=True)
-class Gap:
+class Gap(msgspec.Struct, frozen=True):
     start_ns: int
     dur_ns: int
     before: str  # name of the GPU op that ended the busy period
@@ -111,8 +110,7 @@ class Gap:
     launch_wait_ns: int  # part of the gap before the next op's launch call had returned
 
 
-@dataclass(frozen=True)
-class StreamStat:
+class StreamStat(msgspec.Struct, frozen=True):
     device: int
     stream: int
     busy_ns: int  # union of this stream's op intervals

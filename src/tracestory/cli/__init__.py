@@ -14,7 +14,9 @@ help from :data:`COMMANDS` (a test keeps it equal to the modules' own).
 from __future__ import annotations
 
 import argparse
+import atexit
 import errno
+import gc
 import importlib
 import logging
 import os
@@ -93,9 +95,47 @@ def _state_damage_on_stderr() -> None:
         logger.addHandler(handler)
 
 
+# The commands whose work is numpy without its matrix products (no BLAS call: they read traces,
+# sort, search and sum): their process loads OpenBLAS with one thread (see _one_blas_thread).
+ONE_BLAS_THREAD = frozenset({"analyze", "report", "demo", "categories", "check", "compare", "export"})
+# What OpenBLAS reads for its thread count, in its own order of precedence: one set by the user wins.
+_BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def _one_blas_thread() -> None:
+    """Import numpy with OpenBLAS limited to one thread, unless numpy is already loaded or the
+    user chose a thread count. numpy's OpenBLAS starts its worker threads when it is loaded (one
+    per CPU beyond the first) and each spins for a while before it sleeps: on the 2-CPU machine of
+    docs/PERFORMANCE.md ("Tiny-trace analyze") that was ~0.06 s of CPU and ~0.05 s of wall per
+    ``analyze`` of a small trace, taken from the command's own thread, for matrix products these
+    commands never make. OpenBLAS reads the variable once, when numpy loads it; the variable is
+    removed again at once, so a process this one starts (a capture's workload) sees the
+    environment it was given."""
+    if "numpy" in sys.modules or any(v in os.environ for v in _BLAS_THREAD_VARS):
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``tracestory`` command (``argv`` None: the process's own command line, ``sys.argv``).
+
+    Run as the process's command (``argv`` None: the ``tracestory`` script, ``python -m
+    tracestory.cli``), the objects that exist at exit are frozen out of the garbage collector
+    (``atexit``): the interpreter's shutdown then skips its full collections of the ~30,000
+    objects of numpy, rich and the analysis (~0.02 s of a small ``analyze``); it frees memory the
+    exiting process does not need. A caller that passes ``argv`` (tests, a program embedding the
+    command) keeps its collector as it was."""
+    if argv is None:
+        atexit.register(gc.freeze)
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_command_of(argv))
+    command = _command_of(argv)
+    if command in ONE_BLAS_THREAD:
+        _one_blas_thread()
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     _state_damage_on_stderr()
     try:

@@ -16,7 +16,7 @@ from ..ingest import load_inputs
 from ..outputs import OutputPlan, is_stdout
 from .common import add_analysis_options, options_from, progress_factory, side_inputs
 from ..render.window import window_lines
-from ..analysis.tables import TABLES
+from ..analysis.table_names import TABLES
 from ..render import jsonout, terminal
 from ..render.tables_out import FORMATS, table_renderable, table_text
 from ..analysis.results import analyze_inputs

@@ -39,7 +39,6 @@ it always has. Damaged large files therefore cost two reads.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import stat
@@ -84,7 +83,11 @@ def decode_workers(path: Path, env: dict | None = None) -> int:
         wanted = DEFAULT_WORKERS
     if not text:
         wanted = min(wanted, _usable_cpus())
-    if wanted <= 1 or multiprocessing.parent_process() is not None:
+    if wanted <= 1:
+        return 0
+    import multiprocessing   # here, not at the top: the default one-process read never needs it (start-up)
+
+    if multiprocessing.parent_process() is not None:
         return 0
     try:
         minimum = int(env.get(MIN_TEXT_ENV, "") or MIN_TEXT_BYTES)
@@ -124,6 +127,7 @@ class ChunkPool:
     ``multiprocessing.Pool`` then waits for its result forever."""
 
     def __init__(self, workers: int, fn: Callable[..., Any]):
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         ctx = multiprocessing.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")

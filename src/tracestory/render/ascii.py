@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from ..units import clip_text, fmt_bytes, fmt_ms, fmt_ns, fmt_pct
@@ -60,8 +60,7 @@ def category_glyphs(categories: Sequence[str]) -> tuple[str, ...]:
 # ---------------------------------------------------------------- bar chart
 
 
-@dataclass(frozen=True)
-class Bar:
+class Bar(msgspec.Struct, frozen=True):
     label: str
     value: float  # the quantity the bar length is proportional to (e.g. ns)
     text: str  # what is printed after the bar (e.g. "12.3 ms  45.6%")
@@ -95,8 +94,7 @@ def bar_chart(
 # ---------------------------------------------------------------- timeline
 
 
-@dataclass(frozen=True)
-class Lane:
+class Lane(msgspec.Struct, frozen=True):
     label: str
     starts: np.ndarray  # int64 ns
     ends: np.ndarray  # int64 ns

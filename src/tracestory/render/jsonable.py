@@ -9,12 +9,22 @@ import dataclasses
 import math
 from typing import Any
 
+import msgspec
 import numpy as np
 
 
 def jsonable(obj: Any) -> Any:
-    """Dataclasses, numpy scalars, tuples -> plain JSON values. Numpy arrays and fields marked
-    ``compare=False`` (row-index helpers, full sample series) are left out."""
+    """Dataclasses, msgspec Structs (the records that are cheaper to create, docs/PERFORMANCE.md
+    "Tiny-trace analyze"), numpy scalars, tuples -> plain JSON values. Numpy arrays and dataclass
+    fields marked ``compare=False`` (row-index helpers, full sample series) are left out; a
+    Struct's fields all count (none of them is such a helper)."""
+    if isinstance(obj, msgspec.Struct):
+        out = {}
+        for name in obj.__struct_fields__:
+            v = getattr(obj, name)
+            if not isinstance(v, np.ndarray):
+                out[name] = jsonable(v)
+        return out
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {}
         for f in dataclasses.fields(obj):

@@ -51,7 +51,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -174,6 +173,8 @@ class Sampler:
 
     def _begin(self) -> None:
         """The header and the first sample."""
+        import socket   # here, not at the top: reading a telemetry file imports this package (start-up)
+
         t0_unix, t0_mono = time.time_ns(), time.monotonic_ns()
         self._write({"type": "header", "schema": SCHEMA, "source": "nvml", "rate_hz": self.rate_hz,
                      "energy_period_s": self.energy_period_s, "t0_unix_ns": t0_unix, "t0_mono_ns": t0_mono, "clocks": CLOCKS, "units": FIELDS,

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from ...stats import linear_fit  # noqa: F401  (re-exported for the rules)
 from ...units import capital  # noqa: F401  (re-exported for the rules)
 
 SEVERITIES = ("high", "medium", "low", "info")
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(msgspec.Struct, frozen=True):
     label: str
     value: float | int | str | None
     unit: str  # see the module docstring
