@@ -560,8 +560,9 @@ NAMESPACES: tuple[tuple[str, str, str], ...] = (
     ("FlashInfer", "FlashInfer", r"flashinfer"),
     ("cuDNN", "NVIDIA", r"cudnn"),
     ("CUB/rocPRIM", "NVIDIA/AMD", r"\bcub::|rocprim::|at_cuda_detail::"),
-    # ATen: the at:: namespace, or the bare names ncu and older Kineto print for ATen kernels.
-    ("ATen", "PyTorch", r"at::|\bcunn_|^void \(anonymous namespace\)::softmax_warp_|"
+    # ATen: the at:: namespace, or the bare names ncu and older Kineto print for ATen kernels
+    # (an anonymous namespace is "(anonymous namespace)" or, from newer demanglers, "<unnamed>").
+    ("ATen", "PyTorch", r"at::|\bcunn_|^void (\(anonymous namespace\)|<unnamed>)::softmax_warp_|"
                         r"^void (vectorized_|unrolled_)?elementwise_kernel|^void reduce_kernel<"),
 )
 ATEN_FAMILY_BY_CATEGORY = {"elementwise": "ATen elementwise", "reduction": "ATen reduction"}  # else "ATen other"
