@@ -21,12 +21,7 @@ from tracestory.errors import ToolNotFound
 PY = ["python", "w.py", "--x", "1"]
 
 
-@pytest.fixture(autouse=True)
-def clean(tmp_path, monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("TRACESTORY_"):
-            monkeypatch.delenv(k)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_cwd")  # an empty folder, no TRACESTORY_* variables
 
 
 def argv_of(tool, flags, words=PY):

@@ -24,12 +24,9 @@ from tracestory.errors import UsageError
 
 
 @pytest.fixture(autouse=True)
-def clean(tmp_path, monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("TRACESTORY_"):
-            monkeypatch.delenv(k)
-    monkeypatch.chdir(tmp_path)
-    # torchrun's rendezvous on a port of its own (other test runs may hold the default 29500)
+def clean(clean_cwd, monkeypatch):
+    # an empty folder, no TRACESTORY_* variables; torchrun's rendezvous on a port of its own (other
+    # test runs may hold the default 29500)
     monkeypatch.setenv("PET_MASTER_PORT", str(free_port()))
 
 

@@ -36,12 +36,7 @@ else:
 '''
 
 
-@pytest.fixture(autouse=True)
-def clean(tmp_path, monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("TRACESTORY_"):
-            monkeypatch.delenv(k)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_cwd")  # an empty folder, no TRACESTORY_* variables
 
 
 def install(tmp_path: Path, monkeypatch, graph: bool) -> None:
