@@ -24,7 +24,7 @@ import triton.language as tl
 MAX_M = 16
 CONFIGS = ((128, 4), (256, 3))          # (BLOCK_K, num_stages) tried by the tuner
 # Narrower blocks (BLOCK_N 32 or 16, more programs for the 4096-wide Wo and Wd) were timed on an
-# H100 in session 9 (benchmarks/gpu/decode_glue.py --block-n 64,32,16) and were not faster: the
+# H100 (docs/BENCHMARKS.md; benchmarks/gpu/decode_glue.py --block-n 64,32,16) and were not faster: the
 # kernel is not short of programs; matmul keeps block_n and warps for such measurements.
 
 
