@@ -22,10 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 
 import torch
 import torch.distributed as dist
+from roofs import captured_graph, cuda_times   # this folder: run as torchrun ... benchmarks/gpu/allreduce_small.py
 
 HIDDEN = 4096
 ROWS = (1, 2, 4, 8, 16, 32)
@@ -33,28 +33,11 @@ REPS = 64
 
 
 def _graph_us(fn) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(REPS):
-            fn()
-    torch.cuda.synchronize()
+    """Microseconds per call of ``fn`` replayed from one CUDA graph of :data:`REPS` calls (median of
+    10 replays), the slowest rank's."""
+    g = captured_graph([fn], REPS, warm=3)
     dist.barrier()
-    out = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / REPS)
-    t = torch.tensor([statistics.median(out)], device="cuda", dtype=torch.float64)
+    t = torch.tensor([cuda_times(g.replay, reps=10, warm=0)[1] * 1e6 / REPS], device="cuda", dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 

@@ -32,34 +32,16 @@ import time
 
 import torch
 import torch.nn.functional as F
+from roofs import captured_graph, cuda_times   # this folder: run as python3 benchmarks/gpu/decode_glue.py
 
 D, H, KH, HD, FF = 4096, 32, 8, 128, 14336
 
 
 def _graph_time(calls, reps=64) -> float:
-    """Seconds per call of ``calls[i % len]()``, replayed from one CUDA graph of ``reps`` calls."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for c in calls[:3]:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(reps):
-            calls[i % len(calls)]()
-    g.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / 1e3 / reps)
-    return statistics.median(out)
+    """Seconds per call of ``calls[i % len]()``, replayed from one CUDA graph of ``reps`` calls
+    (median of 5 replays after one)."""
+    g = captured_graph(calls, reps, warm=min(3, len(calls)))
+    return cuda_times(g.replay, reps=5, warm=1)[1] / reps
 
 
 def gemm_part(tps=(1, 2, 4), ms=(1, 2, 4, 8, 16, 32), block_ns=(64,)) -> list[dict]:

@@ -33,6 +33,24 @@ def cuda_times(fn, reps=20, warm=5):
     return min(out), statistics.median(out)
 
 
+def captured_graph(calls, reps: int, warm: int) -> torch.cuda.CUDAGraph:
+    """One CUDA graph of ``reps`` calls ``calls[i % len(calls)]()``, captured after ``warm`` such calls
+    on a side stream (as capture needs); time its ``replay`` with :func:`cuda_times`."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(warm):
+            calls[i % len(calls)]()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(reps):
+            calls[i % len(calls)]()
+    torch.cuda.synchronize()
+    return g
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
