@@ -71,8 +71,8 @@ def op_shapes_recorded(trace: Trace) -> bool:
     ops = trace.ops
     if not len(ops) or "input_dims" not in ops:
         return False
-    cells = ops["input_dims"][:SHAPE_ROWS_LOOKED_AT]
-    return memo(trace, "op_shapes_recorded", lambda: any(len(d) > 2 for d in filter(None, cells)))
+    return memo(trace, "op_shapes_recorded",
+                lambda: any(len(d) > 2 for d in filter(None, ops["input_dims"][:SHAPE_ROWS_LOOKED_AT])))
 
 
 def cached_traces() -> int:
