@@ -33,18 +33,26 @@ link is the ``correlation`` arg, which both sides carry.
 How it stays fast and small on multi-GB traces
 -----------------------------------------------
 :mod:`.kineto_text` streams the text (inflated in a background thread, by ISA-L when the ``isal``
-package is installed) and cuts the
-``traceEvents`` array into ~32 MB chunks at event boundaries (``},{``); the whole document is
-never in memory. Each chunk is decoded by ``msgspec`` into typed structs that keep only the fields
-we use (the collective fields only for chunks whose text holds "Collective name"), one struct type
-per ``ph`` (a tagged union): flow events, a third of a trace's events, are decoded with their
-``cat`` alone and the rest of their text is skipped. Columns are
-pulled out of each chunk with C-level ``map``/``attrgetter``/``np.fromiter`` and names are
-dictionary-encoded (:class:`~tracestory.trace.StringPool`), so no Python code runs per event and
-peak memory is one chunk of text and objects plus the kept columns. A cut that lands inside a
-string makes that chunk invalid JSON; the chunk is then extended to the next boundary. With
-``TRACESTORY_KINETO_WORKERS=2`` the chunks of a large trace are decoded in worker processes
-(:mod:`.kineto_workers`; off by default, see there).
+package is installed) and cuts the ``traceEvents`` array into ~32 MB chunks at event boundaries
+(``},{``); the whole document is never in memory. Each chunk is read by one of two paths, which
+give the same tables (:class:`_Builder` reads both through one interface, ``_StructChunk`` and
+:class:`.kineto_native.NativeChunk`):
+
+* **the compiled scanner** (:mod:`.kineto_native`, C, built by ``pip install`` where a compiler
+  is at hand): one pass over the text writes the kept fields of every event straight into
+  columns, with no Python object per event; flows of other categories are only counted. It is
+  stricter than msgspec and declines (``None``) any chunk it cannot read exactly as msgspec would.
+* **msgspec's typed decode**, for the chunks the scanner declines and where it is not built
+  (``TRACESTORY_KINETO_NATIVE=0`` forces it): structs that keep only the fields we use (the
+  collective fields only for chunks whose text holds "Collective name"), one struct type per
+  ``ph`` (a tagged union: flow events are decoded with their ``cat`` alone), columns pulled out
+  with C-level ``map``/``attrgetter``/``np.fromiter``.
+
+Names are dictionary-encoded (:class:`~tracestory.trace.StringPool`); peak memory is one chunk of
+text and its columns plus the kept columns. A cut that lands inside a string makes that chunk
+invalid JSON; the chunk is then extended to the next boundary. With ``TRACESTORY_KINETO_WORKERS=2``
+the chunks of a large trace are decoded in worker processes (:mod:`.kineto_workers`; off by
+default, see there).
 
 Damaged input
 -------------
@@ -114,6 +122,7 @@ from ..trace import (
     make_table,
 )
 from ..units import fmt_ns
+from . import kineto_native
 from .files import state
 from .hip_grids import grids_in_workgroups
 from .kineto_attention import causal_column
@@ -217,6 +226,7 @@ _PHASE_CLASSES = tuple(_phase_class(_Event, ph, f"_Phase{i}") for i, ph in enume
 _LEAN = Union[(_X, *_PHASE_CLASSES)]  # type: ignore[valid-type]
 _FULL = Union[(_CollX, *_PHASE_CLASSES)]  # type: ignore[valid-type]
 _PHASES = frozenset(("X", *_OTHER_PHASES, *_FLOW_PHASES))
+_NATIVE_PHASES = "".join(p for p in _PHASES if len(p) == 1)  # "" (missing or unknown) is msgspec's
 
 
 _NO_ARGS = _CollArgs()
@@ -281,7 +291,9 @@ def _memcpy_kind(name: str) -> int:
 
 # --------------------------------------------------------------------------- chunked decode
 class _ChunkDecoder:
-    """Typed decode of one chunk of events (:func:`~.kineto_text.stream_document` cuts them).
+    """Decode of one chunk of events (:func:`~.kineto_text.stream_document` cuts them) into a chunk
+    for :meth:`_Builder.add_chunk`: by the compiled scanner (:mod:`.kineto_native`) when it reads
+    the chunk exactly, else by msgspec's typed decode.
 
     ``None`` means the text is not valid JSON (a cut inside a string: the caller retries with a
     longer chunk). Valid JSON whose values do not fit the typed schema goes through
@@ -292,10 +304,20 @@ class _ChunkDecoder:
         self.warnings = warnings
         self.lean = msgspec.json.Decoder(list[_LEAN])
         self.full = msgspec.json.Decoder(list[_FULL])
+        self.native = kineto_native.Scanner(_CAT_KIND, _NATIVE_PHASES, "".join(_FLOW_PHASES)) \
+            if kineto_native.enabled() else None
         self.collectives = False  # whether the last chunk decoded may hold collective args
 
-    def __call__(self, text: memoryview) -> list | None:
+    def __call__(self, text: memoryview):
         self.collectives = text.obj.find(b'"Collective name"', 0, len(text)) >= 0
+        if self.native is not None:
+            chunk = self.native(text)
+            if chunk is not None:
+                return chunk
+        events = self.structs(text)
+        return None if events is None else _StructChunk(events)
+
+    def structs(self, text: memoryview) -> list | None:
         try:
             try:
                 return (self.full if self.collectives else self.lean).decode(text)
@@ -309,6 +331,9 @@ class _ChunkDecoder:
                 return None
         except RecursionError:
             raise TraceFormatError(self.path, NESTING_EXPECTED, "deeper nesting in traceEvents") from None
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(self.path, "JSON text in UTF-8", f"a string that is not UTF-8 in traceEvents "
+                                   f"({e.reason})") from None
         return _lenient_events(items, self.warnings)
 
 
@@ -447,6 +472,88 @@ def _dims3(values: list) -> np.ndarray:
     return np.array(fixed, dtype=np.int32)
 
 
+class _StructChunk:
+    """One chunk decoded by msgspec (a list of per-phase structs), read by :class:`_Builder`
+    through the interface :class:`.kineto_native.NativeChunk` offers for the compiled path."""
+
+    def __init__(self, events: list):
+        self.events = events
+        self.cats = _col(events, attrgetter("cat"))
+        self.event_count = len(events)
+
+    def kinds(self) -> np.ndarray:
+        n = len(self.cats)
+        return np.fromiter(map(_CAT_KIND.get, self.cats, repeat(-1, n)), dtype=np.int8, count=n)
+
+    def is_x(self) -> np.ndarray:
+        n = len(self.events)
+        return np.fromiter(map(isinstance, self.events, repeat(_X, n)), dtype=bool, count=n)
+
+    def cat_counts(self, mask: np.ndarray) -> Counter:
+        return Counter(compress(self.cats, mask)) if mask.any() else Counter()  # first-seen order
+
+    def count_cat(self, text: str) -> int:
+        return self.cats.count(text)
+
+    def _events(self, idx: np.ndarray) -> list:
+        return list(map(self.events.__getitem__, idx.tolist()))
+
+    def named(self, idx: np.ndarray, text: str) -> np.ndarray:
+        return np.fromiter(map(text.__eq__, _col(self._events(idx), attrgetter("name"))), dtype=bool, count=len(idx))
+
+    def process_names(self, idx: np.ndarray) -> list[tuple[int, str]]:
+        return [(ev.pid, ev.args.name) for ev in self._events(idx)
+                if ev.ph == "M" and ev.name == "process_name" and isinstance(ev.pid, int) and ev.args is not None
+                and ev.args.name]
+
+    def rows(self, idx: np.ndarray) -> _StructRows:
+        return _StructRows(self._events(idx))
+
+
+class _StructRows:
+    """Events of one table kind from a :class:`_StructChunk`: their columns, as the builder asks."""
+
+    def __init__(self, events: list):
+        self.events = events
+        self._a: list | None = None
+
+    @property
+    def args(self) -> list:
+        if self._a is None:
+            self._a = _args(self.events)
+        return self._a
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def take(self, mask: np.ndarray) -> _StructRows:
+        return _StructRows(list(compress(self.events, mask)))
+
+    def floats(self, field: str) -> np.ndarray:
+        return _float_col(self.args if field == "flops" else self.events, attrgetter(field))
+
+    def ints(self, field: str) -> np.ndarray:
+        return _int_col(self.events if field in ("pid", "tid") else self.args, attrgetter(field))
+
+    def dims(self, field: str) -> np.ndarray:
+        return _dims3(_col(self.args, attrgetter(field)))
+
+    def name_codes(self, pool: StringPool) -> np.ndarray:
+        return pool.encode(_col(self.events, attrgetter("name")))
+
+    def raws(self, field: str) -> np.ndarray:
+        return _raw_column(_col(self.args, attrgetter(field)))
+
+    def raw_at(self, field: str) -> Callable[[int], bytes]:
+        args = self.args
+        return lambda i: bytes(getattr(args[i], field))
+
+    def coll_names(self) -> list[str]:
+        """Each row's "Collective name" ("" when absent); only for chunks decoded with the
+        collective fields (``_CollArgs``)."""
+        return _col(self.args, attrgetter("coll_name"))
+
+
 class _Builder:
     """Accumulates per-chunk column arrays for every table."""
 
@@ -464,28 +571,30 @@ class _Builder:
         self.profiler_ranges = 0  # cuda_profiler_range events read as kernels
 
     def add(self, events: list[_Event], collectives: bool = True) -> None:
-        self.event_count += len(events)
+        """One chunk decoded by msgspec."""
+        self.add_chunk(_StructChunk(events), collectives)
+
+    def add_chunk(self, chunk, collectives: bool = True) -> None:
+        """One chunk, as a :class:`_StructChunk` (msgspec) or a :class:`.kineto_native.NativeChunk`
+        (the compiled scanner): both offer the same rows and columns."""
+        self.event_count += chunk.event_count
         self.collectives = collectives
-        n = len(events)
-        cats = _col(events, attrgetter("cat"))
-        kinds = np.fromiter(map(_CAT_KIND.get, cats, repeat(-1, n)), dtype=np.int8, count=n)
-        self.profiler_ranges += cats.count(_RANGE_PROFILER_CAT)
-        is_x = np.fromiter(map(isinstance, events, repeat(_X, n)), dtype=bool, count=n)
+        kinds = chunk.kinds()
+        self.profiler_ranges += chunk.count_cat(_RANGE_PROFILER_CAT)
+        is_x = chunk.is_x()
         routed = kinds >= 0
         kinds_x = np.where(is_x, kinds, -1)
         for kind in np.unique(kinds_x[kinds_x >= 0]):
-            self._add_kind(int(kind), list(map(events.__getitem__, np.flatnonzero(kinds_x == kind).tolist())))
-        self._count_unrouted(cats, kinds, is_x, routed)
+            self._add_kind(int(kind), chunk.rows(np.flatnonzero(kinds_x == kind)))
+        self._count_unrouted(chunk, kinds, is_x, routed)
         if is_x.all():
             return
-        others = list(compress(events, ~is_x))  # instants ([memory]), metadata, flows
-        names = _col(others, attrgetter("name"))
-        is_mem = np.fromiter(map(_MEMORY_NAME.__eq__, names), dtype=bool, count=len(names))
+        others = np.flatnonzero(~is_x)  # instants ([memory]), metadata, flows
+        is_mem = chunk.named(others, _MEMORY_NAME)
         if is_mem.any():
-            self._add_memory(list(compress(others, is_mem)))
-        for ev in compress(others, map("M".__eq__, _col(others, attrgetter("ph")))):  # a handful per trace
-            if ev.name == "process_name" and isinstance(ev.pid, int) and ev.args is not None and ev.args.name:
-                self.process_names[ev.pid] = ev.args.name
+            self._add_memory(chunk.rows(others[is_mem]))
+        for pid, name in chunk.process_names(others):  # a handful per trace
+            self.process_names[pid] = name
 
     def merge(self, part: _Builder) -> None:
         """Append what ``part`` (a builder that read the next chunk on its own, in a worker)
@@ -511,25 +620,24 @@ class _Builder:
         self.warnings.update(part.warnings)
         self.no_dur.update(part.no_dur)
 
-    def _count_unrouted(self, cats: list, kinds: np.ndarray, is_x: np.ndarray, routed: np.ndarray) -> None:
+    def _count_unrouted(self, chunk, kinds: np.ndarray, is_x: np.ndarray, routed: np.ndarray) -> None:
         """Events that look like ours but cannot be placed: counted in ``warnings``."""
         no_x = routed & ~is_x
-        if no_x.any():
-            for cat, count in Counter(compress(cats, no_x)).items():
-                self.warnings[f"'{cat}' events without ph 'X' ignored"] += count
+        for cat, count in chunk.cat_counts(no_x).items():
+            self.warnings[f"'{cat}' events without ph 'X' ignored"] += count
         no_cat = int(np.count_nonzero(is_x & (kinds == _K_NO_CAT)))
         if no_cat:
             self.warnings["complete events (ph 'X') without a 'cat' ignored"] += no_cat
 
-    def _common(self, kind: int, evs: list[_Event]):
-        """(events, start_ns, end_ns, name codes): events whose times cannot be integer ns are
+    def _common(self, kind: int, rows):
+        """(rows, start_ns, end_ns, name codes): rows whose times cannot be integer ns are
         dropped and counted."""
-        ts = _float_col(evs, attrgetter("ts"))
-        dur = _float_col(evs, attrgetter("dur"))
+        ts = rows.floats("ts")
+        dur = rows.floats("dur")
         no_dur = np.isnan(dur)
         if no_dur.any():   # kept at 0 ns, and said: their time is unknown, not zero
             self.no_dur[kind] += int(np.count_nonzero(no_dur & (np.abs(ts) < _MAX_US)))
-            dur[no_dur] = 0.0
+            dur = np.where(no_dur, 0.0, dur)
         ok = (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)  # NaN compares False
         if not ok.all():
             bad_ts = ~(np.abs(ts) < _MAX_US)
@@ -539,104 +647,103 @@ class _Builder:
             bad_dur = int(np.count_nonzero(~ok & ~bad_ts))
             if bad_dur:
                 self.warnings[f"'{cat}' events dropped: 'dur' negative or over 2**62 ns"] += bad_dur
-            evs = list(compress(evs, ok))
+            rows = rows.take(ok)
             ts, dur = ts[ok], dur[ok]
         start = np.rint(ts * 1000.0).astype(np.int64)
-        return evs, start, start + np.rint(dur * 1000.0).astype(np.int64), self.pool.encode(_col(evs, attrgetter("name")))
+        return rows, start, start + np.rint(dur * 1000.0).astype(np.int64), rows.name_codes(self.pool)
 
-    def _add_kind(self, kind: int, evs: list[_Event]) -> None:
-        evs, start, end, name = self._common(kind, evs)
-        if not evs:
+    def _add_kind(self, kind: int, rows) -> None:
+        rows, start, end, name = self._common(kind, rows)
+        if not len(rows):
             return
-        a = _args(evs)
-        ext = _int_col(a, attrgetter("external_id"))
+        ext = rows.ints("external_id")
         if kind in (_K_KERNEL, _K_MEMCPY, _K_MEMSET):
-            device = _int_col(a, attrgetter("device"))
-            stream = _int_col(a, attrgetter("stream"))
+            device = rows.ints("device")
+            stream = rows.ints("stream")
             # Events without args (old formats): the GPU lane is pid = device, tid = stream.
             no_dev = device < 0
             if no_dev.any():
-                device[no_dev] = _int_col(evs, attrgetter("pid"))[no_dev]
+                device = np.where(no_dev, rows.ints("pid"), device)
             no_stream = stream < 0
             if no_stream.any():
-                stream[no_stream] = _int_col(evs, attrgetter("tid"))[no_stream]
+                stream = np.where(no_stream, rows.ints("tid"), stream)
             common = dict(start_ns=start, end_ns=end, name=name, device=device, stream=stream,
-                          correlation=_int_col(a, attrgetter("correlation")), external_id=ext)
+                          correlation=rows.ints("correlation"), external_id=ext)
             if kind == _K_KERNEL:
-                grid = _dims3(_col(a, attrgetter("grid")))
-                block = _dims3(_col(a, attrgetter("block")))
+                grid = rows.dims("grid")
+                block = rows.dims("block")
                 self.parts["kernels"].append(dict(
                     common,
                     grid_x=grid[:, 0], grid_y=grid[:, 1], grid_z=grid[:, 2],
                     block_x=block[:, 0], block_y=block[:, 1], block_z=block[:, 2],
-                    registers_per_thread=_int_col(a, attrgetter("registers")),
-                    shared_mem_bytes=_int_col(a, attrgetter("shared_memory")),
+                    registers_per_thread=rows.ints("registers"),
+                    shared_mem_bytes=rows.ints("shared_memory"),
                 ))
-                self._add_collectives(a, common)
-                self.kernel_count += len(evs)
+                self._add_collectives(rows, common)
+                self.kernel_count += len(rows)
             else:
                 if kind == _K_MEMSET:
-                    mkind = np.zeros(len(evs), dtype=np.int32)
+                    mkind = np.zeros(len(rows), dtype=np.int32)
                 else:
                     codes, at = np.unique(name, return_inverse=True)  # a few names: one split each
                     mkind = np.array([_memcpy_kind(self.pool.strings[c]) for c in codes.tolist()], dtype=np.int32)[at]
-                self.parts["memops"].append(dict(common, kind=mkind, bytes=_int_col(a, attrgetter("bytes"))))
+                self.parts["memops"].append(dict(common, kind=mkind, bytes=rows.ints("bytes")))
         elif kind in (_K_RUNTIME, _K_DRIVER):
             self.parts["api"].append(dict(
                 start_ns=start, end_ns=end, name=name, external_id=ext,
-                correlation=_int_col(a, attrgetter("correlation")),
-                pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
-                kind=np.full(len(evs), API_RUNTIME if kind == _K_RUNTIME else API_DRIVER, dtype=np.int32),
+                correlation=rows.ints("correlation"),
+                pid=rows.ints("pid"), tid=rows.ints("tid"),
+                kind=np.full(len(rows), API_RUNTIME if kind == _K_RUNTIME else API_DRIVER, dtype=np.int32),
             ))
         elif kind == _K_OP:
             self.parts["ops"].append(dict(
                 start_ns=start, end_ns=end, name=name, external_id=ext,
-                pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
-                flops=_float_col(a, attrgetter("flops")),
-                input_dims=_raw_column(_input_dims(a)),
-                input_types=_raw_column(_col(a, attrgetter("input_types"))),
-                causal=causal_column(name, self.pool, a),
+                pid=rows.ints("pid"), tid=rows.ints("tid"),
+                flops=rows.floats("flops"),
+                input_dims=_input_dims(rows),
+                input_types=rows.raws("input_types"),
+                causal=causal_column(name, self.pool, rows.raw_at("concrete_inputs")),
             ))
-            self._add_comm_ops(a, ext)
+            self._add_comm_ops(rows, ext)
         else:
             gpu = kind == _K_RANGE_GPU
             if gpu:
-                device = _int_col(a, attrgetter("device"))
-                pid = _int_col(evs, attrgetter("pid"))
-                device = np.where(device >= 0, device, pid)
+                device = rows.ints("device")
+                device = np.where(device >= 0, device, rows.ints("pid"))
             else:
-                device = np.full(len(evs), -1, dtype=np.int64)
+                device = np.full(len(rows), -1, dtype=np.int64)
             self.parts["ranges"].append(dict(
                 start_ns=start, end_ns=end, name=name, external_id=ext,
-                side=np.full(len(evs), GPU_SIDE if gpu else CPU_SIDE, dtype=np.int32),
-                pid=_int_col(evs, attrgetter("pid")), tid=_int_col(evs, attrgetter("tid")),
-                device=device, domain=np.zeros(len(evs), dtype=np.int32),
+                side=np.full(len(rows), GPU_SIDE if gpu else CPU_SIDE, dtype=np.int32),
+                pid=rows.ints("pid"), tid=rows.ints("tid"),
+                device=device, domain=np.zeros(len(rows), dtype=np.int32),
             ))
 
-    def _coll_args(self, a: list[_Args]) -> tuple[np.ndarray, dict] | None:
-        """Rows (of ``a``) that carry "Collective name", and their collectives columns."""
+    def _coll_args(self, rows) -> tuple[np.ndarray, dict] | None:
+        """Rows that carry "Collective name", and their collectives columns."""
         if not self.collectives:
             return None
-        has = np.fromiter(map(bool, _col(a, attrgetter("coll_name"))), dtype=bool, count=len(a))
+        names = rows.coll_names()
+        has = np.fromiter(map(bool, names), dtype=bool, count=len(names))
         if not has.any():
             return None
-        ca = list(compress(a, has))  # collectives are few: per-row Python below is cheap
-        seq = _int_col(ca, attrgetter("seq"))
+        cr = rows.take(has)  # collectives are few: per-row Python below is cheap
+        seq = cr.ints("seq")
         enc = self.pool.encode
         return np.flatnonzero(has), dict(
-            name=enc(_col(ca, attrgetter("coll_name"))),
-            in_nelems=_int_col(ca, attrgetter("in_nelems")),
-            out_nelems=_int_col(ca, attrgetter("out_nelems")),
-            group_size=_int_col(ca, attrgetter("group_size")),
-            dtype=enc([_raw_text(x.dtype) for x in ca]),
-            pg_name=enc([_raw_text(x.pg_name) for x in ca]),
-            pg_ranks=enc([_ranks_text(x.pg_ranks) for x in ca]),
-            seq=np.where(seq >= 0, seq, _int_col(ca, attrgetter("seq_lower"))),
+            name=enc(list(compress(names, has))),
+            in_nelems=cr.ints("in_nelems"),
+            out_nelems=cr.ints("out_nelems"),
+            group_size=cr.ints("group_size"),
+            dtype=enc([_raw_text(x) for x in cr.raws("dtype")]),
+            pg_name=enc([_raw_text(x) for x in cr.raws("pg_name")]),
+            pg_ranks=enc([_ranks_text(x) for x in cr.raws("pg_ranks")]),
+            seq=np.where(seq >= 0, seq, cr.ints("seq_lower")),
         )
 
-    def _add_collectives(self, a: list[_Args], common: dict) -> None:
+    def _add_collectives(self, rows, common: dict) -> None:
         """Rows of ``collectives`` for the kernels (of one chunk) that carry "Collective name"."""
-        found = self._coll_args(a)
+        found = self._coll_args(rows)
         if found is None:
             return
         rows, cols = found
@@ -646,30 +753,29 @@ class _Builder:
             device=common["device"][rows], stream=common["stream"][rows],
         ))
 
-    def _add_comm_ops(self, a: list[_Args], ext: np.ndarray) -> None:
+    def _add_comm_ops(self, rows, ext: np.ndarray) -> None:
         """CPU ops that carry the collective args (``record_param_comms``): since torch 2.x
         they, not the NCCL kernels, hold them; :func:`_link_comm_ops` finds their kernels."""
-        found = self._coll_args(a)
+        found = self._coll_args(rows)
         if found is not None:
             rows, cols = found
             self.comm_ops.append(dict(cols, external_id=ext[rows]))
 
-    def _add_memory(self, evs: list[_Event]) -> None:
-        ts = np.array(_col(evs, attrgetter("ts")), dtype=np.float64)
+    def _add_memory(self, rows) -> None:
+        ts = rows.floats("ts")
         ok = np.abs(ts) < _MAX_US
         if not ok.all():
             self.warnings["'[memory]' samples dropped: 'ts' missing or out of range"] += int(np.count_nonzero(~ok))
-            evs = list(compress(evs, ok))
-        a = _args(evs)
-        dev_type = _int_col(a, attrgetter("device_type"))
-        dev_id = _int_col(a, attrgetter("device_id"))
+            rows, ts = rows.take(ok), ts[ok]
+        dev_type = rows.ints("device_type")
+        dev_id = rows.ints("device_id")
         self.parts["memory"].append(dict(
-            ts_ns=_ns(_col(evs, attrgetter("ts"))),
+            ts_ns=_ns(ts),
             device=np.where(dev_type == 1, dev_id, -1),
-            allocated_bytes=_int_col(a, attrgetter("total_allocated")),
-            reserved_bytes=_int_col(a, attrgetter("total_reserved")),
-            delta_bytes=_int_col(a, attrgetter("delta_bytes")),
-            pid=_int_col(evs, attrgetter("pid")),
+            allocated_bytes=rows.ints("total_allocated"),
+            reserved_bytes=rows.ints("total_reserved"),
+            delta_bytes=rows.ints("delta_bytes"),
+            pid=rows.ints("pid"),
         ))
 
     def table(self, kind: str):
@@ -691,10 +797,10 @@ def _decode_part(path: Path, text) -> _Builder | None:
     gc.disable()
     part = _Builder()
     decode = _ChunkDecoder(path, part.warnings)
-    events = decode(memoryview(text))
-    if events is None:
+    chunk = decode(memoryview(text))
+    if chunk is None:
         return None
-    part.add(events, decode.collectives)
+    part.add_chunk(chunk, decode.collectives)
     return part
 
 
@@ -710,13 +816,14 @@ def _raw_column(raws: list) -> np.ndarray:
 _NO_RAW = _NO_ARGS.input_dims
 
 
-def _input_dims(args: list) -> list:
+def _input_dims(rows) -> np.ndarray:
     """Each op's input shapes, under "Input Dims", or "Input dims" in traces of early 2021."""
-    dims = _col(args, attrgetter("input_dims"))
-    old = _col(args, attrgetter("input_dims_2021"))
-    if old.count(_NO_RAW) == len(old):
+    dims = rows.raws("input_dims")
+    old = rows.raws("input_dims_2021")
+    missing = dims == b""
+    if not missing.any() or (old == b"").all():
         return dims
-    return [o if d == _NO_RAW else d for d, o in zip(dims, old)]
+    return np.where(missing, old, dims)
 
 
 _NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl", re.IGNORECASE)
@@ -760,7 +867,7 @@ def _link_comm_ops(builder: _Builder, tables: dict):
 _ABSENT = object()
 
 
-def _decoded(raw: msgspec.Raw):
+def _decoded(raw: msgspec.Raw | bytes):
     """A raw JSON value decoded, or ``_ABSENT`` when the field is missing or not valid JSON."""
     if len(raw) == 0:
         return _ABSENT
@@ -770,13 +877,13 @@ def _decoded(raw: msgspec.Raw):
         return _ABSENT
 
 
-def _raw_text(raw: msgspec.Raw) -> str:
+def _raw_text(raw: msgspec.Raw | bytes) -> str:
     """A raw JSON scalar as text: a string unquoted, a number as written, absent as ""."""
     v = _decoded(raw)
     return v if isinstance(v, str) else "" if v is None or v is _ABSENT else str(v)
 
 
-def _ranks_text(raw: msgspec.Raw) -> str:
+def _ranks_text(raw: msgspec.Raw | bytes) -> str:
     """"Process Group Ranks" (a list, or a string holding one) as the canonical "[0, 1]"; "" if absent."""
     v = _decoded(raw)
     if v is _ABSENT:
@@ -873,6 +980,7 @@ def load_kineto(path: str | os.PathLike, *, require_gpu: bool = True, progress: 
         raise TraceFormatError(path, "integer ids within 64 bits and grid/block sizes within 32 bits",
                                f"a value out of range ({e})") from None
     finally:
+        kineto_native.release()
         if gc_was_enabled:
             gc.enable()
     state(path, trace.meta.warnings)   # on the terminal too, not only in the JSON and Limitations
@@ -918,9 +1026,9 @@ def _load(path: Path, require_gpu: bool, progress: Progress | None, workers: int
         _decode_with_workers(path, document, builder, workers, progress)
     else:
         decode = _ChunkDecoder(path, builder.warnings)
-        for events in stream_document(path, document, CHUNK_BYTES, decode, progress):
-            builder.add(events, decode.collectives)
-            del events  # its views of the text must go before the text can grow
+        for chunk in stream_document(path, document, CHUNK_BYTES, decode, progress):
+            builder.add_chunk(chunk, decode.collectives)
+            del chunk  # its views of the text must go before the text can grow
     if document.truncated_at is not None and builder.event_count == 0:
         raise TraceFormatError(path, "trace events", f"no complete event before the cut at byte "
                                f"{document.truncated_at:,}{_gz(document)} (a truncated file)")

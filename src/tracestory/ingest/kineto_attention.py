@@ -28,6 +28,8 @@ measurably.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 import numpy as np
 
@@ -74,14 +76,14 @@ def _flag(name: str, raw: bytes) -> int:
     return UNKNOWN
 
 
-def causal_column(name_codes: np.ndarray, pool, args: list) -> np.ndarray:
+def causal_column(name_codes: np.ndarray, pool, concrete_inputs: Callable[[int], bytes]) -> np.ndarray:
     """``ops["causal"]`` for one chunk of ops: ``name_codes`` are the rows' codes in ``pool``
-    (a :class:`~tracestory.trace.StringPool`), ``args`` the rows' decoded args, whose
-    ``concrete_inputs`` is the raw "Concrete Inputs" JSON."""
+    (a :class:`~tracestory.trace.StringPool`), ``concrete_inputs(row)`` the raw "Concrete Inputs"
+    JSON of a row (``b""`` when absent)."""
     out = np.full(len(name_codes), UNKNOWN, dtype=np.int8)
     codes = {c: n for n, c in pool.known(OPS_WITH_MASK_FLAG).items()}
     if not codes:
         return out
     for row in np.flatnonzero(np.isin(name_codes, np.fromiter(codes, dtype=np.int64, count=len(codes)))):
-        out[row] = _flag(codes[int(name_codes[row])], bytes(args[row].concrete_inputs))
+        out[row] = _flag(codes[int(name_codes[row])], concrete_inputs(int(row)))
     return out
