@@ -452,13 +452,10 @@ class Group:
 
     def shard(self, model) -> None:
         """The build hook: shard before anything shape-dependent is built."""
-        import torch.distributed as dist
+        from .allreduce import AllReduce
 
-        def all_reduce(x):
-            dist.all_reduce(x)
-            return x
-
-        shard_model(model, self.info.rank, self.info.world_size, all_reduce, all_gather_fn(self.info.world_size))
+        # dist.all_reduce until the model's prepare() sets up symmetric memory (.allreduce)
+        shard_model(model, self.info.rank, self.info.world_size, AllReduce(), all_gather_fn(self.info.world_size))
 
     def make_front(self, model) -> TensorParallelFront:
         def lost(line: str) -> None:
