@@ -71,10 +71,10 @@ dec1)   # the decode step at TP=1 (benchmarks/gpu/tp_decode.py)
   step tp-decode-1 300 python3 benchmarks/gpu/tp_decode.py --json $W/json/tp_decode_tp1.json ;;
 dec2|dec4)   # the decode step at TP=2/4, NCCL against symmetric-memory all-reduce
   n=${part#dec}
-  step tp-decode-$n 420 torchrun --nproc_per_node=$n benchmarks/gpu/tp_decode.py --modes nccl,auto \
+  step tp-decode-$n 200 torchrun --nproc_per_node=$n benchmarks/gpu/tp_decode.py --modes nccl,auto \
       --json $W/json/tp_decode_tp$n.json ;;
 symmtest)   # the GPU test of the serving all-reduce on 2 GPUs, its output in $OUT/pytest_symm.txt
-  step symm-test 400 bash -c "python3 -m pytest -q -rfEs -m gpu --noconftest -p no:cacheprovider tests/gpu/test_tp_allreduce_gpu.py > $OUT/pytest_symm.txt 2>&1; rc=\$?; tail -40 $OUT/pytest_symm.txt; exit \$rc" ;;
+  step symm-test 240 bash -c "python3 -m pytest -q -rfEs -m gpu --noconftest -p no:cacheprovider tests/gpu/test_tp_allreduce_gpu.py > $OUT/pytest_symm.txt 2>&1; rc=\$?; tail -40 $OUT/pytest_symm.txt; exit \$rc" ;;
 ncufilter)
   # which kernels the --profile-rank filter keeps (NCCL look-alike out, the others in)
   for F in 'regex:^(?!.*nccl).*' 'regex:^(?!.*nccl)(?=.*(?:keep|gemm|nvjet)).*'; do

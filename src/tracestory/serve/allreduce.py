@@ -6,12 +6,13 @@ batch bucket, 1..32; D = 4,096 on llama-3-8b). At that size an all-reduce is lat
 (docs/BENCHMARKS.md, "Decode-size all-reduce"). :class:`AllReduce` is a callable ``x -> sum of x
 over the ranks`` (in place, like ``dist.all_reduce``) that picks per call, by the message size:
 
-* ``one-shot`` (``torch.ops.symm_mem.one_shot_all_reduce_copy_out``) up to :data:`ONE_SHOT_MAX_BYTES`:
+* ``one-shot`` (``torch.ops.symm_mem.one_shot_all_reduce_copy_out``) up to the first of
+  :data:`THRESHOLDS` for the world size (:data:`DEFAULT_THRESHOLDS` for others):
   one kernel copies this rank's ``x`` into its slot of a symmetric buffer, waits for the peers
   (signal pads), reads every rank's slot over NVLink and writes the sum back into ``x``; no NCCL,
   no extra copy kernel;
 * ``two-shot`` (``x`` copied into the buffer, then ``two_shot_all_reduce_out``: reduce-scatter +
-  all-gather over the symmetric buffers) up to :data:`TWO_SHOT_MAX_BYTES`;
+  all-gather over the symmetric buffers) up to the second;
 * ``dist.all_reduce`` (NCCL) above that, and for any tensor the buffer cannot take (another
   dtype, not contiguous, larger than the buffer).
 
@@ -46,9 +47,13 @@ import os
 
 ENV = "TRACESTORY_ALLREDUCE"
 MODES = ("auto", "nccl")
-# message sizes (bytes) up to which each symmetric-memory kernel is used; above: NCCL
-ONE_SHOT_MAX_BYTES = 256 * 1024          # 32 rows of 4,096 bf16 (the decode buckets)
-TWO_SHOT_MAX_BYTES = 256 * 1024          # = ONE_SHOT_MAX_BYTES: two-shot off until measured better
+# (one-shot up to, two-shot up to) bytes per world size; above: NCCL. Measured at TP=2 (H100,
+# benchmarks/gpu/allreduce_small.py, in a CUDA graph, with the copy-in the server does): one-shot
+# 9.0-11.6 us at 1-32 rows of 4,096 bf16 against NCCL's 12.0-15.2, still ahead at 128 rows
+# (16.7 vs 21.0 us); two-shot ahead of both from 256 rows (21.0 vs 23.1 one-shot, 35.3 NCCL) to
+# 2,080 rows (75.2 vs 92.9 us NCCL). Other sizes: decode buckets only (up to 32 rows), NCCL above.
+THRESHOLDS = {2: (1 << 20, 64 << 20)}
+DEFAULT_THRESHOLDS = (256 << 10, 256 << 10)
 
 
 def mode() -> str:
@@ -65,8 +70,9 @@ class AllReduce:
 
     Until :meth:`prepare` succeeded (and on the CPU) every call is ``dist.all_reduce``."""
 
-    def __init__(self, one_shot_max_bytes: int = ONE_SHOT_MAX_BYTES, two_shot_max_bytes: int = TWO_SHOT_MAX_BYTES):
-        self.one_max, self.two_max = int(one_shot_max_bytes), int(two_shot_max_bytes)
+    def __init__(self, one_shot_max_bytes: int | None = None, two_shot_max_bytes: int | None = None):
+        self._limits = (one_shot_max_bytes, two_shot_max_bytes)   # None: by world size at prepare()
+        self.one_max, self.two_max = DEFAULT_THRESHOLDS
         self._buf = None                 # flat symmetric buffer (elements), or None: NCCL only
         self._group = ""
         self._two_out = False            # torch has two_shot_all_reduce_out (else in place + copy)
@@ -111,8 +117,11 @@ class AllReduce:
         import torch.distributed as dist
 
         self._buf = None
-        backend = dist.get_backend()
-        info: dict = {"chosen": "dist.all_reduce", "backend": backend, "world_size": dist.get_world_size()}
+        backend, world = dist.get_backend(), dist.get_world_size()
+        one, two = THRESHOLDS.get(world, DEFAULT_THRESHOLDS)
+        self.one_max = int(self._limits[0] if self._limits[0] is not None else one)
+        self.two_max = int(self._limits[1] if self._limits[1] is not None else two)
+        info: dict = {"chosen": "dist.all_reduce", "backend": backend, "world_size": world}
         reason = self._local_reason(backend, dtype, device)
         if backend == "nccl":             # every rank must agree before the collective exchange
             ok = torch.tensor([0 if reason else 1], dtype=torch.int32, device=device)
@@ -185,12 +194,13 @@ class AllReduce:
         rank, n = dist.get_rank(), dist.get_world_size()
         want = float(n * (n + 1) // 2)
         # one check per kernel kind on a decode-size tensor; the dispatch above picks them by size
+        es = buf.element_size()
         for kind, limit in (("one_shot", self.one_max), ("two_shot", self.two_max)):
-            if kind == "two_shot" and self.two_max <= self.one_max:
-                continue
-            size = max(1, min(limit, numel * buf.element_size()) // buf.element_size())
-            size -= size % 8
-            x = torch.full((max(size, 8),), float(rank + 1), dtype=dtype, device=device)
+            nbytes = min(limit, numel * es)
+            if kind == "two_shot" and nbytes <= self.one_max:
+                continue                         # no two-shot size fits this buffer
+            size = max(8, nbytes // es - (nbytes // es) % 8)
+            x = torch.full((size,), float(rank + 1), dtype=dtype, device=device)
             before = dict(self.calls)
             self(x)
             torch.cuda.synchronize(device)
