@@ -33,6 +33,11 @@ Numerics: the symmetric kernels add the ranks' values in rank order in the tenso
 ring adds in its own order. At TP=2 both compute ``x0 + x1`` rounded once (the same bits); at
 TP=4 the grouping may differ, so the last bits may.
 
+Measured effect (docs/BENCHMARKS.md, session 10): none at the step level. The kernels save 3-9 us
+per all-reduce in isolation, but a decode step with them was not faster than with NCCL in a
+same-call A/B (TP=2/4, batch 1-8), and the serving rows stayed within a few percent of NCCL's;
+the ranks' skew, not the all-reduce latency, sets a TP decode step there.
+
 Limits: one node (peers' buffers over NVLink/P2P); NVLink multicast stays off
 (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, :data:`~.tensor_parallel.SAFE_NCCL_ENV`), so the multimem
 kernels are not used. The thresholds are constants measured on H100s (docs/BENCHMARKS.md), not
@@ -51,7 +56,8 @@ MODES = ("auto", "nccl")
 # benchmarks/gpu/allreduce_small.py, in a CUDA graph, with the copy-in the server does): one-shot
 # 9.0-11.6 us at 1-32 rows of 4,096 bf16 against NCCL's 12.0-15.2, still ahead at 128 rows
 # (16.7 vs 21.0 us); two-shot ahead of both from 256 rows (21.0 vs 23.1 one-shot, 35.3 NCCL) to
-# 2,080 rows (75.2 vs 92.9 us NCCL). Other sizes: decode buckets only (up to 32 rows), NCCL above.
+# 2,080 rows (75.2 vs 92.9 us NCCL). Other world sizes: decode buckets only (up to 32 rows), NCCL
+# above (TP=4's sweep, measured after: two-shot would beat NCCL from 128 rows too; not run in a server).
 THRESHOLDS = {2: (1 << 20, 64 << 20)}
 DEFAULT_THRESHOLDS = (256 << 10, 256 << 10)
 
