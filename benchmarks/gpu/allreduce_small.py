@@ -8,13 +8,20 @@ time / 64, the max over ranks. Methods:
 * ``nccl``: ``dist.all_reduce`` (NCCL, NVLS off: ``NCCL_NVLS_ENABLE=0``);
 * ``one_shot``: ``torch.ops.symm_mem.one_shot_all_reduce_out`` (each rank reads every peer's
   symmetric buffer over NVLink and sums: one kernel, no NCCL);
-* ``two_shot``: ``torch.ops.symm_mem.two_shot_all_reduce_`` (reduce-scatter + all-gather, in place).
+* ``two_shot``: ``torch.ops.symm_mem.two_shot_all_reduce_`` (reduce-scatter + all-gather, in place);
+* ``one_shot_copy``: ``one_shot_all_reduce_copy_out`` from a local tensor back into it (the kernel
+  copies it into the symmetric buffer first: what ``tracestory serve`` runs, :mod:`tracestory.serve.allreduce`);
+* ``two_shot_copy``: the local tensor copied into the symmetric buffer, then
+  ``two_shot_all_reduce_out`` into the local tensor (two kernels; the server's two-shot path).
+
+The symmetric buffer is allocated once for the largest size; each size uses its leading slice
+(as the server does).
 
 Multicast stays off (``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``; the multimem kernels are not tried).
 A method the installed torch lacks or refuses is recorded with its error. Results are checked
 against the expected sum (every rank adds ``rank + 1``).
 
-Usage: torchrun --nproc_per_node=N benchmarks/gpu/allreduce_small.py [--json OUT]
+Usage: torchrun --nproc_per_node=N benchmarks/gpu/allreduce_small.py [--rows 1,2,...] [--json OUT]
 """
 
 from __future__ import annotations
@@ -45,7 +52,9 @@ def _graph_us(fn) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
+    ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="row counts (rows x 4096 bf16)")
     args = ap.parse_args()
+    sizes = [int(r) for r in args.rows.split(",")]
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
@@ -62,7 +71,11 @@ def main() -> None:
         print(f"rank {rank}: no symmetric memory: {e}", flush=True)
     want = world * (world + 1) / 2
     rows = []
-    for r in ROWS:
+    big = None
+    if symm is not None:
+        big = symm.empty(max(sizes) * HIDDEN, dtype=torch.bfloat16, device="cuda")
+        symm.rendezvous(big, gname)
+    for r in sizes:
         n = r * HIDDEN
         row = {"rows": r, "bytes": n * 2}
         x = torch.full((n,), rank + 1.0, device="cuda", dtype=torch.bfloat16)
@@ -75,19 +88,27 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             row["nccl_error"] = " ".join(str(e).split())[:200]
         if symm is not None:
-            buf = symm.empty(n, dtype=torch.bfloat16, device="cuda")
-            symm.rendezvous(buf, gname)
+            buf = big[:n]
             out = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+            loc = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+
+            def two_copy(buf=buf, loc=loc):
+                buf.copy_(loc)
+                torch.ops.symm_mem.two_shot_all_reduce_out(buf, "sum", gname, loc)
+
             for name, call in (
                 ("one_shot", lambda: torch.ops.symm_mem.one_shot_all_reduce_out(buf, "sum", gname, out)),
                 ("two_shot", lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", gname)),
+                ("one_shot_copy", lambda: torch.ops.symm_mem.one_shot_all_reduce_copy_out(buf, loc, "sum", gname, loc)),
+                ("two_shot_copy", two_copy),
             ):
                 try:
                     buf.fill_(rank + 1.0)
+                    loc.fill_(rank + 1.0)
                     dist.barrier()
                     call()
                     torch.cuda.synchronize()
-                    res = out if name == "one_shot" else buf
+                    res = {"one_shot": out, "two_shot": buf}.get(name, loc)
                     row[f"{name}_ok"] = bool((res == want).all().item())
                     row[f"{name}_us"] = _graph_us(call)
                 except Exception as e:  # noqa: BLE001

@@ -107,6 +107,8 @@ def _kind(name: str) -> str:
     n = name.lower()
     if "nccl" in n:
         return "nccl"
+    if "all_reduce" in n:                 # torch symmetric-memory kernels (one-/two-shot)
+        return "symm-mem all-reduce"
     if "_fp8_small_m" in n:
         return "gemm (triton small-M)"
     if "nvjet" in n or "gemm" in n or "sm90_xmma" in n or "cutlass" in n or "gemv" in n:

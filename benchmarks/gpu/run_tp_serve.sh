@@ -6,7 +6,9 @@
 # table row each), stop4 (Ctrl-C of `tracestory serve --tensor-parallel 4`), glue (one GPU: the decode
 # GEMM study and the step profiles of benchmarks/gpu/decode_glue.py), chunkattn (one GPU: the chunk
 # attention kernel alone against SDPA, benchmarks/gpu/chunk_attn.py), ar2 / ar4 (decode-size
-# all-reduce, NCCL against symmetric memory, benchmarks/gpu/allreduce_small.py), ncu (the
+# all-reduce, NCCL against symmetric memory, benchmarks/gpu/allreduce_small.py; AR_ROWS: the row
+# counts), dec1 / dec2 / dec4 (the decode step at TP=N, NCCL against symmetric memory,
+# benchmarks/gpu/tp_decode.py), symmtest (tests/gpu/test_tp_allreduce_gpu.py on 2 GPUs), ncu (the
 # docs/CAPTURE.md recipe "Kernels of a serving run under ncu", TP=2, rank 0 under ncu), ncufilter
 # (which kernels ncu's NCCL-free filter keeps), fresh (one GPU: fresh-prompt flash attention against
 # the chunk kernel, benchmarks/gpu/fresh_attn.py). Each step is time-limited.
@@ -63,7 +65,16 @@ chunkattn)
   step chunk-attn 420 python3 benchmarks/gpu/chunk_attn.py --json $W/json/chunk_attn.json ;;
 ar2|ar4)
   n=${part#ar}
-  step allreduce-tp$n 180 torchrun --nproc_per_node=$n benchmarks/gpu/allreduce_small.py --json $W/json/allreduce_tp$n.json ;;
+  step allreduce-tp$n 180 torchrun --nproc_per_node=$n benchmarks/gpu/allreduce_small.py \
+      --rows ${AR_ROWS:-1,2,4,8,16,32,64,128,256,512,1024,2080} --json $W/json/allreduce_tp$n.json ;;
+dec1)   # the decode step at TP=1 (benchmarks/gpu/tp_decode.py)
+  step tp-decode-1 300 python3 benchmarks/gpu/tp_decode.py --json $W/json/tp_decode_tp1.json ;;
+dec2|dec4)   # the decode step at TP=2/4, NCCL against symmetric-memory all-reduce
+  n=${part#dec}
+  step tp-decode-$n 200 torchrun --nproc_per_node=$n benchmarks/gpu/tp_decode.py --modes nccl,auto \
+      --json $W/json/tp_decode_tp$n.json ;;
+symmtest)   # the GPU test of the serving all-reduce on 2 GPUs, its output in $OUT/pytest_symm.txt
+  step symm-test 240 bash -c "python3 -m pytest -q -rfEs -m gpu --noconftest -p no:cacheprovider tests/gpu/test_tp_allreduce_gpu.py > $OUT/pytest_symm.txt 2>&1; rc=\$?; tail -40 $OUT/pytest_symm.txt; exit \$rc" ;;
 ncufilter)
   # which kernels the --profile-rank filter keeps (NCCL look-alike out, the others in)
   for F in 'regex:^(?!.*nccl).*' 'regex:^(?!.*nccl)(?=.*(?:keep|gemm|nvjet)).*'; do

@@ -153,6 +153,10 @@ def _rank_main(rank: int, port: int, q, mode: str) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
+    if mode.startswith("allreduce"):
+        _allreduce_rank(rank, q, mode)
+        dist.destroy_process_group()
+        return
     ctl = tp.Control(dist.new_group(backend="gloo"), rank)
     model = _model()
 
@@ -186,6 +190,20 @@ def _rank_main(rank: int, port: int, q, mode: str) -> None:
     front.stop()
     q.put(("tokens", tokens))
     dist.destroy_process_group()
+
+
+def _allreduce_rank(rank: int, q, mode: str) -> None:
+    """The serving all-reduce (:class:`~tracestory.serve.allreduce.AllReduce`) on gloo: its
+    set-up's verdict, a sum, and which path served it."""
+    from tracestory.serve.allreduce import ENV, AllReduce
+
+    if mode == "allreduce-nccl":
+        os.environ[ENV] = "nccl"
+    ar = AllReduce()
+    info = ar.prepare(8, 64, torch.float32, "cpu")
+    x = torch.full((3, 64), float(rank + 1))
+    y = ar(x)
+    q.put((f"rank{rank}", info, y is x, sorted(set(y.flatten().tolist())), dict(ar.calls)))
 
 
 def _spawn(mode: str, timeout_s: float = 60.0) -> list[tuple]:
@@ -225,3 +243,29 @@ def test_lost_rank_is_reported_not_a_hang():
     assert lost == [err]                   # the server's stop callback was told once
     assert seconds < 60, (seconds, err)
     assert got["exit"][0][1] == 3
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "allreduce-nccl"])
+def test_serving_all_reduce_falls_back_to_dist_all_reduce_on_gloo(mode):
+    got = {k: rest for k, *rest in _spawn(mode)}
+    assert got["exit"] == [[0, 0]]
+    for rank in (0, 1):
+        info, in_place, values, calls = got[f"rank{rank}"]
+        assert info["chosen"] == "dist.all_reduce" and info["backend"] == "gloo" and info["world_size"] == 2
+        # the reason names what ruled symmetric memory out: the flag first, else the CPU / gloo
+        want = "TRACESTORY_ALLREDUCE=nccl" if mode == "allreduce-nccl" else "no symmetric memory on gloo / cpu"
+        assert info["reason"] == want
+        assert in_place and values == [3.0]      # 1 + 2, summed in place
+        assert calls == {"one_shot": 0, "two_shot": 0, "dist": 1}
+
+
+def test_all_reduce_mode_reads_the_environment(monkeypatch):
+    from tracestory.serve import allreduce
+
+    monkeypatch.delenv(allreduce.ENV, raising=False)
+    assert allreduce.mode() == "auto"
+    monkeypatch.setenv(allreduce.ENV, " NCCL ")
+    assert allreduce.mode() == "nccl"
+    monkeypatch.setenv(allreduce.ENV, "mpi")
+    with pytest.raises(ValueError, match=r"TRACESTORY_ALLREDUCE: expected one of auto, nccl, found 'mpi'"):
+        allreduce.mode()

@@ -84,6 +84,9 @@ def test_tp2_server_answers_as_tp1_and_stops_with_exit_code_0(tmp_path):
     assert text.count("tracestory serve: stopped") == 2 and "Traceback" not in text
     lines = [json.loads(x) for x in sched.read_text().splitlines()]
     assert lines[0]["type"] == "meta" and lines[0]["tensor_parallel"] == 2
+    # the all-reduce's choice, logged once at start-up (gloo: no symmetric memory)
+    assert lines[0]["startup"]["all_reduce"]["chosen"] == "dist.all_reduce"
+    assert lines[0]["startup"]["all_reduce"]["backend"] == "gloo"
     # rank 0 alone writes the log: one finish per request
     assert sum(x["type"] == "finish" for x in lines) == 3
 

@@ -307,6 +307,9 @@ class PagedLlama:
         if self.on_cuda:
             self._chunk_buckets = chunk_buckets(max_batch_tokens)
         self._ensure_sampled(max(max_num_seqs, 1))
+        if hasattr(self.tp_reduce, "prepare"):       # tensor parallel: the all-reduce's buffers (.allreduce)
+            info["all_reduce"] = self.tp_reduce.prepare(max(rows, max_num_seqs) + max_num_seqs, self.cfg.dim,
+                                                        self.dtype, self.device, say)
         if self.attention == "flex":
             self._flex = FlexPagedAttention(num_blocks=self.num_blocks, block_size=self.block_size,
                                             max_rows=max(rows, max_num_seqs), device=self.device,

@@ -12,7 +12,8 @@ Rank ``r`` of ``N`` keeps query heads ``r·H/N .. (r+1)·H/N - 1``, KV heads ``r
 query heads of a KV-head group stay on the rank of their KV head), MLP rows ``r·I/N ..``, and a
 local K/V cache of ``Hkv/N`` heads. ``model.cfg`` becomes the local config (``H/N``, ``Hkv/N``,
 ``I/N``, head dim unchanged), and ``model.tp_reduce`` an all-reduce (sum) over the group, so the
-model's own forward runs unchanged on a shard. Every rank builds the full weights from the
+model's own forward runs unchanged on a shard (under ``serve``: :class:`.allreduce.AllReduce`,
+torch's symmetric-memory kernels on GPUs where they set up, else ``dist.all_reduce``). Every rank builds the full weights from the
 same ``--seed`` and keeps its slice, so TP=N computes the TP=1 model: on the CPU in float32 the
 greedy tokens are the same (the sums are regrouped, so logits may differ in the last bits).
 H, Hkv and I must be divisible by N (one-line error otherwise). The full weights exist on
@@ -49,8 +50,8 @@ off: set ``NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE
 (:data:`SAFE_NCCL_ENV`; ``tracestory capture --torchrun`` sets them when unset).
 
 Limits: one node (``LOCAL_RANK`` picks the GPU); the control channel is CPU (gloo) even on
-GPUs; the decode CUDA graphs of the engine capture the NCCL all-reduce only where NCCL allows
-graph capture (checked on GPUs by the GPU tests, not here).
+GPUs; the decode CUDA graphs of the engine capture the all-reduce (symmetric memory or NCCL)
+only where it allows graph capture (checked on GPUs by the GPU tests, not here).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from dataclasses import dataclass
 from ..capture.under_load import TORCHRUN_SAFE_ENV
 from ..errors import UsageError
 from ..models.llama_config import LlamaConfig
+from .allreduce import AllReduce
 from .scheduler import Member
 
 HEARTBEAT_S = 1.0            # rank 0 sends a heartbeat when it sent nothing for this long
@@ -452,13 +454,8 @@ class Group:
 
     def shard(self, model) -> None:
         """The build hook: shard before anything shape-dependent is built."""
-        import torch.distributed as dist
-
-        def all_reduce(x):
-            dist.all_reduce(x)
-            return x
-
-        shard_model(model, self.info.rank, self.info.world_size, all_reduce, all_gather_fn(self.info.world_size))
+        # dist.all_reduce until the model's prepare() sets up symmetric memory (.allreduce)
+        shard_model(model, self.info.rank, self.info.world_size, AllReduce(), all_gather_fn(self.info.world_size))
 
     def make_front(self, model) -> TensorParallelFront:
         def lost(line: str) -> None:
