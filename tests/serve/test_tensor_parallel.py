@@ -199,6 +199,10 @@ def _allreduce_rank(rank: int, q, mode: str) -> None:
 
     if mode == "allreduce-nccl":
         os.environ[ENV] = "nccl"
+    elif mode == "allreduce":
+        os.environ[ENV] = "auto"      # symmetric memory asked for: gloo rules it out
+    else:
+        os.environ.pop(ENV, None)     # the default: NCCL
     ar = AllReduce()
     info = ar.prepare(8, 64, torch.float32, "cpu")
     x = torch.full((3, 64), float(rank + 1))
@@ -245,7 +249,7 @@ def test_lost_rank_is_reported_not_a_hang():
     assert got["exit"][0][1] == 3
 
 
-@pytest.mark.parametrize("mode", ["allreduce", "allreduce-nccl"])
+@pytest.mark.parametrize("mode", ["allreduce", "allreduce-nccl", "allreduce-default"])
 def test_serving_all_reduce_falls_back_to_dist_all_reduce_on_gloo(mode):
     got = {k: rest for k, *rest in _spawn(mode)}
     assert got["exit"] == [[0, 0]]
@@ -253,7 +257,8 @@ def test_serving_all_reduce_falls_back_to_dist_all_reduce_on_gloo(mode):
         info, in_place, values, calls = got[f"rank{rank}"]
         assert info["chosen"] == "dist.all_reduce" and info["backend"] == "gloo" and info["world_size"] == 2
         # the reason names what ruled symmetric memory out: the flag first, else the CPU / gloo
-        want = "TRACESTORY_ALLREDUCE=nccl" if mode == "allreduce-nccl" else "no symmetric memory on gloo / cpu"
+        want = {"allreduce-nccl": "TRACESTORY_ALLREDUCE=nccl", "allreduce": "no symmetric memory on gloo / cpu",
+                "allreduce-default": "NCCL is the default (TRACESTORY_ALLREDUCE=auto tries symmetric memory)"}[mode]
         assert info["reason"] == want
         assert in_place and values == [3.0]      # 1 + 2, summed in place
         assert calls == {"one_shot": 0, "two_shot": 0, "dist": 1}
@@ -263,6 +268,8 @@ def test_all_reduce_mode_reads_the_environment(monkeypatch):
     from tracestory.serve import allreduce
 
     monkeypatch.delenv(allreduce.ENV, raising=False)
+    assert allreduce.mode() == "nccl"     # the default: symmetric memory was not faster (docs/BENCHMARKS.md)
+    monkeypatch.setenv(allreduce.ENV, " Auto ")
     assert allreduce.mode() == "auto"
     monkeypatch.setenv(allreduce.ENV, " NCCL ")
     assert allreduce.mode() == "nccl"

@@ -26,8 +26,9 @@ symmetric memory is used; otherwise every call goes to ``dist.all_reduce``.
 Fallback to ``dist.all_reduce`` (the reason in :attr:`AllReduce.info`, logged once at start-up
 as ``startup.all_reduce`` in the event log): a CPU run (gloo), a torch without
 ``torch.distributed._symmetric_memory`` or its ops, a dtype the kernels lack (they take bf16 and
-fp32), an error at set-up, or ``TRACESTORY_ALLREDUCE=nccl`` (for A/B runs; ``auto``, the default,
-tries symmetric memory).
+fp32), an error at set-up, or ``TRACESTORY_ALLREDUCE=nccl``, **the default**: NCCL stays the
+all-reduce unless ``TRACESTORY_ALLREDUCE=auto`` asks for symmetric memory, because it did not
+make a step faster (below).
 
 Numerics: the symmetric kernels add the ranks' values in rank order in the tensor's dtype; NCCL's
 ring adds in its own order. At TP=2 both compute ``x0 + x1`` rounded once (the same bits); at
@@ -63,9 +64,9 @@ DEFAULT_THRESHOLDS = (256 << 10, 256 << 10)
 
 
 def mode() -> str:
-    """``TRACESTORY_ALLREDUCE``: ``auto`` (default) or ``nccl``; ValueError for another value
-    (read like ``TRACESTORY_GLUE``)."""
-    m = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    """``TRACESTORY_ALLREDUCE``: ``nccl`` (default) or ``auto`` (symmetric memory where it can run);
+    ValueError for another value (read like ``TRACESTORY_GLUE``)."""
+    m = os.environ.get(ENV, "nccl").strip().lower() or "nccl"
     if m not in MODES:
         raise ValueError(f"{ENV}: expected one of {', '.join(MODES)}, found {m!r}")
     return m
@@ -165,7 +166,7 @@ class AllReduce:
         import torch
 
         if mode() == "nccl":
-            return f"{ENV}=nccl"
+            return f"{ENV}=nccl" if os.environ.get(ENV) else f"NCCL is the default ({ENV}=auto tries symmetric memory)"
         if backend != "nccl" or not str(device).startswith("cuda"):
             return f"no symmetric memory on {backend} / {device}"
         if dtype not in (torch.bfloat16, torch.float32):
