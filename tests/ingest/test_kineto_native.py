@@ -254,3 +254,19 @@ def test_a_name_that_is_not_utf8_is_refused_in_one_line(tmp_path, monkeypatch):
     for native in (True, False):
         assert load(path, native, monkeypatch) == (f"{path}: expected JSON text in UTF-8, found a string that is "
                                                    "not UTF-8 in traceEvents (invalid start byte)")
+
+
+def test_a_chunk_still_viewed_is_not_written_over_by_the_next_scan():
+    """The scanner reuses its column buffers from call to call; one whose columns are still held
+    must keep them (the next call writes elsewhere)."""
+    sc = scanner()
+    first = sc(memoryview(bytearray(json.dumps([dict(BASE, ts=1.0, name="a")] * 3).encode())))
+    ts_before, names_before = first.cols["ts"].copy(), list(first.names)
+    second = sc(memoryview(bytearray(json.dumps([dict(BASE, ts=9.0, name="b")] * 5000).encode())))
+    assert first.cols["ts"].tolist() == ts_before.tolist() == [1.0, 1.0, 1.0] and first.names == names_before
+    assert second.n == 5000 and set(second.cols["ts"].tolist()) == {9.0}
+    del first
+    third = sc(memoryview(bytearray(json.dumps([dict(BASE, ts=4.0)] * 2).encode())))
+    assert second.cols["ts"][:2].tolist() == [9.0, 9.0]  # still held: untouched by the third call
+    assert third.cols["ts"].tolist() == [4.0, 4.0]
+    kineto_native.release()

@@ -42,8 +42,15 @@ typedef struct {
     PyObject **objs;
 } RawList;
 
+/* The columns live in bytearrays that Python reads without a copy (numpy views) and that the next
+ * call writes again, so their pages are touched once per file, not once per chunk. A bytearray
+ * still viewed when a call starts (an export) is left to its viewers and a fresh one is made. */
+enum { C_PH, C_FLAGS, C_CAT, C_NAME, C_PID, C_TID, C_TS, C_DUR, C_FLOPS, C_INTS, C_GRID, C_BLOCK, N_COL };
+static const Py_ssize_t COL_BYTES[N_COL] = {1, 1, 1, 4, 8, 8, 8, 8, 8, 8 * N_INT, 12, 12};
+
 typedef struct {
     Py_ssize_t n, cap;
+    PyObject *obj[N_COL];  /* bytearrays of cap rows */
     uint8_t *ph, *flags;
     int8_t *cat;
     int32_t *name;
@@ -86,8 +93,7 @@ typedef struct {
     } while (0)
 
 static void cols_free(Cols *c) {
-    free(c->ph); free(c->flags); free(c->cat); free(c->name); free(c->pid); free(c->tid);
-    free(c->ts); free(c->dur); free(c->flops); free(c->ints); free(c->grid); free(c->block);
+    for (int k = 0; k < N_COL; k++) Py_CLEAR(c->obj[k]);
     for (int k = 0; k < N_RAW; k++) {
         for (Py_ssize_t i = 0; i < c->raw[k].n; i++) Py_DECREF(c->raw[k].objs[i]);
         free(c->raw[k].rows); free(c->raw[k].objs);
@@ -119,14 +125,40 @@ static void raw_drop(Cols *c, Py_ssize_t r) {
     }
 }
 
+static void cols_point(Cols *c) {
+    char *b[N_COL];
+    for (int k = 0; k < N_COL; k++) b[k] = c->obj[k] ? PyByteArray_AS_STRING(c->obj[k]) : NULL;
+    c->ph = (uint8_t *)b[C_PH]; c->flags = (uint8_t *)b[C_FLAGS]; c->cat = (int8_t *)b[C_CAT];
+    c->name = (int32_t *)b[C_NAME]; c->pid = (int64_t *)b[C_PID]; c->tid = (int64_t *)b[C_TID];
+    c->ts = (double *)b[C_TS]; c->dur = (double *)b[C_DUR]; c->flops = (double *)b[C_FLOPS];
+    c->ints = (int64_t *)b[C_INTS]; c->grid = (int32_t *)b[C_GRID]; c->block = (int32_t *)b[C_BLOCK];
+}
+
+/* at the start of a call: a bytearray still viewed from Python is given up (its viewers keep it) */
+static void cols_start(Cols *c) {
+    int viewed = 0;
+    for (int k = 0; k < N_COL; k++)
+        if (c->obj[k] && ((PyByteArrayObject *)c->obj[k])->ob_exports > 0) viewed = 1;
+    if (viewed) {
+        for (int k = 0; k < N_COL; k++) Py_CLEAR(c->obj[k]);
+        c->cap = 0;
+    }
+    c->n = 0;
+    cols_point(c);
+}
+
 static int cols_grow(Cols *c) {
     Py_ssize_t cap = c->cap ? c->cap * 2 : 4096;
-    GROW(c->ph, uint8_t, cap); GROW(c->flags, uint8_t, cap); GROW(c->cat, int8_t, cap);
-    GROW(c->name, int32_t, cap); GROW(c->pid, int64_t, cap); GROW(c->tid, int64_t, cap);
-    GROW(c->ts, double, cap); GROW(c->dur, double, cap); GROW(c->flops, double, cap);
-    GROW(c->grid, int32_t, cap * 3); GROW(c->block, int32_t, cap * 3);
-    GROW(c->ints, int64_t, cap * N_INT);
+    for (int k = 0; k < N_COL; k++) {
+        if (!c->obj[k]) {
+            c->obj[k] = PyByteArray_FromStringAndSize(NULL, cap * COL_BYTES[k]);
+            if (!c->obj[k]) return -1;
+        } else if (PyByteArray_Resize(c->obj[k], cap * COL_BYTES[k]) < 0) {
+            return -1;
+        }
+    }
     c->cap = cap;
+    cols_point(c);
     return 0;
 }
 
@@ -661,6 +693,13 @@ static PyObject *release(PyObject *self, PyObject *unused) {
 
 static PyObject *bytes_of(const void *p, Py_ssize_t n) { return PyBytes_FromStringAndSize((const char *)p, n); }
 
+/* column k for Python: its bytearray (the first n rows are the chunk's; read them without a copy) */
+static PyObject *col_of(Cols *c, int k) {
+    if (!c->obj[k]) return PyByteArray_FromStringAndSize(NULL, 0);
+    Py_INCREF(c->obj[k]);
+    return c->obj[k];
+}
+
 static PyObject *scan(PyObject *self, PyObject *args_) {
     Py_buffer view;
     PyObject *cats;
@@ -686,11 +725,11 @@ static PyObject *scan(PyObject *self, PyObject *args_) {
     S.cat_len = cat_l;
 
     Cols c = kept;  /* the buffers of the last call, reused (release() frees them) */
+    cols_start(&c);
     Names names = kept_names;
     int64_t skipped_flows = 0;  /* flows of unknown categories, not kept */
     PyObject *result = NULL;
     int bad = 0, oom = 0;
-    c.n = 0;
     if (!names.slots && names_init(&names) < 0) { oom = 1; goto done; }
     names.n = 0;
     memset(names.slots, 0xff, sizeof(int32_t) * (names.mask + 1));
@@ -700,7 +739,7 @@ static PyObject *scan(PyObject *self, PyObject *args_) {
     ws(&S);
     if (S.p < S.end && *S.p == ']') { S.p++; goto tail; }
     for (;;) {
-        if (c.n == c.cap && cols_grow(&c) < 0) { oom = 1; goto done; }
+        if (c.n == c.cap && cols_grow(&c) < 0) { if (!PyErr_Occurred()) PyErr_NoMemory(); oom = 1; goto done; }
         int rc = event(&S, &c, &names, c.n, &skipped_flows);
         if (rc == -2) { if (!PyErr_Occurred()) PyErr_NoMemory(); oom = 1; goto done; }
         if (rc < 0) { bad = 1; goto done; }
@@ -742,10 +781,9 @@ tail:
         }
         result = Py_BuildValue(
             "nLNNNNNNNNNNNNNNN", n, (long long)skipped_flows,
-            bytes_of(c.ph, n), bytes_of(c.cat, n), bytes_of(c.name, n * 4), bytes_of(c.flags, n),
-            bytes_of(c.pid, n * 8), bytes_of(c.tid, n * 8), bytes_of(c.ts, n * 8), bytes_of(c.dur, n * 8),
-            bytes_of(c.flops, n * 8), bytes_of(c.ints, n * 8 * N_INT), bytes_of(c.grid, n * 12),
-            bytes_of(c.block, n * 12), raws, name_list, escaped);
+            col_of(&c, C_PH), col_of(&c, C_CAT), col_of(&c, C_NAME), col_of(&c, C_FLAGS), col_of(&c, C_PID),
+            col_of(&c, C_TID), col_of(&c, C_TS), col_of(&c, C_DUR), col_of(&c, C_FLOPS), col_of(&c, C_INTS),
+            col_of(&c, C_GRID), col_of(&c, C_BLOCK), raws, name_list, escaped);
     }
 done:
     for (int k = 0; k < N_RAW; k++) {  /* what was not handed over (a failed scan) */

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from itertools import compress
 from collections.abc import Callable
 
 import msgspec
@@ -76,16 +77,20 @@ class NativeChunk:
         (n, flows, ph, cat, name, flags, pid, tid, ts, dur, flops, ints, grid, block, raws, _, _) = result
         self.n = n
         self.event_count = n + flows  # flows (ph s/t/f) of other categories are counted, not rows
-        self.ph = np.frombuffer(ph, dtype=np.uint8)
-        self.cat = np.frombuffer(cat, dtype=np.int8)
-        self.name = np.frombuffer(name, dtype=np.int32)
-        self.flags = np.frombuffer(flags, dtype=np.uint8)
-        self.cols = {"pid": np.frombuffer(pid, dtype=np.int64), "tid": np.frombuffer(tid, dtype=np.int64),
-                     "ts": np.frombuffer(ts, dtype=np.float64), "dur": np.frombuffer(dur, dtype=np.float64),
-                     "flops": np.frombuffer(flops, dtype=np.float64)}
-        self.ints = np.frombuffer(ints, dtype=np.int64).reshape(n, len(INT_ARGS))
-        self.grid = np.frombuffer(grid, dtype=np.int32).reshape(n, 3)
-        self.block = np.frombuffer(block, dtype=np.int32).reshape(n, 3)
+        # views of the scanner's buffers (bytearrays it writes again on its next call, unless a
+        # view is still alive then): the builder copies what it keeps
+        self.ph = np.frombuffer(ph, dtype=np.uint8, count=n)
+        self.cat = np.frombuffer(cat, dtype=np.int8, count=n)
+        self.name = np.frombuffer(name, dtype=np.int32, count=n)
+        self.flags = np.frombuffer(flags, dtype=np.uint8, count=n)
+        self.cols = {"pid": np.frombuffer(pid, dtype=np.int64, count=n),
+                     "tid": np.frombuffer(tid, dtype=np.int64, count=n),
+                     "ts": np.frombuffer(ts, dtype=np.float64, count=n),
+                     "dur": np.frombuffer(dur, dtype=np.float64, count=n),
+                     "flops": np.frombuffer(flops, dtype=np.float64, count=n)}
+        self.ints = np.frombuffer(ints, dtype=np.int64, count=n * len(INT_ARGS)).reshape(n, len(INT_ARGS))
+        self.grid = np.frombuffer(grid, dtype=np.int32, count=n * 3).reshape(n, 3)
+        self.block = np.frombuffer(block, dtype=np.int32, count=n * 3).reshape(n, 3)
         self.raws = [(np.frombuffer(rows, dtype=np.int64), objs) for rows, objs in raws]
         self.cats = cats
         self.cat_kind = cat_kind
@@ -167,23 +172,33 @@ class NativeRows:
         local = self.chunk.name[self.idx]
         if not local.size:
             return np.zeros(0, dtype=np.int32)
-        distinct, first = np.unique(local, return_index=True)
-        in_order = distinct[np.argsort(first, kind="stable")]
+        # the first row of each local code, without a sort: written back to front, the first wins
+        first = np.full(len(self.chunk.names), local.size, dtype=np.int64)
+        first[local[::-1]] = np.arange(local.size - 1, -1, -1)
+        present = np.flatnonzero(first < local.size)
+        in_order = present[np.argsort(first[present], kind="stable")]
         names = self.chunk.names
-        codes = pool.encode([names[c] for c in in_order.tolist()])
-        lookup = np.zeros(int(distinct[-1]) + 1, dtype=np.int32)
-        lookup[in_order] = codes
+        lookup = np.zeros(len(names), dtype=np.int32)
+        lookup[in_order] = pool.encode([names[c] for c in in_order.tolist()])
         return lookup[local]
+
+    def _present(self, field: str) -> tuple[np.ndarray, list]:
+        """(positions among these rows, raw JSON) of the rows that carry ``field``."""
+        rows, objs = self.chunk.raws[_RAW_INDEX[field]]
+        if not rows.size or not self.idx.size:
+            return np.zeros(0, dtype=np.int64), []
+        pos = np.searchsorted(self.idx, rows)
+        hit = (pos < len(self.idx)) & (self.idx[np.minimum(pos, len(self.idx) - 1)] == rows)
+        if hit.all():
+            return pos, objs
+        return pos[hit], list(compress(objs, hit))
 
     def raws(self, field: str) -> np.ndarray:
         """The raw JSON of ``field`` per row as an object array of bytes (``b""`` when absent)."""
         out = np.full(len(self.idx), b"", dtype=object)
-        rows, objs = self.chunk.raws[_RAW_INDEX[field]]
-        if rows.size:
-            pos = np.searchsorted(self.idx, rows)
-            hit = (pos < len(self.idx)) & (self.idx[np.minimum(pos, len(self.idx) - 1)] == rows)
-            if hit.any():
-                out[pos[hit]] = np.array(objs, dtype=object)[hit]
+        pos, objs = self._present(field)
+        if pos.size:
+            out[pos] = objs
         return out
 
     def raw_at(self, field: str) -> Callable[[int], bytes]:
@@ -193,11 +208,10 @@ class NativeRows:
 
     def coll_names(self) -> list[str]:
         """Each row's "Collective name" ("" when absent)."""
-        raws = self.raws("coll_name")
-        present = np.flatnonzero(raws != b"")
-        out = [""] * len(raws)
-        for i in present.tolist():
-            out[i] = msgspec.json.decode(raws[i])
+        out = [""] * len(self.idx)
+        pos, objs = self._present("coll_name")
+        for i, raw in zip(pos.tolist(), objs):
+            out[i] = msgspec.json.decode(raw)
         return out
 
 
