@@ -137,8 +137,13 @@ class NativeChunk:
     def raw_at(self, field: str) -> Callable[[int], bytes]:
         """The raw JSON of ``field`` at a chunk row (``b""`` when absent)."""
         rows, objs = self.raws[_RAW_INDEX[field]]
-        at = dict(zip(rows.tolist(), objs))
-        return lambda r: at.get(r, b"")
+        at: dict[int, bytes] = {}
+
+        def raw(r: int) -> bytes:
+            if not at and rows.size:  # built on the first call: most chunks never ask
+                at.update(zip(rows.tolist(), objs))
+            return at.get(r, b"")
+        return raw
 
 
 class NativeRows:
