@@ -233,10 +233,13 @@ def test_numbers_round_as_cpython_rounds_them():
         if rng.random() < 0.1:
             text += f"e{rng.randrange(-30, 30)}"
         texts.append(("-" if rng.random() < 0.2 else "") + text)
+    texts += ["-0", "0", "-0.0", "0.000", "-0e0", "9007199254740993", "9007199254740993.5", "4458676522709.059"]
     body = ",".join(f'{{"ph":"X","cat":"kernel","ts":{t},"dur":{t}}}' for t in texts)
     chunk = scan(("[" + body + "]").encode())
     got = chunk.cols["ts"]
-    want = np.array([float(t) for t in texts])
+    # msgspec (the path this must match) reads an integer literal as an int first: "-0" is +0.0
+    want = np.array([0.0 if t.lstrip("-").strip("0") == "" and "." not in t and "e" not in t else float(t)
+                     for t in texts])
     assert np.array_equal(got, want)
     assert np.array_equal(np.signbit(got), np.signbit(want))
 
@@ -270,3 +273,13 @@ def test_a_chunk_still_viewed_is_not_written_over_by_the_next_scan():
     assert second.cols["ts"][:2].tolist() == [9.0, 9.0]  # still held: untouched by the third call
     assert third.cols["ts"].tolist() == [4.0, 4.0]
     kineto_native.release()
+
+
+def test_minus_zero_reads_as_msgspec_reads_it(tmp_path, monkeypatch):
+    """An integer literal ``-0`` is the int 0 for msgspec (+0.0 as a float), ``-0.0`` stays -0.0."""
+    ops = b'{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":1,"args":{"flops":-0}}, ' \
+          b'{"ph":"X","cat":"cpu_op","name":"b","ts":2,"dur":1,"args":{"flops":-0.0}}'
+    path = write_text(tmp_path, ops)
+    got = {native: load(path, native, monkeypatch).ops for native in (True, False)}
+    for ops_table in got.values():
+        assert np.signbit(ops_table["flops"]).tolist() == [False, True]

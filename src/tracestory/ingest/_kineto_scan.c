@@ -276,7 +276,7 @@ static inline uint64_t has_zero(uint64_t v) { return (v - ONES) & ~v & HIGHS; }
 /* A string at S->p (the opening quote): sets *s and *len to its raw text (between the quotes) and
  * *escaped; returns 0, or -1 when it is not a valid JSON string (or holds a \u escape of a
  * surrogate, which this scanner leaves to msgspec). */
-static int string(Scan *S, const char **s, Py_ssize_t *len, int *escaped) {
+static inline __attribute__((always_inline)) int string(Scan *S, const char **s, Py_ssize_t *len, int *escaped) {
     const char *p = S->p + 1, *end = S->end;
     int esc = 0;
     for (;;) {
@@ -364,32 +364,43 @@ static const double P10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
 /* A JSON number as a double, rounded correctly: exactly (one IEEE operation on exact operands)
  * when the digits fit 2**53 and the power of ten is exact, else by CPython's own correctly
  * rounded parser. -1 when it is not a number or not finite (msgspec: "Number out of range"). */
+static int number_double_slow(Scan *S, double *out);
+
 static int number_double(Scan *S, double *out) {
+    /* the usual case in one pass: -?(0|[1-9][0-9]*)(.[0-9]+)? with at most 19 digits */
+    const char *p = S->p, *end = S->end;
+    int neg = 0;
+    if (p < end && *p == '-') { neg = 1; p++; }
+    uint64_t m = 0;
+    int digits = 0, frac = 0;
+    if (p < end && *p == '0') {
+        p++;
+    } else if (p < end && *p >= '1' && *p <= '9') {
+        for (; p < end && (unsigned)(*p - '0') < 10; p++, digits++) m = m * 10 + (uint64_t)(*p - '0');
+    } else {
+        return -1;
+    }
+    if (p < end && *p == '.') {
+        const char *f = ++p;
+        for (; p < end && (unsigned)(*p - '0') < 10; p++) m = m * 10 + (uint64_t)(*p - '0');
+        frac = (int)(p - f);
+        if (!frac) return -1;
+        digits += frac;
+    }
+    if (digits > 19 || (p < end && (*p == 'e' || *p == 'E')) || m > (1ull << 53) || frac > 22)
+        return number_double_slow(S, out);  /* m may have wrapped: read again from the start */
+    double v = frac ? (double)m / P10[frac] : (double)m;
+    *out = neg && (m || frac) ? -v : v;  /* msgspec reads the integer literal -0 as the int 0: +0.0 */
+    S->p = p;
+    return 0;
+}
+
+static int number_double_slow(Scan *S, double *out) {
     const char *start;
     int is_int;
     if (number_span(S, &start, &is_int) < 0) return -1;
-    const char *p = start, *end = S->p;
-    int neg = 0;
-    if (*p == '-') { neg = 1; p++; }
-    uint64_t m = 0;
-    int digits = 0, frac = 0, ok = 1;
-    for (; p < end && *p >= '0' && *p <= '9'; p++) {
-        if (digits < 19) { m = m * 10 + (uint64_t)(*p - '0'); if (m) digits++; } else ok = 0;
-    }
-    if (p < end && *p == '.') {
-        for (p++; p < end && *p >= '0' && *p <= '9'; p++) {
-            if (digits < 19) { m = m * 10 + (uint64_t)(*p - '0'); if (m) digits++; frac++; } else ok = 0;
-        }
-    }
-    int exp10 = -frac;
-    if (p < end && (*p == 'e' || *p == 'E')) ok = 0;  /* rare in traces: the slow path */
-    if (ok && m <= (1ull << 53) && exp10 >= -22 && exp10 <= 0) {
-        double v = exp10 ? (double)m / P10[-exp10] : (double)m;
-        *out = neg ? -v : v;
-        return 0;
-    }
     char buf[128];
-    Py_ssize_t n = end - start;
+    Py_ssize_t n = S->p - start;
     if (n >= (Py_ssize_t)sizeof(buf)) return -1;
     memcpy(buf, start, (size_t)n);
     buf[n] = 0;
@@ -404,16 +415,19 @@ static int number_double(Scan *S, double *out) {
 /* A JSON integer literal within int64 (msgspec's int field refuses a float literal; an id beyond
  * int64 refuses the file later: both are left to the msgspec path). */
 static int number_int(Scan *S, int64_t *out) {
-    const char *start;
-    int is_int;
-    if (number_span(S, &start, &is_int) < 0 || !is_int) return -1;
-    const char *p = start;
+    const char *p = S->p, *end = S->end;
     int neg = 0;
-    if (*p == '-') { neg = 1; p++; }
-    if (S->p - p > 18) return -1;  /* at most 18 digits: no overflow check needed */
+    if (p < end && *p == '-') { neg = 1; p++; }
+    const char *d = p;
+    if (p < end && *p == '0') p++;
+    else if (p < end && *p >= '1' && *p <= '9') { while (p < end && (unsigned)(*p - '0') < 10) p++; }
+    else return -1;
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return -1;  /* a float literal */
+    if (p - d > 18) return -1;  /* at most 18 digits: no overflow check needed */
     int64_t v = 0;
-    for (; p < S->p; p++) v = v * 10 + (*p - '0');
+    for (; d < p; d++) v = v * 10 + (*d - '0');
     *out = neg ? -v : v;
+    S->p = p;
     return 0;
 }
 
