@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import Trace
+from ..trace import Trace, factorize
 from .categories import Classification
 from .links import gpu_ops_column, gpu_ops_launch_index, gpu_ops_times
 
@@ -169,7 +169,7 @@ def critical_path(trace: Trace, cls: Classification, window: tuple[int, int] | N
 
     a_by_end = np.argsort(a_end, kind="stable")
     a_by_end_l, a_ends_l = a_by_end.tolist(), a_end[a_by_end].tolist()
-    uniq, inv = np.unique(a_names, return_inverse=True) if len(a_names) else (np.zeros(0, int), np.zeros(0, int))
+    uniq, inv = factorize(a_names) if len(a_names) else (np.zeros(0, int), np.zeros(0, int))
     sync_name = np.array([c >= 0 and bool(SYNC_API.search(trace.strings[c])) for c in uniq], dtype=bool)
     a_sync = sync_name[inv] if len(a_names) else np.zeros(0, dtype=bool)
 

@@ -25,6 +25,8 @@ import re
 
 import numpy as np
 
+from ..trace import factorize
+
 KERNEL_LAUNCH_APIS: frozenset[str] = frozenset({
     # CUDA runtime
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel",
@@ -76,7 +78,7 @@ def copy_mask(trace) -> np.ndarray:
     api = trace.api
     if len(api) == 0:
         return np.zeros(0, dtype=bool)
-    codes, inv = np.unique(api["name"], return_inverse=True)
+    codes, inv = factorize(api["name"])  # O(n): name codes span a small range
     names = [trace.name(int(c)) if int(c) >= 0 else "" for c in codes.tolist()]
     return np.fromiter((is_copy_call(n) for n in names), dtype=bool, count=len(names))[inv]
 
@@ -86,7 +88,7 @@ def launch_masks(trace) -> tuple[np.ndarray, np.ndarray]:
     api = trace.api
     if len(api) == 0:
         return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
-    codes, inv = np.unique(api["name"], return_inverse=True)
+    codes, inv = factorize(api["name"])  # O(n): name codes span a small range
     names = [trace.name(int(c)) if int(c) >= 0 else "" for c in codes.tolist()]
     kernel = np.fromiter((is_kernel_launch(n) for n in names), dtype=bool, count=len(names))
     graph = np.fromiter((is_graph_launch(n) for n in names), dtype=bool, count=len(names))
