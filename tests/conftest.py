@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,6 +22,26 @@ NSYS_2024 = TEST_DATA / "public" / "nsys_2024.5_a100_cloverleaf.sqlite"
 NCU_RAW = TEST_DATA / "h200" / "llama1layer_ncu_raw.csv"
 NCU_DETAILS = TEST_DATA / "h200" / "llama1layer_ncu_details.csv"
 NCU_REP = TEST_DATA / "h200" / "llama_gemm_2kernels.ncu-rep.gz"
+
+
+TRACE_TABLES = ("kernels", "memops", "api", "ops", "ranges", "memory", "collectives")
+
+
+def assert_same_trace(a, b) -> None:
+    """Two reads of one input: the same one-line refusal (given as its text), or equal meta,
+    strings and tables, column by column (dtype too; NaN equals NaN)."""
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b
+        return
+    assert a.strings == b.strings
+    assert a.meta == b.meta
+    for t in TRACE_TABLES:
+        ta, tb = getattr(a, t), getattr(b, t)
+        assert len(ta) == len(tb), t
+        for c in ta.columns:
+            x, y = ta[c], tb[c]
+            assert x.dtype == y.dtype, (t, c)
+            assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), (t, c)
 
 
 def free_port() -> int:

@@ -6,7 +6,6 @@ graph (same kernels: bitwise the same ids), and the SDPA gather path (another at
 implementation, float32: the same greedy ids on these random weights)."""
 
 import json
-import random
 import urllib.request
 
 import pytest
@@ -17,7 +16,8 @@ from tracestory.models.fp8 import quantize_reference, quantize_stack
 from tracestory.models.llama_config import LlamaConfig
 from tracestory.serve import ServeOptions, prompt_of_tokens, start_server_thread, wait_healthy
 from tracestory.serve.model import PagedLlama
-from tracestory.serve.scheduler import Scheduler, SchedulerConfig
+
+from ragged_requests import drive  # tests/gpu/ragged_requests.py
 
 pytestmark = pytest.mark.gpu
 
@@ -43,18 +43,7 @@ def _run(attention, prepare, graphs=True, mixed=True, replay=True, glue="triton"
             m._mixed.use_graphs = False
     if keep is not None:
         keep.append(m)
-    s = Scheduler(SchedulerConfig(block_size=BS, num_blocks=NB, max_batch_tokens=BUDGET, max_num_seqs=SEQS))
-    rng = random.Random(0)
-    for i in range(7):
-        s.add_request(f"r{i}", [rng.randrange(1024) for _ in range(rng.randrange(5, 150))], rng.randrange(3, 40))
-    out, paths = {}, []
-    while s.has_work:
-        p = s.schedule()
-        launch = m.launch(p.members, p.iteration)
-        paths.append(launch.path)
-        for rid, tok in s.complete(p, launch.result()).new_tokens:
-            out.setdefault(rid, []).append(tok)
-    return out, paths
+    return drive(m, block_size=BS, num_blocks=NB, max_batch_tokens=BUDGET, max_num_seqs=SEQS)
 
 
 def _first_difference(a, b):

@@ -9,7 +9,6 @@ and prefill/mixed CUDA graphs) run once with ``TRACESTORY_ALLREDUCE=nccl``: at T
 from __future__ import annotations
 
 import os
-import random
 import socket
 import sys
 
@@ -38,7 +37,8 @@ def _serve_tokens(rank: int):
     from tracestory.serve import tensor_parallel as tp
     from tracestory.serve.allreduce import AllReduce
     from tracestory.serve.model import PagedLlama
-    from tracestory.serve.scheduler import Scheduler, SchedulerConfig
+
+    from ragged_requests import drive  # tests/gpu/ragged_requests.py (its folder is on the path)
 
     cfg = LlamaConfig.from_name("llama-3-8b")
     m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device=f"cuda:{rank}",
@@ -47,17 +47,7 @@ def _serve_tokens(rank: int):
     tp.shard_model(m, rank, 2, reduce, tp.all_gather_fn(2))
     quantize_stack(m.stack.layers, "rowwise")
     m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET)
-    s = Scheduler(SchedulerConfig(block_size=BS, num_blocks=NB, max_batch_tokens=BUDGET, max_num_seqs=SEQS))
-    rng = random.Random(0)
-    for i in range(7):
-        s.add_request(f"r{i}", [rng.randrange(1024) for _ in range(rng.randrange(5, 150))], rng.randrange(3, 40))
-    out, paths = {}, []
-    while s.has_work:
-        p = s.schedule()
-        launch = m.launch(p.members, p.iteration)
-        paths.append(launch.path)
-        for rid, tok in s.complete(p, launch.result()).new_tokens:
-            out.setdefault(rid, []).append(tok)
+    out, paths = drive(m, block_size=BS, num_blocks=NB, max_batch_tokens=BUDGET, max_num_seqs=SEQS)
     dist.barrier()
     return out, paths, m.startup["all_reduce"], dict(reduce.calls)
 
@@ -77,6 +67,7 @@ def _rank_main(rank: int, port: int, q) -> None:
     # return on H100s (serve.tensor_parallel.Group.close); the rank leaves by os._exit
     try:
         # decode-size tensors, random values: the one-shot kernel against NCCL, bit for bit
+        os.environ[ENV] = "auto"   # symmetric memory asked for (NCCL is the default)
         ar = AllReduce()
         info = ar.prepare(64, 4096, torch.bfloat16, dev)
         gen = torch.Generator(device=dev).manual_seed(10 + rank)

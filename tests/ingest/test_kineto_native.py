@@ -18,12 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, assert_same_trace
 from tracestory.errors import TraceFormatError
 from tracestory.ingest import kineto, kineto_native
 from tracestory.ingest.kineto import load_kineto
-
-TABLES = ("kernels", "memops", "api", "ops", "ranges", "memory", "collectives")
 
 
 def scanner():
@@ -41,27 +39,6 @@ def load(path, native: bool, monkeypatch):
         return load_kineto(path, require_gpu=False)
     except TraceFormatError as e:
         return str(e)
-
-
-def assert_same(a, b):
-    """Two reads of one file: the same refusal, or the same meta, strings and tables."""
-    if isinstance(a, str) or isinstance(b, str):
-        assert a == b
-        return
-    assert a.meta.warnings == b.meta.warnings
-    assert a.meta.extra == b.meta.extra
-    assert (a.meta.process_id, a.meta.process_name) == (b.meta.process_id, b.meta.process_name)
-    assert a.strings == b.strings
-    for kind in TABLES:
-        ta, tb = getattr(a, kind), getattr(b, kind)
-        assert len(ta) == len(tb), kind
-        for c in ta.columns:
-            x, y = ta[c], tb[c]
-            assert x.dtype == y.dtype, (kind, c)
-            if x.dtype == object:
-                assert list(x) == list(y), (kind, c)
-            else:
-                assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), (kind, c)
 
 
 def test_the_scanner_is_built_where_a_compiler_is():
@@ -93,7 +70,7 @@ def test_every_trace_in_the_repository_reads_the_same_both_ways(monkeypatch):
     files = kineto_files()
     assert len(files) > 90
     for path in files:
-        assert_same(load(path, True, monkeypatch), load(path, False, monkeypatch))
+        assert_same_trace(load(path, True, monkeypatch), load(path, False, monkeypatch))
     # most chunks take the compiled path; the AMD traces' string-typed args are msgspec's (lenient)
     assert counts["native"] > 3 * counts["msgspec"] > 0, counts
 
@@ -189,7 +166,7 @@ def test_events_the_scanner_reads_come_out_as_msgspec_reads_them(case, tmp_path,
     assert scan(events) is not None, "the scanner declined an event it is meant to read"
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    assert_same(load(path, True, monkeypatch), load(path, False, monkeypatch))
+    assert_same_trace(load(path, True, monkeypatch), load(path, False, monkeypatch))
 
 
 @pytest.mark.parametrize("case", sorted(DECLINED))
@@ -202,7 +179,7 @@ def test_events_the_scanner_declines_go_to_msgspec(case, tmp_path, monkeypatch):
     else:
         path = write_text(tmp_path, text)
         assert scan(b"[" + text + b"]") is None
-    assert_same(load(path, True, monkeypatch), load(path, False, monkeypatch))
+    assert_same_trace(load(path, True, monkeypatch), load(path, False, monkeypatch))
 
 
 def test_the_values_read_by_hand():
@@ -249,7 +226,7 @@ def test_every_layout_reads_the_same_both_ways(layout, tmp_path, monkeypatch):
     doc = json.load(gzip.open(REPO / "tests" / "data" / "public" / "kineto_h100_bert-small_1rank.json.gz"))
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc, **layout))
-    assert_same(load(path, True, monkeypatch), load(path, False, monkeypatch))
+    assert_same_trace(load(path, True, monkeypatch), load(path, False, monkeypatch))
 
 
 def test_a_name_that_is_not_utf8_is_refused_in_one_line(tmp_path, monkeypatch):

@@ -13,10 +13,9 @@ from __future__ import annotations
 import gzip
 import json
 
-import numpy as np
 import pytest
 
-from conftest import A100_NCCL
+from conftest import A100_NCCL, assert_same_trace
 from tracestory.errors import TraceFormatError
 from tracestory.ingest import kineto, kineto_text, kineto_workers
 from tracestory.ingest.kineto_workers import MIN_TEXT_ENV, WORKERS_ENV, decode_workers, text_bytes
@@ -24,7 +23,6 @@ from tracestory.ingest.kineto_workers import MIN_TEXT_ENV, WORKERS_ENV, decode_w
 DATA = A100_NCCL.parent.parent
 TP_RANK0 = DATA / "tp_serve_gpu" / "torch" / "rank0.trace.json.gz"  # collective args on record_param_comms
 WRONG_ARGS = DATA / "corpus" / "tracelens_hta" / "facebookresearch_HTA__mi250_toy_mlp_train.json.gz"
-TABLES = ("kernels", "memops", "api", "ops", "ranges", "memory", "collectives")
 
 
 class _CountingPool(kineto_workers.ChunkPool):
@@ -50,31 +48,13 @@ def _load(path, workers: int, chunk: int, monkeypatch):
         return str(e)
 
 
-def _assert_same(one, many) -> None:
-    if isinstance(one, str) or isinstance(many, str):
-        assert one == many
-        return
-    assert one.strings == many.strings
-    assert one.meta == many.meta
-    for t in TABLES:
-        a, b = getattr(one, t), getattr(many, t)
-        assert len(a) == len(b), t
-        for c in a._cols:
-            x, y = a[c], b[c]
-            assert x.dtype == y.dtype, (t, c)
-            if x.dtype.kind == "f":
-                assert np.array_equal(x, y, equal_nan=True), (t, c)
-            else:
-                assert np.array_equal(x, y), (t, c)
-
-
 @pytest.mark.parametrize("path", [A100_NCCL, TP_RANK0, WRONG_ARGS], ids=lambda p: p.name)
 @pytest.mark.parametrize("chunk", [3000, 20000])
 def test_workers_read_what_one_process_reads(path, chunk, monkeypatch):
     _CountingPool.submitted = 0
     many = _load(path, 2, chunk, monkeypatch)
     assert _CountingPool.submitted > 1   # the workers did decode chunks
-    _assert_same(_load(path, 1, chunk, monkeypatch), many)
+    assert_same_trace(_load(path, 1, chunk, monkeypatch), many)
 
 
 def test_workers_kernels_match_plain_json(monkeypatch):
@@ -98,7 +78,7 @@ def test_damage_is_stated_as_one_process_states_it(tmp_path, monkeypatch):
     braces.write_bytes(text.replace(b'"name": "ProfilerStep#', b'"name": "},{ProfilerStep#', 3))
     for path in (cut, bad, braces):
         for chunk in (4000, 70000):
-            _assert_same(_load(path, 1, chunk, monkeypatch), _load(path, 2, chunk, monkeypatch))
+            assert_same_trace(_load(path, 1, chunk, monkeypatch), _load(path, 2, chunk, monkeypatch))
 
 
 def test_how_many_workers(tmp_path):

@@ -521,6 +521,18 @@ static int id_value(Scan *S, int64_t *out, uint8_t *flags, uint8_t flag) {
     return 0;
 }
 
+/* An object member's key (no escapes: a key with one is left to msgspec) and the ":" after it;
+ * S->p is left on the value. */
+static inline __attribute__((always_inline)) int member_key(Scan *S, const char **k, Py_ssize_t *len) {
+    int esc;
+    if (S->p >= S->end || *S->p != '"' || string(S, k, len, &esc) < 0 || esc) return -1;
+    ws(S);
+    if (S->p >= S->end || *S->p != ':') return -1;
+    S->p++;
+    ws(S);
+    return S->p < S->end ? 0 : -1;
+}
+
 #define KEY(lit) (len == (Py_ssize_t)sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
 
 /* the args object of row r */
@@ -533,13 +545,9 @@ static int args(Scan *S, Cols *c, Py_ssize_t r) {
     if (S->p < S->end && *S->p == '}') { S->p++; S->depth--; return 0; }
     uint32_t seen = 0;
     for (;;) {
-        const char *k; Py_ssize_t len; int esc;
-        if (S->p >= S->end || *S->p != '"' || string(S, &k, &len, &esc) < 0 || esc) return -1;
-        ws(S);
-        if (S->p >= S->end || *S->p != ':') return -1;
-        S->p++;
-        ws(S);
-        if (S->p >= S->end) return -1;
+        const char *k;
+        Py_ssize_t len;
+        if (member_key(S, &k, &len) < 0) return -1;
         int field = -1, raw = -1, dims = 0;
         switch (len) {
             case 3: if (KEY("Seq")) field = A_SEQ; else if (KEY("seq")) field = A_SEQ_LOWER; break;
@@ -621,13 +629,9 @@ static int event(Scan *S, Cols *c, Names *names, Py_ssize_t r, int64_t *flows) {
     ws(S);
     if (S->p < S->end && *S->p == '}') return -1;  /* no ph */
     for (;;) {
-        const char *k; Py_ssize_t len; int esc;
-        if (S->p >= S->end || *S->p != '"' || string(S, &k, &len, &esc) < 0 || esc) return -1;
-        ws(S);
-        if (S->p >= S->end || *S->p != ':') return -1;
-        S->p++;
-        ws(S);
-        if (S->p >= S->end) return -1;
+        const char *k;
+        Py_ssize_t len;
+        if (member_key(S, &k, &len) < 0) return -1;
         int bit = -1;
         if (KEY("ph")) bit = 0;
         else if (KEY("cat")) bit = 1;
