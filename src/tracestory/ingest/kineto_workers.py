@@ -17,6 +17,9 @@ How many workers
 :data:`DEFAULT_WORKERS`: **1, the one-process read**, chosen by measurement (docs/PERFORMANCE.md,
 "Worker processes"): on the shared 2-core VM the workers cost 20-50% more CPU (results pickled
 back, the last chunk decoded here while the workers idle) and gave no wall time back under load.
+Since the compiled scanner (:mod:`.kineto_native`) decodes a chunk in about a third of the time,
+the workers are slower than one process even on a quiet machine (107 MiB: 0.63 s of load against
+0.35 s), so the one-process read is the only one worth having where the scanner is built.
 A larger default is never more than the CPUs this process may use. With workers asked for, none:
 
 * for a trace of less than :data:`MIN_TEXT_BYTES` of JSON (from the file size, or for gzip the
