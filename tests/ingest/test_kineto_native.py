@@ -149,6 +149,8 @@ DECLINED = {
     "event not an object": b"[1, 2]",
     "invalid UTF-8": b'{"ph":"X","cat":"kernel","name":"\xff","ts":1,"dur":1}',
     "flow with a number name before ph": b'{"cat":"ac2g","name":5,"ph":"s","id":2}',
+    "one name spelled two ways": b'{"ph":"X","cat":"kernel","name":"ab","ts":1,"dur":1}, '
+                                 b'{"ph":"X","cat":"kernel","name":"a\\u0062","ts":2,"dur":1}',
     "collective name a number": b'{"ph":"X","cat":"kernel","ts":1,"dur":1,"args":{"Collective name":3}}',
 }
 
