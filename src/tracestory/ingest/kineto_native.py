@@ -211,13 +211,13 @@ class NativeRows:
         idx = self.idx
         return lambda i: at(int(idx[i]))
 
-    def coll_names(self) -> list[str]:
-        """Each row's "Collective name" ("" when absent)."""
-        out = [""] * len(self.idx)
+    def collectives(self) -> tuple[np.ndarray, list[str]]:
+        """(positions, names) of the rows whose "Collective name" is not empty: no work per row
+        for the rows without one."""
         pos, objs = self._present("coll_name")
-        for i, raw in zip(pos.tolist(), objs):
-            out[i] = msgspec.json.decode(raw)
-        return out
+        names = [msgspec.json.decode(raw) for raw in objs]
+        keep = [i for i, name in enumerate(names) if name]
+        return pos[keep], [names[i] for i in keep]
 
 
 class Scanner:
