@@ -51,7 +51,7 @@ _INT_INDEX = {name: i for i, name in enumerate(INT_ARGS)}
 RAW_ARGS = ("input_dims", "input_dims_2021", "input_types", "concrete_inputs", "name", "coll_name", "dtype",
             "pg_name", "pg_ranks")
 _RAW_INDEX = {name: i for i, name in enumerate(RAW_ARGS)}
-_PID_STR, _TID_STR = 1, 2
+_PID_STR = 1  # flags: the pid was a string (its first integer is in pid)
 _M = ord("M")
 
 
