@@ -32,14 +32,14 @@ from a CUDA graph: every layout there has empty sequences).
 
 from __future__ import annotations
 
-import os
+from .switches import env_on
 
 ENV = "TRACESTORY_FRESH_ATTN"
 
 
 def enabled() -> bool:
     """The fresh-prompt path is on unless ``TRACESTORY_FRESH_ATTN=0``."""
-    return os.environ.get(ENV, "1").strip() not in ("0", "false", "no", "off")
+    return env_on(ENV)
 
 
 def offsets(lengths, rows: int, count: int):

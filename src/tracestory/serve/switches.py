@@ -1,0 +1,19 @@
+"""Engine paths that can be switched off from the environment, for A/B measurements.
+
+Each switch is on unless its variable is ``0``, ``false``, ``no`` or ``off`` (any case):
+``TRACESTORY_FRESH_ATTN`` (:mod:`.fresh_attention`), ``TRACESTORY_SMALL_M`` (the small-M FP8 GEMM,
+:mod:`tracestory.models.fp8_small_m`), ``TRACESTORY_DECODE_FUSED`` (decode projections with their
+glue inside, :mod:`tracestory.models.fp8_decode`). Multi-valued settings (``TRACESTORY_GLUE``,
+``TRACESTORY_ALLREDUCE``) are read where they are used.
+"""
+
+from __future__ import annotations
+
+import os
+
+OFF = ("0", "false", "no", "off")
+
+
+def env_on(name: str) -> bool:
+    """Whether the switch ``name`` is on (unset: on)."""
+    return os.environ.get(name, "1").strip().lower() not in OFF
