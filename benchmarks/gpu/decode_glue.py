@@ -8,14 +8,11 @@ Parts (``--parts``, default all):
   Wg/Wu as one stacked GEMM against one GEMM each. Each time is one call inside a CUDA graph of
   64 calls cycling over copies of the weight (>= 512 MB in all, so the weights come from HBM,
   not L2); GB/s = weight bytes read / time. Also the small-M Triton FP8 kernel
-  (:mod:`tracestory.models.fp8_small_m`, each config) on the pre-quantised activation, and the
-  kernel of :mod:`tracestory.models.fp8_decode` (plain prologue: the bf16 activation quantised
-  inside, per group of ``BLOCK_K`` elements) on the bf16 activation.
+  (:mod:`tracestory.models.fp8_small_m`, each config) on the pre-quantised activation.
 * ``step``: a 32-layer llama-3-8b :class:`~tracestory.serve.model.PagedLlama` (bf16, FP8
   row-wise projections, FlexAttention) prepared like the server (decode and prefill/mixed CUDA
   graphs), once per variant (``--glue``: by default the torch glue with ``_scaled_mm`` everywhere,
-  the fused Triton glue with the small-M GEMM where it measured faster, then decode buckets of
-  up to 16 rows through :mod:`tracestory.models.fp8_decode`, the glue inside the GEMMs): the decode step at
+  then the fused Triton glue with the small-M GEMM where it measured faster): the decode step at
   batch 1/4/8/16 (contexts of 600 tokens; wall time per step over 30 steps, each synchronised),
   the kernels one step launches and their GPU time by kind (torch.profiler), and one iteration
   with a 2,048-token prefill chunk (the same).
@@ -48,7 +45,7 @@ def _graph_time(calls, reps=64) -> float:
 
 
 def gemm_part(tps=(1, 2, 4), ms=(1, 2, 4, 8, 16, 32), block_ns=(64,)) -> list[dict]:
-    from tracestory.models import fp8_decode, fp8_small_m
+    from tracestory.models import fp8_small_m
     from tracestory.models import quant_triton as qt
     from tracestory.models.fp8 import SMALL_M, Fp8Weight, scaled_mm
 
@@ -92,13 +89,6 @@ def gemm_part(tps=(1, 2, 4), ms=(1, 2, 4, 8, 16, 32), block_ns=(64,)) -> list[di
                             label = f"k{bk}_s{st}_n{bn}_w{warps}"   # BLOCK_K, stages, BLOCK_N, warps
                             row[f"triton_{label}_us"] = t * 1e6
                             row[f"triton_{label}_gbps"] = wbytes / t / 1e9
-                if m <= fp8_decode.MAX_M:          # the bf16 activation quantised inside, per group of BLOCK_K
-                    for bk, st in ((128, 4), (128, 3), (256, 3)):
-                        if all(fp8_decode.fits(m, k, bk) for _, k in parts):
-                            t = _graph_time([lambda c=c, bk=bk, st=st: [
-                                fp8_decode.matmul(x, w, block_k=bk, stages=st) for w in c] for c in q8])
-                            row[f"decode_k{bk}_s{st}_us"] = t * 1e6
-                            row[f"decode_k{bk}_s{st}_gbps"] = wbytes / t / 1e9
                 if bf:
                     t = _graph_time([lambda c=c: [F.linear(x, w) for w in c] for c in ws])
                     row["bf16_us"] = t * 1e6
@@ -119,8 +109,6 @@ def _kind(name: str) -> str:
         return "nccl"
     if "all_reduce" in n:                 # torch symmetric-memory kernels (one-/two-shot)
         return "symm-mem all-reduce"
-    if "_fp8_decode" in n:
-        return "gemm (fused decode, triton)"
     if "_fp8_small_m" in n:
         return "gemm (triton small-M)"
     if "nvjet" in n or "gemm" in n or "sm90_xmma" in n or "cutlass" in n or "gemv" in n:
@@ -174,7 +162,6 @@ def step_part(glues) -> list[dict]:
     for variant in glues:
         glue, _, opt = variant.partition(":")
         os.environ["TRACESTORY_SMALL_M"] = "0" if opt == "nosmall" else "1"
-        os.environ["TRACESTORY_DECODE_FUSED"] = "0" if opt in ("nosmall", "nofused") else "1"
         SMALL_M.clear()
         t0 = time.perf_counter()
         m.prepare(max_num_seqs=16, max_batch_tokens=2048, glue=glue)
@@ -226,9 +213,8 @@ def step_part(glues) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="gemm,step")
-    ap.add_argument("--glue", default="torch:nosmall,triton:nofused,triton",
-                    help="variants: GLUE[:nosmall|:nofused] (torch or triton glue; nosmall: _scaled_mm at every M; "
-                         "nofused: the small-M GEMM after separate glue kernels, not models.fp8_decode)")
+    ap.add_argument("--glue", default="torch:nosmall,triton",
+                    help="variants: GLUE[:nosmall] (torch or triton glue; nosmall: _scaled_mm at every M)")
     ap.add_argument("--tp", default="1,2,4", help="gemm part: the tensor-parallel degrees whose shapes are timed")
     ap.add_argument("--m", default="1,2,4,8,16,32", help="gemm part: the row counts")
     ap.add_argument("--block-n", default="64", help="gemm part: the small-M kernel's BLOCK_N values timed")

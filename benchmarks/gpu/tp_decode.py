@@ -5,15 +5,13 @@ projections, FlexAttention, the fused glue and the small-M GEMM as the server ru
 on each rank, sharded as ``tracestory serve --tensor-parallel N`` shards it
 (:func:`tracestory.serve.tensor_parallel.shard_model`, vocab-parallel LM head), and prepared with
 its decode CUDA graphs (no prefill/mixed graphs, a 256-token budget: prefill is not timed here) once per all-reduce mode
-(``--modes``: ``TRACESTORY_ALLREDUCE`` values; ``auto`` = symmetric memory where it sets up; a
-mode ``X/nofused`` turns :mod:`tracestory.models.fp8_decode` off, ``TRACESTORY_DECODE_FUSED=0``;
-at TP=1 the modes that start with ``none`` run, e.g. ``none/nofused,none``). Per
+(``--modes``: ``TRACESTORY_ALLREDUCE`` values; ``auto`` = symmetric memory where it sets up). Per
 mode and batch (1, 4, 8 rows, contexts of 600 tokens, every rank runs the same steps): wall time
 per step over 50 steps, each waiting for its sampled ids (``launch().result()``, as the engine
 does), rank 0's median; the sampled ids of the last step (compared across modes); and one step
 under torch.profiler (kernels and GPU time by kind, rank 0).
 
-Usage: python benchmarks/gpu/tp_decode.py [--modes none/nofused,none] --json OUT      (TP=1)
+Usage: python benchmarks/gpu/tp_decode.py --json OUT                     (TP=1)
        torchrun --nproc_per_node=N benchmarks/gpu/tp_decode.py [--modes nccl,auto] --json OUT
 """
 
@@ -68,12 +66,9 @@ def main() -> None:
                 for i in range(b)]
 
     rows = []
-    modes = args.modes.split(",") if world > 1 else [m_ for m_ in args.modes.split(",") if m_.startswith("none")]
-    for mode in modes or ["none"]:
-        reduce_mode, _, opt = mode.partition("/")
-        os.environ["TRACESTORY_DECODE_FUSED"] = "0" if opt == "nofused" else "1"
+    for mode in (args.modes.split(",") if world > 1 else ["none"]):
         if world > 1:
-            os.environ[allreduce.ENV] = reduce_mode
+            os.environ[allreduce.ENV] = mode
             m.tp_reduce = allreduce.AllReduce()
         t0 = time.perf_counter()
         # a small token budget: one chunk bucket to warm up (prefill is not timed here)
@@ -93,8 +88,7 @@ def main() -> None:
                 ids = launch.result()
                 walls.append(time.perf_counter() - t)
             prof = _profile(lambda mem=mem: m.launch(mem, 0).result()) if b in (1, 8) else {}
-            row = {"tp": world, "mode": mode, "all_reduce": (info or {}).get("chosen", "-"),
-                   "decode_fused_rows": m.startup.get("decode_fused_rows"), "batch": b,
+            row = {"tp": world, "mode": mode, "all_reduce": (info or {}).get("chosen", "-"), "batch": b,
                    "path": launch.path, "wall_ms_p50": round(statistics.median(walls) * 1e3, 3),
                    "wall_ms_min": round(min(walls) * 1e3, 3), "ids": [ids[str(i)] for i in range(b)], **prof}
             rows.append(row)

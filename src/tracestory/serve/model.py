@@ -228,7 +228,6 @@ class PagedLlama:
         self._out_ring: list = []    # pinned host buffers + events for the sampled ids (CUDA)
         self._out_next = 0
         self._glue = None            # models.glue_triton when the fused glue runs (prepare, CUDA)
-        self._decode_fused = 0       # rows up to which decode runs models.fp8_decode (prepare)
         # prefill chunks of fresh prompts through flash (.fresh_attention): CUDA, FlexAttention's
         # backend, a dtype flash takes; tests may switch it on elsewhere (the reference then runs)
         self._fresh = (self.on_cuda and attention == "flex" and self.dtype in (torch.bfloat16, torch.float16)
@@ -305,8 +304,6 @@ class PagedLlama:
         info.update(stacked_projections=stacked, glue="triton" if self._glue is not None else "torch")
         if self.on_cuda and stacked and env_on("TRACESTORY_SMALL_M"):
             info.update(self._tune_small_m(decode_buckets(max_num_seqs), say))
-        self._decode_fused = self._fused_decode_rows()
-        info["decode_fused_rows"] = self._decode_fused
         rows = _round_up(max_batch_tokens, Q_TILE) if self.on_cuda else max_batch_tokens
         if self.on_cuda:
             self._chunk_buckets = chunk_buckets(max_batch_tokens)
@@ -423,8 +420,6 @@ class PagedLlama:
         roundings as :meth:`_layers` (the GPU tests compare the two)."""
         G, cfg = self._glue, self.cfg
         H, K, eps = cfg.n_heads, cfg.n_kv_heads, cfg.norm_eps
-        if x.shape[0] <= self._decode_fused:
-            return self._layers_decode(x, cos, sin, slots, attend)
         r = None
         for li, layer in enumerate(self.stack.layers):
             x, a = G.norm(x, layer.n1, eps, residual=r, quant=_rowwise(layer.wqkv))
@@ -436,42 +431,6 @@ class PagedLlama:
             s = G.silu_mul(self._project(m, layer.wgu, x.dtype), quant=_rowwise(layer.wd))
             r = self.tp_reduce(self._project(s, layer.wd, x.dtype))
         return x if r is None else x + r
-
-    def _layers_decode(self, x, cos, sin, slots, attend):
-        """:meth:`_layers_glue` at a few rows with the norms, SwiGLU and the activation
-        quantisers inside the projections (:mod:`tracestory.models.fp8_decode`: the activation
-        quantised per group of ``BLOCK_K`` elements, not per row): per layer the QKV GEMM (residual add + RMSNorm in its prologue), the RoPE
-        kernel, attention, Wo and its all-reduce, the gate/up GEMM (add + norm inside), Wd
-        (SwiGLU inside) and its all-reduce: 7 kernels where :meth:`_layers_glue` launches 11."""
-        from ..models import fp8_decode as F8
-
-        G, cfg = self._glue, self.cfg
-        H, K, eps = cfg.n_heads, cfg.n_kv_heads, cfg.norm_eps
-        T = x.shape[0]
-        r = None
-        for li, layer in enumerate(self.stack.layers):
-            x, qkv = F8.norm_matmul(x, layer.n1, eps, layer.wqkv, residual=r)
-            q = G.rope_qkv(qkv, cos, sin, self.k_cache[li], self.v_cache[li], slots, H, K)
-            o = attend(q, self.k_cache[li], self.v_cache[li])
-            y = self.tp_reduce(F8.matmul(o.reshape(T, -1), layer.wo))
-            x, gu = F8.norm_matmul(x, layer.n2, eps, layer.wgu, residual=y)
-            r = self.tp_reduce(F8.silu_matmul(gu, layer.wd))
-        return x if r is None else x + r
-
-    def _fused_decode_rows(self) -> int:
-        """Up to how many rows :meth:`_layers_decode` runs (0: never): where the fused glue runs
-        on CUDA, every projection is a stacked row-wise FP8 weight the kernel can take, and
-        ``TRACESTORY_DECODE_FUSED`` is not off."""
-        if self._glue is None or not self.on_cuda or not env_on("TRACESTORY_DECODE_FUSED"):
-            return 0
-        from ..models import fp8_decode
-
-        for layer in self.stack.layers:
-            for name in ("wqkv", "wo", "wgu", "wd"):
-                w = getattr(layer, name, None)
-                if not _rowwise(w) or w.bias is not None or not fp8_decode.fits(1, w.in_features):
-                    return 0
-        return fp8_decode.MAX_M
 
     def _tune_small_m(self, rows, say) -> dict:
         """Measure, per FP8 projection shape and decode bucket, the small-M Triton GEMM against

@@ -2,8 +2,7 @@
 
 Each switch is on unless its variable is ``0``, ``false``, ``no`` or ``off`` (any case):
 ``TRACESTORY_FRESH_ATTN`` (:mod:`.fresh_attention`), ``TRACESTORY_SMALL_M`` (the small-M FP8 GEMM,
-:mod:`tracestory.models.fp8_small_m`), ``TRACESTORY_DECODE_FUSED`` (decode projections with their
-glue inside, :mod:`tracestory.models.fp8_decode`). Multi-valued settings (``TRACESTORY_GLUE``,
+:mod:`tracestory.models.fp8_small_m`). Multi-valued settings (``TRACESTORY_GLUE``,
 ``TRACESTORY_ALLREDUCE``) are read where they are used.
 """
 
