@@ -44,7 +44,9 @@ def _graph_time(calls, reps=64) -> float:
     return cuda_times(g.replay, reps=5, warm=1)[1] / reps
 
 
-def gemm_part(tps=(1, 2, 4), ms=(1, 2, 4, 8, 16, 32), block_ns=(64,)) -> list[dict]:
+def gemm_part(tps=(1, 2, 4), ms=(1, 2, 4, 8, 16, 32), block_ns=(64,), configs=None) -> list[dict]:
+    """``configs``: small-M kernel configs ``(BLOCK_K, stages, BLOCK_N, warps)`` to time;
+    default: the tuner's :data:`~tracestory.models.fp8_small_m.CONFIGS` at each of ``block_ns``."""
     from tracestory.models import fp8_small_m
     from tracestory.models import quant_triton as qt
     from tracestory.models.fp8 import SMALL_M, Fp8Weight, scaled_mm
@@ -80,9 +82,10 @@ def gemm_part(tps=(1, 2, 4), ms=(1, 2, 4, 8, 16, 32), block_ns=(64,)) -> list[di
                 row["fp8_mm_us"] = t * 1e6
                 row["fp8_mm_gbps"] = wbytes / t / 1e9
                 if m <= fp8_small_m.MAX_M:
-                    for (bk, st), bn in itertools.product(fp8_small_m.CONFIGS, block_ns):
+                    cfgs = configs or [(bk, st, bn, 4 if bn >= 32 else 2)
+                                       for (bk, st), bn in itertools.product(fp8_small_m.CONFIGS, block_ns)]
+                    for bk, st, bn, warps in cfgs:
                         if all(fp8_small_m.fits(m, k, bk) for _, k in parts):
-                            warps = 4 if bn >= 32 else 2
                             t = _graph_time([lambda c=c, bk=bk, st=st, bn=bn, warps=warps: [
                                 fp8_small_m.matmul(qx, sx, w.weight, w.scale, bk, st, bn, warps) for w in c]
                                 for c in q8])
@@ -218,13 +221,17 @@ def main() -> None:
     ap.add_argument("--tp", default="1,2,4", help="gemm part: the tensor-parallel degrees whose shapes are timed")
     ap.add_argument("--m", default="1,2,4,8,16,32", help="gemm part: the row counts")
     ap.add_argument("--block-n", default="64", help="gemm part: the small-M kernel's BLOCK_N values timed")
+    ap.add_argument("--small-m-configs", default="",
+                    help="gemm part: small-M configs BLOCK_K:stages:BLOCK_N:warps, comma-separated "
+                         "(default: the tuner's configs at each --block-n)")
     ap.add_argument("--json")
     args = ap.parse_args()
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     parts = args.parts.split(",")
     if "gemm" in parts:
+        cfgs = [tuple(map(int, c.split(":"))) for c in args.small_m_configs.split(",") if c]
         res["gemm"] = gemm_part(tuple(map(int, args.tp.split(","))), tuple(map(int, args.m.split(","))),
-                                tuple(map(int, args.block_n.split(","))))
+                                tuple(map(int, args.block_n.split(","))), cfgs or None)
     if "step" in parts:
         res["step"] = step_part(args.glue.split(","))
     if args.json:

@@ -57,9 +57,10 @@ def test_rowwise_scaled_mm_matches_dequantized_fp32(qt):
     assert float((c.float() - ref).norm() / ref.norm()) < 1e-2
 
 
-# (BLOCK_K, stages, BLOCK_N, warps): the tuner's two (fp8_small_m.CONFIGS, checked below) and the
+# (BLOCK_K, stages, BLOCK_N, warps): the tuner's configs (fp8_small_m.CONFIGS, checked below) and the
 # narrower blocks the decode benchmark times
-SMALL_M_CONFIGS = [(128, 4, 64, 4), (256, 3, 64, 4), (128, 4, 32, 4), (256, 3, 16, 2)]
+SMALL_M_CONFIGS = [(128, 4, 64, 4), (256, 3, 64, 4), (256, 4, 64, 4), (256, 5, 64, 4), (256, 6, 64, 4),
+                   (128, 4, 32, 4), (256, 3, 16, 2)]
 
 
 @pytest.mark.parametrize("m", [1, 3, 16])

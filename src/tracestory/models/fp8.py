@@ -243,19 +243,19 @@ def tune_small_m(groups, rows, margin: float = 0.95) -> list[dict]:
                     y = fp8_small_m.matmul(qx, sx, ws[0].weight, ws[0].scale, bk, st).float()
                     err = ((y - ref).norm() / ref.norm().clamp_min(1e-30)).item()
                     if err >= 2e-2:
-                        row[f"triton_{bk}_error"] = round(err, 4)
+                        row[f"triton_k{bk}_s{st}_error"] = round(err, 4)
                         continue
                     t = _graph_seconds(lambda qx=qx, sx=sx, bk=bk, st=st: [
                         fp8_small_m.matmul(qx, sx, w.weight, w.scale, bk, st) for w in ws])
                 except Exception as e:  # noqa: BLE001 -- a config that does not build is skipped, said
-                    row[f"triton_{bk}_failed"] = " ".join(str(e).split())[:120]
+                    row[f"triton_k{bk}_s{st}_failed"] = " ".join(str(e).split())[:120]
                     continue
-                row[f"triton_{bk}_us"] = round(t / len(ws) * 1e6, 2)
+                row[f"triton_k{bk}_s{st}_us"] = round(t / len(ws) * 1e6, 2)
                 if best is None or t < best[0]:
                     best = (t, (bk, st))
             if best is not None and best[0] < margin * t_cublas:
                 SMALL_M[(N, K, M)] = best[1]
-                row["chosen"] = f"triton BLOCK_K={best[1][0]}"
+                row["chosen"] = f"triton BLOCK_K={best[1][0]} stages={best[1][1]}"
             else:
                 row["chosen"] = "_scaled_mm"
             out.append(row)

@@ -22,7 +22,11 @@ import triton
 import triton.language as tl
 
 MAX_M = 16
-CONFIGS = ((128, 4), (256, 3))          # (BLOCK_K, num_stages) tried by the tuner
+# (BLOCK_K, num_stages) tried by the tuner. The kernel is latency-bound at decode (one program per
+# 64 columns, 24-448 programs, each streaming its weight rows tile by tile), so the depth of the
+# pipeline of weight tiles in flight sets its rate: 4-6 stages of 256 were 5-22% faster than 3 on
+# an H100 at every shape but the 28-56 MB gate/up ones (docs/BENCHMARKS.md, session 11).
+CONFIGS = ((128, 4), (256, 3), (256, 4), (256, 5), (256, 6))
 # Narrower blocks (BLOCK_N 32 or 16, more programs for the 4096-wide Wo and Wd) were timed on an
 # H100 (docs/BENCHMARKS.md; benchmarks/gpu/decode_glue.py --block-n 64,32,16) and were not faster: the
 # kernel is not short of programs; matmul keeps block_n and warps for such measurements.

@@ -63,6 +63,17 @@ THRESHOLDS = {2: (1 << 20, 64 << 20)}
 DEFAULT_THRESHOLDS = (256 << 10, 256 << 10)
 
 
+def _agreed(reason: str, device, other: str) -> str:
+    """This rank's ``reason`` for not using symmetric memory, or ``other`` when this rank has
+    none but another rank has one (a MIN all-reduce of "can": every rank must call it)."""
+    import torch
+    import torch.distributed as dist
+
+    ok = torch.tensor([0 if reason else 1], dtype=torch.int32, device=device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return reason or ("" if int(ok.item()) else other)
+
+
 def mode() -> str:
     """``TRACESTORY_ALLREDUCE``: ``nccl`` (default) or ``auto`` (symmetric memory where it can run);
     ValueError for another value (read like ``TRACESTORY_GLUE``)."""
@@ -120,7 +131,6 @@ class AllReduce:
         """Allocate and exchange the symmetric buffer for up to ``rows x dim`` elements of
         ``dtype`` on ``device`` (collective: every rank calls it with the same arguments);
         returns :attr:`info` (what was chosen and why), ``say(line)`` told it once."""
-        import torch
         import torch.distributed as dist
 
         self._buf = None
@@ -131,19 +141,13 @@ class AllReduce:
         info: dict = {"chosen": "dist.all_reduce", "backend": backend, "world_size": world}
         reason = self._local_reason(backend, dtype, device)
         if backend == "nccl":             # every rank must agree before the collective exchange
-            ok = torch.tensor([0 if reason else 1], dtype=torch.int32, device=device)
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            if not reason and int(ok.item()) == 0:
-                reason = "another rank cannot use symmetric memory"
+            reason = _agreed(reason, device, "another rank cannot use symmetric memory")
         if not reason:
             try:
                 reason = self._set_up(rows * dim, dtype, device)
             except Exception as e:  # noqa: BLE001 -- any set-up error: NCCL serves
                 reason = "set-up failed: " + (" ".join(str(e).split())[:200] or type(e).__name__)
-            ok = torch.tensor([0 if reason else 1], dtype=torch.int32, device=device)
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            if not reason and int(ok.item()) == 0:
-                reason = "set-up failed on another rank"
+            reason = _agreed(reason, device, "set-up failed on another rank")
             if reason:
                 self._buf = None
         if reason:
