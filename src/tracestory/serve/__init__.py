@@ -53,7 +53,7 @@ from .engine import Engine
 from .eventlog import EventLog
 from .metrics import make_metrics
 from .model import ATTENTION_BACKENDS, DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
-from . import footprint, tensor_parallel
+from . import footprint, gcwatch, tensor_parallel
 from .scheduler import Scheduler, SchedulerConfig
 from .server import Api, ServerLimits, serve_app, start_in_thread
 from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
@@ -248,6 +248,9 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
              + (f"captured for batch sizes {startup['decode_buckets']} in {startup['graph_capture_s']:.1f} s, "
                 f"{startup.get('mixed_graphs', 0)} prefill/mixed graphs (chunk rows {startup['chunk_rows']})"
                 if startup["cuda_graphs"] else "off (--enforce-eager; prefill and mixed iterations eager too)"))
+    # start-up is done (built, sharded, compiled, graphs captured): its objects leave the
+    # collector's walks (every rank does this: followers build through here too)
+    startup.update(gcwatch.freeze_heap())
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
             "max_batch_tokens": sc.max_batch_tokens, "max_num_seqs": sc.max_num_seqs, "preset": cfg.name,
             "layers": layers, "vocab": vocab, "dtype": dtype_label,
