@@ -157,6 +157,34 @@ def test_heap_frozen_once_after_startup(tmp_path, monkeypatch):
             h.stop()
         meta = json.loads(log.read_text().splitlines()[0])
         assert meta["startup"]["gc_frozen_objects"] > 0
+        import sys
+
+        assert meta["startup"]["switch_interval_ms"] == pytest.approx(sys.getswitchinterval() * 1e3)
         assert gc.isenabled()  # frozen, not disabled
     finally:
         gc.unfreeze()  # the test process keeps collecting what it froze
+
+
+def test_run_server_sets_a_1_ms_switch_interval_in_its_process(monkeypatch):
+    """benchmarks/gil_handoff.py: a busy HTTP thread holds the engine up to the switch interval."""
+    import sys
+
+    import tracestory.serve as serve
+
+    seen = []
+
+    class Built(Exception):
+        pass
+
+    def fake_build(opts, prepare_hook=None):
+        seen.append(sys.getswitchinterval())
+        raise Built
+
+    saved = sys.getswitchinterval()
+    monkeypatch.setattr(serve, "build_server", fake_build)
+    try:
+        with pytest.raises(Built):
+            serve.run_server(serve.ServeOptions(port=0))
+    finally:
+        sys.setswitchinterval(saved)
+    assert seen == [pytest.approx(0.001)]

@@ -193,6 +193,9 @@ def check_footprint_on_cpu(opts: ServeOptions) -> None:
     check_footprint(opts, "cpu", cfg, layers, vocab, label, DTYPE_BYTES[label], opts.num_blocks or 512)
 
 
+SWITCH_INTERVAL_S = 0.001       # sys.setswitchinterval in the serving process (CPython's default: 0.005)
+
+
 def _say(line: str) -> None:
     print(f"tracestory serve: {line}", file=sys.stderr, flush=True)
 
@@ -251,6 +254,7 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     # start-up is done (built, sharded, compiled, graphs captured): its objects leave the
     # collector's walks (every rank does this: followers build through here too)
     startup.update(gcwatch.freeze_heap())
+    startup["switch_interval_ms"] = round(sys.getswitchinterval() * 1e3, 3)
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
             "max_batch_tokens": sc.max_batch_tokens, "max_num_seqs": sc.max_num_seqs, "preset": cfg.name,
             "layers": layers, "vocab": vocab, "dtype": dtype_label,
@@ -278,6 +282,10 @@ def run_server(opts: ServeOptions, ready: Callable[[str], None] | None = None) -
         with _telemetry(opts):       # the serving process only (rank 0 under tensor parallelism)
             asyncio.run(main())
 
+    # the engine thread gets the GIL back from a busy HTTP thread within 1 ms instead of CPython's
+    # 5 ms (benchmarks/gil_handoff.py, docs/PERFORMANCE.md "GIL hand-off and GC pauses"); this
+    # process only: the server thread of tests and notebooks keeps the default
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     if opts.tensor_parallel > 1:          # under torchrun: rank 0 serves, the other ranks follow its plans
         return tensor_parallel.run(opts, build_server, serve)
     serve(*build_server(opts))
