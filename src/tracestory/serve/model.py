@@ -150,7 +150,8 @@ class Launch:
     the ids are on the host too) and :attr:`gpu_ns` is their ``elapsed_time``: the device time
     from the first queued op of the forward to the ids' copy, including any wait of the stream
     in a collective (at tensor parallelism, for a slower rank). Read only after ``result()``, so
-    it never blocks; None on CPU, before ``result()``, or when the events could not be read."""
+    it never blocks; None on CPU, before ``result()``, when the events are not done (an iteration
+    that samples no token is not waited for) or could not be read."""
 
     def __init__(self, who: list[str], host, event, path: str, timing: tuple | None = None):
         self.who, self._host, self._event, self.path = who, host, event, path
