@@ -19,6 +19,8 @@ Pieces (each usable alone):
 * :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
 * :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;
 * :mod:`.progress`  -- the stall watch of the engine thread behind ``/health``;
+* :mod:`.gcwatch`   -- Python GC time per iteration (the event log's ``gc_ns``) and the heap frozen
+  after start-up;
 * :mod:`.footprint` -- the start-up check that weights + KV cache fit in the memory at hand;
 * :mod:`.server`    -- the aiohttp HTTP front end;
 * :mod:`.request_body` -- strict parsing of a request body (400 for every client mistake);
@@ -207,7 +209,9 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     FlexAttention compiled per shape bucket and the decode CUDA graphs captured) happens here;
     the compile and capture times go to stderr (one line each) and to the event log's
     ``meta.startup``. ``prepare_hook(model)`` runs between building and preparing the model
-    (e.g. to shard its weights and caches: nothing shape-dependent exists yet)."""
+    (e.g. to shard its weights and caches: nothing shape-dependent exists yet). Once prepared,
+    the process's heap is frozen (:func:`.gcwatch.freeze_heap`: later full collections skip it;
+    ``meta.startup.gc_frozen_objects``); every tensor-parallel rank builds through here."""
     import torch
 
     device = resolve_device(opts.device)
