@@ -188,3 +188,22 @@ def test_run_server_sets_a_1_ms_switch_interval_in_its_process(monkeypatch):
     finally:
         sys.setswitchinterval(saved)
     assert seen == [pytest.approx(0.001)]
+
+
+def test_gc_clock_summary_counts_per_generation():
+    now = [0]
+    c = GcClock(lambda: now[0])
+    assert c.summary() == "Python GC: no collection"
+    c.install()
+    try:
+        for t0, t1, gen in ((0, 1_000_000, 0), (2_000_000, 2_500_000, 0), (3_000_000, 43_000_000, 2)):
+            now[0] = t0
+            c._callback("start", {"generation": gen})
+            now[0] = t1
+            c._callback("stop", {"generation": gen})
+    finally:
+        c.remove()
+    # gen 0: 1 ms + 0.5 ms, longest 1 ms; gen 2: one of 40 ms
+    assert c.summary() == (
+        "Python GC: generation 0: 2 (1.5 ms, longest 1.00 ms); generation 2: 1 (40.0 ms, longest 40.00 ms)"
+    )

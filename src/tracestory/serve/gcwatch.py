@@ -20,8 +20,9 @@ releases the GIL mid-collection and is rare. Collections that end between iterat
 idle) are charged to none. Limits: the callback costs about a microsecond per collection (young
 generations are collected hundreds of times a second under load); the time is wall time, so a
 collection preempted by the OS counts in full; a rank > 0 of a tensor-parallel server writes no
-event log, so its collections show only as device time of rank 0's forward (waiting in the
-all-reduce).
+event log, so its collections show per iteration only as device time of rank 0's forward
+(waiting in the all-reduce); it says their count and longest at its end (:meth:`GcClock.summary`,
+one stderr line).
 
 :func:`freeze_heap`: once start-up is done (model built, compiled, graphs captured) a
 ``gc.collect()`` frees what start-up left behind, then ``gc.freeze()`` moves every surviving
@@ -48,6 +49,7 @@ class GcClock:
         self._started: tuple[int, int] | None = None  # (t, generation) of a collection under way
         self._done: deque[tuple[int, int, int]] = deque(maxlen=KEEP)  # (t_end, ns, generation)
         self._on = False
+        self.totals: dict[int, list[int]] = {}  # generation -> [collections, ns, longest ns] since install
 
     def _callback(self, phase: str, info: dict) -> None:
         t = self._clock()
@@ -57,6 +59,10 @@ class GcClock:
             t0, gen = self._started
             self._started = None
             self._done.append((t, t - t0, gen))
+            tot = self.totals.setdefault(gen, [0, 0, 0])
+            tot[0] += 1
+            tot[1] += t - t0
+            tot[2] = max(tot[2], t - t0)
 
     def install(self) -> None:
         if not self._on:
@@ -91,6 +97,17 @@ class GcClock:
         if passes:
             out["gc_generation"] = gen
         return out
+
+    def summary(self) -> str:
+        """One line: collections per generation since :meth:`install`, their time and the longest
+        (a rank > 0 of a tensor-parallel server says it at its end: it writes no event log)."""
+        if not self.totals:
+            return "Python GC: no collection"
+        parts = [
+            f"generation {g}: {n} ({ns / 1e6:.1f} ms, longest {mx / 1e6:.2f} ms)"
+            for g, (n, ns, mx) in sorted(self.totals.items())
+        ]
+        return "Python GC: " + "; ".join(parts)
 
 
 def freeze_heap() -> dict[str, int]:
