@@ -9,7 +9,11 @@ Reads a folder holding ``serve.sched.jsonl`` (the server's event log) and ``load
 * from the event log, iterations after the first ``--skip`` (warm-up), less those whose launch a
   profiler's start/stop held (``profiler_ns``) and the one after each: time = ``t_end - t_start``;
   p50 of decode-only iterations and of iterations with prefill tokens (prefill or mixed); the
-  longest iteration and how many exceed 3x the median of their kind;
+  longest iteration and how many exceed 3x the median of their kind; where the log has them
+  (``gc_ns``, ``gpu_ns``: tracestory serve since the stall attribution), the longest iteration's
+  Python GC and GPU time (``longest_cell``, e.g. ``24.1 ms (GPU 3.20 ms, GC 18.0 ms gen 2)``) and
+  each over-3x iteration's (``over_3x_detail``; ``over_3x_with_gc``: how many of them had a
+  collection, None when the log has no ``gc_ns``);
 * prefill cost per token: least squares ``time = a + b * prefill_tokens + c * decode_tokens`` over
   those iterations; ``b`` in us/token, and the dense rate it means, ``2 * layer params * layers /
   b`` over the GPU count (attention FLOPs left out), for the roof comparison.
@@ -35,6 +39,22 @@ def _find(folder: Path) -> tuple[Path, Path]:
     sys.exit(f"{folder}: expected serve.sched.jsonl (and load.summary.json), found none")
 
 
+def _cell(x: dict, ms: float) -> dict:
+    """One iteration's time with the GC and GPU time its event-log line has (none: time only)."""
+    out = {"iter": x.get("iter"), "ms": round(ms, 2)}
+    say = []
+    if x.get("gpu_ns") is not None:
+        out["gpu_ms"] = round(x["gpu_ns"] / 1e6, 2)
+        say.append(f"GPU {out['gpu_ms']:.2f} ms")
+    if x.get("gc_ns") is not None:
+        out["gc_ms"] = round(x["gc_ns"] / 1e6, 2)
+        out["gc_passes"] = x.get("gc_passes")
+        gen = x.get("gc_generation")
+        say.append(f"GC {out['gc_ms']:.1f} ms" + (f" gen {gen}" if gen is not None else ""))
+    out["cell"] = f"{ms:.1f} ms" + (f" ({', '.join(say)})" if say else "")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("folder", type=Path)
@@ -55,11 +75,14 @@ def main() -> None:
     # the iteration whose launch held the profiler's start/stop, and the one resolved after it
     # (overlapped engine), are the profiler's, not the engine's: left out of medians and stalls
     prof = prof | np.roll(prof, -1)
+    kept = [x for x, p in zip(its, prof, strict=True) if not p]
     t_all, t, pf, dc = t, t[~prof], pf[~prof], dc[~prof]
     dec, mix = t[pf == 0], t[pf > 0]
     med = {"decode": float(np.median(dec)) if len(dec) else None, "mixed": float(np.median(mix)) if len(mix) else None}
     over = int(sum((v > 3 * med["decode"]) for v in dec) if len(dec) else 0) + \
         int(sum((v > 3 * med["mixed"]) for v in mix) if len(mix) else 0)
+    detail = [_cell(x, v) for x, v, p in zip(kept, t, pf, strict=True)
+              if v > 3 * (med["decode"] if p == 0 else med["mixed"])]
     A = np.stack([np.ones_like(t), pf, dc], 1)
     coef = np.linalg.lstsq(A, t, rcond=None)[0] if len(t) >= 3 else [None] * 3
     from tracestory.models.llama_config import LlamaConfig, layer_params
@@ -84,7 +107,11 @@ def main() -> None:
            "iteration_p50_ms": med, "longest_ms": float(t.max()) if len(t) else None,
            "profiler_iterations": int(prof.sum()),
            "longest_ms_with_profiler": float(t_all.max()) if len(t_all) else None,
-           "over_3x_median": over, "n_decode": int(len(dec)), "n_mixed": int(len(mix)),
+           "longest_cell": _cell(kept[int(np.argmax(t))], float(t.max()))["cell"] if len(t) else None,
+           "over_3x_median": over, "over_3x_detail": detail,
+           "over_3x_with_gc": (sum(1 for d in detail if d.get("gc_ms", 0) > 0)
+                               if any("gc_ms" in d for d in detail) else None),
+           "n_decode": int(len(dec)), "n_mixed": int(len(mix)),
            "max_batch_tokens": meta.get("max_batch_tokens"), "startup": meta.get("startup")}
     if b_us:
         row["prefill_tflops_per_gpu"] = flops_tok / (b_us * 1e-6) / a.gpus / 1e12

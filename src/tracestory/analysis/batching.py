@@ -24,7 +24,10 @@ What is derived
   least :data:`STALL_MIN_NS` (first-iteration warm-up, a garbage-collection pause), with the
   requests that arrived during each and their median TTFT; the part of an iteration the profiler's
   own start or stop held (``profiler_ns`` in the event log, else the capture manifest's
-  ``profiler_blocked_s``; charged as ``serving_story`` says) does not count toward a stall;
+  ``profiler_blocked_s``; charged as ``serving_story`` says) does not count toward a stall; where
+  the log has them, each stall carries the iteration's ``gc_ns`` (Python's garbage collector
+  held the process; ``gc_passes``, ``gc_generation``) and ``gpu_ns`` (device time of its launched
+  work), which tell a host pause from slow device work;
 * with a trace, the traced iterations of each kind against untraced ones of the same kind and
   batch (median wall time; stalls left out): the profiler's own cost on the iterations it records;
 * KV blocks over time (``kv.in_use`` at each iteration end), blocks allocated and freed,
@@ -108,6 +111,10 @@ class Stall:
     ttft_p50_ns_of_those: float | None  # their median TTFT (from the log)
     next_launch_ns: int | None = None   # with overlapped scheduling: the next iteration's host launch,
                                         # which runs inside this one's wall time (``launch_ns``)
+    gc_ns: int | None = None            # Python GC wall time charged to it (the log's ``gc_ns``), None: not logged
+    gc_passes: int | None = None        # collections charged to it
+    gc_generation: int | None = None    # the oldest generation collected (2: a full collection)
+    gpu_ns: int | None = None           # device time of its launched work (the log's ``gpu_ns``, CUDA)
 
 
 @dataclass(frozen=True)
@@ -205,7 +212,8 @@ def find_stalls(log: SchedulerLog, requests: tuple[RequestTimes, ...],
         ttft = [r.ttft_ns for r in came if r.ttft_ns is not None]
         nxt = its[int(k) + 1].launch_ns if log.meta.overlap and int(k) + 1 < len(its) else None
         out.append(Stall(it.iter, it.t_start_ns, it.duration_ns, float(it.duration_ns / median) if median > 0 else float("inf"),
-                         len(came), float(np.median(ttft)) if ttft else None, nxt))
+                         len(came), float(np.median(ttft)) if ttft else None, nxt,
+                         it.gc_ns, it.gc_passes, it.gc_generation, it.gpu_ns))
     return tuple(out)
 
 

@@ -82,6 +82,10 @@ class Iteration:
     running: int | None
     profiler_ns: int | None = None   # the part of the iteration the profiler's own start or stop held
     launch_ns: int | None = None     # host time of the iteration's launch (tracestory serve's key)
+    gc_ns: int | None = None         # Python GC wall time in collections that ended in it (tracestory serve)
+    gc_passes: int | None = None     # how many collections
+    gc_generation: int | None = None  # the oldest generation collected (2: a full collection)
+    gpu_ns: int | None = None        # device time of its launched work (CUDA events; tracestory serve)
 
     @property
     def duration_ns(self) -> int:
@@ -190,7 +194,9 @@ def _iteration(ln: _Line) -> Iteration:
         memory_allocated_bytes=ln.int("allocated_bytes", False, mem),
         memory_reserved_bytes=ln.int("reserved_bytes", False, mem),
         waiting=ln.int("waiting", False), running=ln.int("running", False),
-        profiler_ns=ln.int("profiler_ns", False), launch_ns=ln.int("launch_ns", False))
+        profiler_ns=ln.int("profiler_ns", False), launch_ns=ln.int("launch_ns", False),
+        gc_ns=ln.int("gc_ns", False), gc_passes=ln.int("gc_passes", False),
+        gc_generation=ln.int("gc_generation", False), gpu_ns=ln.int("gpu_ns", False))
 
 
 def _first_repeat(values):

@@ -497,6 +497,27 @@ def _holds(r: BatchingResult) -> list[str]:
     ]
 
 
+def _stall_cause(st) -> str:
+    """What the event log measured inside a stall: device time (``gpu_ns``) and Python GC time
+    (``gc_ns``); "" when the log has neither (older logs, CPU runs without GC keys)."""
+    parts = []
+    if st.gpu_ns is not None:
+        parts.append(f"GPU {fmt_ns(st.gpu_ns)} of {fmt_ns(st.duration_ns)}")
+    if st.gc_ns is not None:
+        n, gen = st.gc_passes or 0, st.gc_generation
+        if n == 0:
+            parts.append("no Python GC ran in it")
+        else:
+            if gen == 2:
+                what = "a full collection" if n == 1 else f"{n} collections, at least one full"
+            elif gen is not None:
+                what = f"a generation-{gen} collection" if n == 1 else f"{n} collections, up to generation {gen}"
+            else:
+                what = plural(n, "collection")
+            parts.append(f"Python GC held the process {fmt_ns(st.gc_ns)} ({what})")
+    return "; ".join(parts)
+
+
 def _stalls(r: BatchingResult) -> list[str] | None:
     """Engine stalls and the profiler's holds; None when there is neither."""
     holds = _holds(r)
@@ -512,7 +533,7 @@ def _stalls(r: BatchingResult) -> list[str] | None:
     ]
     t0 = r.log.iterations[0].t_start_ns if r.log.iterations else 0
     for st in r.stalls:
-        why = []
+        why = [c for c in (_stall_cause(st),) if c]
         if r.log.iterations and st.iter == r.log.iterations[0].iter:
             why.append("the first iteration (CUDA and library warm-up)")
         if st.iter - 1 in held:
@@ -700,6 +721,10 @@ def batch_json(result: BatchingResult) -> dict:
         "memory_reserved_bytes": [i.memory_reserved_bytes for i in its],
         "decisions": [[asdict(d) for d in i.decisions] for i in its],
     }
+    for key in ("gc_ns", "gpu_ns"):  # columns only where the log has them (older logs: as before)
+        col = [getattr(i, key) for i in its]
+        if any(v is not None for v in col):
+            per_iter[key] = col
     return {
         "schema": "tracestory.batch_story/1",
         "source": r.log.path,

@@ -19,6 +19,8 @@ Pieces (each usable alone):
 * :mod:`.metrics`   -- the Prometheus metrics of ``GET /metrics``;
 * :mod:`.engine`    -- the engine thread: scheduler + model + event log + metrics;
 * :mod:`.progress`  -- the stall watch of the engine thread behind ``/health``;
+* :mod:`.gcwatch`   -- Python GC time per iteration (the event log's ``gc_ns``) and the heap frozen
+  after start-up;
 * :mod:`.footprint` -- the start-up check that weights + KV cache fit in the memory at hand;
 * :mod:`.server`    -- the aiohttp HTTP front end;
 * :mod:`.request_body` -- strict parsing of a request body (400 for every client mistake);
@@ -53,7 +55,7 @@ from .engine import Engine
 from .eventlog import EventLog
 from .metrics import make_metrics
 from .model import ATTENTION_BACKENDS, DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
-from . import footprint, tensor_parallel
+from . import footprint, gcwatch, tensor_parallel
 from .scheduler import Scheduler, SchedulerConfig
 from .server import Api, ServerLimits, serve_app, start_in_thread
 from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
@@ -193,6 +195,9 @@ def check_footprint_on_cpu(opts: ServeOptions) -> None:
     check_footprint(opts, "cpu", cfg, layers, vocab, label, DTYPE_BYTES[label], opts.num_blocks or 512)
 
 
+SWITCH_INTERVAL_S = 0.001       # sys.setswitchinterval in the serving process (CPython's default: 0.005)
+
+
 def _say(line: str) -> None:
     print(f"tracestory serve: {line}", file=sys.stderr, flush=True)
 
@@ -204,7 +209,9 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     FlexAttention compiled per shape bucket and the decode CUDA graphs captured) happens here;
     the compile and capture times go to stderr (one line each) and to the event log's
     ``meta.startup``. ``prepare_hook(model)`` runs between building and preparing the model
-    (e.g. to shard its weights and caches: nothing shape-dependent exists yet)."""
+    (e.g. to shard its weights and caches: nothing shape-dependent exists yet). Once prepared,
+    the process's heap is frozen (:func:`.gcwatch.freeze_heap`: later full collections skip it;
+    ``meta.startup.gc_frozen_objects``); every tensor-parallel rank builds through here."""
     import torch
 
     device = resolve_device(opts.device)
@@ -248,6 +255,10 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
              + (f"captured for batch sizes {startup['decode_buckets']} in {startup['graph_capture_s']:.1f} s, "
                 f"{startup.get('mixed_graphs', 0)} prefill/mixed graphs (chunk rows {startup['chunk_rows']})"
                 if startup["cuda_graphs"] else "off (--enforce-eager; prefill and mixed iterations eager too)"))
+    # start-up is done (built, sharded, compiled, graphs captured): its objects leave the
+    # collector's walks (every rank does this: followers build through here too)
+    startup.update(gcwatch.freeze_heap())
+    startup["switch_interval_ms"] = round(sys.getswitchinterval() * 1e3, 3)
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
             "max_batch_tokens": sc.max_batch_tokens, "max_num_seqs": sc.max_num_seqs, "preset": cfg.name,
             "layers": layers, "vocab": vocab, "dtype": dtype_label,
@@ -275,6 +286,10 @@ def run_server(opts: ServeOptions, ready: Callable[[str], None] | None = None) -
         with _telemetry(opts):       # the serving process only (rank 0 under tensor parallelism)
             asyncio.run(main())
 
+    # the engine thread gets the GIL back from a busy HTTP thread within 1 ms instead of CPython's
+    # 5 ms (benchmarks/gil_handoff.py, docs/PERFORMANCE.md "GIL hand-off and GC pauses"); this
+    # process only: the server thread of tests and notebooks keeps the default
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     if opts.tensor_parallel > 1:          # under torchrun: rank 0 serves, the other ranks follow its plans
         return tensor_parallel.run(opts, build_server, serve)
     serve(*build_server(opts))

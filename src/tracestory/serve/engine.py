@@ -35,7 +35,11 @@ host, its ``t_start_ns`` the later of its scheduling start and the previous iter
 so iterations tile the timeline; ``launch_ns`` is the launch's host time (``forward_ns``:
 launch to tokens on the host); ``profiler_ns``, when present, is the part of the launch a
 profiler's start or stop held the engine thread (``tracestory capture --range``), not the
-engine's own time. A model failure fails the requests of that iteration (finish
+engine's own time; ``gc_ns``/``gc_passes``/``gc_generation`` the Python garbage collections
+that ended inside the iteration (:mod:`.gcwatch`: any thread's, each stops the whole process; a
+collection that straddles two iterations is charged to the one it ends in); ``gpu_ns``, on CUDA,
+the device time of the iteration's launched work (the model's :class:`~.model.Launch`, two CUDA
+events around it, read once its tokens are on the host). A model failure fails the requests of that iteration (finish
 ``error``), not the server; a bug in the loop fails every request and leaves
 :attr:`Engine.error` set (``/health`` answers 503).
 
@@ -57,6 +61,7 @@ from dataclasses import dataclass, replace
 
 from ..capture.region import take_notes
 from .eventlog import EventLog
+from .gcwatch import GcClock
 from .metrics import ServerMetrics
 from .progress import Progress
 from .scheduler import Decision, Finish, Plan, RequestRejected, Scheduler, StepResult
@@ -108,6 +113,7 @@ class Engine:
         self._ph_of: dict[str, list[int]] = {}    # request -> its resolved placeholders
         self._next_ph = 0                         # placeholders count down from -1
         self._last_end = 0
+        self._gc = GcClock(log.now_ns)             # Python GC time per iteration (installed by the loop)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -186,6 +192,7 @@ class Engine:
     def _run(self) -> None:
         sched = self.scheduler
         inflight: _Flight | None = None
+        self._gc.install()
         try:
             while not self._stop.is_set():
                 self.progress.beat()
@@ -218,6 +225,7 @@ class Engine:
                 self._finish_now(fin, self._sinks.pop(fin.request_id, None))
             self._publish_queues()
             self.log.flush()
+            self._gc.remove()
 
     def _launch_next(self, prev: _Flight | None) -> _Flight | None:
         """Schedule and launch one iteration, then record it in the scheduler with a placeholder
@@ -311,11 +319,15 @@ class Engine:
                          decisions=tuple(decisions), first_tokens=tuple(first))
         t_start = max(f.t_start, self._last_end)
         self._last_end = t_end
+        extra = self._gc.take(t_start, t_end)
+        gpu_ns = getattr(f.launch, "gpu_ns", None)       # CUDA only; None when not measured
+        if gpu_ns is not None:
+            extra["gpu_ns"] = gpu_ns
         self.progress.doing(f"handing out the tokens of iteration {f.plan.iteration} (event log, metrics, clients)")
         log.iteration(f.plan, result, t_start, t_end, kv_total=sched.kv.num_blocks, memory=self.model.memory(),
                       block_counts=f.blocks,
                       timing={"schedule_ns": f.t_fwd - f.t_start, "forward_ns": t_end - f.t_fwd,
-                              "launch_ns": f.t_launched - f.t_fwd, **f.notes})
+                              "launch_ns": f.t_launched - f.t_fwd, **f.notes, **extra})
         if self.metrics is not None:
             self.metrics.observe_iteration(
                 seconds=(t_end - t_start) / 1e9, new_tokens=len(new_tokens),

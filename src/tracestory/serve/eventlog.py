@@ -7,10 +7,12 @@ when the log is opened); ``meta.t0_unix_ns`` is the wall-clock time of ``t0``.
 
 Keys this writer adds to the format (readers ignore unknown keys): meta ``preset``, ``layers``,
 ``vocab``, ``dtype``, ``capacity_tokens``, ``attention_backend``, ``overlap``, ``fp8``,
-``startup`` (compile and graph-capture seconds), ``tensor_parallel`` (when above 1); iteration
+``startup`` (compile and graph-capture seconds, ``gc_frozen_objects``), ``tensor_parallel`` (when above 1); iteration
 ``prefill_tokens``, ``decode_tokens``, ``schedule_ns`` (the scheduler's share of the
 iteration), ``forward_ns`` (the model step, from launch to the sampled ids on the host),
-``launch_ns`` (the host time of the launch) and per member ``blocks`` (blocks the request holds after the iteration; 0 when it finished in
+``launch_ns`` (the host time of the launch), ``gc_ns``/``gc_passes``/``gc_generation``
+(Python garbage collections that ended in the iteration, :mod:`.gcwatch`), ``gpu_ns`` (CUDA:
+device time of the launched work, :class:`.model.Launch`) and per member ``blocks`` (blocks the request holds after the iteration; 0 when it finished in
 it); arrival ``ignore_eos``. A key that was not measured is left out (never 0): ``memory`` is
 written only on CUDA.
 

@@ -143,17 +143,44 @@ class _DeviceStack:
 
 class Launch:
     """The sampled tokens of one launched iteration: ``result()`` waits for them (an event on
-    CUDA; already there on CPU) and returns ``{request_id: token}``."""
+    CUDA; already there on CPU) and returns ``{request_id: token}``.
 
-    def __init__(self, who: list[str], host, event, path: str):
+    ``timing`` (CUDA): two timing events recorded on the model's stream around the launched
+    work, outside any CUDA graph (a graph's replay is one more item on the stream between them);
+    ``result()`` then waits on the later one (recorded after the copy of the sampled ids, so
+    the ids are on the host too) and :attr:`gpu_ns` is their ``elapsed_time``: the device time
+    from the first queued op of the forward to the ids' copy, including any wait of the stream
+    in a collective (at tensor parallelism, for a slower rank). Read only after ``result()``, so
+    it never blocks; None on CPU, before ``result()``, when the events are not done (an iteration
+    that samples no token is not waited for) or could not be read."""
+
+    def __init__(self, who: list[str], host, event, path: str, timing: tuple | None = None):
         self.who, self._host, self._event, self.path = who, host, event, path
+        self._timing = timing
+        self._done = False
 
     def result(self) -> dict[str, int]:
         if not self.who:
+            self._done = True
             return {}
-        if self._event is not None:
+        if self._timing is not None:
+            self._timing[1].synchronize()        # recorded after self._event on the same stream
+        elif self._event is not None:
             self._event.synchronize()
+        self._done = True
         return dict(zip(self.who, (int(t) for t in self._host[:len(self.who)].tolist())))
+
+    @property
+    def gpu_ns(self) -> int | None:
+        if self._timing is None or not self._done:
+            return None
+        start, end = self._timing
+        try:
+            if not end.query():
+                return None
+            return int(round(start.elapsed_time(end) * 1e6))
+        except RuntimeError:                      # e.g. an event never recorded
+            return None
 
 
 class PagedLlama:
@@ -255,7 +282,10 @@ class PagedLlama:
         ids = np.fromiter(token_ids if token_ids is not None else (t for m in members for t in m.token_ids),
                           dtype=np.int64)
         who = [m.request_id for m in members if m.samples]
+        timing = self._timing_events() if self.on_cuda else None
         with region(name), torch.inference_mode():
+            if timing is not None:
+                timing[0].record()                # on the current stream, outside any graph
             self._ensure_sampled(max(len(members), 1))
             g, mx = self._graphs, self._mixed
             key = mx.key(members) if mx is not None and not (g is not None and g.fits(members)) else None
@@ -268,7 +298,24 @@ class PagedLlama:
             else:
                 self._eager(members, ids)
                 path = "eager"
-            return self._fetch(who, path)
+            out = self._fetch(who, path)
+            if timing is not None:
+                timing[1].record()                # after the sampled ids' copy
+                out._timing = timing
+            return out
+
+    def _timing_events(self) -> tuple:
+        """The next pair of timing events of a small ring (Launch's ``gpu_ns``): at most two
+        launches are in flight (the engine's overlap), so a pair is read before it is recorded
+        again."""
+        ring = self.__dict__.get("_launch_timing")
+        if ring is None:
+            ev = self.torch.cuda.Event
+            ring = self._launch_timing = [(ev(enable_timing=True), ev(enable_timing=True)) for _ in range(4)]
+            self._launch_timing_next = 0
+        pair = ring[self._launch_timing_next]
+        self._launch_timing_next = (self._launch_timing_next + 1) % len(ring)
+        return pair
 
     def prepare(self, *, max_num_seqs: int, max_batch_tokens: int, cuda_graphs: bool = True,
                 max_model_len: int | None = None, log=None, mixed_graphs: bool = True,

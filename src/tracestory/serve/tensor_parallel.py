@@ -70,6 +70,7 @@ from ..capture.under_load import TORCHRUN_SAFE_ENV
 from ..errors import UsageError
 from ..models.llama_config import LlamaConfig
 from .allreduce import AllReduce
+from .gcwatch import GcClock
 from .scheduler import Member
 
 HEARTBEAT_S = 1.0            # rank 0 sends a heartbeat when it sent nothing for this long
@@ -381,12 +382,15 @@ class TensorParallelFront:
 
 def follow(model, control: Control) -> int:
     """The loop of ranks > 0: run every plan rank 0 sends until *stop*; returns the number of
-    iterations run. SIGINT/SIGTERM are noted, not obeyed (see the module docstring)."""
+    iterations run. SIGINT/SIGTERM are noted, not obeyed (see the module docstring). At the end one
+    stderr line says this rank's Python GC collections while following (:meth:`.gcwatch.GcClock.summary`)."""
     import torch
 
     heard: list[int] = []
     saved = {s: signal.signal(s, lambda signum, _f: heard.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
     ran = 0
+    gc_clock = GcClock(time.monotonic_ns)     # this rank writes no event log: its GC pauses said at the end
+    gc_clock.install()
     try:
         while True:
             cmd, it, members, ids = control.receive()
@@ -406,6 +410,8 @@ def follow(model, control: Control) -> int:
                     _say(f"rank {control.rank}: iteration {it} failed as on rank 0 ({_short(e)})")
             ran += 1
     finally:
+        gc_clock.remove()
+        _say(f"rank {control.rank}: {gc_clock.summary()} while following ({ran} iterations)")
         for s, h in saved.items():
             signal.signal(s, h)
 
