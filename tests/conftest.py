@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 from pathlib import Path
 
@@ -25,6 +26,16 @@ NCU_REP = TEST_DATA / "h200" / "llama_gemm_2kernels.ncu-rep.gz"
 
 
 TRACE_TABLES = ("kernels", "memops", "api", "ops", "ranges", "memory", "collectives")
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze_heap():
+    """A server built in a test freezes the process's heap (serve.gcwatch.freeze_heap, as
+    ``tracestory serve`` does once started); the suite is one process, so thaw it after each
+    test: frozen garbage would never be collected."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 def assert_same_trace(a, b) -> None:
