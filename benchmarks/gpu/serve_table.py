@@ -51,6 +51,11 @@ def _cell(x: dict, ms: float) -> dict:
         out["gc_passes"] = x.get("gc_passes")
         gen = x.get("gc_generation")
         say.append(f"GC {out['gc_ms']:.1f} ms" + (f" gen {gen}" if gen is not None else ""))
+    for key, label in (("launch_ns", "launch"), ("plan_send_ns", "plan send"), ("result_wait_ns", "result wait")):
+        if x.get(key) is not None:
+            out[key.replace("_ns", "_ms")] = round(x[key] / 1e6, 2)
+            if key != "launch_ns" or x[key] > 5e6:
+                say.append(f"{label} {x[key] / 1e6:.1f} ms")
     out["cell"] = f"{ms:.1f} ms" + (f" ({', '.join(say)})" if say else "")
     return out
 

@@ -207,3 +207,26 @@ def test_gc_clock_summary_counts_per_generation():
     assert c.summary() == (
         "Python GC: generation 0: 2 (1.5 ms, longest 1.00 ms); generation 2: 1 (40.0 ms, longest 40.00 ms)"
     )
+
+
+class _SlowResultModel(_LaunchModel):
+    """launch() whose result() takes 30 ms at iteration 2: the engine's wait for the tokens."""
+
+    def launch(self, members, iteration=None, token_ids=None):
+        out = super().launch(members, iteration, token_ids)
+        if iteration == 2:
+            inner = out.result
+
+            def slow():
+                time.sleep(0.03)
+                return inner()
+
+            out.result = slow
+        return out
+
+
+def test_the_wait_for_the_tokens_is_logged_per_iteration(tmp_path):
+    its = _run_engine(tmp_path, _SlowResultModel(collect_at=-1))
+    by = {x["iter"]: x for x in its}
+    assert 30e6 <= by[2]["result_wait_ns"] <= by[2]["forward_ns"]
+    assert all(x["result_wait_ns"] < 30e6 for x in its if x["iter"] != 2)

@@ -89,6 +89,12 @@ def test_tp2_server_answers_as_tp1_and_stops_with_exit_code_0(tmp_path):
     assert lines[0]["startup"]["all_reduce"]["backend"] == "gloo"
     # rank 0 alone writes the log: one finish per request
     assert sum(x["type"] == "finish" for x in lines) == 3
+    # every iteration says how long rank 0 spent sending its plan (part of its launch) and waiting
+    # for its tokens; rank 1 says its slow launches (none expected at this load) at its end
+    its = [x for x in lines if x["type"] == "iteration"]
+    assert its and all(0 < x["plan_send_ns"] <= x["launch_ns"] for x in its)
+    assert all(0 <= x["result_wait_ns"] <= x["forward_ns"] for x in its)
+    assert "rank 1: Python GC" in text and "launch" in text.split("rank 1: Python GC", 1)[1].splitlines()[0]
 
 
 def test_a_killed_rank_ends_the_server_with_one_line_not_a_hang(tmp_path):

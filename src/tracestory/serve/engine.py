@@ -33,7 +33,10 @@ kept exact:
 host schedules). Event-log times: an iteration's ``t_end_ns`` is when its tokens reached the
 host, its ``t_start_ns`` the later of its scheduling start and the previous iteration's end,
 so iterations tile the timeline; ``launch_ns`` is the launch's host time (``forward_ns``:
-launch to tokens on the host); ``profiler_ns``, when present, is the part of the launch a
+launch to tokens on the host; it spans the next iteration's launch, overlapped), ``result_wait_ns``
+the part the engine thread spent waiting for the tokens (:meth:`Launch.result`), ``plan_send_ns``
+(tensor parallel) the part of the launch rank 0 spent sending the plan to the other ranks (a rank
+that is late to listen holds it there); ``profiler_ns``, when present, is the part of the launch a
 profiler's start or stop held the engine thread (``tracestory capture --range``), not the
 engine's own time; ``gc_ns``/``gc_passes``/``gc_generation`` the Python garbage collections
 that ended inside the iteration (:mod:`.gcwatch`: any thread's, each stops the whole process; a
@@ -289,6 +292,7 @@ class Engine:
         event-log line and the metrics of its iteration."""
         sched, log = self.scheduler, self.log
         self.progress.doing(f"waiting for the tokens of iteration {f.plan.iteration} ({len(f.plan.members)} requests)")
+        t_wait = log.now_ns()
         try:
             real = f.launch.result()
         except Exception as e:  # noqa: BLE001
@@ -327,7 +331,7 @@ class Engine:
         log.iteration(f.plan, result, t_start, t_end, kv_total=sched.kv.num_blocks, memory=self.model.memory(),
                       block_counts=f.blocks,
                       timing={"schedule_ns": f.t_fwd - f.t_start, "forward_ns": t_end - f.t_fwd,
-                              "launch_ns": f.t_launched - f.t_fwd, **f.notes, **extra})
+                              "launch_ns": f.t_launched - f.t_fwd, "result_wait_ns": t_end - t_wait, **f.notes, **extra})
         if self.metrics is not None:
             self.metrics.observe_iteration(
                 seconds=(t_end - t_start) / 1e9, new_tokens=len(new_tokens),

@@ -66,6 +66,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..capture.region import note
 from ..capture.under_load import TORCHRUN_SAFE_ENV
 from ..errors import UsageError
 from ..models.llama_config import LlamaConfig
@@ -323,7 +324,9 @@ class TensorParallelFront:
     def launch(self, members, iteration=None, token_ids=None):
         ids = list(token_ids) if token_ids is not None else [t for m in members for t in m.token_ids]
         with self.control.lock:
+            t = time.perf_counter_ns()
             self._send(CMD_PLAN, members, iteration, ids)
+            note("plan_send_ns", time.perf_counter_ns() - t)   # the iteration's event-log line (engine)
             return self._run(self.model.launch, members, iteration, ids)
 
     def step(self, members, iteration=None):
@@ -380,13 +383,38 @@ class TensorParallelFront:
             self.control.lock.release()
 
 
+class _SlowLaunches:
+    """A follower's launches over :attr:`LIMIT_NS` (its host time from a plan received to its
+    forward queued): rank 0 waits for a late follower in its next plan send and in the
+    all-reduces, so these are the followers' share of rank 0's stalls."""
+
+    LIMIT_NS = 5_000_000
+
+    def __init__(self):
+        self.count, self.longest, self.longest_it = 0, 0, None
+
+    def add(self, iteration, ns: int) -> None:
+        if ns > self.LIMIT_NS:
+            self.count += 1
+            if ns > self.longest:
+                self.longest, self.longest_it = ns, iteration
+
+    def summary(self) -> str:
+        if not self.count:
+            return f"no launch over {self.LIMIT_NS / 1e6:g} ms"
+        return (f"{self.count} launches over {self.LIMIT_NS / 1e6:g} ms (longest {self.longest / 1e6:.1f} ms, "
+                f"iteration {self.longest_it})")
+
+
 def follow(model, control: Control) -> int:
     """The loop of ranks > 0: run every plan rank 0 sends until *stop*; returns the number of
     iterations run. SIGINT/SIGTERM are noted, not obeyed (see the module docstring). At the end one
-    stderr line says this rank's Python GC collections while following (:meth:`.gcwatch.GcClock.summary`)."""
+    stderr line says this rank's Python GC collections while following (:meth:`.gcwatch.GcClock.summary`)
+    and its launches over 5 ms (:class:`_SlowLaunches`)."""
     import torch
 
     heard: list[int] = []
+    slow = _SlowLaunches()
     saved = {s: signal.signal(s, lambda signum, _f: heard.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
     ran = 0
     gc_clock = GcClock(time.monotonic_ns)     # this rank writes no event log: its GC pauses said at the end
@@ -400,10 +428,12 @@ def follow(model, control: Control) -> int:
                 continue
             with torch.inference_mode():
                 try:
+                    t = time.perf_counter_ns()
                     if hasattr(model, "launch"):
                         model.launch(members, it, ids)
                     else:
                         model.step(members, it)
+                    slow.add(it, time.perf_counter_ns() - t)
                 except Exception as e:  # noqa: BLE001 -- rank 0 fails the same batch; a lost peer is fatal
                     if _is_distributed(e):
                         raise
@@ -411,7 +441,7 @@ def follow(model, control: Control) -> int:
             ran += 1
     finally:
         gc_clock.remove()
-        _say(f"rank {control.rank}: {gc_clock.summary()} while following ({ran} iterations)")
+        _say(f"rank {control.rank}: {gc_clock.summary()} while following ({ran} iterations); {slow.summary()}")
         for s, h in saved.items():
             signal.signal(s, h)
 
