@@ -112,7 +112,7 @@ def _kind(name: str) -> str:
         return "nccl"
     if "all_reduce" in n:                 # torch symmetric-memory kernels (one-/two-shot)
         return "symm-mem all-reduce"
-    if "_fp8_small_m" in n:
+    if "small_m" in n:                    # _fp8_gemm_small_m_kernel
         return "gemm (triton small-M)"
     if "nvjet" in n or "gemm" in n or "sm90_xmma" in n or "cutlass" in n or "gemv" in n:
         return "gemm"
