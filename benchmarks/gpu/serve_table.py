@@ -39,8 +39,11 @@ def _find(folder: Path) -> tuple[Path, Path]:
     sys.exit(f"{folder}: expected serve.sched.jsonl (and load.summary.json), found none")
 
 
-def _cell(x: dict, ms: float) -> dict:
-    """One iteration's time with the GC and GPU time its event-log line has (none: time only)."""
+def _cell(x: dict, ms: float, nxt: dict | None = None) -> dict:
+    """One iteration's time with what its event-log line and the next one's say of it (none: time
+    only): its device time and Python GC time, and the host steps inside its wall time (overlapped
+    engine, serve/engine.py): the next iteration's hand-out of the one before, admissions, launch
+    (and its plan send, TP) and this one's wait for its tokens, each named when over 1 ms."""
     out = {"iter": x.get("iter"), "ms": round(ms, 2)}
     say = []
     if x.get("gpu_ns") is not None:
@@ -51,11 +54,15 @@ def _cell(x: dict, ms: float) -> dict:
         out["gc_passes"] = x.get("gc_passes")
         gen = x.get("gc_generation")
         say.append(f"GC {out['gc_ms']:.1f} ms" + (f" gen {gen}" if gen is not None else ""))
-    for key, label in (("launch_ns", "launch"), ("plan_send_ns", "plan send"), ("result_wait_ns", "result wait")):
-        if x.get(key) is not None:
-            out[key.replace("_ns", "_ms")] = round(x[key] / 1e6, 2)
-            if key != "launch_ns" or x[key] > 5e6:
-                say.append(f"{label} {x[key] / 1e6:.1f} ms")
+    steps = [(nxt or {}, "handout_before_ns", "hand-out"), (nxt or {}, "drain_ns", "admissions"),
+             (nxt or {}, "launch_ns", "next launch"), (nxt or {}, "plan_send_ns", "its plan send"),
+             (x, "result_wait_ns", "result wait")]
+    for line, key, label in steps:
+        if line.get(key) is not None:
+            name = ("next_" if line is nxt and key in ("launch_ns", "plan_send_ns") else "") + key[:-3] + "_ms"
+            out[name] = round(line[key] / 1e6, 2)
+            if line[key] > 1e6:
+                say.append(f"{label} {line[key] / 1e6:.1f} ms")
     out["cell"] = f"{ms:.1f} ms" + (f" ({', '.join(say)})" if say else "")
     return out
 
@@ -86,7 +93,8 @@ def main() -> None:
     med = {"decode": float(np.median(dec)) if len(dec) else None, "mixed": float(np.median(mix)) if len(mix) else None}
     over = int(sum((v > 3 * med["decode"]) for v in dec) if len(dec) else 0) + \
         int(sum((v > 3 * med["mixed"]) for v in mix) if len(mix) else 0)
-    detail = [_cell(x, v) for x, v, p in zip(kept, t, pf, strict=True)
+    by_iter = {x.get("iter"): x for x in lines if x["type"] == "iteration"}
+    detail = [_cell(x, v, by_iter.get(x.get("iter", -2) + 1)) for x, v, p in zip(kept, t, pf, strict=True)
               if v > 3 * (med["decode"] if p == 0 else med["mixed"])]
     A = np.stack([np.ones_like(t), pf, dc], 1)
     coef = np.linalg.lstsq(A, t, rcond=None)[0] if len(t) >= 3 else [None] * 3
@@ -112,7 +120,8 @@ def main() -> None:
            "iteration_p50_ms": med, "longest_ms": float(t.max()) if len(t) else None,
            "profiler_iterations": int(prof.sum()),
            "longest_ms_with_profiler": float(t_all.max()) if len(t_all) else None,
-           "longest_cell": _cell(kept[int(np.argmax(t))], float(t.max()))["cell"] if len(t) else None,
+           "longest_cell": _cell(kept[int(np.argmax(t))], float(t.max()),
+                                 by_iter.get(kept[int(np.argmax(t))].get("iter", -2) + 1))["cell"] if len(t) else None,
            "over_3x_median": over, "over_3x_detail": detail,
            "over_3x_with_gc": (sum(1 for d in detail if d.get("gc_ms", 0) > 0)
                                if any("gc_ms" in d for d in detail) else None),

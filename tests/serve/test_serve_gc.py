@@ -75,7 +75,7 @@ class _LaunchModel(_StepModel):
         return _FakeLaunch(self.step(members, iteration))
 
 
-def _run_engine(tmp_path, model, n_req=2, max_new=4):
+def _run_engine(tmp_path, model, n_req=2, max_new=4, on_token=None):
     path = tmp_path / "log.jsonl"
     sched = Scheduler(SchedulerConfig(block_size=4, num_blocks=32, max_batch_tokens=64, max_num_seqs=4))
     eng = Engine(sched, model, EventLog(path, {"model": "fake"}))
@@ -85,7 +85,8 @@ def _run_engine(tmp_path, model, n_req=2, max_new=4):
     try:
         eng.start()
         for i in range(n_req):
-            eng.submit(f"r{i}", [1, 2, 3], max_new, True, lambda kind, p: done.append(p) if kind == "finish" else None)
+            eng.submit(f"r{i}", [1, 2, 3], max_new, True,
+                       lambda kind, p: done.append(p) if kind == "finish" else on_token and on_token())
         deadline = time.monotonic() + 20
         while len(done) < n_req and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -230,3 +231,33 @@ def test_the_wait_for_the_tokens_is_logged_per_iteration(tmp_path):
     by = {x["iter"]: x for x in its}
     assert 30e6 <= by[2]["result_wait_ns"] <= by[2]["forward_ns"]
     assert all(x["result_wait_ns"] < 30e6 for x in its if x["iter"] != 2)
+
+
+def test_an_iterations_host_parts_are_disjoint_and_name_a_slow_hand_out(tmp_path):
+    """With overlap, iteration N's wall time holds N+1's handout_before_ns, drain_ns, schedule_ns
+    and launch_ns and N's result_wait_ns (engine docstring): their sum never exceeds it. A client
+    queue that takes 40 ms for one token (the 3rd handed out) shows as one handout_before_ns of at
+    least 40 ms, inside the wall time of the iteration it delayed."""
+    calls = []
+
+    def slow_third():
+        calls.append(1)
+        if len(calls) == 3:
+            time.sleep(0.04)
+
+    its = _run_engine(tmp_path, _LaunchModel(collect_at=-1), n_req=1, max_new=8, on_token=slow_third)
+    by = {x["iter"]: x for x in its}
+    checked = 0
+    for n, x in by.items():
+        nxt = by.get(n + 1)
+        if nxt is None or "handout_before_ns" not in nxt:
+            continue
+        parts = (nxt["handout_before_ns"] + nxt["drain_ns"] + nxt["schedule_ns"] + nxt["launch_ns"]
+                 + x["result_wait_ns"])
+        assert parts <= x["t_end_ns"] - x["t_start_ns"], (n, parts, x)
+        checked += 1
+    assert checked >= 4
+    slow = [x for x in its if x.get("handout_before_ns", 0) >= 40e6]
+    assert len(slow) == 1
+    delayed = by[slow[0]["iter"] - 1]
+    assert delayed["t_end_ns"] - delayed["t_start_ns"] >= 40e6

@@ -36,7 +36,13 @@ so iterations tile the timeline; ``launch_ns`` is the launch's host time (``forw
 launch to tokens on the host; it spans the next iteration's launch, overlapped), ``result_wait_ns``
 the part the engine thread spent waiting for the tokens (:meth:`Launch.result`), ``plan_send_ns``
 (tensor parallel) the part of the launch rank 0 spent sending the plan to the other ranks (a rank
-that is late to listen holds it there); ``profiler_ns``, when present, is the part of the launch a
+that is late to listen holds it there), ``drain_ns`` and ``handout_before_ns`` the host work of
+the loop turn that launched the iteration before its scheduling (queued admissions and aborts; the
+hand-out of the iteration before the previous one: its tokens to the clients, its event-log line).
+So with overlap the wall time of iteration N holds, as disjoint parts, N+1's
+``handout_before_ns``, ``drain_ns``, ``schedule_ns`` and ``launch_ns`` and N's ``result_wait_ns``
+(the rest: the scheduler's bookkeeping of N+1 after its launch, the loop's own steps): a stall
+names the step that took its time; ``profiler_ns``, when present, is the part of the launch a
 profiler's start or stop held the engine thread (``tracestory capture --range``), not the
 engine's own time; ``gc_ns``/``gc_passes``/``gc_generation`` the Python garbage collections
 that ended inside the iteration (:mod:`.gcwatch`: any thread's, each stops the whole process; a
@@ -118,6 +124,8 @@ class Engine:
         self._last_end = 0
         self._gc = GcClock(log.now_ns)             # Python GC time per iteration (installed by the loop)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._drain_ns = 0                # host time of the current loop turn's admissions and aborts
+        self._handout_ns: int | None = None  # host time of the last iteration's hand-out, not logged yet
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._sinks: dict[str, Callable] = {}
@@ -199,7 +207,9 @@ class Engine:
         try:
             while not self._stop.is_set():
                 self.progress.beat()
+                t = self.log.now_ns()
                 self._drain()
+                self._drain_ns = self.log.now_ns() - t
                 launched = self._launch_next(inflight) if sched.has_work else None
                 if inflight is not None:
                     self._resolve(inflight)       # the GPU runs `launched` meanwhile
@@ -254,6 +264,10 @@ class Engine:
             return None
         t_launched = log.now_ns()
         notes = take_notes()
+        # the host work of this loop turn before the launch (module docstring, "Event-log times")
+        notes["drain_ns"] = self._drain_ns
+        if self._handout_ns is not None:
+            notes["handout_before_ns"], self._handout_ns = self._handout_ns, None
         sampled = {}
         for m in plan.members:
             if m.samples:
@@ -352,6 +366,7 @@ class Engine:
             if sink is not None:
                 sink("finish", fin)
         log.flush()
+        self._handout_ns = log.now_ns() - t_end
 
     def _forget(self, request_id: str) -> None:
         self._prompt_len.pop(request_id, None)
