@@ -56,10 +56,12 @@ def _cell(x: dict, ms: float, nxt: dict | None = None) -> dict:
         say.append(f"GC {out['gc_ms']:.1f} ms" + (f" gen {gen}" if gen is not None else ""))
     steps = [(nxt or {}, "handout_before_ns", "hand-out"), (nxt or {}, "drain_ns", "admissions"),
              (nxt or {}, "launch_ns", "next launch"), (nxt or {}, "plan_send_ns", "its plan send"),
+             (nxt or {}, "input_wait_ns", "its input wait"), (nxt or {}, "replay_ns", "its graph replay"),
              (x, "result_wait_ns", "result wait")]
     for line, key, label in steps:
         if line.get(key) is not None:
-            name = ("next_" if line is nxt and key in ("launch_ns", "plan_send_ns") else "") + key[:-3] + "_ms"
+            own = key in ("launch_ns", "plan_send_ns", "input_wait_ns", "replay_ns")
+            name = ("next_" if line is nxt and own else "") + key[:-3] + "_ms"
             out[name] = round(line[key] / 1e6, 2)
             if line[key] > 1e6:
                 say.append(f"{label} {line[key] / 1e6:.1f} ms")

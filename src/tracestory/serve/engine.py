@@ -36,7 +36,9 @@ so iterations tile the timeline; ``launch_ns`` is the launch's host time (``forw
 launch to tokens on the host; it spans the next iteration's launch, overlapped), ``result_wait_ns``
 the part the engine thread spent waiting for the tokens (:meth:`Launch.result`), ``plan_send_ns``
 (tensor parallel) the part of the launch rank 0 spent sending the plan to the other ranks (a rank
-that is late to listen holds it there), ``drain_ns`` and ``handout_before_ns`` the host work of
+that is late to listen holds it there), ``input_wait_ns`` and ``replay_ns`` the parts of the
+launch spent waiting for a pinned input buffer's last copy and in the CUDA graph's replay call
+(:mod:`.graphs`, :mod:`.mixed`), ``drain_ns`` and ``handout_before_ns`` the host work of
 the loop turn that launched the iteration before its scheduling (queued admissions and aborts; the
 hand-out of the iteration before the previous one: its tokens to the clients, its event-log line).
 So with overlap the wall time of iteration N holds, as disjoint parts, N+1's
