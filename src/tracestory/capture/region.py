@@ -52,10 +52,12 @@ _notes: dict[str, int] = {}
 
 
 def note(key: str, ns: int) -> None:
-    """Record that a recorder spent ``ns`` nanoseconds of the workload's thread inside a region
-    (``profiler_ns``: the torch profiler's start or stop), for whoever times the region: the
-    server adds it to the iteration's event-log line (:func:`take_notes`), so the time the
-    profiler took is not read as the engine's. Summed per key until taken."""
+    """Record that ``ns`` nanoseconds of the workload's thread went to one part of a region, for
+    whoever times the region: ``profiler_ns`` (a recorder: the torch profiler's start or stop, so
+    its time is not read as the engine's), or a part of the server's launch (``plan_send_ns``,
+    ``input_wait_ns``, ``replay_ns``). The server adds the notes to the iteration's event-log line
+    (:func:`take_notes`). Summed per key until taken; a process that never takes them (a
+    tensor-parallel follower) keeps one running sum per key."""
     _notes[key] = _notes.get(key, 0) + int(ns)
 
 
