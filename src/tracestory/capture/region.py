@@ -24,8 +24,10 @@ one per use); used as a decorator it opens a fresh region per call.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
+import time
 from typing import Any, Callable, Protocol
 
 
@@ -59,6 +61,15 @@ def note(key: str, ns: int) -> None:
     (:func:`take_notes`). Summed per key until taken; a process that never takes them (a
     tensor-parallel follower) keeps one running sum per key."""
     _notes[key] = _notes.get(key, 0) + int(ns)
+
+
+@contextlib.contextmanager
+def timed(key: str):
+    """:func:`note` the time the ``with`` block took (``time.perf_counter_ns``) under ``key``;
+    nothing when the block raises (no time is left behind for a later iteration's line)."""
+    t = time.perf_counter_ns()
+    yield
+    note(key, time.perf_counter_ns() - t)
 
 
 def take_notes() -> dict[str, int]:

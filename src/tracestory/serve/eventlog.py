@@ -12,7 +12,9 @@ Keys this writer adds to the format (readers ignore unknown keys): meta ``preset
 iteration), ``forward_ns`` (the model step, from launch to the sampled ids on the host),
 ``launch_ns`` (the host time of the launch), ``gc_ns``/``gc_passes``/``gc_generation``
 (Python garbage collections that ended in the iteration, :mod:`.gcwatch`), ``gpu_ns`` (CUDA:
-device time of the launched work, :class:`.model.Launch`) and per member ``blocks`` (blocks the request holds after the iteration; 0 when it finished in
+device time of the launched work, :class:`.model.Launch`), the engine's host steps
+``result_wait_ns``, ``drain_ns``, ``handout_before_ns`` and the launch's parts ``plan_send_ns``,
+``input_wait_ns``, ``replay_ns`` (:mod:`.engine` says what each covers) and per member ``blocks`` (blocks the request holds after the iteration; 0 when it finished in
 it); arrival ``ignore_eos``. A key that was not measured is left out (never 0): ``memory`` is
 written only on CUDA.
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 
-from ..capture.region import note
+from ..capture.region import timed
 
 RING = 4
 
@@ -163,16 +163,14 @@ class DecodeGraphs:
         host, ev = self.ring[self._next]
         self._next = (self._next + 1) % RING
         if ev is not None:
-            t = time.perf_counter_ns()
-            ev.synchronize()              # the copy that last read this pinned buffer is done
-            note("input_wait_ns", time.perf_counter_ns() - t)   # the event log's line (serve.engine)
+            with timed("input_wait_ns"):      # the event log's line (serve.engine)
+                ev.synchronize()              # the copy that last read this pinned buffer is done
         b = self.pack(members, ids, host)
         self.dev.copy_(host, non_blocking=self.on_cuda)
         if ev is not None:
             ev.record()
         if self.use_graphs:
-            t = time.perf_counter_ns()
-            self.graphs[b].replay()
-            note("replay_ns", time.perf_counter_ns() - t)
+            with timed("replay_ns"):
+                self.graphs[b].replay()
         else:
             self.model._decode_static(b, self)

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import time
 
-from ..capture.region import note
+from ..capture.region import timed
 from . import fresh_attention
 from .graphs import bucket_for
 from .paged_attention import PAD_ROW, Q_TILE, chunk_tiles
@@ -318,9 +318,8 @@ class MixedGraphs:
         h64, h32, ev = self.ring[self._next]
         self._next = (self._next + 1) % RING
         if ev is not None:
-            t = time.perf_counter_ns()
-            ev.synchronize()                  # the copies that last read these buffers are done
-            note("input_wait_ns", time.perf_counter_ns() - t)   # the event log's line (serve.engine)
+            with timed("input_wait_ns"):          # the event log's line (serve.engine)
+                ev.synchronize()                  # the copies that last read these buffers are done
         self.pack(members, ids, key, h64, h32)
         self.d64.copy_(h64, non_blocking=self.on_cuda)
         self.d32.copy_(h32, non_blocking=self.on_cuda)
@@ -328,8 +327,7 @@ class MixedGraphs:
             ev.record()
         self.fresh_runs += bool(len(key) > 2 and key[2])
         if self.use_graphs and key in self.graphs:
-            t = time.perf_counter_ns()
-            self.graphs[key].replay()
-            note("replay_ns", time.perf_counter_ns() - t)
+            with timed("replay_ns"):
+                self.graphs[key].replay()
         else:
             self.body(key)

@@ -254,6 +254,8 @@ class PagedLlama:
         self._sampled = None         # [rows] int64: the last launch's sampled ids, on the device
         self._out_ring: list = []    # pinned host buffers + events for the sampled ids (CUDA)
         self._out_next = 0
+        self._launch_timing: list = []   # pairs of timing events around launches (CUDA; Launch.gpu_ns)
+        self._launch_timing_next = 0
         self._glue = None            # models.glue_triton when the fused glue runs (prepare, CUDA)
         # prefill chunks of fresh prompts through flash (.fresh_attention): CUDA, FlexAttention's
         # backend, a dtype flash takes; tests may switch it on elsewhere (the reference then runs)
@@ -298,21 +300,16 @@ class PagedLlama:
             else:
                 self._eager(members, ids)
                 path = "eager"
-            out = self._fetch(who, path)
-            if timing is not None:
-                timing[1].record()                # after the sampled ids' copy
-                out._timing = timing
-            return out
+            return self._fetch(who, path, timing)
 
     def _timing_events(self) -> tuple:
         """The next pair of timing events of a small ring (Launch's ``gpu_ns``): at most two
         launches are in flight (the engine's overlap), so a pair is read before it is recorded
         again."""
-        ring = self.__dict__.get("_launch_timing")
-        if ring is None:
+        ring = self._launch_timing
+        if not ring:
             ev = self.torch.cuda.Event
-            ring = self._launch_timing = [(ev(enable_timing=True), ev(enable_timing=True)) for _ in range(4)]
-            self._launch_timing_next = 0
+            ring.extend((ev(enable_timing=True), ev(enable_timing=True)) for _ in range(4))
         pair = ring[self._launch_timing_next]
         self._launch_timing_next = (self._launch_timing_next + 1) % len(ring)
         return pair
@@ -828,8 +825,9 @@ class PagedLlama:
                 self._out_ring = [(torch.empty(n, dtype=torch.long, pin_memory=True), torch.cuda.Event())
                                   for _ in range(4)]
 
-    def _fetch(self, who: list[str], path: str) -> Launch:
-        """Copy the sampled ids to the host without waiting (CUDA) or at once (CPU)."""
+    def _fetch(self, who: list[str], path: str, timing: tuple | None = None) -> Launch:
+        """Copy the sampled ids to the host without waiting (CUDA) or at once (CPU); the second
+        event of ``timing`` (:meth:`_timing_events`) is recorded after that copy."""
         n = len(who)
         if not self.on_cuda:
             return Launch(who, self._sampled[:n].clone(), None, path)
@@ -838,7 +836,9 @@ class PagedLlama:
         if n:
             host[:n].copy_(self._sampled[:n], non_blocking=True)
         ev.record()
-        return Launch(who, host, ev, path)
+        if timing is not None:
+            timing[1].record()
+        return Launch(who, host, ev, path, timing)
 
     # ------------------------------------------------------------------ helpers
     def _layout(self, spans) -> dict:

@@ -66,7 +66,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..capture.region import note
+from ..capture.region import timed
 from ..capture.under_load import TORCHRUN_SAFE_ENV
 from ..errors import UsageError
 from ..models.llama_config import LlamaConfig
@@ -324,9 +324,8 @@ class TensorParallelFront:
     def launch(self, members, iteration=None, token_ids=None):
         ids = list(token_ids) if token_ids is not None else [t for m in members for t in m.token_ids]
         with self.control.lock:
-            t = time.perf_counter_ns()
-            self._send(CMD_PLAN, members, iteration, ids)
-            note("plan_send_ns", time.perf_counter_ns() - t)   # the iteration's event-log line (engine)
+            with timed("plan_send_ns"):           # the iteration's event-log line (engine)
+                self._send(CMD_PLAN, members, iteration, ids)
             return self._run(self.model.launch, members, iteration, ids)
 
     def step(self, members, iteration=None):
