@@ -12,8 +12,10 @@ Parts (``--parts``, default all):
 * ``step``: a 32-layer llama-3-8b :class:`~tracestory.serve.model.PagedLlama` (bf16, FP8
   row-wise projections, FlexAttention) prepared like the server (decode and prefill/mixed CUDA
   graphs), once per variant (``--glue``: by default the torch glue with ``_scaled_mm`` everywhere,
-  then the fused Triton glue with the small-M GEMM where it measured faster): the decode step at
-  batch 1/4/8/16 (contexts of 600 tokens; wall time per step over 30 steps, each synchronised),
+  then the fused Triton glue with the small-M GEMM where it measured faster; options switch the
+  small-M GEMM and programmatic dependent launch off): the decode
+  step at batch 1/4/8/16 (contexts of 600 tokens; wall time per step over 30 steps, each
+  synchronised, and the device time between the launch's two timing events, median),
   the kernels one step launches and their GPU time by kind (torch.profiler), and one iteration
   with a 2,048-token prefill chunk (the same).
 
@@ -163,8 +165,9 @@ def step_part(glues) -> list[dict]:
     wbytes = sum(weight_bytes(layer) for layer in m.stack.layers) + m.lm_head.numel() * 2
     out = []
     for variant in glues:
-        glue, _, opt = variant.partition(":")
-        os.environ["TRACESTORY_SMALL_M"] = "0" if opt == "nosmall" else "1"
+        glue, *opts = variant.split(":")
+        os.environ["TRACESTORY_SMALL_M"] = "0" if "nosmall" in opts else "1"
+        os.environ["TRACESTORY_PDL"] = "0" if "nopdl" in opts else "1"
         SMALL_M.clear()
         t0 = time.perf_counter()
         m.prepare(max_num_seqs=16, max_batch_tokens=2048, glue=glue)
@@ -180,15 +183,17 @@ def step_part(glues) -> list[dict]:
             mem = decode_members(b)
             for _ in range(5):
                 m.launch(mem, 0).result()
-            walls = []
+            walls, gpus = [], []
             for _ in range(30):
                 t = time.perf_counter()
                 launch = m.launch(mem, 0)
                 launch.result()
                 walls.append(time.perf_counter() - t)
+                gpus.append(launch.gpu_ns or 0)
             prof = _profile(lambda: m.launch(mem, 0).result())
             med = statistics.median(walls)
             row = {"glue": glue, "what": f"decode batch {b}", "path": launch.path, "wall_ms": round(med * 1e3, 3),
+                   "gpu_ms": round(statistics.median(gpus) / 1e6, 3),
                    "weight_gb": round(wbytes / 1e9, 3), "weight_tbps": round(wbytes / med / 1e12, 3), **prof}
             out.append(row)
             print(json.dumps(row), flush=True)
@@ -217,7 +222,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="gemm,step")
     ap.add_argument("--glue", default="torch:nosmall,triton",
-                    help="variants: GLUE[:nosmall] (torch or triton glue; nosmall: _scaled_mm at every M)")
+                    help="variants: GLUE[:OPT...] (torch or triton glue; OPT nosmall: _scaled_mm at every M, "
+                         "nopdl: TRACESTORY_PDL=0)")
     ap.add_argument("--tp", default="1,2,4", help="gemm part: the tensor-parallel degrees whose shapes are timed")
     ap.add_argument("--m", default="1,2,4,8,16,32", help="gemm part: the row counts")
     ap.add_argument("--block-n", default="64", help="gemm part: the small-M kernel's BLOCK_N values timed")

@@ -80,3 +80,43 @@ def test_small_m_triton_gemm_matches_scaled_mm(m, cfg):
     assert y.shape == (m, 1536 + 48)   # 1,584 columns (a multiple of 16, as _scaled_mm needs): the last block is partial at BLOCK_N 64 and 32
     assert ((y - ref).norm() / ref.norm()).item() < 1e-2
     assert torch.allclose(y, ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
+
+
+def test_pdl_chain_in_a_graph_reads_what_the_previous_kernel_wrote(monkeypatch):
+    """Programmatic dependent launch (models.pdl): each kernel of a quantiser -> small-M GEMM ->
+    quantiser -> small-M GEMM chain reads the output of the one before it. Replayed from a CUDA
+    graph (as the decode graphs run) on new inputs, with PDL and the weight prefetch on, the result
+    must be bit for bit that of the same kernels launched one after another without PDL, eagerly:
+    a kernel reading before its predecessor finished would see the previous replay's values."""
+    from tracestory.models import fp8_small_m, pdl, quant_triton
+    from tracestory.models.fp8 import Fp8Weight
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w1 = Fp8Weight(torch.randn(4096, 2048, generator=g, device="cuda", dtype=torch.bfloat16), "rowwise")
+    w2 = Fp8Weight(torch.randn(1024, 4096, generator=g, device="cuda", dtype=torch.bfloat16), "rowwise")
+
+    def chain(x):
+        y = fp8_small_m.matmul(*quant_triton.quantize_per_row(x), w1.weight, w1.scale, 256, 4)
+        return fp8_small_m.matmul(*quant_triton.quantize_per_row(y), w2.weight, w2.scale, 128, 4)
+
+    xs = [torch.randn(4, 2048, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    monkeypatch.setenv(pdl.ENV, "0")
+    assert not pdl.enabled(dev)
+    want = [chain(x) for x in xs]
+    monkeypatch.setenv(pdl.ENV, "1")
+    assert pdl.enabled(dev), "an H100/H200 with Triton's launch_pdl is expected here"
+    static = xs[0].clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        chain(static)                         # compile the PDL variants outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(static)
+    for x, ref in zip(xs[1:] + xs[:1], want[1:] + want[:1]):
+        static.copy_(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, ref)

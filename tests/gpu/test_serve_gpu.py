@@ -223,6 +223,27 @@ def test_fused_glue_gives_the_tokens_of_the_torch_glue():
     assert _first_difference(fused, plain) is None
 
 
+def test_pdl_gives_the_tokens_of_plain_launches(monkeypatch):
+    """bf16 with FP8 row-wise projections, the fused glue and the small-M GEMM (one config, always
+    chosen, so both runs use the same kernels): with programmatic dependent launch (models.pdl)
+    the decode and mixed graphs must give the ids of the same kernels launched without it."""
+    from tracestory.models import fp8, fp8_small_m, pdl
+
+    monkeypatch.setattr(fp8_small_m, "CONFIGS", ((256, 4),))
+    tune = fp8.tune_small_m
+    monkeypatch.setattr(fp8, "tune_small_m", lambda groups, rows: tune(groups, rows, margin=1e9))
+    runs = []
+    for on in ("1", "0"):
+        monkeypatch.setenv(pdl.ENV, on)
+        keep = []
+        runs.append(_run("flex", prepare=True, glue="triton", dtype=torch.bfloat16, fp8="rowwise", keep=keep))
+        assert any(r["chosen"] != "_scaled_mm" for r in keep[0].startup["small_m"])
+        assert pdl.enabled(torch.device("cuda")) == (on == "1")
+    (with_pdl, paths), (plain, _) = runs
+    assert "graph" in paths and "mixed-graph" in paths
+    assert _first_difference(with_pdl, plain) is None
+
+
 def test_fused_glue_with_fp8_follows_the_torch_glue():
     """bf16 with FP8 row-wise projections: the two paths round alike but not bit for bit (rsqrt,
     exp), and a one-step difference in an FP8 code can flip a near-tie of the random weights'

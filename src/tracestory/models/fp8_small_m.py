@@ -21,6 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
+from . import pdl
+from .quant_triton import _pdl_enter
+
 MAX_M = 16
 # (BLOCK_K, num_stages) tried by the tuner. The kernel is latency-bound at decode (one program per
 # 64 columns, 24-448 programs, each streaming its weight rows tile by tile), so the depth of the
@@ -34,12 +37,13 @@ CONFIGS = ((128, 4), (256, 3), (256, 4), (256, 5), (256, 6))
 
 @triton.jit
 def _fp8_gemm_small_m_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr,
-                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     mask_n = offs_n < N
+    _pdl_enter(USE_PDL)
     mask_m = offs_m < M
     w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * K + offs_k[None, :]
     x_ptrs = x_ptr + offs_m[:, None] * K + offs_k[None, :]
@@ -63,13 +67,16 @@ def fits(M: int, K: int, block_k: int) -> bool:
 
 def matmul(qx: torch.Tensor, sx: torch.Tensor, qw: torch.Tensor, sw: torch.Tensor, block_k: int = 128,
            stages: int = 4, block_n: int = 64, warps: int = 4) -> torch.Tensor:
-    """``qx [M, K]`` e4m3 with ``sx [M, 1]``, ``qw [N, K]`` e4m3 with ``sw [1, N]`` -> bf16 ``[M, N]``."""
+    """``qx [M, K]`` e4m3 with ``sx [M, 1]``, ``qw [N, K]`` e4m3 with ``sw [1, N]`` -> bf16 ``[M, N]``
+    (launched with programmatic dependent launch where :func:`.pdl.enabled`)."""
     M, K = qx.shape
     N = qw.shape[0]
     if not fits(M, K, block_k):
         raise ValueError(f"fp8 small-M GEMM: expected 1..{MAX_M} rows and K a multiple of {block_k}, "
                          f"found M={M}, K={K}")
     y = torch.empty((M, N), dtype=torch.bfloat16, device=qx.device)
+    use = pdl.enabled(qx.device)
     _fp8_gemm_small_m_kernel[(triton.cdiv(N, block_n),)](qx, sx, qw, sw, y, M, N, K, BLOCK_M=16, BLOCK_N=block_n,
-                                                         BLOCK_K=block_k, num_warps=warps, num_stages=stages)
+                                                         BLOCK_K=block_k, USE_PDL=use,
+                                                         num_warps=warps, num_stages=stages, **pdl.launch_options(use))
     return y

@@ -19,6 +19,9 @@ roundings to the model dtype between steps, so the two paths agree up to the las
 * :func:`silu_mul` — ``silu(g) * u`` from the fused gate/up projection ``[T, 2·I]`` (each
   product rounded to the dtype, as torch does), optionally quantised per row.
 
+On Hopper each kernel is launched with programmatic dependent launch (:mod:`.pdl`: it waits
+for the previous kernel before touching memory; ``TRACESTORY_PDL=0`` turns it off).
+
 Limits: rows are processed whole by one program (``norm``: ``D`` up to 16384 in one tile;
 ``silu_mul`` loops over ``I``); the quantised outputs are row-wise only (tensor-wise FP8 keeps
 the torch path); inputs must be contiguous in their last dimension.
@@ -30,12 +33,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .quant_triton import _FP8, FP8_MAX, _scale_from_amax
+from . import pdl
+from .quant_triton import _FP8, FP8_MAX, _pdl_enter, _scale_from_amax
 
 
 @triton.jit
 def _add_rmsnorm_quant_kernel(x_ptr, r_ptr, h_ptr, w_ptr, out_ptr, s_ptr, D, eps, HAS_RES: tl.constexpr,
-                              QUANT: tl.constexpr, BLOCK: tl.constexpr, FP8_MAX: tl.constexpr):
+                              QUANT: tl.constexpr, BLOCK: tl.constexpr, FP8_MAX: tl.constexpr,
+                              USE_PDL: tl.constexpr):
+    _pdl_enter(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < D
@@ -61,7 +67,8 @@ def _add_rmsnorm_quant_kernel(x_ptr, r_ptr, h_ptr, w_ptr, out_ptr, s_ptr, D, eps
 
 @triton.jit
 def _rope_qkv_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, kc_ptr, vc_ptr, slot_ptr, T, H, KH, stride_t,
-                     HEAD_D: tl.constexpr, HB: tl.constexpr):
+                     HEAD_D: tl.constexpr, HB: tl.constexpr, USE_PDL: tl.constexpr):
+    _pdl_enter(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1)
     heads = hb * HB + tl.arange(0, HB)                    # [HB] among H query + KH key heads
@@ -89,7 +96,8 @@ def _rope_qkv_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, kc_ptr, vc_ptr, slot_ptr,
 
 @triton.jit
 def _silu_mul_kernel(gu_ptr, out_ptr, s_ptr, I, QUANT: tl.constexpr, BLOCK: tl.constexpr,
-                     FP8_MAX: tl.constexpr):
+                     FP8_MAX: tl.constexpr, USE_PDL: tl.constexpr):
+    _pdl_enter(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     g_row = gu_ptr + row * 2 * I
@@ -134,9 +142,11 @@ def norm(x: torch.Tensor, w: torch.Tensor, eps: float, residual: torch.Tensor | 
     scale = torch.empty((T, 1), dtype=torch.float32, device=x.device) if quant else out
     block = triton.next_power_of_2(D)
     if T:
+        use = pdl.enabled(x.device)
         _add_rmsnorm_quant_kernel[(T,)](x, residual if residual is not None else x, h, w, out, scale, D,
                                         float(eps), HAS_RES=residual is not None, QUANT=quant, BLOCK=block,
-                                        FP8_MAX=FP8_MAX, num_warps=8 if block >= 4096 else 4)
+                                        FP8_MAX=FP8_MAX, num_warps=8 if block >= 4096 else 4, USE_PDL=use,
+                                        **pdl.launch_options(use))
     return h, ((out, scale) if quant else out)
 
 
@@ -153,9 +163,10 @@ def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: t
     q = torch.empty((T, H, d), dtype=qkv.dtype, device=qkv.device)
     hb = 4
     if T:
+        use = pdl.enabled(qkv.device)
         _rope_qkv_kernel[(T, triton.cdiv(H + KH, hb))](qkv, cos.contiguous(), sin.contiguous(), q, k_cache, v_cache,
                                                        slots, T, H, KH, qkv.stride(0), HEAD_D=d, HB=hb,
-                                                       num_warps=4)
+                                                       num_warps=4, USE_PDL=use, **pdl.launch_options(use))
     return q.transpose(0, 1)
 
 
@@ -169,6 +180,7 @@ def silu_mul(gu: torch.Tensor, quant: bool = False):
     scale = torch.empty((T, 1), dtype=torch.float32, device=gu.device) if quant else out
     block = min(triton.next_power_of_2(I), 4096)
     if T:
+        use = pdl.enabled(gu.device)
         _silu_mul_kernel[(T,)](gu, out, scale, I, QUANT=quant, BLOCK=block, FP8_MAX=FP8_MAX,
-                               num_warps=8 if block >= 4096 else 4)
+                               num_warps=8 if block >= 4096 else 4, USE_PDL=use, **pdl.launch_options(use))
     return (out, scale) if quant else out

@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import pdl
+
 FP8_MAX = 448.0
 _FP8 = torch.float8_e4m3fn
 
@@ -41,6 +43,15 @@ def _amax_kernel(x_ptr, amax_ptr, n, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
     # amax >= 0, so the float atomic_max is well defined (no sign games needed).
     tl.atomic_max(amax_ptr, tl.max(tl.abs(x), axis=0))
+
+
+@triton.jit
+def _pdl_enter(USE_PDL: tl.constexpr):
+    """A kernel launched with programmatic dependent launch (:mod:`.pdl`): wait for the previous
+    kernel of the stream to finish (its writes visible), then let the next one launch."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
@@ -70,7 +81,9 @@ def _quant_tensor_kernel(x_ptr, q_ptr, amax_ptr, scale_ptr, n, BLOCK: tl.constex
 
 
 @triton.jit
-def _quant_row_kernel(x_ptr, q_ptr, scale_ptr, K, BLOCK_K: tl.constexpr, FP8_MAX: tl.constexpr):
+def _quant_row_kernel(x_ptr, q_ptr, scale_ptr, K, BLOCK_K: tl.constexpr, FP8_MAX: tl.constexpr,
+                      USE_PDL: tl.constexpr):
+    _pdl_enter(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * K
     q_row = q_ptr + row * K
@@ -136,7 +149,9 @@ def quantize_per_row(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = torch.empty((M, 1), dtype=torch.float32, device=x.device)
     block_k = min(triton.next_power_of_2(K), 8192)
     num_warps = 8 if block_k >= 4096 else 4
-    _quant_row_kernel[(M,)](x, q, scale, K, BLOCK_K=block_k, FP8_MAX=FP8_MAX, num_warps=num_warps)
+    use = pdl.enabled(x.device)
+    _quant_row_kernel[(M,)](x, q, scale, K, BLOCK_K=block_k, FP8_MAX=FP8_MAX, num_warps=num_warps, USE_PDL=use,
+                            **pdl.launch_options(use))
     return q, scale
 
 

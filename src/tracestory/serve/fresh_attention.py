@@ -32,7 +32,7 @@ from a CUDA graph: every layout there has empty sequences).
 
 from __future__ import annotations
 
-from .switches import env_on
+from ..models.switches import env_on
 
 ENV = "TRACESTORY_FRESH_ATTN"
 

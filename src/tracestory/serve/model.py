@@ -67,7 +67,8 @@ from . import fresh_attention
 from .graphs import DecodeGraphs, bucket_for, decode_buckets
 from .mixed import MixedGraphs, chunk_buckets
 from .paged_attention import PAD_ROW, Q_TILE, FlexPagedAttention, cache_blocks, chunk_tiles
-from .switches import env_on
+from ..models import pdl
+from ..models.switches import env_on
 
 ATTENTION_BACKENDS = ("sdpa", "flex")
 # decode CUDA graphs hold block tables this long (tokens); a longer context runs eagerly
@@ -346,6 +347,10 @@ class PagedLlama:
 
                 self._glue = glue_triton
         info.update(stacked_projections=stacked, glue="triton" if self._glue is not None else "torch")
+        if self._glue is not None:
+            info["pdl"] = pdl.enabled(self.torch.device(self.device))
+            say("programmatic dependent launch of the Triton glue and small-M GEMM: "
+                + ("on" if info["pdl"] else f"off ({pdl.ENV}=0, or no Hopper GPU or Triton launch_pdl)"))
         if self.on_cuda and stacked and env_on("TRACESTORY_SMALL_M"):
             info.update(self._tune_small_m(decode_buckets(max_num_seqs), say))
         rows = _round_up(max_batch_tokens, Q_TILE) if self.on_cuda else max_batch_tokens

@@ -1,9 +1,10 @@
 """Engine paths that can be switched off from the environment, for A/B measurements.
 
 Each switch is on unless its variable is ``0``, ``false``, ``no`` or ``off`` (any case):
-``TRACESTORY_FRESH_ATTN`` (:mod:`.fresh_attention`), ``TRACESTORY_SMALL_M`` (the small-M FP8 GEMM,
-:mod:`tracestory.models.fp8_small_m`). Multi-valued settings (``TRACESTORY_GLUE``,
-``TRACESTORY_ALLREDUCE``) are read where they are used.
+``TRACESTORY_FRESH_ATTN`` (:mod:`tracestory.serve.fresh_attention`), ``TRACESTORY_SMALL_M`` (the
+small-M FP8 GEMM, :mod:`.fp8_small_m`), ``TRACESTORY_PDL`` (programmatic dependent launch,
+:mod:`.pdl`). Multi-valued settings (``TRACESTORY_GLUE``, ``TRACESTORY_ALLREDUCE``) are read
+where they are used.
 """
 
 from __future__ import annotations
