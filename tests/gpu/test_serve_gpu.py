@@ -216,6 +216,23 @@ def test_glue_silu_mul_matches_the_torch_ops(glue_triton, dtype):
     _close_fp8(q, s, ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n, vocab", [(1, 128256), (3, 64128), (16, 1000), (2, 4096)])
+def test_glue_row_max_picks_as_torch_argmax(glue_triton, dtype, n, vocab):
+    """The LM head's greedy pick in two kernels against torch's argmax and max: integer-valued
+    logits in a narrow range, so every row holds its maximum several times (ties go to the
+    lowest index), and one row whose maximum sits in the last, partial block."""
+    g = torch.Generator(device="cuda").manual_seed(n)
+    x = torch.randint(-50, 6, (n, vocab), generator=g, device="cuda").to(dtype)
+    x[-1, :] = -60
+    x[-1, vocab - 1] = 3
+    val, idx = glue_triton.row_max(x)
+    assert torch.equal(idx, x.float().argmax(-1))
+    assert torch.equal(val, x.float().max(-1).values)
+    assert idx[-1].item() == vocab - 1
+    assert n == 1 or (x[0] == x[0].max()).sum().item() > 1            # row 0 did hold a tie
+
+
 def test_fused_glue_gives_the_tokens_of_the_torch_glue():
     fused, paths = _run("flex", prepare=True, glue="triton")
     assert "graph" in paths and "mixed-graph" in paths

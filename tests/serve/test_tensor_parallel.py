@@ -67,6 +67,14 @@ def test_vocab_parallel_head_keeps_a_slice_and_picks_the_global_argmax():
     logits[0, 9], logits[1, 4] = 4.0, 1.0      # row 0: 4.0 < the other rank's 5.0; row 1: a tie at 1.0
     # row 0 -> the other rank's id v+3; row 1 -> the tie goes to rank 0's id 4 (lowest id, as argmax)
     assert shard.tp_argmax(logits).tolist() == [v + 3, 4]
+    # the same pick when this rank's (value, id) come from a row_max callable (the GPU's kernels):
+    # here one that reports row 0's best as 6.0 at id 2, above the other rank's 5.0
+    seen = []
+
+    def row_max(lg):
+        seen.append(lg)
+        return torch.tensor([6.0, 1.0]), torch.tensor([2, 4])
+    assert shard.tp_argmax(logits, row_max=row_max).tolist() == [2, 4] and seen[0] is logits
 
 
 def test_divisibility_errors_name_what_does_not_divide():

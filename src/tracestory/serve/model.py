@@ -558,8 +558,11 @@ class PagedLlama:
         else:
             last = self._rms_norm(h, self.norm, self.cfg.norm_eps)
         logits = self._linear(last, self.lm_head)                       # [n, vocab] (or this rank's slice)
+        row_max = self._glue.row_max if self._glue is not None else None  # the same pick, two short kernels
         if self.tp_argmax is not None:
-            self._sampled[:h.shape[0]] = self.tp_argmax(logits)
+            self._sampled[:h.shape[0]] = self.tp_argmax(logits, row_max=row_max)
+        elif row_max is not None:
+            self._sampled[:h.shape[0]] = row_max(logits)[1]
         else:
             self._sampled[:h.shape[0]] = logits.float().argmax(-1)
 

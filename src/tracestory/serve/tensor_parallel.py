@@ -142,17 +142,22 @@ def _keep(old, new):
     return new
 
 
-def vocab_parallel_argmax(logits, *, rank: int, vocab_shard: int, gather: Callable):
+def vocab_parallel_argmax(logits, *, rank: int, vocab_shard: int, gather: Callable,
+                          row_max: Callable | None = None):
     """Greedy ids ``[rows]`` (int64) over the whole vocabulary from this rank's logits
     ``[rows, V/N]`` (vocabulary ids ``rank·V/N ..``): each rank's best value and its global id
     (as float32: exact below 2**24) are all-gathered (``gather(t [2, rows]) -> [N, 2, rows]``,
     one collective) and every rank picks the same: the largest value, the lowest rank among
-    equal ones, so ties go to the lowest id as ``argmax`` over the whole head does."""
+    equal ones, so ties go to the lowest id as ``argmax`` over the whole head does.
+    ``row_max(logits) -> (values fp32, ids)``: this rank's pick (default: ``argmax`` in float32)."""
     import torch
 
-    lf = logits.float()
-    idx = lf.argmax(-1)
-    val = lf.gather(-1, idx[:, None])[:, 0]
+    if row_max is not None:
+        val, idx = row_max(logits)
+    else:
+        lf = logits.float()
+        idx = lf.argmax(-1)
+        val = lf.gather(-1, idx[:, None])[:, 0]
     every = gather(torch.stack((val, (idx + rank * vocab_shard).to(torch.float32))))     # [N, 2, rows]
     best = every[:, 0].argmax(0)
     return every[:, 1].gather(0, best[None])[0].to(torch.int64)
