@@ -82,12 +82,20 @@ def _quant_tensor_kernel(x_ptr, q_ptr, amax_ptr, scale_ptr, n, BLOCK: tl.constex
 
 @triton.jit
 def _quant_row_kernel(x_ptr, q_ptr, scale_ptr, K, BLOCK_K: tl.constexpr, FP8_MAX: tl.constexpr,
-                      USE_PDL: tl.constexpr):
+                      USE_PDL: tl.constexpr, ONE_TILE: tl.constexpr):
     _pdl_enter(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * K
     q_row = q_ptr + row * K
     cols = tl.arange(0, BLOCK_K)
+    if ONE_TILE:            # the row in one tile: read once, kept in registers for the second step
+        mask = cols < K
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        scale, inv = _scale_from_amax(tl.max(tl.abs(x)[None, :], axis=1), FP8_MAX)
+        tl.store(scale_ptr + row + tl.arange(0, 1), scale)
+        q = tl.minimum(tl.maximum(x * inv, -FP8_MAX), FP8_MAX)
+        tl.store(q_row + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+        return
     acc = tl.zeros([BLOCK_K], tl.float32)
     for k in range(0, K, BLOCK_K):
         x = tl.load(x_row + k + cols, mask=k + cols < K, other=0.0).to(tl.float32)
@@ -151,7 +159,7 @@ def quantize_per_row(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     num_warps = 8 if block_k >= 4096 else 4
     use = pdl.enabled(x.device)
     _quant_row_kernel[(M,)](x, q, scale, K, BLOCK_K=block_k, FP8_MAX=FP8_MAX, num_warps=num_warps, USE_PDL=use,
-                            **pdl.launch_options(use))
+                            ONE_TILE=K <= block_k, **pdl.launch_options(use))
     return q, scale
 
 
