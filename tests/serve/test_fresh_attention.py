@@ -61,3 +61,136 @@ def test_attend_on_cpu_is_causal_per_sequence():
     for n in lengths + [R - sum(lengths)]:                   # the padding rows: a sequence of their own
         np.testing.assert_allclose(o[start:start + n], _naive(qn, kn, vn, start, n), rtol=1e-10, atol=1e-12)
         start += n
+
+
+# ---------------------------------------------------------------- the kernel choice (CPU)
+
+
+@pytest.mark.parametrize(("raw", "want"), [(None, "auto"), ("", "auto"), ("1", "auto"), ("On", "auto"),
+                                           ("auto", "auto"), (" CUDNN ", "cudnn"), ("flash", "flash"),
+                                           ("0", "off"), ("off", "off"), ("False", "off")])
+def test_mode_reads_the_switch(monkeypatch, raw, want):
+    if raw is None:
+        monkeypatch.delenv(fresh.ENV, raising=False)
+    else:
+        monkeypatch.setenv(fresh.ENV, raw)
+    assert fresh.mode() == want
+    assert fresh.enabled() is (want != "off")
+
+
+def test_mode_refuses_another_value(monkeypatch):
+    monkeypatch.setenv(fresh.ENV, "fa3")
+    with pytest.raises(ValueError, match="TRACESTORY_FRESH_ATTN: expected one of 0, auto, cudnn, flash, found 'fa3'"):
+        fresh.mode()
+
+
+def test_decide():
+    assert fresh.decide("auto", "")[0] == "cudnn"
+    kernel, reason = fresh.decide("auto", "its call failed: no engine")
+    assert kernel == "flash" and reason == "cuDNN not used: its call failed: no engine"
+    assert fresh.decide("flash", "") == ("flash", "TRACESTORY_FRESH_ATTN=flash")
+    kernel, reason = fresh.decide("cudnn", "")
+    assert kernel == "cudnn" and reason.startswith("TRACESTORY_FRESH_ATTN=cudnn; ")
+    with pytest.raises(RuntimeError, match="TRACESTORY_FRESH_ATTN=cudnn, but cuDNN cannot serve fresh prompts: x"):
+        fresh.decide("cudnn", "x")
+
+
+def _fake_probe(monkeypatch, problem):
+    calls = []
+    monkeypatch.setattr(fresh, "info", {})
+    monkeypatch.setattr(fresh, "probe", lambda *a: calls.append(a) or problem)
+    return calls
+
+
+def test_choose_probes_once_and_says_it_once(monkeypatch):
+    monkeypatch.delenv(fresh.ENV, raising=False)
+    calls = _fake_probe(monkeypatch, "")
+    said = []
+    got = fresh.choose(32, 8, 128, "bf16", "cuda:0", said.append)
+    assert got["kernel"] == "cudnn" and calls == [(32, 8, 128, "bf16", "cuda:0")]
+    assert said == [f"fresh-prompt attention: cudnn ({got['reason']})"]
+    assert fresh.choose(16, 4, 128, "bf16", "cuda:0", said.append) is got      # chosen once per process
+    assert len(calls) == 1 and len(said) == 1
+
+
+def test_choose_falls_back_to_flash_with_the_probe_s_reason(monkeypatch):
+    monkeypatch.delenv(fresh.ENV, raising=False)
+    _fake_probe(monkeypatch, "its call failed: boom")
+    assert fresh.choose(32, 8, 128, "bf16", "cuda:0") == {"kernel": "flash",
+                                                          "reason": "cuDNN not used: its call failed: boom"}
+
+
+def test_choose_flash_and_off_skip_the_probe(monkeypatch):
+    for raw, kernel in (("flash", "flash"), ("0", "off")):
+        monkeypatch.setenv(fresh.ENV, raw)
+        calls = _fake_probe(monkeypatch, "never asked")
+        assert fresh.choose(32, 8, 128, "bf16", "cuda:0")["kernel"] == kernel and calls == []
+
+
+def test_probe_without_cuda():
+    assert fresh.probe(4, 2, 8, torch.float32, torch.device("cpu")) == "no CUDA device (cpu)"
+
+
+def _fake_kernels(monkeypatch, cudnn_error=None):
+    ran = []
+
+    def cudnn(q, k, v, cu, rows):
+        ran.append("cudnn")
+        if cudnn_error:
+            raise RuntimeError(cudnn_error)
+        return "cudnn-out"
+
+    monkeypatch.setattr(fresh, "cudnn_call", cudnn)
+    monkeypatch.setattr(fresh, "flash_call", lambda *a: ran.append("flash") or "flash-out")
+    return ran
+
+
+def _qkv():
+    return torch.zeros(16, 4, 8), torch.zeros(16, 2, 8), torch.zeros(16, 2, 8), torch.tensor([0, 16])
+
+
+def test_first_use_chooses_on_the_call_s_shape(monkeypatch):
+    monkeypatch.delenv(fresh.ENV, raising=False)
+    calls = _fake_probe(monkeypatch, "")
+    ran = _fake_kernels(monkeypatch)
+    q, k, v, cu = _qkv()
+    assert fresh.run_chosen(q, k, v, cu, 16, capturing=False) == "cudnn-out"
+    assert calls == [(4, 2, 8, torch.float32, torch.device("cpu"))] and ran == ["cudnn"]
+
+
+def test_first_use_inside_a_capture_takes_flash_unprobed(monkeypatch):
+    monkeypatch.delenv(fresh.ENV, raising=False)
+    calls = _fake_probe(monkeypatch, "")
+    ran = _fake_kernels(monkeypatch)
+    assert fresh.run_chosen(*_qkv(), 16, capturing=True) == "flash-out"
+    assert calls == [] and ran == ["flash"] and "capture" in fresh.info["reason"]
+
+
+def test_a_cudnn_error_moves_to_flash_outside_a_capture_only(monkeypatch):
+    monkeypatch.delenv(fresh.ENV, raising=False)
+    ran = _fake_kernels(monkeypatch, cudnn_error="no valid engine")
+    monkeypatch.setattr(fresh, "info", {"kernel": "cudnn", "reason": "probe passed"})
+    with pytest.raises(RuntimeError, match="no valid engine"):
+        fresh.run_chosen(*_qkv(), 16, capturing=True)
+    assert fresh.info["kernel"] == "cudnn"
+    assert fresh.run_chosen(*_qkv(), 16, capturing=False) == "flash-out"
+    assert fresh.info == {"kernel": "flash", "reason": "cuDNN failed at 16 rows, flash since: no valid engine"}
+    assert fresh.run_chosen(*_qkv(), 16, capturing=False) == "flash-out"
+    assert ran == ["cudnn", "cudnn", "flash", "flash"]
+
+
+def test_a_cudnn_error_propagates_when_cudnn_was_asked_for(monkeypatch):
+    monkeypatch.setenv(fresh.ENV, "cudnn")
+    _fake_kernels(monkeypatch, cudnn_error="no valid engine")
+    monkeypatch.setattr(fresh, "info", {"kernel": "cudnn", "reason": "asked"})
+    with pytest.raises(RuntimeError, match="no valid engine"):
+        fresh.run_chosen(*_qkv(), 16, capturing=False)
+
+
+def test_attend_on_cpu_chooses_nothing(monkeypatch):
+    monkeypatch.setattr(fresh, "info", {})
+    _fake_kernels(monkeypatch)
+    q = torch.randn(4, 16, 8)
+    kc, vc = torch.randn(32, 2, 8), torch.randn(32, 2, 8)
+    fresh.attend(q, kc, vc, torch.arange(16), torch.tensor(fresh.offsets([10], 16, 3)), 16)
+    assert fresh.info == {}
