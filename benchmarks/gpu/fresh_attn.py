@@ -11,16 +11,17 @@ holds each prompt's K/V in consecutive 16-token blocks, as a fresh cache hands t
   one ``_flash_attention_forward`` over ``cu``), eager and replayed from a CUDA graph captured
   on another layout of the same bucket (so the replay reads this layout's ``cu`` and slots from
   the static buffers);
-* ``fresh_flash`` / ``fresh_cudnn``: the same gather, then the kernel named
-  (:func:`~tracestory.serve.fresh_attention.flash_call`, ``cudnn_call``: cuDNN's ragged SDPA,
-  ``aten._cudnn_attention_forward`` with ``cum_seq_q = cum_seq_k = cu``, grouped-query heads as
-  they are), eager and (``_graph``) replayed from a CUDA graph captured on another layout of the
-  bucket, as ``fresh`` is; ``cudnn_first_ms``: the first eager call of a new bucket (cuDNN builds
-  its execution plan there);
+* ``fresh_flash`` / ``fresh_cudnn``: the same gather, then the kernel named (:func:`flash_call`,
+  the call ``fresh`` makes; :func:`cudnn_call`: cuDNN's ragged SDPA, ``aten._cudnn_attention_forward``
+  with ``cum_seq_q = cum_seq_k = cu``, grouped-query heads as they are), eager and (``_graph``)
+  replayed from a CUDA graph captured on another layout of the bucket, as ``fresh`` is;
+  ``first_ms``: the first eager call of a variant in a new bucket (cuDNN builds its plan there,
+  FlexAttention compiles);
 * ``flex_doc``: compiled FlexAttention on the gathered, contiguous K/V (``enable_gqa``) with a
   causal document mask whose block lists are built from ``cu`` by tensor ops (no host sync), so the
   ``_graph`` variant captures the mask build and the kernel together;
-* ``njt_cudnn``: SDPA on nested jagged tensors with the cuDNN backend (eager; its error if refused);
+* ``njt_cudnn`` (``_mha``: K/V repeated to 32 heads first): SDPA on nested jagged tensors with the
+  cuDNN backend, the members only (eager; its error if refused);
 * ``sdpa_cudnn`` / ``sdpa_flash``: SDPA causal on the members as contiguous ``[n, 32, L, 128]``
   tensors (equal lengths only; K/V repeated to 32 heads), the roof of chunk_attn.py.
 
@@ -84,6 +85,16 @@ def graph_of(fn, static):
     return g, out
 
 
+def flash_call(q, k, v, cu, R):
+    """FlashAttention-2's variable-length forward (fresh_attention.attend's call): [R, H, D] rows."""
+    return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, R, R, 0.0, True, False)[0]
+
+
+def cudnn_call(q, k, v, cu, R):
+    """cuDNN's ragged SDPA over the same arguments (no log-sum-exp)."""
+    return torch.ops.aten._cudnn_attention_forward(q, k, v, None, cu, cu, R, R, False, 0.0, True, False)[0]
+
+
 def gathered(kernel):
     """``attend`` with the K/V gather and the given kernel (fresh_attention's two), -> [R, H*D]."""
     def run(q, kc, vc, slots, cu, R):
@@ -143,20 +154,23 @@ def flex_doc(q, kc, vc, slots, cu, R):
     return o[0].transpose(0, 1).reshape(R, H * D)
 
 
-def njt_cudnn(q, kc, vc, slots, cu, lengths):
-    """SDPA on nested jagged tensors (cuDNN backend) over the members only -> [tc, H*D]."""
+def njt_cudnn(q, kc, vc, slots, cu, lengths, gqa=True):
+    """SDPA on nested jagged tensors (cuDNN backend) over the members only -> [tc, H*D]; ``gqa``
+    False: K/V repeated to the query heads first."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     tc = sum(lengths)
     off = torch.tensor([0, *np.cumsum(lengths)], device="cuda", dtype=torch.int64)
     qt = q.transpose(0, 1)[:tc].contiguous()
     k, v = kc[slots[:tc]], vc[slots[:tc]]
+    if not gqa:
+        k, v = k.repeat_interleave(H // KH, 1), v.repeat_interleave(H // KH, 1)
 
     def nj(x):
         return torch.nested.nested_tensor_from_jagged(x, off, max_seqlen=max(lengths)).transpose(1, 2)
 
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        o = F.scaled_dot_product_attention(nj(qt), nj(k), nj(v), is_causal=True, enable_gqa=True)
+        o = F.scaled_dot_product_attention(nj(qt), nj(k), nj(v), is_causal=True, enable_gqa=gqa)
     return o.transpose(1, 2).values().reshape(tc, H * D)
 
 
@@ -169,6 +183,7 @@ def main() -> None:
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                       "cudnn": torch.backends.cudnn.version(), "cuda": torch.version.cuda}), flush=True)
     try:
@@ -178,11 +193,11 @@ def main() -> None:
     fa = None if "flex" in skip else FlexPagedAttention(num_blocks=NB, block_size=BS, max_rows=2048,
                                                          device="cuda", compiled=True)
     nslots = cache_blocks(NB, BS, True) * BS
-    kc = torch.randn(nslots, KH, D, device="cuda", dtype=torch.bfloat16)
-    vc = torch.randn(nslots, KH, D, device="cuda", dtype=torch.bfloat16)
+    kc = torch.randn(nslots, KH, D, generator=gen).to("cuda", torch.bfloat16)
+    vc = torch.randn(nslots, KH, D, generator=gen).to("cuda", torch.bfloat16)
     SEQ = torch.zeros(2048, device="cuda", dtype=torch.int32)
-    rows, graphs, seen = [], {}, set()
-    variants = [("fresh_cudnn", gathered(fresh.cudnn_call)), ("fresh_flash", gathered(fresh.flash_call)),
+    rows, graphs, seen, no_graph = [], {}, set(), set()
+    variants = [("fresh_cudnn", gathered(cudnn_call)), ("fresh_flash", gathered(flash_call)),
                 ("fresh", fresh.attend), ("flex_doc", flex_doc)]
     variants = [(n, f) for n, f in variants
                 if n not in skip and n.removeprefix("fresh_") not in skip]
@@ -190,7 +205,7 @@ def main() -> None:
         name = "+".join(map(str, lengths)) + f" in {R}"
         tc = sum(lengths)
         flops = 4 * D * H * sum(n * (n + 1) / 2 for n in lengths)
-        q = torch.randn(H, R, D, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(H, R, D, generator=gen).to("cuda", torch.bfloat16)   # CPU RNG: a failed capture breaks CUDA's
         spans, slots, cu = setup(lengths, R, fa, kc)
         ref = fresh.reference(q.transpose(0, 1).float(), kc[slots].float(), vc[slots].float(), cu)  # [R, H, D]
         ref = ref.reshape(R, H * D)[:tc]
@@ -219,13 +234,13 @@ def main() -> None:
                     extra["first_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
                     seen.add((vname, R))
                 o = fn(q, kc, vc, slots, cu, R)
-                if vname == "fresh":
-                    extra["chosen"] = dict(fresh.info)
                 row(vname, _time(lambda fn=fn: fn(q, kc, vc, slots, cu, R)), err(o), **extra)
             except Exception as e:  # noqa: BLE001 -- report and go on
                 failed(vname, e)
                 continue
             # the same from a CUDA graph of this bucket, captured on another layout, fed this one
+            if vname in no_graph:
+                continue
             try:
                 if (vname, R) not in graphs:
                     static = (torch.zeros(H, R, D, device="cuda", dtype=torch.bfloat16), kc, vc,
@@ -238,19 +253,21 @@ def main() -> None:
                 static[4].copy_(cu)
                 g.replay()
                 row(vname + "_graph", _time(g.replay), err(so))
-            except Exception as e:  # noqa: BLE001 -- report and go on
+            except Exception as e:  # noqa: BLE001 -- report and go on (no second capture of it)
                 failed(vname + "_graph", e)
+                no_graph.add(vname)
         if "flex_doc" not in skip:                           # its mask build alone (once per iteration)
             try:
                 row("flex_doc_mask", _time(lambda: doc_mask(cu, R)))
             except Exception as e:  # noqa: BLE001 -- report and go on
                 failed("flex_doc_mask", e)
-        if "njt" not in skip:
+        for gqa in ([] if "njt" in skip else [True, False]):
+            vname = "njt_cudnn" + ("" if gqa else "_mha")
             try:
-                o = njt_cudnn(q, kc, vc, slots, cu, lengths)
-                row("njt_cudnn", _time(lambda: njt_cudnn(q, kc, vc, slots, cu, lengths)), err(o))
+                o = njt_cudnn(q, kc, vc, slots, cu, lengths, gqa)
+                row(vname, _time(lambda gqa=gqa: njt_cudnn(q, kc, vc, slots, cu, lengths, gqa)), err(o))
             except Exception as e:  # noqa: BLE001 -- report and go on
-                failed("njt_cudnn", e)
+                failed(vname, e)
         # flex chunk kernel, as the server runs it
         if fa is not None:
             fa.set_blocks(torch.tensor([t + [NB] * (128 - len(t)) for *_, t in spans], device="cuda"),

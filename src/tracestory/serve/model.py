@@ -333,9 +333,6 @@ class PagedLlama:
         torch = self.torch
         say = log or (lambda _line: None)
         info: dict = {"attention": self.attention, "cuda_graphs": False, "fresh_attention": self._fresh}
-        if self._fresh:      # the fresh path's kernel, chosen once per process (.fresh_attention.choose)
-            info["fresh_kernel"] = dict(fresh_attention.choose(self.cfg.n_heads, self.cfg.n_kv_heads,
-                                                               self.cfg.head_dim, self.dtype, self.device, say))
         stacked = self._fuse_projections()
         glue = glue or os.environ.get("TRACESTORY_GLUE", "triton")
         if glue not in ("triton", "torch"):
