@@ -28,6 +28,12 @@ Limits: causal prompts from position 0 only; softmax scale ``1/sqrt(d)``; bf16/f
 (flash's dtypes); a zero-length sequence in ``cu`` relies on the kernel skipping it (checked
 against :func:`reference` in float32 by ``benchmarks/gpu/fresh_attn.py`` on an H100, eagerly and
 from a CUDA graph: every layout there has empty sequences).
+
+Not cuDNN (yet): its variable-length call (``aten._cudnn_attention_forward`` over ``cu``) runs
+the attention in 64 us of device time where flash takes 155 us (2 x 1,024 tokens, H100), but
+torch 2.11 rebuilds its cuDNN graph at every call (46-62 ms of host time) and cannot capture it;
+FlexAttention with a document mask was 1.5-3.3x slower than flash (docs/BENCHMARKS.md, "Faster
+kernels for fresh prompts, tried").
 """
 
 from __future__ import annotations
