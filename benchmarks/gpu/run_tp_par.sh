@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call on 4 GPUs (docs/BENCHMARKS.md "Serving under load", session 9 call 3): the roofs on
 # GPU 0, then at the same time the TP=1 server on GPU 0, the TP=2 server on GPUs 1-2 and
-# pytest -m gpu on GPU 3; then, if less than DEADLINE seconds have passed, the TP=4 server on all four.
-# Usage (repository root): OUT=dir DEADLINE=190 bash benchmarks/gpu/run_tp_par.sh
+# pytest -m gpu on GPU 3; then, if less than DEADLINE seconds have passed, the TP=4 server on all four;
+# then, with CAPTURE=1, the TP=2 capture under load on GPUs 0-1 (the fixture tests/data/tp_serve_gpu) beside
+# the 2-GPU test file on GPUs 2-3.
+# Usage (repository root): OUT=dir DEADLINE=190 [CAPTURE=1] bash benchmarks/gpu/run_tp_par.sh
 set -u
 B=benchmarks/gpu/run_tp_serve.sh; S=$(date +%s); DEADLINE=${DEADLINE:-190}
 mkdir -p "$OUT/s1" "$OUT/s2" "$OUT/t"
@@ -13,5 +15,11 @@ CUDA_VISIBLE_DEVICES=0 OUT=$OUT/s1 bash $B roofs
 CUDA_VISIBLE_DEVICES=3 OUT=$OUT/t bash $B tests
 wait $P1 $P2
 if [ $(( $(date +%s) - S )) -lt "$DEADLINE" ]; then OUT=$OUT/s2 bash $B tp4; else echo "tp4 not run: $(( $(date +%s) - S )) s passed"; fi
+if [ "${CAPTURE:-0}" = 1 ]; then
+  mkdir -p "$OUT/c"
+  (CUDA_VISIBLE_DEVICES=0,1 OUT=$OUT/c bash $B capture2 > "$OUT/c/stdout.txt" 2>&1) & P3=$!
+  CUDA_VISIBLE_DEVICES=2,3 PET_MASTER_PORT=29611 OUT=$OUT/t bash $B symmtest
+  wait $P3
+fi
 echo "done in $(( $(date +%s) - S )) s"
-cd "$OUT" && tar czf all.tgz s1 s2 t && rm -rf s1 s2 t
+cd "$OUT" && tar czf all.tgz s1 s2 t $( [ -d c ] && echo c ) && rm -rf s1 s2 t c

@@ -26,6 +26,14 @@ SERVE="--device cuda --fp8 rowwise --attention-backend flex"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a "$LOG"
 python3 --version | tee -a "$LOG"
 
+cpu_stat() {    # the container's CPU quota and throttling counters (cgroup v2 or v1), the load average
+  local f
+  for f in /sys/fs/cgroup/cpu.max /sys/fs/cgroup/cpu.stat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.stat; do
+    [ -r $f ] && echo "[$1] $f: $(tr '\n' ' ' < $f)" | tee -a "$LOG"
+  done
+  echo "[$1] nproc $(nproc), loadavg $(cat /proc/loadavg)" | tee -a "$LOG"
+}
+
 serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; row in $W/json/tpN.json
   local n=$1 port=$2 d=$W/tp$1; mkdir -p $d
   local tp=""; [ "$n" -gt 1 ] && tp="--tensor-parallel $n"
@@ -34,7 +42,14 @@ serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; r
   local srv=$! t0=$(date +%s)
   for i in $(seq 400); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
   echo "healthy after $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
+  cpu_stat "tp$n before the load"
+  # the throttling counters every 50 ms during the load (unix ns first), to set beside the event log's stalls
+  (f=/sys/fs/cgroup/cpu.stat; [ -r $f ] || f=/sys/fs/cgroup/cpu/cpu.stat
+   while :; do echo "$(date +%s%N) $(tr '\n' ' ' < $f 2>/dev/null)"; sleep 0.05; done > $d/cpu_stat.txt) & local mon=$!
   step tp$n-load 60 $TS load --port $port $LOAD --json $d/load.summary.json --output $d/load.requests.jsonl
+  kill $mon 2>/dev/null
+  cpu_stat "tp$n after the load"
+  gzip -c $d/cpu_stat.txt > "$OUT/tp${n}_cpu_stat.txt.gz"
   local ts=$(date +%s.%N); kill -INT $srv; wait $srv; local rc=$?
   echo "=== [tp$n] server exit code $rc, stopped in $(python3 -c "import time;print(round(time.time()-$ts,2))") s" | tee -a "$LOG"
   grep -E "startup|prefill/mixed|stopped|Traceback|Error|error" $d/serve.log | tail -12 | tee -a "$LOG"
