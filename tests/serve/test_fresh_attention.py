@@ -189,3 +189,9 @@ def test_attend_on_cpu_runs_the_reference_whatever_is_prepared(clean):
     o = fresh.attend(q, kc, vc, slots, cu, 16)
     ref = fresh.reference(q.transpose(0, 1), kc[slots], vc[slots], cu).reshape(16, 32)
     assert torch.equal(o, ref)
+
+
+def test_key_names_a_device_one_way():
+    assert fresh._key("cpu", 128, 9, 4, 2, 8, torch.float32) == fresh._key(torch.device("cpu"), 128, 9, 4, 2, 8,
+                                                                           torch.float32)
+    assert fresh._key("cpu", 128, 9, 4, 2, 8, torch.float32)[0] == "cpu"

@@ -139,7 +139,12 @@ def build(rows: int, count: int, heads: int, kv_heads: int, head_dim: int, dtype
 
 
 def _key(device, rows: int, count: int, heads: int, kv_heads: int, head_dim: int, dtype) -> tuple:
-    return (str(device), int(rows), int(count), int(heads), int(kv_heads), int(head_dim), str(dtype))
+    """A prepared graph's shape; ``cuda`` and ``cuda:<current>`` name one device."""
+    torch = _torch()
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return (str(d), int(rows), int(count), int(heads), int(kv_heads), int(head_dim), str(dtype))
 
 
 def offsets(lengths, rows: int, count: int):
