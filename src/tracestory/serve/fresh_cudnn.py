@@ -15,10 +15,12 @@ elements: cuDNN before 9.24 has no offset multiplier) from the device ``cu`` wit
 tensor ops and executes the built plan on torch's current stream: no host sync, no build, so a
 CUDA graph captured around the call once replays any layout of the bucket.
 
-Empty sequences: they have length 0 at offset ``R`` (the end of the rows). ``spare=True`` is the
-way round a cuDNN that refuses them: one more row on Q, K, V and O (row ``R``, zeros), and every
-empty sequence made length 1 at that row, so no member's row is read or written differently; it
-costs a copy of Q, K and V per call.
+Empty sequences: they have length 0 at offset ``R`` (the end of the rows); cuDNN 9.19 on an H100
+took them as they are (``benchmarks/gpu/cudnn_fe_attn.py``). ``spare=True`` is the way round a
+cuDNN that would refuse them, not exercised since: one more row on Q, K, V and O (row ``R``,
+zeros), every empty sequence made length 1 at that row, so no member's row is read or written
+differently; it costs a copy of Q, K and V per call. The server builds without it (a refusal
+fails :func:`.fresh_attention.probe`, whose layout has empty sequences: flash then serves).
 
 Limits: bf16/fp16 (Hopper or later, cuDNN 9 with ragged SDPA); int32 offsets, so
 ``R * heads * d < 2**31``; the bucket's shape (rows, sequences, heads) is fixed at build; a
