@@ -136,10 +136,15 @@ def test_fresh_prompts_through_flash_follow_the_flex_chunk_kernel(monkeypatch):
 
 def test_fresh_buckets_replay_like_their_bodies():
     """bf16 continuous batching: the fresh prefill buckets' graph replays give the tokens of their
-    bodies run without replay (same kernels), and fresh buckets were used."""
+    bodies run without replay (same kernels), and fresh buckets were used; their kernel is cuDNN's
+    graph where the frontend imports (serve.fresh_cudnn), else flash."""
+    from tracestory.serve import fresh_cudnn
+
     kept = []
     graph, paths = _run("flex", prepare=True, dtype=torch.bfloat16, keep=kept)
     assert kept[0]._mixed.fresh and kept[0]._mixed.fresh_runs >= 1 and "mixed-graph" in paths
+    chosen = kept[0].startup["fresh_kernel"]
+    assert chosen["kernel"] == ("flash" if fresh_cudnn.import_reason() else "cudnn"), chosen
     assert any(k[2] for k in kept[0]._mixed.graphs)
     bodies, _ = _run("flex", prepare=True, dtype=torch.bfloat16, replay=False)
     assert _first_difference(graph, bodies) is None

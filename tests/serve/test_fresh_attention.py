@@ -61,3 +61,137 @@ def test_attend_on_cpu_is_causal_per_sequence():
     for n in lengths + [R - sum(lengths)]:                   # the padding rows: a sequence of their own
         np.testing.assert_allclose(o[start:start + n], _naive(qn, kn, vn, start, n), rtol=1e-10, atol=1e-12)
         start += n
+
+
+# ---------------------------------------------------------------- the kernel choice (CPU)
+
+
+@pytest.fixture
+def clean(monkeypatch):
+    """No choice made, no graph prepared, the switch unset; the probe and the graph builder faked
+    (``calls`` records what they were asked)."""
+    monkeypatch.setattr(fresh, "info", {})
+    monkeypatch.setattr(fresh, "_graphs", {})
+    monkeypatch.delenv(fresh.ENV, raising=False)
+    calls = {"probe": [], "build": [], "problem": "", "fail_at": None}
+
+    def probe(*a):
+        calls["probe"].append(a)
+        return calls["problem"]
+
+    def build(rows, *rest):
+        calls["build"].append((rows, *rest))
+        if rows == calls["fail_at"]:
+            raise RuntimeError("no valid engine")
+        return lambda q, k, v, cu: ("graph", rows)
+
+    monkeypatch.setattr(fresh, "probe", probe)
+    monkeypatch.setattr(fresh, "build", build)
+    monkeypatch.setattr(fresh, "flash_call", lambda q, k, v, cu, rows: ("flash", rows))
+    return calls
+
+
+@pytest.mark.parametrize(("raw", "want"), [(None, "auto"), ("", "auto"), ("1", "auto"), ("On", "auto"),
+                                           ("auto", "auto"), (" CUDNN ", "cudnn"), ("flash", "flash"),
+                                           ("0", "off"), ("off", "off"), ("False", "off")])
+def test_mode_reads_the_switch(monkeypatch, raw, want):
+    if raw is None:
+        monkeypatch.delenv(fresh.ENV, raising=False)
+    else:
+        monkeypatch.setenv(fresh.ENV, raw)
+    assert fresh.mode() == want
+    assert fresh.enabled() is (want != "off")
+
+
+def test_mode_refuses_another_value(monkeypatch):
+    monkeypatch.setenv(fresh.ENV, "fa3")
+    with pytest.raises(ValueError, match="TRACESTORY_FRESH_ATTN: expected one of 0, auto, cudnn, flash, found 'fa3'"):
+        fresh.mode()
+
+
+def test_decide():
+    assert fresh.decide("auto", "")[0] == "cudnn"
+    assert fresh.decide("auto", "its probe failed: x") == ("flash", "cuDNN not used: its probe failed: x")
+    assert fresh.decide("flash", "") == ("flash", "TRACESTORY_FRESH_ATTN=flash")
+    kernel, reason = fresh.decide("cudnn", "")
+    assert kernel == "cudnn" and reason.startswith("TRACESTORY_FRESH_ATTN=cudnn; ")
+    with pytest.raises(RuntimeError, match="TRACESTORY_FRESH_ATTN=cudnn, but cuDNN cannot serve fresh prompts: x"):
+        fresh.decide("cudnn", "x")
+
+
+def _qkv(rows, count, heads=4, kv_heads=2, d=8):
+    cu = torch.zeros(count + 1, dtype=torch.int32)
+    return torch.zeros(rows, heads, d), torch.zeros(rows, kv_heads, d), torch.zeros(rows, kv_heads, d), cu
+
+
+def test_prepare_builds_a_graph_per_bucket_and_run_takes_it_for_that_shape_only(clean):
+    said = []
+    got = fresh.prepare([256, 128], 9, 4, 2, 8, torch.float32, "cpu", said.append)
+    assert got["kernel"] == "cudnn" and got["buckets"] == [128, 256]
+    assert said == [f"fresh-prompt attention: cudnn ({got['reason']})"]
+    assert clean["probe"] == [(4, 2, 8, torch.float32, "cpu", 9)]
+    assert [b[:2] for b in clean["build"]] == [(256, 9), (128, 9)]
+    assert fresh.run(*_qkv(128, 9), 128) == ("graph", 128)
+    assert fresh.run(*_qkv(256, 9), 256) == ("graph", 256)
+    assert fresh.run(*_qkv(384, 9), 384) == ("flash", 384)              # no bucket of 384 rows
+    assert fresh.run(*_qkv(128, 3), 128) == ("flash", 128)              # an eager call: 3 sequences
+    assert fresh.run(*_qkv(128, 9, heads=8), 128) == ("flash", 128)     # other heads
+    q, k, v, cu = _qkv(128, 9)
+    assert fresh.run(q.half(), k.half(), v.half(), cu, 128) == ("flash", 128)   # other dtype
+
+
+def test_a_failed_probe_leaves_flash_with_its_reason(clean):
+    clean["problem"] = "import cudnn failed: No module named 'cudnn'"
+    got = fresh.prepare([128], 9, 4, 2, 8, torch.float32, "cpu")
+    assert got == {"kernel": "flash", "reason": "cuDNN not used: import cudnn failed: No module named 'cudnn'",
+                   "buckets": []}
+    assert clean["build"] == [] and fresh._graphs == {}
+    assert fresh.run(*_qkv(128, 9), 128) == ("flash", 128)
+
+
+def test_a_failed_build_leaves_flash_for_every_bucket(clean):
+    clean["fail_at"] = 256
+    got = fresh.prepare([128, 256, 384], 9, 4, 2, 8, torch.float32, "cpu")
+    assert got["kernel"] == "flash"
+    assert got["reason"] == "cuDNN not used: its graph of 256 rows could not be built: no valid engine"
+    assert [b[0] for b in clean["build"]] == [128, 256] and fresh._graphs == {}
+    assert fresh.run(*_qkv(128, 9), 128) == ("flash", 128)
+
+
+def test_cudnn_asked_for_raises_when_it_cannot_serve(clean, monkeypatch):
+    monkeypatch.setenv(fresh.ENV, "cudnn")
+    clean["problem"] = "its probe failed: boom"
+    with pytest.raises(RuntimeError, match="=cudnn, but cuDNN cannot serve fresh prompts: its probe failed: boom"):
+        fresh.prepare([128], 9, 4, 2, 8, torch.float32, "cpu")
+
+
+def test_flash_and_off_skip_the_probe_and_drop_prepared_graphs(clean, monkeypatch):
+    fresh.prepare([128], 9, 4, 2, 8, torch.float32, "cpu")
+    assert fresh.run(*_qkv(128, 9), 128) == ("graph", 128)
+    for raw, kernel in (("flash", "flash"), ("0", "off")):
+        monkeypatch.setenv(fresh.ENV, raw)
+        clean["probe"].clear()
+        assert fresh.prepare([128], 9, 4, 2, 8, torch.float32, "cpu")["kernel"] == kernel
+        assert clean["probe"] == [] and fresh._graphs == {}
+        assert fresh.run(*_qkv(128, 9), 128) == ("flash", 128)
+
+
+def test_probe_without_cuda():
+    assert fresh.probe(4, 2, 8, torch.float32, torch.device("cpu")) == "no CUDA device (cpu)"
+
+
+def test_attend_on_cpu_runs_the_reference_whatever_is_prepared(clean):
+    fresh.prepare([16], 3, 4, 2, 8, torch.float32, "cpu")
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(4, 16, 8, generator=gen)
+    kc, vc = torch.randn(32, 2, 8, generator=gen), torch.randn(32, 2, 8, generator=gen)
+    slots, cu = torch.arange(16), torch.tensor(fresh.offsets([10], 16, 3))
+    o = fresh.attend(q, kc, vc, slots, cu, 16)
+    ref = fresh.reference(q.transpose(0, 1), kc[slots], vc[slots], cu).reshape(16, 32)
+    assert torch.equal(o, ref)
+
+
+def test_key_names_a_device_one_way():
+    assert fresh._key("cpu", 128, 9, 4, 2, 8, torch.float32) == fresh._key(torch.device("cpu"), 128, 9, 4, 2, 8,
+                                                                           torch.float32)
+    assert fresh._key("cpu", 128, 9, 4, 2, 8, torch.float32)[0] == "cpu"

@@ -1,4 +1,5 @@
-"""Attention of fresh prompts: chunks whose keys are their own tokens, through a flash kernel.
+"""Attention of fresh prompts: chunks whose keys are their own tokens, through one
+variable-length kernel call (cuDNN's where prepared, else flash's).
 
 A prefill chunk that starts at position 0 (a fresh prompt: no earlier cached blocks) attends
 only to the K/V its own iteration just computed. For an iteration whose every chunk is fresh,
@@ -26,26 +27,124 @@ causal mask that ``cu`` describes (math, no host sync), the semantics the flash 
 
 Limits: causal prompts from position 0 only; softmax scale ``1/sqrt(d)``; bf16/fp16 on CUDA
 (flash's dtypes); a zero-length sequence in ``cu`` relies on the kernel skipping it (checked
-against :func:`reference` in float32 by ``benchmarks/gpu/fresh_attn.py`` on an H100, eagerly and
-from a CUDA graph: every layout there has empty sequences).
+against :func:`reference` in float32 on an H100, eagerly and from a CUDA graph, by
+``benchmarks/gpu/fresh_attn.py`` for flash and ``benchmarks/gpu/cudnn_fe_attn.py`` for cuDNN:
+every layout there has empty sequences); the cuDNN graphs are process-wide, by shape.
 
-Not cuDNN (yet): its variable-length call (``aten._cudnn_attention_forward`` over ``cu``) runs
-the attention in 64 us of device time where flash takes 155 us (2 x 1,024 tokens, H100), but
-torch 2.11 rebuilds its cuDNN graph at every call (46-62 ms of host time) and cannot capture it;
-FlexAttention with a document mask was 1.5-3.3x slower than flash (docs/BENCHMARKS.md, "Faster
-kernels for fresh prompts, tried").
+The kernel: cuDNN where it was prepared, else flash. :func:`prepare` (called by the model's
+``prepare()`` for the CUDA-graph buckets) builds one cuDNN graph per chunk bucket through cuDNN's
+frontend (:mod:`.fresh_cudnn`: ``nvidia-cudnn-frontend``, imported lazily) for the bucket's
+sequence count, after a probe (a 256-row graph against :func:`reference`, eagerly and replayed from
+a CUDA graph captured on another layout); :func:`attend` runs a prepared graph when one has the
+call's shape (rows, sequences, heads, dtype, device) and flash otherwise (the eager iterations,
+whose ``cu`` has no padding or empty sequences). ``TRACESTORY_FRESH_ATTN``: ``auto`` (unset, 1:
+cuDNN where its probe passes, else flash, the reason said once at start-up), ``cudnn`` (an error
+if it cannot), ``flash``, ``0`` (the path off). On an H100 (cuDNN 9.19, frontend 1.32) the graphs
+replayed from a CUDA graph took 0.105 ms where flash took 0.154 ms on two 1,024-token prompts in a
+2,048-row bucket, 0.139 against 0.230 ms on one 2,048-token prompt (docs/BENCHMARKS.md, "Faster
+kernels for fresh prompts, tried"); eagerly (host-bound launches) cuDNN is the slower one.
+
+Not torch's cuDNN call: ``aten._cudnn_attention_forward`` over ``cu`` rebuilds its cuDNN graph at
+every call in torch 2.11 (46-62 ms of host time) and cannot be captured; FlexAttention with a
+document mask was 1.5-3.3x slower than flash (same section).
 """
 
 from __future__ import annotations
 
-from ..models.switches import env_on
+import os
+
+from ..models.switches import OFF, env_on
+from . import fresh_cudnn
 
 ENV = "TRACESTORY_FRESH_ATTN"
+MODES = ("auto", "cudnn", "flash")
+ON = ("1", "true", "yes", "on")
+# the probe's layout: two prompts, padding rows, empty sequences (as the server's buckets have)
+PROBE_LENGTHS, PROBE_ROWS = (100, 60), 256
+
+# the choice of the last :func:`prepare`: kernel ("cudnn", "flash" or "off"), reason, buckets
+info: dict = {}
+# the cuDNN graphs prepared, by shape (:func:`_key`) -> fresh_cudnn.BucketGraph
+_graphs: dict = {}
 
 
 def enabled() -> bool:
-    """The fresh-prompt path is on unless ``TRACESTORY_FRESH_ATTN=0``."""
+    """The fresh-prompt path is on unless ``TRACESTORY_FRESH_ATTN=0`` (or false/no/off)."""
     return env_on(ENV)
+
+
+def mode() -> str:
+    """``TRACESTORY_FRESH_ATTN`` read as a kernel choice: ``auto`` (unset, 1/true/yes/on: cuDNN where
+    its probe passes, else flash), ``cudnn`` (cuDNN or an error), ``flash``, or ``off``; ValueError
+    for another value."""
+    m = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if m in OFF:
+        return "off"
+    if m in ON:
+        return "auto"
+    if m not in MODES:
+        raise ValueError(f"{ENV}: expected one of 0, {', '.join(MODES)}, found {m!r}")
+    return m
+
+
+def decide(m: str, problem: str) -> tuple[str, str]:
+    """(kernel, reason) for mode ``m`` (:func:`mode`, not off) given what kept cuDNN from serving
+    (``problem``, '' when its probe passed and its graphs were built). RuntimeError when ``cudnn``
+    was asked for and cannot serve."""
+    if m == "flash":
+        return "flash", f"{ENV}=flash"
+    if not problem:
+        why = "its graphs matched the reference eagerly and replayed from a CUDA graph"
+        return "cudnn", (f"{ENV}=cudnn; " if m == "cudnn" else "") + why
+    if m == "cudnn":
+        raise RuntimeError(f"{ENV}=cudnn, but cuDNN cannot serve fresh prompts: {problem}")
+    return "flash", f"cuDNN not used: {problem}"
+
+
+def prepare(rows, count: int, heads: int, kv_heads: int, head_dim: int, dtype, device, say=None) -> dict:
+    """Choose the fresh path's kernel for chunk buckets of ``rows`` (a list) with ``count``
+    sequences each (a static bucket's ``cu`` holds ``count + 1`` offsets): in mode ``auto`` or
+    ``cudnn`` probe cuDNN (:func:`probe`), then build one graph per bucket; any failure leaves
+    flash (``auto``) or raises (``cudnn``). Mode ``flash`` or ``off`` drops every prepared graph.
+    ``say(line)`` is told the choice and why. Returns a copy of :data:`info`."""
+    m = mode()
+    info.clear()
+    if m in ("off", "flash"):
+        _graphs.clear()
+        if m == "off":
+            info.update(kernel="off", reason=f"{ENV}=0: every chunk through FlexAttention", buckets=[])
+            return dict(info)
+    built, problem = {}, ""
+    if m != "flash":
+        problem = probe(heads, kv_heads, head_dim, dtype, device, count)
+        for R in ([] if problem else rows):
+            try:
+                built[_key(device, R, count, heads, kv_heads, head_dim, dtype)] = build(
+                    R, count, heads, kv_heads, head_dim, dtype, device)
+            except Exception as e:  # noqa: BLE001 -- any failure: flash serves, the reason said
+                problem = f"its graph of {R} rows could not be built: {_short(e)}"
+                break
+    kernel, reason = decide(m, problem)
+    if kernel == "cudnn":
+        _graphs.update(built)
+    info.update(kernel=kernel, reason=reason, buckets=sorted(rows) if kernel == "cudnn" else [])
+    if say is not None:
+        say(f"fresh-prompt attention: {kernel} ({reason})")
+    return dict(info)
+
+
+def build(rows: int, count: int, heads: int, kv_heads: int, head_dim: int, dtype, device):
+    """The cuDNN graph of one bucket (:class:`.fresh_cudnn.BucketGraph`)."""
+    return fresh_cudnn.BucketGraph(rows, count, heads, kv_heads, head_dim, dtype, device)
+
+
+def _key(device, rows: int, count: int, heads: int, kv_heads: int, head_dim: int, dtype) -> tuple:
+    """A prepared graph's shape; ``cuda`` and ``cuda:<current>`` name one device."""
+    torch = _torch()
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return (str(d), int(rows), int(count), int(heads), int(kv_heads), int(head_dim), str(dtype))
 
 
 def offsets(lengths, rows: int, count: int):
@@ -75,15 +174,89 @@ def is_fresh(chunks) -> bool:
 
 def attend(q, kc, vc, slots, cu, rows: int):
     """``q`` ``[H, R, d]`` (the chunk rows, padded to ``R = rows``), the layer's caches ``[S, Hkv, d]``
-    holding these rows' K/V at ``slots`` ``[R]``, ``cu`` (device int32) -> ``[R, H*d]``."""
+    holding these rows' K/V at ``slots`` ``[R]``, ``cu`` (device int32) -> ``[R, H*d]``; on CUDA
+    through :func:`run`, elsewhere :func:`reference`."""
     H, R, d = q.shape
     k, v = kc[slots], vc[slots]                           # [R, Hkv, d]
     qt = q.transpose(0, 1).contiguous()                   # [R, H, d]
     if q.device.type != "cuda":
         return reference(qt, k, v, cu).reshape(R, H * d)
+    return run(qt, k, v, cu, rows).reshape(R, H * d)
+
+
+def run(q, k, v, cu, rows: int):
+    """``q`` ``[R, H, d]``, ``k, v`` ``[R, Hkv, d]``, causal sequences ``cu`` -> ``[R, H, d]``: the
+    prepared cuDNN graph of this shape (:func:`prepare`), else :func:`flash_call`."""
+    g = None
+    if _graphs:
+        g = _graphs.get(_key(q.device, rows, cu.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2], q.dtype))
+    if g is not None:
+        return g(q, k, v, cu)
+    return flash_call(q, k, v, cu, rows)
+
+
+def flash_call(q, k, v, cu, rows: int):
+    """FlashAttention-2's variable-length forward: ``q`` ``[R, H, d]``, ``k, v`` ``[R, Hkv, d]``,
+    causal sequences ``cu`` -> ``[R, H, d]``."""
     torch = _torch()
-    o = torch.ops.aten._flash_attention_forward(qt, k, v, cu, cu, rows, rows, 0.0, True, False)[0]
-    return o.reshape(R, H * d)
+    return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, rows, rows, 0.0, True, False)[0]
+
+
+def probe(heads: int, kv_heads: int, head_dim: int, dtype, device, count: int = 4) -> str:
+    """Why cuDNN's graphs cannot serve this shape of heads ('' when they can): the frontend must
+    import, a graph of :data:`PROBE_ROWS` rows and ``max(count, 4)`` sequences must build, run
+    :data:`PROBE_LENGTHS` prompts with the padding rows and empty sequences after them within the
+    dtype's tolerance of :func:`reference` (float32), and give the same replayed from a CUDA graph
+    captured on another layout. Costs a graph build (about 50 ms after the first) and host syncs."""
+    if str(device).split(":")[0] != "cuda":
+        return f"no CUDA device ({device})"
+    why = fresh_cudnn.import_reason()
+    if why:
+        return why
+    torch = _torch()
+    R, count = PROBE_ROWS, max(int(count), 4)
+    gen = torch.Generator(device=device).manual_seed(7)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    q, k, v = rnd(R, heads, head_dim), rnd(R, kv_heads, head_dim), rnd(R, kv_heads, head_dim)
+    tol = 8 * torch.finfo(dtype).eps
+    cu = torch.tensor(offsets(PROBE_LENGTHS, R, count), device=device)
+    try:
+        g = build(R, count, heads, kv_heads, head_dim, dtype, device)
+        err = _max_err(g(q, k, v, cu), q, k, v, cu)
+        if not err <= tol:
+            return f"its result differs from the reference by {err:.3g} (tolerance {tol:.3g})"
+        sq, sk, sv = q.clone(), k.clone(), v.clone()
+        scu = torch.tensor(offsets([R], R, count), device=device)
+        s = torch.cuda.Stream(device)
+        s.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(s):
+            g(sq, sk, sv, scu)
+        torch.cuda.current_stream(device).wait_stream(s)
+        cg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cg):
+            so = g(sq, sk, sv, scu)
+        scu.copy_(cu)
+        cg.replay()
+        err = _max_err(so, q, k, v, cu)
+        if not err <= tol:
+            return f"its CUDA graph replay differs from the reference by {err:.3g} (tolerance {tol:.3g})"
+    except Exception as e:  # noqa: BLE001 -- any failure: flash serves, the reason said
+        return f"its probe failed: {_short(e)}"
+    return ""
+
+
+def _max_err(o, q, k, v, cu) -> float:
+    """Largest absolute difference of ``o`` from :func:`reference` in float32 over all rows (the
+    padding rows form a causal sequence of their own); NaN when ``o`` holds one."""
+    ref = reference(q.float(), k.float(), v.float(), cu)
+    return float((o.float() - ref).abs().max().item())
+
+
+def _short(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200] or type(e).__name__
 
 
 def reference(q, k, v, cu):

@@ -375,6 +375,10 @@ class PagedLlama:
                 chunk_s = self._warm_chunks(rows, say) + self._warm_mixed_decode(say)
                 mixed_warm = mixed_capture = 0.0
                 if cuda_graphs and mixed_graphs:
+                    if self._fresh:   # the fresh buckets' kernel: cuDNN graphs per chunk bucket, else flash
+                        info["fresh_kernel"] = fresh_attention.prepare(
+                            self._chunk_buckets, max_num_seqs + 1, self.cfg.n_heads, self.cfg.n_kv_heads,
+                            self.cfg.head_dim, self.dtype, self.device, say)
                     t1 = time.perf_counter()
                     try:
                         self._mixed = MixedGraphs(self, buckets, self._chunk_buckets, width, max_num_seqs)
