@@ -42,8 +42,9 @@ mask, decode tokens go through FlexAttention's decoding kernel, and on CUDA deco
 iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`); prefill and mixed
 iterations replay one per (decode rows, chunk rows) bucket (:mod:`.mixed`) when they fit, else run
 eagerly (the layers' Python launches every op). On CUDA in bf16/fp16, an iteration whose every
-chunk is a fresh prompt (from position 0) attends its chunks with one flash call over the K/V just
-written instead of FlexAttention's chunk kernel (:mod:`.fresh_attention`, its own buckets). The caches hold one scratch block after the
+chunk is a fresh prompt (from position 0) attends its chunks with one variable-length call over the
+K/V just written (a cuDNN graph per chunk bucket where the cuDNN frontend is installed, else flash)
+instead of FlexAttention's chunk kernel (:mod:`.fresh_attention`, its own buckets). The caches hold one scratch block after the
 last (``num_blocks``), which no block table lists: padding rows of those graphs write there.
 
 Asynchronous iterations (:meth:`PagedLlama.launch`): the sampled ids stay on the device (the
@@ -666,7 +667,7 @@ class PagedLlama:
         fa = self._flex_for(max(rows, bd))
         pos_all = np.concatenate(pos_l)
         parts = [pos_all, np.concatenate(slot_l), np.stack(tabs).ravel()]
-        # every chunk a fresh prompt: one flash call over the K/V just written (.fresh_attention)
+        # every chunk a fresh prompt: one variable-length call over the K/V just written (.fresh_attention)
         fresh = bool(tc) and self._fresh and fresh_attention.is_fresh((s, n) for s, n, _t in spans[lead:])
         cu = fresh_attention.offsets([n for _s, n, _t in spans[lead:]], tc, len(spans) - lead) if fresh else None
         if rows:
@@ -753,7 +754,7 @@ class PagedLlama:
         didx = g.didx[:bd]
 
         def attend(q, kc, vc):
-            if fresh:      # every chunk a fresh prompt: flash over the rows' own K/V (.fresh_attention)
+            if fresh:      # every chunk a fresh prompt: cuDNN or flash over the rows' own K/V (.fresh_attention)
                 oc = fresh_attention.attend(q[:, bd:], kc, vc, g.slot[bd:N], g.cu, R)
             else:
                 oc = fa.chunk(q[:, bd:], kc, vc, cmask, R)
