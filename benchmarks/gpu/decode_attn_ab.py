@@ -17,7 +17,7 @@ Parts (``--parts``, default both):
   step) and of the wall time (as benchmarks/gpu/pdl_ab.py does).
 
 Usage: python benchmarks/gpu/decode_attn_ab.py [--parts kernel,step] [--batches 1,4,16] [--contexts 600,4000]
-[--steps 150] [--json OUT]
+[--steps 120] [--json OUT]
 """
 
 from __future__ import annotations
@@ -34,29 +34,35 @@ from roofs import captured_graph, cuda_times  # this folder: run as python3 benc
 H, KH, HD, BS, WIDTH = 32, 8, 128, 16, 8192 // 16
 
 
-def kernel_part(batches, contexts, layers=32) -> list[dict]:
+def kernel_part(batches, contexts, layers=32, fixed_splits=(4, 8, 16, 32)) -> list[dict]:
+    """Per batch one set of caches (for the longest context) and one compiled FlexAttention;
+    per context new tables and positions (same shapes: nothing compiles again)."""
+    from tracestory.serve.paged_attention import FlexPagedAttention, cache_blocks
+
     rows = []
-    for ctx in contexts:
-        for B in batches:
-            rows += _kernel_case(ctx, B, layers)
-            torch.cuda.empty_cache()
+    for B in batches:
+        nb = B * -(-max(contexts) // BS) + 8
+        slots = cache_blocks(nb, BS, True) * BS
+        kcs = [torch.randn(slots, KH, HD, device="cuda", dtype=torch.bfloat16) for _ in range(layers)]
+        vcs = [torch.randn(slots, KH, HD, device="cuda", dtype=torch.bfloat16) for _ in range(layers)]
+        fa = FlexPagedAttention(num_blocks=nb, block_size=BS, max_rows=max(B, 16), device="cuda", compiled=True)
+        q = torch.randn(B, H, HD, device="cuda", dtype=torch.bfloat16).transpose(0, 1)   # rope_qkv's layout
+        for ctx in contexts:
+            rows += _kernel_case(fa, q, kcs, vcs, ctx, layers, fixed_splits)
+        del kcs, vcs, fa
+        torch.cuda.empty_cache()
     return rows
 
 
-def _kernel_case(ctx: int, B: int, layers: int, fixed_splits=(4, 8, 16, 32)) -> list[dict]:
+def _kernel_case(fa, q, kcs, vcs, ctx: int, layers: int, fixed_splits) -> list[dict]:
     from tracestory.models import decode_attn_triton as dat
-    from tracestory.serve.paged_attention import FlexPagedAttention, cache_blocks
 
+    B = q.shape[1]
+    nb, slots = fa.num_blocks, kcs[0].shape[0]
     nblk = -(-ctx // BS)
-    nb = B * nblk + 8
-    slots = cache_blocks(nb, BS, True) * BS
-    kcs = [torch.randn(slots, KH, HD, device="cuda", dtype=torch.bfloat16) for _ in range(layers)]
-    vcs = [torch.randn(slots, KH, HD, device="cuda", dtype=torch.bfloat16) for _ in range(layers)]
     tables = torch.full((B, WIDTH), nb, dtype=torch.int64, device="cuda")
     tables[:, :nblk] = torch.arange(B * nblk, device="cuda").view(B, nblk)
     pos = torch.full((B,), ctx - 1, dtype=torch.int64, device="cuda")
-    q = torch.randn(B, H, HD, device="cuda", dtype=torch.bfloat16).transpose(0, 1)   # rope_qkv's layout
-    fa = FlexPagedAttention(num_blocks=nb, block_size=BS, max_rows=max(B, 16), device="cuda", compiled=True)
     mids = torch.arange(B, device="cuda")
     fa.set_blocks(tables, mids)
     fa.dec_owner[:B] = mids.to(torch.int32)
@@ -159,7 +165,7 @@ def main() -> None:
     ap.add_argument("--parts", default="kernel,step")
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--contexts", default="600,4000")
-    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--json")
     args = ap.parse_args()
     batches = [int(x) for x in args.batches.split(",")]
