@@ -3,9 +3,10 @@ interpreter, on the CPU: outside CI, which has no Triton.
 
 Usage: TRITON_INTERPRET=1 PYTHONPATH=src python tools/decode_attn_interpret.py [float32|float16]
 
-Per case: random caches and scattered block tables, the kernels' output against each sequence's
-keys gathered by torch indexing with a float64 softmax; prints the largest absolute difference
-and exits 1 when it exceeds 1e-5 (float32) or 2e-3 (float16). The interpreter's bf16 dots and
+Per case: random caches and scattered block tables, the kernels' output (fused, and with the
+second combine kernel) against each sequence's keys gathered by torch indexing with a float64
+softmax; prints the largest absolute difference and exits 1 when it exceeds 1e-5 (float32) or
+2e-3 (float16), or when an arrival counter of the fused kernel is left non-zero. The interpreter's bf16 dots and
 fp8 casts are unreliable: keep to float32 and float16 with modest values.
 """
 
@@ -60,12 +61,16 @@ def main() -> int:
             off += n
         pos = torch.tensor([c - 1 for c in ctxs], dtype=torch.int64)
         q = (torch.randn(B, H, d, generator=gen) * 0.5).to(dtype).transpose(0, 1)
-        out = dat.decode(q, kc, vc, tables, pos, bs, splits=S)
-        err = (out.double() - reference(q, kc, vc, tables, pos, bs)).abs().max().item()
-        worst = max(worst, err)
-        print(f"H={H} Hkv={KH} d={d} bs={bs} contexts={ctxs} splits={S or dat.splits_for(q, kc, tables, bs)}: "
-              f"max |diff| {err:.3g}")
-    return 0 if worst <= tol else 1
+        ref = reference(q, kc, vc, tables, pos, bs)
+        for fused in (True, False):
+            out = dat.decode(q, kc, vc, tables, pos, bs, splits=S, fused=fused)
+            err = (out.double() - ref).abs().max().item()
+            worst = max(worst, err)
+            print(f"H={H} Hkv={KH} d={d} bs={bs} contexts={ctxs} splits={S or dat.splits_for(q, kc, tables, bs)} "
+                  f"{'fused' if fused else 'two kernels'}: max |diff| {err:.3g}")
+    counters_left = int(sum(int(c.abs().sum()) for c in dat._COUNTERS.values()))
+    print(f"arrival counters left non-zero: {counters_left}")
+    return 0 if worst <= tol and counters_left == 0 else 1
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ Parts (``--parts``, default both):
 
 * ``kernel``: the attention of one layer alone, llama-3-8b shape at TP=1 (32 query heads, 8 KV
   heads, head dim 128, bf16, 16-token blocks, tables 512 blocks wide as in the server's decode
-  graphs), per batch and context: :func:`tracestory.models.decode_attn_triton.decode` (default
-  split count and a few fixed ones) and :meth:`tracestory.serve.paged_attention.FlexPagedAttention.decode`
+  graphs), per batch and context: :func:`tracestory.models.decode_attn_triton.decode` (fused, at the
+  default split count and a few fixed ones; with the second combine kernel at the default) and :meth:`tracestory.serve.paged_attention.FlexPagedAttention.decode`
   (compiled, its block mask as the decode graphs build it). Each time is one call inside a CUDA
   graph of 32 calls, each over its own layer's cache (so K/V come from HBM, not L2), median of 5
   replays; also the largest difference between the two outputs.
@@ -74,7 +74,9 @@ def _kernel_case(fa, q, kcs, vcs, ctx: int, layers: int, fixed_splits) -> list[d
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
     default = dat.splits_for(q, kcs[0], tables, BS)
-    variants = [("flex", lambda li: fa.decode(q, kcs[li], vcs[li], mask))]
+    variants = [("flex", lambda li: fa.decode(q, kcs[li], vcs[li], mask)),
+                (f"triton_2kernels_s{default}", lambda li: dat.decode(q, kcs[li], vcs[li], tables, pos, BS,
+                                                                      fused=False))]
     for s in [default] + [s for s in fixed_splits if s != default]:
         variants.append((f"triton_s{s}" + ("_default" if s == default else ""),
                          lambda li, s=s: dat.decode(q, kcs[li], vcs[li], tables, pos, BS, splits=s)))

@@ -62,9 +62,13 @@ def test_kernels_match_gathered_sdpa_in_float32(ctxs):
 
 
 @pytest.mark.parametrize("splits", [1, 3, 32])
-def test_any_split_count_gives_the_same_attention(splits):
+@pytest.mark.parametrize("fused", [True, False])
+def test_any_split_count_either_combine_gives_the_same_attention(splits, fused):
     args = _case([1, 130, 600, 4000])
-    torch.testing.assert_close(dat.decode(*args, splits=splits), _reference(*args), atol=2e-5, rtol=1e-4)
+    out = dat.decode(*args, splits=splits, fused=fused)
+    torch.testing.assert_close(out, _reference(*args), atol=2e-5, rtol=1e-4)
+    # the fused kernel's arrival counters are back to zero for the next call
+    assert all(int(c.abs().sum()) == 0 for c in dat._COUNTERS.values())
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

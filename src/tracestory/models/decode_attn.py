@@ -5,13 +5,14 @@ No heavy import here (the CPU tests check this part without Triton). The kernels
 * one new token per sequence ``b`` at position ``pos[b]`` attends the keys ``0..pos[b]`` of its
   block table (its own K/V already written), GQA: the ``G = H / Hkv`` query heads of one KV head
   share its keys;
-* kernel 1 runs one program per (sequence, KV head, split): the split takes an equal share of
+* one program per (sequence, KV head, split): the split takes an equal share of
   the sequence's key tiles of :data:`BLOCK_N` keys (``ceil(tiles / splits)`` each, so a short
   context leaves the last splits empty), gathers each tile's keys through the block table, and
   keeps an online softmax in float32; it writes its partial ``(max, sum, acc)`` per query head
   to a workspace;
-* kernel 2 runs one program per (sequence, query head) and combines the partials of the
-  non-empty splits.
+* the last split program of a (sequence, KV head) to finish combines the partials of the
+  non-empty splits for the group's heads (or, unfused, a second kernel with one program per
+  (sequence, query head)).
 
 The split count is fixed per call from the batch, the KV heads, the GPU's SM count and the
 longest context the call may see (:func:`num_splits`), never from the positions, so a CUDA graph

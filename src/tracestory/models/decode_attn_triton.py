@@ -1,4 +1,4 @@
-"""Paged split-KV decode attention in two Triton kernels (the model: :mod:`.decode_attn`).
+"""Paged split-KV decode attention in one Triton kernel (the model: :mod:`.decode_attn`).
 
 Imported only on CUDA when Triton is present (this module imports ``triton`` at import time).
 :func:`decode` takes what the decode CUDA graphs of :mod:`tracestory.serve.model` hold:
@@ -12,20 +12,28 @@ Imported only on CUDA when Triton is present (this module imports ``triton`` at 
 
 and returns ``[B, H*d]`` in q's dtype, ``softmax(q·Kᵀ·scale)·V`` per head, ``scale = d^-½``.
 
-Kernel 1 (grid ``(B, Hkv, S)``): the ``G`` query heads of a KV head as one tile of
+The split program (grid ``(B, Hkv, S)``): the ``G`` query heads of a KV head as one tile of
 ``max(16, next_pow2(G))`` rows (padding rows are zeros, never stored), ``BLOCK_N`` keys per step
 gathered through the table (the tile's slots need not be contiguous: any block size works), the
 products on the tensor cores with float32 accumulation (float32 inputs: ``input_precision="ieee"``,
 no TF32), the probabilities rounded to V's dtype before ``p·V`` as flash attention does, the
-running max in log2 units (``exp2``). Kernel 2 (grid ``(B, H)``): ``M = max_s m_s``,
-``o = Σ_s 2^(m_s-M)·acc_s / Σ_s 2^(m_s-M)·l_s`` over the splits that hold keys.
+running max in log2 units (``exp2``); its partial ``(m, l, acc)`` per head goes to a float32
+workspace. The combine, per head: ``M = max_s m_s``, ``o = Σ_s 2^(m_s-M)·acc_s / Σ_s 2^(m_s-M)·l_s``
+over the splits that hold keys. By default (``fused``) the last split program of each (sequence,
+KV head) to finish does it: each non-empty split, after its partial stores (a block barrier, then
+an ``acq_rel`` atomic add at GPU scope), counts itself in an int32 arrival counter; the one that
+sees ``used - 1`` reads the partials through L2 and writes the group's heads, then sets the counter
+back to 0. ``fused=False``: a second kernel (grid ``(B, H)``) combines instead (one more launch
+and its latency per layer).
 
-On Hopper both kernels launch with programmatic dependent launch like the glue's (:mod:`.pdl`:
+On Hopper the kernels launch with programmatic dependent launch like the glue's (:mod:`.pdl`:
 each waits for its predecessor before touching memory, so the results are those of plain
 launches).
 
 Limits: head dim up to 256 (one tile); the workspace is allocated per call (in a CUDA graph:
-once, from the graph's pool); no FP8 output (the Wo quantiser still runs after it).
+once, from the graph's pool); the arrival counters are one buffer per device, so two fused calls
+must not run at the same time on one device (two streams); a call cut short (a crashed kernel)
+leaves them non-zero; no FP8 output (the Wo quantiser still runs after it).
 """
 
 from __future__ import annotations
@@ -42,13 +50,33 @@ from .quant_triton import _pdl_enter
 
 _LOG2E = 1.4426950408889634
 _SMS: dict[int, int] = {}
+_COUNTERS: dict = {}             # device index -> int32 arrival counters (fused kernel)
 
 
 @triton.jit
-def _split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
-                  sq_h, sq_b, sk_s, sk_h, sv_s, sv_h, st_b, qk_scale, H, S, BS, D,
+def _combine_head(m_ptr, l_ptr, acc_ptr, out_ptr, row0, used, o_off, D, SP: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Combine the partials ``row0 .. row0 + used - 1`` of one head into ``out_ptr + o_off``
+    (read through L2: ``.cg``, as other programs wrote them)."""
+    sp = tl.arange(0, SP)
+    dd = tl.arange(0, BLOCK_D)
+    smask = sp < used
+    dmask = dd < D
+    row = row0 + sp
+    m = tl.load(m_ptr + row, mask=smask, other=float("-inf"), cache_modifier=".cg")
+    lsum = tl.load(l_ptr + row, mask=smask, other=0.0, cache_modifier=".cg")
+    acc = tl.load(acc_ptr + row[:, None] * D + dd[None, :], mask=smask[:, None] & dmask[None, :], other=0.0,
+                  cache_modifier=".cg")
+    mx = tl.max(m, 0)
+    w = tl.where(smask, tl.exp2(m - mx), 0.0)
+    o = tl.sum(acc * w[:, None], 0) / tl.sum(lsum * w, 0)
+    tl.store(out_ptr + o_off + dd, o.to(out_ptr.dtype.element_ty), mask=dmask)
+
+
+@triton.jit
+def _split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, cnt_ptr,
+                  sq_h, sq_b, sk_s, sk_h, sv_s, sv_h, st_b, so_b, qk_scale, H, KH, S, BS, D,
                   G: tl.constexpr, GP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  IEEE: tl.constexpr, USE_PDL: tl.constexpr):
+                  SP: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr, USE_PDL: tl.constexpr):
     _pdl_enter(USE_PDL)
     b = tl.program_id(0)
     kh = tl.program_id(1)
@@ -76,6 +104,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
         slot = blk.to(tl.int64) * BS + j % BS
         kv_mask = valid[:, None] & dmask[None, :]
         k = tl.load(k_ptr + slot[:, None] * sk_s + kh * sk_h + dd[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + slot[:, None] * sv_s + kh * sv_h + dd[None, :], mask=kv_mask, other=0.0)
         if IEEE:             # float32 inputs: no TF32 rounding
             qk = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -85,7 +114,6 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(qk - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptr + slot[:, None] * sv_s + kh * sv_h + dd[None, :], mask=kv_mask, other=0.0)
         if IEEE:
             pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
         else:
@@ -96,6 +124,21 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
     tl.store(m_ptr + row, m_i, mask=gmask)
     tl.store(l_ptr + row, l_i, mask=gmask)
     tl.store(acc_ptr + row[:, None] * D + dd[None, :], acc, mask=gmask[:, None] & dmask[None, :])
+    if FUSED:
+        # the last split of (b, kh) to finish combines the group's heads: its partial stores
+        # are ordered before the counter's increment (barrier, then an acq_rel atomic)
+        used = tl.cdiv(tiles, per)
+        if t0 < tiles:
+            tl.debug_barrier()
+            cnt = cnt_ptr + b * KH + kh
+            done = tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu")
+            if done == used - 1:
+                tl.debug_barrier()
+                for gi in tl.static_range(G):
+                    hh = kh * G + gi
+                    _combine_head(m_ptr, l_ptr, acc_ptr, out_ptr, (b * H + hh).to(tl.int64) * S, used,
+                                  b.to(tl.int64) * so_b + hh * D, D, SP, BLOCK_D)
+                tl.atomic_xchg(cnt, 0, sem="relaxed", scope="gpu")      # ready for the next call
 
 
 @triton.jit
@@ -108,18 +151,8 @@ def _combine_kernel(m_ptr, l_ptr, acc_ptr, pos_ptr, out_ptr, so_b, H, S, D,
     tiles = tl.cdiv(pos + 1, BLOCK_N)
     per = tl.cdiv(tiles, S)
     used = tl.cdiv(tiles, per)                 # splits that hold keys
-    sp = tl.arange(0, SP)
-    dd = tl.arange(0, BLOCK_D)
-    smask = sp < used
-    dmask = dd < D
-    row = (b * H + h).to(tl.int64) * S + sp
-    m = tl.load(m_ptr + row, mask=smask, other=float("-inf"))
-    mx = tl.max(m, 0)
-    w = tl.where(smask, tl.exp2(m - mx), 0.0)
-    lsum = tl.load(l_ptr + row, mask=smask, other=0.0)
-    acc = tl.load(acc_ptr + row[:, None] * D + dd[None, :], mask=smask[:, None] & dmask[None, :], other=0.0)
-    o = tl.sum(acc * w[:, None], 0) / tl.sum(lsum * w, 0)
-    tl.store(out_ptr + b.to(tl.int64) * so_b + h * D + dd, o.to(out_ptr.dtype.element_ty), mask=dmask)
+    _combine_head(m_ptr, l_ptr, acc_ptr, out_ptr, (b * H + h).to(tl.int64) * S, used, b.to(tl.int64) * so_b + h * D,
+                  D, SP, BLOCK_D)
 
 
 def sm_count(device) -> int:
@@ -138,11 +171,23 @@ def splits_for(q: torch.Tensor, k_cache: torch.Tensor, tables: torch.Tensor, blo
     return num_splits(max(B, 1), k_cache.shape[1], sm_count(q.device), tables.shape[1] * block_size)
 
 
+def _counters(device, n: int) -> torch.Tensor:
+    """The device's arrival counters of the fused kernel (zeros between calls: the last program
+    of each (sequence, KV head) resets its own). Allocated on first use, eagerly in practice
+    (the decode graphs run their bodies before capture)."""
+    idx = torch.device(device).index
+    buf = _COUNTERS.get(idx)
+    if buf is None or buf.numel() < n:
+        buf = _COUNTERS[idx] = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=device)
+    return buf
+
+
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
            pos: torch.Tensor, block_size: int, *, splits: int | None = None, scale: float | None = None,
-           block_n: int = BLOCK_N, num_warps: int = 4) -> torch.Tensor:
+           block_n: int = BLOCK_N, num_warps: int = 4, fused: bool = True) -> torch.Tensor:
     """Attention of one new token per sequence over the paged cache (module docstring):
-    ``[B, H*d]`` in q's dtype. ``splits``: default :func:`splits_for`."""
+    ``[B, H*d]`` in q's dtype. ``splits``: default :func:`splits_for`; ``fused=False``: the
+    partials combined by a second kernel instead of the last split."""
     H, B, d = q.shape
     KH = k_cache.shape[1]
     if H % KH or q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or d > 256:
@@ -159,16 +204,18 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables
     m = torch.empty((B, H, S), dtype=f32, device=q.device)
     lsum = torch.empty((B, H, S), dtype=f32, device=q.device)
     acc = torch.empty((B, H, S, d), dtype=f32, device=q.device)
+    cnt = _counters(q.device, B * KH) if fused else m
     bd = max(16, triton.next_power_of_2(d))
+    sp = max(2, triton.next_power_of_2(S))
     use = pdl.enabled(q.device)
     qk_scale = (scale if scale is not None else 1.0 / math.sqrt(d)) * _LOG2E
-    _split_kernel[(B, KH, S)](q, k_cache, v_cache, tables, pos, m, lsum, acc,
+    _split_kernel[(B, KH, S)](q, k_cache, v_cache, tables, pos, m, lsum, acc, out, cnt,
                               q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-                              v_cache.stride(0), v_cache.stride(1), tables.stride(0), qk_scale, H, S,
-                              block_size, d, G=G, GP=query_rows(G), BLOCK_N=block_n, BLOCK_D=bd,
-                              IEEE=q.dtype == torch.float32, num_warps=num_warps, USE_PDL=use,
+                              v_cache.stride(0), v_cache.stride(1), tables.stride(0), out.stride(0), qk_scale,
+                              H, KH, S, block_size, d, G=G, GP=query_rows(G), BLOCK_N=block_n, BLOCK_D=bd, SP=sp,
+                              IEEE=q.dtype == torch.float32, FUSED=fused, num_warps=num_warps, USE_PDL=use,
                               **pdl.launch_options(use))
-    _combine_kernel[(B, H)](m, lsum, acc, pos, out, out.stride(0), H, S, d, BLOCK_N=block_n,
-                            SP=max(2, triton.next_power_of_2(S)), BLOCK_D=bd, num_warps=4, USE_PDL=use,
-                            **pdl.launch_options(use))
+    if not fused:
+        _combine_kernel[(B, H)](m, lsum, acc, pos, out, out.stride(0), H, S, d, BLOCK_N=block_n, SP=sp,
+                                BLOCK_D=bd, num_warps=4, USE_PDL=use, **pdl.launch_options(use))
     return out
