@@ -4,20 +4,22 @@ Parts (``--parts``, default both):
 
 * ``kernel``: the attention of one layer alone, llama-3-8b shape at TP=1 (32 query heads, 8 KV
   heads, head dim 128, bf16, 16-token blocks, tables 512 blocks wide as in the server's decode
-  graphs), per batch and context: :func:`tracestory.models.decode_attn_triton.decode` (fused, at the
-  default split count and a few fixed ones; with the second combine kernel at the default) and :meth:`tracestory.serve.paged_attention.FlexPagedAttention.decode`
+  graphs), per batch and context: :func:`tracestory.models.decode_attn_triton.decode` (fused, with
+  the second combine kernel, fused writing Wo's FP8 input, at the default split count; fixed split
+  counts with ``--splits``) and :meth:`tracestory.serve.paged_attention.FlexPagedAttention.decode`
   (compiled, its block mask as the decode graphs build it). Each time is one call inside a CUDA
   graph of 32 calls, each over its own layer's cache (so K/V come from HBM, not L2), median of 5
-  replays; also the largest difference between the two outputs.
-* ``step``: two 32-layer llama-3-8b :class:`~tracestory.serve.model.PagedLlama` with the same
+  replays; also the largest difference between the two outputs. ``+quantiser``: followed by the
+  FP8 row-wise quantiser kernel (what the step runs before Wo).
+* ``step``: three 32-layer llama-3-8b :class:`~tracestory.serve.model.PagedLlama` with the same
   weights (bf16, FP8 row-wise projections, the fused glue, the small-M GEMM tuned once for the
-  first model and reused), prepared like the server, one with ``TRACESTORY_DECODE_ATTN=0``
-  (``flex``), one with it on (``triton``); their decode steps alternate at each (context,
-  batch), each step synchronised; per variant the median of ``Launch.gpu_ns`` (device time of the
+  first model and reused), prepared like the server: ``TRACESTORY_DECODE_ATTN=0`` (``flex``), on
+  with ``TRACESTORY_DECODE_ATTN_QUANT=0`` (``triton``) and both on (``triton_quant``); their
+  decode steps alternate at each (context, batch), each step synchronised; per variant the median of ``Launch.gpu_ns`` (device time of the
   step) and of the wall time (as benchmarks/gpu/pdl_ab.py does).
 
 Usage: python benchmarks/gpu/decode_attn_ab.py [--parts kernel,step] [--batches 1,4,16] [--contexts 600,4000]
-[--steps 120] [--json OUT]
+[--steps 120] [--splits 4,8] [--json OUT]
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from roofs import captured_graph, cuda_times  # this folder: run as python3 benc
 H, KH, HD, BS, WIDTH = 32, 8, 128, 16, 8192 // 16
 
 
-def kernel_part(batches, contexts, layers=32, fixed_splits=(4, 8, 16, 32)) -> list[dict]:
+def kernel_part(batches, contexts, layers=32, fixed_splits=()) -> list[dict]:
     """Per batch one set of caches (for the longest context) and one compiled FlexAttention;
     per context new tables and positions (same shapes: nothing compiles again)."""
     from tracestory.serve.paged_attention import FlexPagedAttention, cache_blocks
@@ -74,16 +76,25 @@ def _kernel_case(fa, q, kcs, vcs, ctx: int, layers: int, fixed_splits) -> list[d
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
     default = dat.splits_for(q, kcs[0], tables, BS)
+    from tracestory.models.quant_triton import quantize_per_row
+
     variants = [("flex", lambda li: fa.decode(q, kcs[li], vcs[li], mask)),
+                ("flex+quantiser", lambda li: quantize_per_row(fa.decode(q, kcs[li], vcs[li], mask))),
                 (f"triton_2kernels_s{default}", lambda li: dat.decode(q, kcs[li], vcs[li], tables, pos, BS,
-                                                                      fused=False))]
-    for s in [default] + [s for s in fixed_splits if s != default]:
-        variants.append((f"triton_s{s}" + ("_default" if s == default else ""),
-                         lambda li, s=s: dat.decode(q, kcs[li], vcs[li], tables, pos, BS, splits=s)))
+                                                                      fused=False)),
+                (f"triton_fused_s{default}", lambda li: dat.decode(q, kcs[li], vcs[li], tables, pos, BS)),
+                (f"triton_fused_s{default}+quantiser",
+                 lambda li: quantize_per_row(dat.decode(q, kcs[li], vcs[li], tables, pos, BS))),
+                (f"triton_fused_quant_s{default}", lambda li: dat.decode(q, kcs[li], vcs[li], tables, pos, BS,
+                                                                         quant=True))]
+    for s in fixed_splits:
+        if s != default:
+            variants.append((f"triton_fused_s{s}",
+                             lambda li, s=s: dat.decode(q, kcs[li], vcs[li], tables, pos, BS, splits=s)))
     rows = []
     for name, fn in variants:
         out = fn(0)
-        diff = (out.float() - ref.float()).abs().max().item()
+        diff = (out.float() - ref.float()).abs().max().item() if not isinstance(out, tuple) else None
         g = captured_graph([lambda li=li, fn=fn: fn(li) for li in range(layers)], layers, warm=layers)
         t = cuda_times(g.replay, reps=5, warm=1)[1] / layers
         row = {"part": "kernel", "context": ctx, "batch": B, "variant": name, "us_per_layer": round(t * 1e6, 2),
@@ -105,7 +116,7 @@ def step_part(batches, contexts, steps, layers=32) -> tuple[list[dict], dict]:
     cfg = LlamaConfig.from_name("llama-3-8b")
     nblk_max = -(-(max(contexts) + 1) // BS)
     nb = max(batches) * nblk_max + 16
-    variants = [("flex", "0"), ("triton", "1")]
+    variants = [("flex", "0", "0"), ("triton", "1", "0"), ("triton_quant", "1", "1")]
     models, tuned, startup = {}, {}, {}
     tune = fp8.tune_small_m
 
@@ -114,8 +125,9 @@ def step_part(batches, contexts, steps, layers=32) -> tuple[list[dict], dict]:
         SMALL_M.update(tuned)
         return []
 
-    for name, on in variants:
+    for name, on, quant in variants:
         os.environ["TRACESTORY_DECODE_ATTN"] = on
+        os.environ["TRACESTORY_DECODE_ATTN_QUANT"] = quant
         m = PagedLlama(cfg, layers=layers, num_blocks=nb, block_size=BS, vocab=128256, device="cuda",
                        dtype=torch.bfloat16, seed=0, attention="flex")
         quantize_stack(m.stack.layers, "rowwise")
@@ -126,7 +138,7 @@ def step_part(batches, contexts, steps, layers=32) -> tuple[list[dict], dict]:
         fp8.tune_small_m = tune
         if not models:
             tuned.update(SMALL_M)
-        startup[name] = {k: m.startup.get(k) for k in ("decode_attn", "pdl", "compile_s", "graph_capture_s",
+        startup[name] = {k: m.startup.get(k) for k in ("decode_attn", "decode_attn_quant", "pdl", "compile_s", "graph_capture_s",
                                                         "table_width_blocks", "decode_buckets")}
         print(f"[{name}] prepared in {time.perf_counter() - t0:.1f} s: {startup[name]}", flush=True)
         models[name] = m
@@ -168,6 +180,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--contexts", default="600,4000")
     ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--splits", default="", help="fixed split counts to time too (kernel part), e.g. 4,8,16,32")
     ap.add_argument("--json")
     args = ap.parse_args()
     batches = [int(x) for x in args.batches.split(",")]
@@ -187,7 +200,7 @@ def main() -> None:
                 json.dump(out, f, indent=1)
 
     if "kernel" in parts:
-        out["rows"] += kernel_part(batches, contexts)
+        out["rows"] += kernel_part(batches, contexts, fixed_splits=[int(x) for x in args.splits.split(",") if x])
         save()
     if "step" in parts:
         rows, meta = step_part(batches, contexts, args.steps)

@@ -96,6 +96,21 @@ def test_programmatic_dependent_launch_changes_no_bit(monkeypatch):
     assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_quantisation_is_the_quantisers_bit_for_bit(dtype):
+    """The FP8 row-wise input of Wo written by the last group of each sequence equals the
+    quantiser kernel (models.quant_triton) run on the kernel's own output."""
+    from tracestory.models.quant_triton import quantize_per_row
+
+    args = _case([1, 17, 600, 4000], dtype=dtype)
+    ref_q, ref_s = quantize_per_row(dat.decode(*args))
+    for fused in (True, False):
+        q8, s8 = dat.decode(*args, quant=True, fused=fused)
+        assert q8.dtype == torch.float8_e4m3fn and q8.shape == (4, 32 * 128) and s8.shape == (4, 1)
+        assert torch.equal(q8.view(torch.uint8), ref_q.view(torch.uint8)) and torch.equal(s8, ref_s)
+    assert all(int(c.abs().sum()) == 0 for c in dat._COUNTERS.values())
+
+
 def test_graph_captured_with_other_tables_replays_the_new_ones():
     """Capture over one batch's tables and positions, then write another batch's into the same
     buffers and replay: the output is that batch's attention (no shape or count from the data)."""
@@ -155,3 +170,24 @@ def test_engine_tokens_with_the_kernels_equal_those_with_flex(monkeypatch):
     assert sorted(new) == sorted(flex) and len(new) == 7
     diff = [(rid, new[rid], flex[rid]) for rid in sorted(new) if new[rid] != flex[rid]]
     assert diff == []
+
+
+def test_engine_tokens_with_the_kernels_quantisation_equal_the_quantisers(monkeypatch):
+    """bf16, FP8 row-wise projections, fused glue: Wo's input quantised by the attention kernel
+    or by the quantiser kernel (TRACESTORY_DECODE_ATTN_QUANT=0) is the same bits, so the same ids."""
+    from tracestory.models.fp8 import quantize_stack
+
+    runs = []
+    for on in ("1", "0"):
+        monkeypatch.setenv("TRACESTORY_DECODE_ATTN", "1")
+        monkeypatch.setenv("TRACESTORY_DECODE_ATTN_QUANT", on)
+        cfg = LlamaConfig.from_name("llama-3-8b")
+        m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda",
+                       dtype=torch.bfloat16, seed=2, attention="flex")
+        quantize_stack(m.stack.layers, "rowwise")
+        m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET)
+        assert m.startup["decode_attn"] == "triton" and m.startup["decode_attn_quant"] is (on == "1")
+        runs.append(drive(m, block_size=BS, num_blocks=NB, max_batch_tokens=BUDGET, max_num_seqs=SEQS))
+    (quant, paths), (plain, _) = runs
+    assert paths.count("graph") > 10
+    assert [(rid, quant[rid], plain.get(rid)) for rid in sorted(quant) if quant[rid] != plain.get(rid)] == []

@@ -27,6 +27,7 @@ from __future__ import annotations
 from .switches import env_on
 
 ENV = "TRACESTORY_DECODE_ATTN"
+QUANT_ENV = "TRACESTORY_DECODE_ATTN_QUANT"   # off: the kernel leaves Wo's FP8 quantisation to the quantiser
 BLOCK_N = 64          # keys per tile of kernel 1
 WAVES = 2             # programs of kernel 1 aimed at: WAVES x the SM count
 MAX_SPLITS = 32       # most splits per (sequence, KV head)

@@ -24,7 +24,11 @@ KV head) to finish does it: each non-empty split, after its partial stores (a bl
 an ``acq_rel`` atomic add at GPU scope), counts itself in an int32 arrival counter; the one that
 sees ``used - 1`` reads the partials through L2 and writes the group's heads, then sets the counter
 back to 0. ``fused=False``: a second kernel (grid ``(B, H)``) combines instead (one more launch
-and its latency per layer).
+and its latency per layer). With ``quant`` (fused only) the last group of a sequence to finish
+(a second counter per sequence, the same ordering) reads the sequence's output row back through
+L2 and writes its FP8 row-wise quantisation with :mod:`.quant_triton`'s formulas (``amax`` of the
+rounded outputs, ``scale = amax / 448``, ``q = e4m3(clamp(o * 448 / amax))``): the input of the
+FP8 ``Wo`` projection, bit for bit what the quantiser kernel would write, one launch less.
 
 On Hopper the kernels launch with programmatic dependent launch like the glue's (:mod:`.pdl`:
 each waits for its predecessor before touching memory, so the results are those of plain
@@ -33,7 +37,8 @@ launches).
 Limits: head dim up to 256 (one tile); the workspace is allocated per call (in a CUDA graph:
 once, from the graph's pool); the arrival counters are one buffer per device, so two fused calls
 must not run at the same time on one device (two streams); a call cut short (a crashed kernel)
-leaves them non-zero; no FP8 output (the Wo quantiser still runs after it).
+leaves them non-zero; the fused quantisation takes rows of up to 16,384 elements (longer rows,
+or ``fused=False``, go through the quantiser kernel).
 """
 
 from __future__ import annotations
@@ -46,9 +51,10 @@ import triton.language as tl
 
 from . import pdl
 from .decode_attn import BLOCK_N, num_splits, query_rows
-from .quant_triton import _pdl_enter
+from .quant_triton import _FP8, FP8_MAX, _pdl_enter, _scale_from_amax
 
 _LOG2E = 1.4426950408889634
+MAX_QUANT_ROW = 16384            # longest output row the fused kernel quantises (one tile)
 _SMS: dict[int, int] = {}
 _COUNTERS: dict = {}             # device index -> int32 arrival counters (fused kernel)
 
@@ -73,10 +79,11 @@ def _combine_head(m_ptr, l_ptr, acc_ptr, out_ptr, row0, used, o_off, D, SP: tl.c
 
 
 @triton.jit
-def _split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, cnt_ptr,
-                  sq_h, sq_b, sk_s, sk_h, sv_s, sv_h, st_b, so_b, qk_scale, H, KH, S, BS, D,
+def _split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, cnt_ptr, q8_ptr, s8_ptr,
+                  sq_h, sq_b, sk_s, sk_h, sv_s, sv_h, st_b, so_b, qk_scale, B, H, KH, S, BS, D,
                   G: tl.constexpr, GP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  SP: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr, USE_PDL: tl.constexpr):
+                  SP: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr, QUANT: tl.constexpr,
+                  BLOCK_ROW: tl.constexpr, FP8_MAX: tl.constexpr, USE_PDL: tl.constexpr):
     _pdl_enter(USE_PDL)
     b = tl.program_id(0)
     kh = tl.program_id(1)
@@ -139,6 +146,24 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, 
                     _combine_head(m_ptr, l_ptr, acc_ptr, out_ptr, (b * H + hh).to(tl.int64) * S, used,
                                   b.to(tl.int64) * so_b + hh * D, D, SP, BLOCK_D)
                 tl.atomic_xchg(cnt, 0, sem="relaxed", scope="gpu")      # ready for the next call
+                if QUANT:
+                    # the last group of the sequence quantises its whole output row (FP8, one
+                    # scale: quant_triton's row-wise formulas on the rounded outputs)
+                    tl.debug_barrier()
+                    rcnt = cnt_ptr + B * KH + b
+                    rdone = tl.atomic_add(rcnt, 1, sem="acq_rel", scope="gpu")
+                    if rdone == KH - 1:
+                        tl.debug_barrier()
+                        cols = tl.arange(0, BLOCK_ROW)
+                        rmask = cols < H * D
+                        x = tl.load(out_ptr + b.to(tl.int64) * so_b + cols, mask=rmask, other=0.0,
+                                    cache_modifier=".cg").to(tl.float32)
+                        amax = tl.max(tl.abs(x)[None, :], axis=1)
+                        qscale, inv = _scale_from_amax(amax, FP8_MAX)
+                        tl.store(s8_ptr + b + tl.arange(0, 1), qscale)
+                        x8 = tl.minimum(tl.maximum(x * inv, -FP8_MAX), FP8_MAX)
+                        tl.store(q8_ptr + b.to(tl.int64) * H * D + cols, x8.to(q8_ptr.dtype.element_ty), mask=rmask)
+                        tl.atomic_xchg(rcnt, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -184,10 +209,13 @@ def _counters(device, n: int) -> torch.Tensor:
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
            pos: torch.Tensor, block_size: int, *, splits: int | None = None, scale: float | None = None,
-           block_n: int = BLOCK_N, num_warps: int = 4, fused: bool = True) -> torch.Tensor:
+           block_n: int = BLOCK_N, num_warps: int = 4, fused: bool = True, quant: bool = False):
     """Attention of one new token per sequence over the paged cache (module docstring):
-    ``[B, H*d]`` in q's dtype. ``splits``: default :func:`splits_for`; ``fused=False``: the
-    partials combined by a second kernel instead of the last split."""
+    ``[B, H*d]`` in q's dtype, or with ``quant`` its FP8 row-wise quantisation ``(q [B, H*d]
+    e4m3, scale [B, 1] fp32)`` (what :func:`.fp8.quantize` gives for the output; written by the
+    fused kernel's last group of each sequence, else by the quantiser). ``splits``: default
+    :func:`splits_for`; ``fused=False``: the partials combined by a second kernel instead of the
+    last split."""
     H, B, d = q.shape
     KH = k_cache.shape[1]
     if H % KH or q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or d > 256:
@@ -204,18 +232,28 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables
     m = torch.empty((B, H, S), dtype=f32, device=q.device)
     lsum = torch.empty((B, H, S), dtype=f32, device=q.device)
     acc = torch.empty((B, H, S, d), dtype=f32, device=q.device)
-    cnt = _counters(q.device, B * KH) if fused else m
+    fuse_quant = quant and fused and H * d <= MAX_QUANT_ROW
+    cnt = _counters(q.device, B * KH + B) if fused else m
+    q8 = torch.empty((B, H * d), dtype=_FP8, device=q.device) if fuse_quant else out
+    s8 = torch.empty((B, 1), dtype=f32, device=q.device) if fuse_quant else m
     bd = max(16, triton.next_power_of_2(d))
     sp = max(2, triton.next_power_of_2(S))
     use = pdl.enabled(q.device)
     qk_scale = (scale if scale is not None else 1.0 / math.sqrt(d)) * _LOG2E
-    _split_kernel[(B, KH, S)](q, k_cache, v_cache, tables, pos, m, lsum, acc, out, cnt,
+    _split_kernel[(B, KH, S)](q, k_cache, v_cache, tables, pos, m, lsum, acc, out, cnt, q8, s8,
                               q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
                               v_cache.stride(0), v_cache.stride(1), tables.stride(0), out.stride(0), qk_scale,
-                              H, KH, S, block_size, d, G=G, GP=query_rows(G), BLOCK_N=block_n, BLOCK_D=bd, SP=sp,
-                              IEEE=q.dtype == torch.float32, FUSED=fused, num_warps=num_warps, USE_PDL=use,
-                              **pdl.launch_options(use))
+                              B, H, KH, S, block_size, d, G=G, GP=query_rows(G), BLOCK_N=block_n, BLOCK_D=bd,
+                              SP=sp, IEEE=q.dtype == torch.float32, FUSED=fused, QUANT=fuse_quant,
+                              BLOCK_ROW=triton.next_power_of_2(H * d) if fuse_quant else 16, FP8_MAX=FP8_MAX,
+                              num_warps=num_warps, USE_PDL=use, **pdl.launch_options(use))
     if not fused:
         _combine_kernel[(B, H)](m, lsum, acc, pos, out, out.stride(0), H, S, d, BLOCK_N=block_n, SP=sp,
                                 BLOCK_D=bd, num_warps=4, USE_PDL=use, **pdl.launch_options(use))
+    if fuse_quant:
+        return q8, s8
+    if quant:
+        from .quant_triton import quantize_per_row
+
+        return quantize_per_row(out)
     return out

@@ -41,7 +41,9 @@ chunks of a mixed iteration are one query sequence over the whole cache with a b
 mask, decode tokens go through FlexAttention's decoding kernel, and on CUDA decode-only
 iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`), whose attention is the
 paged split-KV Triton kernels of :mod:`tracestory.models.decode_attn_triton` (bf16/fp16/fp32 with
-Triton; ``TRACESTORY_DECODE_ATTN=0``: FlexAttention's decoding kernel there too); prefill and mixed
+Triton; ``TRACESTORY_DECODE_ATTN=0``: FlexAttention's decoding kernel there too; with the fused
+glue and an FP8 row-wise ``Wo`` the kernel also writes ``Wo``'s FP8 input, replacing the quantiser,
+``TRACESTORY_DECODE_ATTN_QUANT=0``: not); prefill and mixed
 iterations replay one per (decode rows, chunk rows) bucket (:mod:`.mixed`) when they fit, else run
 eagerly (the layers' Python launches every op). On CUDA in bf16/fp16, an iteration whose every
 chunk is a fresh prompt (from position 0) attends its chunks with one flash call over the K/V just
@@ -261,6 +263,7 @@ class PagedLlama:
         self._launch_timing_next = 0
         self._glue = None            # models.glue_triton when the fused glue runs (prepare, CUDA)
         self._decode_attn = None     # models.decode_attn_triton when the decode graphs use it (prepare)
+        self._decode_attn_quant = False  # it also writes Wo's FP8 input (prepare)
         # prefill chunks of fresh prompts through flash (.fresh_attention): CUDA, FlexAttention's
         # backend, a dtype flash takes; tests may switch it on elsewhere (the reference then runs)
         self._fresh = (self.on_cuda and attention == "flex" and self.dtype in (torch.bfloat16, torch.float16)
@@ -373,6 +376,10 @@ class PagedLlama:
             width = -(-cap // self.block_size)
             self._decode_attn = self._pick_decode_attn()
             info["decode_attn"] = "triton" if self._decode_attn is not None else "flex"
+            # the kernel also quantises Wo's input where the fused glue runs an FP8 row-wise Wo
+            self._decode_attn_quant = (self._decode_attn is not None and self._glue is not None
+                                       and _rowwise(self.stack.layers[0].wo) and env_on(decode_attn.QUANT_ENV))
+            info["decode_attn_quant"] = self._decode_attn_quant
             say("decode graphs' attention: " + ("the paged split-KV Triton kernels" if self._decode_attn is not None
                                                 else f"FlexAttention's decoding kernel ({decode_attn.ENV}=0, "
                                                 "or no Triton, or a dtype it does not take)"))
@@ -483,8 +490,9 @@ class PagedLlama:
         """:meth:`_layers` with the glue fused (:mod:`tracestory.models.glue_triton`): per layer
         one norm kernel (adding the previous block's output to the residual stream, norm, FP8
         quantisation), the QKV GEMM, one RoPE kernel that also writes K/V into the cache,
-        attention, the output projection, its all-reduce, one norm kernel, the gate/up GEMM, one
-        SwiGLU kernel (quantising), the down projection and its all-reduce. The same math and
+        attention (in the decode graphs it may return ``Wo``'s FP8 input ``(q, scale)``), the
+        output projection, its all-reduce, one norm kernel, the gate/up GEMM, one SwiGLU kernel
+        (quantising), the down projection and its all-reduce. The same math and
         roundings as :meth:`_layers` (the GPU tests compare the two)."""
         G, cfg = self._glue, self.cfg
         H, K, eps = cfg.n_heads, cfg.n_kv_heads, cfg.norm_eps
@@ -493,8 +501,8 @@ class PagedLlama:
             x, a = G.norm(x, layer.n1, eps, residual=r, quant=_rowwise(layer.wqkv))
             qkv = self._project(a, layer.wqkv, x.dtype)
             q = G.rope_qkv(qkv, cos, sin, self.k_cache[li], self.v_cache[li], slots, H, K)    # [H, T, d]
-            o = attend(q, self.k_cache[li], self.v_cache[li])
-            y = self.tp_reduce(self._linear(o, layer.wo))
+            o = attend(q, self.k_cache[li], self.v_cache[li])       # or Wo's FP8 input (q, scale)
+            y = self.tp_reduce(self._project(o, layer.wo, x.dtype))
             x, m = G.norm(x, layer.n2, eps, residual=y, quant=_rowwise(layer.wgu))
             s = G.silu_mul(self._project(m, layer.wgu, x.dtype), quant=_rowwise(layer.wd))
             r = self.tp_reduce(self._project(s, layer.wd, x.dtype))
@@ -614,8 +622,9 @@ class PagedLlama:
         if dat is not None:
             # the paged split-KV kernels read the tables and positions directly; their split count
             # follows from the shapes (bucket, table width), so the graph replays any contents
-            tables, pos, bs = g.tables[:b], g.pos[:b], self.block_size
-            h = self._layers(x, cos, sin, g.slot[:b], lambda q, kc, vc: dat.decode(q, kc, vc, tables, pos, bs))
+            tables, pos, bs, quant = g.tables[:b], g.pos[:b], self.block_size, self._decode_attn_quant
+            h = self._layers(x, cos, sin, g.slot[:b],
+                             lambda q, kc, vc: dat.decode(q, kc, vc, tables, pos, bs, quant=quant))
         else:
             fa = self._flex
             g.tables32[:b].copy_(g.tables[:b])
