@@ -11,15 +11,19 @@ Parts (``--parts``, default both):
   graph of 32 calls, each over its own layer's cache (so K/V come from HBM, not L2), median of 5
   replays; also the largest difference between the two outputs. ``+quantiser``: followed by the
   FP8 row-wise quantiser kernel (what the step runs before Wo).
-* ``step``: three 32-layer llama-3-8b :class:`~tracestory.serve.model.PagedLlama` with the same
+* ``step``: 32-layer llama-3-8b :class:`~tracestory.serve.model.PagedLlama` with the same
   weights (bf16, FP8 row-wise projections, the fused glue, the small-M GEMM tuned once for the
-  first model and reused), prepared like the server: ``TRACESTORY_DECODE_ATTN=0`` (``flex``), on
-  with ``TRACESTORY_DECODE_ATTN_QUANT=0`` (``triton``) and both on (``triton_quant``); their
-  decode steps alternate at each (context, batch), each step synchronised; per variant the median of ``Launch.gpu_ns`` (device time of the
+  first model and reused), prepared like the server, one per ``--variants`` entry:
+  ``TRACESTORY_DECODE_ATTN=0`` (``flex``), on (``triton``, two kernels), on with
+  ``TRACESTORY_DECODE_ATTN_FUSED=1`` (``triton_fused``), and with ``TRACESTORY_DECODE_ATTN_QUANT=1``
+  too (``triton_fused_quant``); each model holds about 18 GB at the default contexts, so at most
+  three fit an H100 next to each other; their decode steps alternate at each (context, batch),
+  each step synchronised; per variant the median of ``Launch.gpu_ns`` (device time of the
   step) and of the wall time (as benchmarks/gpu/pdl_ab.py does).
 
 Usage: python benchmarks/gpu/decode_attn_ab.py [--parts kernel,step] [--batches 1,4,16] [--contexts 600,4000]
-[--steps 120] [--splits 4,8] [--json OUT]
+[--steps 120] [--variants flex,triton,triton_fused_quant]
+[--splits 4,8] [--json OUT]
 """
 
 from __future__ import annotations
@@ -82,15 +86,17 @@ def _kernel_case(fa, q, kcs, vcs, ctx: int, layers: int, fixed_splits) -> list[d
                 ("flex+quantiser", lambda li: quantize_per_row(fa.decode(q, kcs[li], vcs[li], mask))),
                 (f"triton_2kernels_s{default}", lambda li: dat.decode(q, kcs[li], vcs[li], tables, pos, BS,
                                                                       fused=False)),
-                (f"triton_fused_s{default}", lambda li: dat.decode(q, kcs[li], vcs[li], tables, pos, BS)),
+                (f"triton_fused_s{default}", lambda li: dat.decode(q, kcs[li], vcs[li], tables, pos, BS,
+                                                                   fused=True)),
                 (f"triton_fused_s{default}+quantiser",
-                 lambda li: quantize_per_row(dat.decode(q, kcs[li], vcs[li], tables, pos, BS))),
+                 lambda li: quantize_per_row(dat.decode(q, kcs[li], vcs[li], tables, pos, BS, fused=True))),
                 (f"triton_fused_quant_s{default}", lambda li: dat.decode(q, kcs[li], vcs[li], tables, pos, BS,
-                                                                         quant=True))]
+                                                                         fused=True, quant=True))]
     for s in fixed_splits:
         if s != default:
             variants.append((f"triton_fused_s{s}",
-                             lambda li, s=s: dat.decode(q, kcs[li], vcs[li], tables, pos, BS, splits=s)))
+                             lambda li, s=s: dat.decode(q, kcs[li], vcs[li], tables, pos, BS, splits=s,
+                                                        fused=True)))
     rows = []
     for name, fn in variants:
         out = fn(0)
@@ -98,7 +104,7 @@ def _kernel_case(fa, q, kcs, vcs, ctx: int, layers: int, fixed_splits) -> list[d
         g = captured_graph([lambda li=li, fn=fn: fn(li) for li in range(layers)], layers, warm=layers)
         t = cuda_times(g.replay, reps=5, warm=1)[1] / layers
         row = {"part": "kernel", "context": ctx, "batch": B, "variant": name, "us_per_layer": round(t * 1e6, 2),
-               "max_abs_diff_vs_flex": round(diff, 5)}
+               "max_abs_diff_vs_flex": None if diff is None else round(diff, 5)}
         if name == "flex":
             row["compile_s"] = round(compile_s, 1)
         rows.append(row)
@@ -106,7 +112,11 @@ def _kernel_case(fa, q, kcs, vcs, ctx: int, layers: int, fixed_splits) -> list[d
     return rows
 
 
-def step_part(batches, contexts, steps, layers=32) -> tuple[list[dict], dict]:
+STEP_VARIANTS = {"flex": ("0", "0", "0"), "triton": ("1", "0", "0"), "triton_fused": ("1", "1", "0"),
+                 "triton_fused_quant": ("1", "1", "1")}   # TRACESTORY_DECODE_ATTN, _FUSED, _QUANT
+
+
+def step_part(batches, contexts, steps, names, layers=32) -> tuple[list[dict], dict]:
     from tracestory.models import fp8
     from tracestory.models.fp8 import SMALL_M, quantize_stack
     from tracestory.models.llama_config import LlamaConfig
@@ -116,7 +126,7 @@ def step_part(batches, contexts, steps, layers=32) -> tuple[list[dict], dict]:
     cfg = LlamaConfig.from_name("llama-3-8b")
     nblk_max = -(-(max(contexts) + 1) // BS)
     nb = max(batches) * nblk_max + 16
-    variants = [("flex", "0", "0"), ("triton", "1", "0"), ("triton_quant", "1", "1")]
+    variants = [(n, *STEP_VARIANTS[n]) for n in names]
     models, tuned, startup = {}, {}, {}
     tune = fp8.tune_small_m
 
@@ -125,8 +135,9 @@ def step_part(batches, contexts, steps, layers=32) -> tuple[list[dict], dict]:
         SMALL_M.update(tuned)
         return []
 
-    for name, on, quant in variants:
+    for name, on, fused, quant in variants:
         os.environ["TRACESTORY_DECODE_ATTN"] = on
+        os.environ["TRACESTORY_DECODE_ATTN_FUSED"] = fused
         os.environ["TRACESTORY_DECODE_ATTN_QUANT"] = quant
         m = PagedLlama(cfg, layers=layers, num_blocks=nb, block_size=BS, vocab=128256, device="cuda",
                        dtype=torch.bfloat16, seed=0, attention="flex")
@@ -138,7 +149,8 @@ def step_part(batches, contexts, steps, layers=32) -> tuple[list[dict], dict]:
         fp8.tune_small_m = tune
         if not models:
             tuned.update(SMALL_M)
-        startup[name] = {k: m.startup.get(k) for k in ("decode_attn", "decode_attn_quant", "pdl", "compile_s", "graph_capture_s",
+        startup[name] = {k: m.startup.get(k) for k in ("decode_attn", "decode_attn_fused", "decode_attn_quant", "pdl",
+                                                        "compile_s", "graph_capture_s",
                                                         "table_width_blocks", "decode_buckets")}
         print(f"[{name}] prepared in {time.perf_counter() - t0:.1f} s: {startup[name]}", flush=True)
         models[name] = m
@@ -162,13 +174,13 @@ def step_part(batches, contexts, steps, layers=32) -> tuple[list[dict], dict]:
                     wall[n].append(time.perf_counter() - t)
                     gpu[n].append(launch.gpu_ns or 0)
                     paths[n].add(launch.path)
-            base = statistics.median(gpu["flex"])
+            base = statistics.median(gpu[names[0]])
             for n in models:
                 g = statistics.median(gpu[n])
                 row = {"part": "step", "context": ctx, "batch": b, "variant": n, "gpu_ms": round(g / 1e6, 4),
                        "wall_ms": round(statistics.median(wall[n]) * 1e3, 4),
                        "gpu_p10_ms": round(sorted(gpu[n])[len(gpu[n]) // 10] / 1e6, 4),
-                       "vs_flex": round(g / base, 4), "paths": sorted(paths[n])}
+                       "vs_first": round(g / base, 4), "paths": sorted(paths[n])}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows, {"startup": startup, "small_m": {str(k): v for k, v in tuned.items()}}
@@ -180,6 +192,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--contexts", default="600,4000")
     ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--variants", default="flex,triton,triton_fused_quant",
+                    help=f"step part, the first is the baseline; of {','.join(STEP_VARIANTS)}")
     ap.add_argument("--splits", default="", help="fixed split counts to time too (kernel part), e.g. 4,8,16,32")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -203,7 +217,10 @@ def main() -> None:
         out["rows"] += kernel_part(batches, contexts, fixed_splits=[int(x) for x in args.splits.split(",") if x])
         save()
     if "step" in parts:
-        rows, meta = step_part(batches, contexts, args.steps)
+        names = args.variants.split(",")
+        if not set(names) <= set(STEP_VARIANTS):
+            raise SystemExit(f"--variants: expected names of {', '.join(STEP_VARIANTS)}, found {args.variants!r}")
+        rows, meta = step_part(batches, contexts, args.steps, names)
         out["rows"] += rows
         out.update(meta)
         save()

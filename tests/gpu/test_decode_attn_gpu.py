@@ -111,7 +111,8 @@ def test_fused_quantisation_is_the_quantisers_bit_for_bit(dtype):
     assert all(int(c.abs().sum()) == 0 for c in dat._COUNTERS.values())
 
 
-def test_graph_captured_with_other_tables_replays_the_new_ones():
+@pytest.mark.parametrize("fused", [False, True])
+def test_graph_captured_with_other_tables_replays_the_new_ones(fused):
     """Capture over one batch's tables and positions, then write another batch's into the same
     buffers and replay: the output is that batch's attention (no shape or count from the data)."""
     ctx_a, ctx_b = [3, 40, 17, 1], [4000, 16, 600, 129]
@@ -130,11 +131,11 @@ def test_graph_captured_with_other_tables_replays_the_new_ones():
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(2):
-            dat.decode(qbuf, kbuf, vbuf, tables, pos, bs)
+            dat.decode(qbuf, kbuf, vbuf, tables, pos, bs, fused=fused)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = dat.decode(qbuf, kbuf, vbuf, tables, pos, bs)
+        out = dat.decode(qbuf, kbuf, vbuf, tables, pos, bs, fused=fused)
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out.clone(), _reference(qbuf, kbuf, vbuf, tables, pos, bs), atol=2e-5, rtol=1e-4)
@@ -154,18 +155,21 @@ def test_graph_captured_with_other_tables_replays_the_new_ones():
 BS, NB, SEQS, BUDGET = 16, 96, 4, 64
 
 
-def _engine(monkeypatch, on: str):
+def _engine(monkeypatch, on: str, fused: str = "0"):
     monkeypatch.setenv("TRACESTORY_DECODE_ATTN", on)
+    monkeypatch.setenv("TRACESTORY_DECODE_ATTN_FUSED", fused)
     cfg = LlamaConfig.from_name("llama-3-8b")
     m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda", dtype=torch.float32,
                    seed=2, attention="flex")
     m.prepare(max_num_seqs=SEQS, max_batch_tokens=BUDGET)
     assert m.startup["decode_attn"] == ("triton" if on == "1" else "flex")
+    assert m.startup["decode_attn_fused"] is (on == fused == "1")
     return drive(m, block_size=BS, num_blocks=NB, max_batch_tokens=BUDGET, max_num_seqs=SEQS)
 
 
-def test_engine_tokens_with_the_kernels_equal_those_with_flex(monkeypatch):
-    (new, paths), (flex, _) = _engine(monkeypatch, "1"), _engine(monkeypatch, "0")
+@pytest.mark.parametrize("fused", ["0", "1"])
+def test_engine_tokens_with_the_kernels_equal_those_with_flex(monkeypatch, fused):
+    (new, paths), (flex, _) = _engine(monkeypatch, "1", fused), _engine(monkeypatch, "0")
     assert paths.count("graph") > 10
     assert sorted(new) == sorted(flex) and len(new) == 7
     diff = [(rid, new[rid], flex[rid]) for rid in sorted(new) if new[rid] != flex[rid]]
@@ -178,8 +182,10 @@ def test_engine_tokens_with_the_kernels_quantisation_equal_the_quantisers(monkey
     from tracestory.models.fp8 import quantize_stack
 
     runs = []
+    monkeypatch.setenv("TRACESTORY_SMALL_M", "0")        # no start-up GEMM timing: _scaled_mm in both
     for on in ("1", "0"):
         monkeypatch.setenv("TRACESTORY_DECODE_ATTN", "1")
+        monkeypatch.setenv("TRACESTORY_DECODE_ATTN_FUSED", "1")
         monkeypatch.setenv("TRACESTORY_DECODE_ATTN_QUANT", on)
         cfg = LlamaConfig.from_name("llama-3-8b")
         m = PagedLlama(cfg, layers=2, num_blocks=NB, block_size=BS, vocab=1024, device="cuda",

@@ -57,6 +57,17 @@ def test_the_switch_and_the_device_decide(monkeypatch, value, on):
     assert da.wanted("float64", on_cuda=True) is False
 
 
+@pytest.mark.parametrize("value, on", [(None, False), ("", False), ("0", False), ("off", False), ("1", True),
+                                       ("yes", True)])
+def test_the_opt_in_variants_are_off_unless_set(monkeypatch, value, on):
+    for name in (da.FUSED_ENV, da.QUANT_ENV):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+        assert da.opted_in(name) is on
+
+
 def test_a_cpu_model_keeps_flex_in_its_decode_graph_bodies(monkeypatch):
     monkeypatch.setenv(da.ENV, "1")
     m = PagedLlama(LlamaConfig.from_name("tiny"), layers=1, num_blocks=8, block_size=4, vocab=64,

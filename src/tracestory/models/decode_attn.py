@@ -10,9 +10,11 @@ No heavy import here (the CPU tests check this part without Triton). The kernels
   context leaves the last splits empty), gathers each tile's keys through the block table, and
   keeps an online softmax in float32; it writes its partial ``(max, sum, acc)`` per query head
   to a workspace;
-* the last split program of a (sequence, KV head) to finish combines the partials of the
-  non-empty splits for the group's heads (or, unfused, a second kernel with one program per
-  (sequence, query head)).
+* a second kernel, one program per (sequence, query head), combines the partials of the
+  non-empty splits; or (``fused``, opt-in: ``TRACESTORY_DECODE_ATTN_FUSED=1``) the last split
+  program of a (sequence, KV head) to finish does it for the group's heads, and optionally
+  (``TRACESTORY_DECODE_ATTN_QUANT=1``) the last group of a sequence writes the FP8 row-wise
+  quantisation of the output row, the input of an FP8 ``Wo``.
 
 The split count is fixed per call from the batch, the KV heads, the GPU's SM count and the
 longest context the call may see (:func:`num_splits`), never from the positions, so a CUDA graph
@@ -24,10 +26,12 @@ iterations stay on FlexAttention); no sliding window; float16, bfloat16 or float
 
 from __future__ import annotations
 
-from .switches import env_on
+from .switches import OFF, env_on
 
 ENV = "TRACESTORY_DECODE_ATTN"
-QUANT_ENV = "TRACESTORY_DECODE_ATTN_QUANT"   # off: the kernel leaves Wo's FP8 quantisation to the quantiser
+# opt-in until measured on a GPU (their results were checked there, their speed not yet):
+FUSED_ENV = "TRACESTORY_DECODE_ATTN_FUSED"   # 1: the last split combines (one launch a layer, not two)
+QUANT_ENV = "TRACESTORY_DECODE_ATTN_QUANT"   # 1 (with FUSED): the kernel also writes Wo's FP8 input
 BLOCK_N = 64          # keys per tile of kernel 1
 WAVES = 2             # programs of kernel 1 aimed at: WAVES x the SM count
 MAX_SPLITS = 32       # most splits per (sequence, KV head)
@@ -75,3 +79,12 @@ def wanted(dtype_name: str, on_cuda: bool) -> bool:
     """Whether the decode graphs should use the kernels: CUDA, a dtype they take and
     ``TRACESTORY_DECODE_ATTN`` not off (Triton's presence is checked by the caller)."""
     return on_cuda and dtype_name in ("float16", "bfloat16", "float32") and env_on(ENV)
+
+
+def opted_in(name: str) -> bool:
+    """Whether the opt-in switch ``name`` is on: set to anything but ``0``, ``false``, ``no``,
+    ``off`` or nothing (unset: off, unlike :func:`.switches.env_on`)."""
+    import os
+
+    value = os.environ.get(name, "").strip().lower()
+    return bool(value) and value not in OFF

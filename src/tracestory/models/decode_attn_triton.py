@@ -1,4 +1,4 @@
-"""Paged split-KV decode attention in one Triton kernel (the model: :mod:`.decode_attn`).
+"""Paged split-KV decode attention in Triton (the model: :mod:`.decode_attn`).
 
 Imported only on CUDA when Triton is present (this module imports ``triton`` at import time).
 :func:`decode` takes what the decode CUDA graphs of :mod:`tracestory.serve.model` hold:
@@ -19,12 +19,12 @@ products on the tensor cores with float32 accumulation (float32 inputs: ``input_
 no TF32), the probabilities rounded to V's dtype before ``p·V`` as flash attention does, the
 running max in log2 units (``exp2``); its partial ``(m, l, acc)`` per head goes to a float32
 workspace. The combine, per head: ``M = max_s m_s``, ``o = Σ_s 2^(m_s-M)·acc_s / Σ_s 2^(m_s-M)·l_s``
-over the splits that hold keys. By default (``fused``) the last split program of each (sequence,
-KV head) to finish does it: each non-empty split, after its partial stores (a block barrier, then
+over the splits that hold keys, by a second kernel (grid ``(B, H)``). With ``fused`` the last
+split program of each (sequence, KV head) to finish does it instead (one launch and its latency
+less per layer): each non-empty split, after its partial stores (a block barrier, then
 an ``acq_rel`` atomic add at GPU scope), counts itself in an int32 arrival counter; the one that
 sees ``used - 1`` reads the partials through L2 and writes the group's heads, then sets the counter
-back to 0. ``fused=False``: a second kernel (grid ``(B, H)``) combines instead (one more launch
-and its latency per layer). With ``quant`` (fused only) the last group of a sequence to finish
+back to 0. With ``quant`` (fused only) the last group of a sequence to finish
 (a second counter per sequence, the same ordering) reads the sequence's output row back through
 L2 and writes its FP8 row-wise quantisation with :mod:`.quant_triton`'s formulas (``amax`` of the
 rounded outputs, ``scale = amax / 448``, ``q = e4m3(clamp(o * 448 / amax))``): the input of the
@@ -209,13 +209,13 @@ def _counters(device, n: int) -> torch.Tensor:
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
            pos: torch.Tensor, block_size: int, *, splits: int | None = None, scale: float | None = None,
-           block_n: int = BLOCK_N, num_warps: int = 4, fused: bool = True, quant: bool = False):
+           block_n: int = BLOCK_N, num_warps: int = 4, fused: bool = False, quant: bool = False):
     """Attention of one new token per sequence over the paged cache (module docstring):
     ``[B, H*d]`` in q's dtype, or with ``quant`` its FP8 row-wise quantisation ``(q [B, H*d]
     e4m3, scale [B, 1] fp32)`` (what :func:`.fp8.quantize` gives for the output; written by the
     fused kernel's last group of each sequence, else by the quantiser). ``splits``: default
-    :func:`splits_for`; ``fused=False``: the partials combined by a second kernel instead of the
-    last split."""
+    :func:`splits_for`; ``fused``: the partials combined by the last split of each (sequence,
+    KV head) instead of a second kernel."""
     H, B, d = q.shape
     KH = k_cache.shape[1]
     if H % KH or q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or d > 256:

@@ -41,9 +41,10 @@ chunks of a mixed iteration are one query sequence over the whole cache with a b
 mask, decode tokens go through FlexAttention's decoding kernel, and on CUDA decode-only
 iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`), whose attention is the
 paged split-KV Triton kernels of :mod:`tracestory.models.decode_attn_triton` (bf16/fp16/fp32 with
-Triton; ``TRACESTORY_DECODE_ATTN=0``: FlexAttention's decoding kernel there too; with the fused
-glue and an FP8 row-wise ``Wo`` the kernel also writes ``Wo``'s FP8 input, replacing the quantiser,
-``TRACESTORY_DECODE_ATTN_QUANT=0``: not); prefill and mixed
+Triton; ``TRACESTORY_DECODE_ATTN=0``: FlexAttention's decoding kernel there too; opt-in, not yet
+measured: ``TRACESTORY_DECODE_ATTN_FUSED=1``, one kernel a layer, and with it
+``TRACESTORY_DECODE_ATTN_QUANT=1``, which also writes an FP8 row-wise ``Wo``'s input where the glue
+is fused, replacing the quantiser); prefill and mixed
 iterations replay one per (decode rows, chunk rows) bucket (:mod:`.mixed`) when they fit, else run
 eagerly (the layers' Python launches every op). On CUDA in bf16/fp16, an iteration whose every
 chunk is a fresh prompt (from position 0) attends its chunks with one flash call over the K/V just
@@ -263,7 +264,8 @@ class PagedLlama:
         self._launch_timing_next = 0
         self._glue = None            # models.glue_triton when the fused glue runs (prepare, CUDA)
         self._decode_attn = None     # models.decode_attn_triton when the decode graphs use it (prepare)
-        self._decode_attn_quant = False  # it also writes Wo's FP8 input (prepare)
+        self._decode_attn_fused = False  # its last split combines (opt-in, prepare)
+        self._decode_attn_quant = False  # it also writes Wo's FP8 input (opt-in, prepare)
         # prefill chunks of fresh prompts through flash (.fresh_attention): CUDA, FlexAttention's
         # backend, a dtype flash takes; tests may switch it on elsewhere (the reference then runs)
         self._fresh = (self.on_cuda and attention == "flex" and self.dtype in (torch.bfloat16, torch.float16)
@@ -376,10 +378,13 @@ class PagedLlama:
             width = -(-cap // self.block_size)
             self._decode_attn = self._pick_decode_attn()
             info["decode_attn"] = "triton" if self._decode_attn is not None else "flex"
-            # the kernel also quantises Wo's input where the fused glue runs an FP8 row-wise Wo
-            self._decode_attn_quant = (self._decode_attn is not None and self._glue is not None
-                                       and _rowwise(self.stack.layers[0].wo) and env_on(decode_attn.QUANT_ENV))
-            info["decode_attn_quant"] = self._decode_attn_quant
+            # opt-in (models.decode_attn): the last split combines; it also quantises Wo's input
+            # where the fused glue runs an FP8 row-wise Wo
+            self._decode_attn_fused = self._decode_attn is not None and decode_attn.opted_in(decode_attn.FUSED_ENV)
+            self._decode_attn_quant = (self._decode_attn_fused and self._glue is not None
+                                       and _rowwise(self.stack.layers[0].wo)
+                                       and decode_attn.opted_in(decode_attn.QUANT_ENV))
+            info.update(decode_attn_fused=self._decode_attn_fused, decode_attn_quant=self._decode_attn_quant)
             say("decode graphs' attention: " + ("the paged split-KV Triton kernels" if self._decode_attn is not None
                                                 else f"FlexAttention's decoding kernel ({decode_attn.ENV}=0, "
                                                 "or no Triton, or a dtype it does not take)"))
@@ -622,9 +627,10 @@ class PagedLlama:
         if dat is not None:
             # the paged split-KV kernels read the tables and positions directly; their split count
             # follows from the shapes (bucket, table width), so the graph replays any contents
-            tables, pos, bs, quant = g.tables[:b], g.pos[:b], self.block_size, self._decode_attn_quant
+            tables, pos, bs = g.tables[:b], g.pos[:b], self.block_size
+            fused, quant = self._decode_attn_fused, self._decode_attn_quant
             h = self._layers(x, cos, sin, g.slot[:b],
-                             lambda q, kc, vc: dat.decode(q, kc, vc, tables, pos, bs, quant=quant))
+                             lambda q, kc, vc: dat.decode(q, kc, vc, tables, pos, bs, fused=fused, quant=quant))
         else:
             fa = self._flex
             g.tables32[:b].copy_(g.tables[:b])
