@@ -34,7 +34,8 @@ ALLOWED = {("loadgen", "serve")}
 # that may sit inside a function, so that importing tracestory never imports torch.
 # modules with torch (or triton) at their top: imported inside the functions that need them
 HEAVY = {"tracestory.models", "tracestory.models.llama", "tracestory.models.fp8", "tracestory.models.flex",
-         "tracestory.models.quant_triton", "tracestory.models.glue_triton", "tracestory.models.fp8_small_m"}
+         "tracestory.models.quant_triton", "tracestory.models.glue_triton", "tracestory.models.fp8_small_m",
+         "tracestory.models.decode_attn_triton"}
 
 
 def _modules() -> dict[str, tuple]:

@@ -3,8 +3,10 @@
 Each switch is on unless its variable is ``0``, ``false``, ``no`` or ``off`` (any case):
 ``TRACESTORY_FRESH_ATTN`` (:mod:`tracestory.serve.fresh_attention`), ``TRACESTORY_SMALL_M`` (the
 small-M FP8 GEMM, :mod:`.fp8_small_m`), ``TRACESTORY_PDL`` (programmatic dependent launch,
-:mod:`.pdl`). Multi-valued settings (``TRACESTORY_GLUE``, ``TRACESTORY_ALLREDUCE``) are read
-where they are used.
+:mod:`.pdl`), ``TRACESTORY_DECODE_ATTN`` (the paged split-KV decode kernels of the decode graphs,
+:mod:`.decode_attn`; its opt-in variants ``TRACESTORY_DECODE_ATTN_FUSED`` and
+``TRACESTORY_DECODE_ATTN_QUANT`` are off unless set). Multi-valued settings
+(``TRACESTORY_GLUE``, ``TRACESTORY_ALLREDUCE``) are read where they are used.
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ host-to-device copy from a pinned buffer)::
 
 ``W`` (blocks) bounds the context a graph serves; a longer one or more members than the last
 bucket run eagerly; an iteration with prefill tokens is :mod:`.mixed`'s (same ``W``). The graph's body (:meth:`PagedLlama._decode_static`)
-embeds, runs the layers with FlexAttention's decoding kernel over the paged cache and writes
+embeds, runs the layers with the paged split-KV decode kernels (:mod:`tracestory.models.decode_attn`;
+or FlexAttention's decoding kernel, ``TRACESTORY_DECODE_ATTN=0``) over the paged cache and writes
 the greedy ids into the model's sampled buffer. Capture: two warm-up runs per bucket (the
-first compiles FlexAttention for that shape; the time is reported), then
+first compiles the attention for that shape; the time is reported), then
 ``torch.cuda.graph``. The pinned input buffers rotate (4), each reused only after the copy
 out of it finished (an event).
 

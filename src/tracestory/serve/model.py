@@ -39,7 +39,12 @@ index tensors of an iteration go to the device in one copy. With ``attention="fl
 FlexAttention reads K/V through the block tables (:mod:`.paged_attention`): the prefill
 chunks of a mixed iteration are one query sequence over the whole cache with a block-table
 mask, decode tokens go through FlexAttention's decoding kernel, and on CUDA decode-only
-iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`); prefill and mixed
+iterations replay a CUDA graph per batch-size bucket (:mod:`.graphs`), whose attention is the
+paged split-KV Triton kernels of :mod:`tracestory.models.decode_attn_triton` (bf16/fp16/fp32 with
+Triton; ``TRACESTORY_DECODE_ATTN=0``: FlexAttention's decoding kernel there too; opt-in, not yet
+measured: ``TRACESTORY_DECODE_ATTN_FUSED=1``, one kernel a layer, and with it
+``TRACESTORY_DECODE_ATTN_QUANT=1``, which also writes an FP8 row-wise ``Wo``'s input where the glue
+is fused, replacing the quantiser); prefill and mixed
 iterations replay one per (decode rows, chunk rows) bucket (:mod:`.mixed`) when they fit, else run
 eagerly (the layers' Python launches every op). On CUDA in bf16/fp16, an iteration whose every
 chunk is a fresh prompt (from position 0) attends its chunks with one variable-length call over the
@@ -63,13 +68,13 @@ import itertools
 from collections.abc import Sequence
 
 from ..capture.region import region
+from ..models import decode_attn, pdl
 from ..models.llama_config import LlamaConfig, layer_params
+from ..models.switches import env_on
 from . import fresh_attention
 from .graphs import DecodeGraphs, bucket_for, decode_buckets
 from .mixed import MixedGraphs, chunk_buckets
 from .paged_attention import PAD_ROW, Q_TILE, FlexPagedAttention, cache_blocks, chunk_tiles
-from ..models import pdl
-from ..models.switches import env_on
 
 ATTENTION_BACKENDS = ("sdpa", "flex")
 # decode CUDA graphs hold block tables this long (tokens); a longer context runs eagerly
@@ -259,6 +264,9 @@ class PagedLlama:
         self._launch_timing: list = []   # pairs of timing events around launches (CUDA; Launch.gpu_ns)
         self._launch_timing_next = 0
         self._glue = None            # models.glue_triton when the fused glue runs (prepare, CUDA)
+        self._decode_attn = None     # models.decode_attn_triton when the decode graphs use it (prepare)
+        self._decode_attn_fused = False  # its last split combines (opt-in, prepare)
+        self._decode_attn_quant = False  # it also writes Wo's FP8 input (opt-in, prepare)
         # prefill chunks of fresh prompts through flash (.fresh_attention): CUDA, FlexAttention's
         # backend, a dtype flash takes; tests may switch it on elsewhere (the reference then runs)
         self._fresh = (self.on_cuda and attention == "flex" and self.dtype in (torch.bfloat16, torch.float16)
@@ -369,6 +377,18 @@ class PagedLlama:
         if self.on_cuda and self.attention == "flex":
             cap = min(self.num_blocks * self.block_size, max_model_len or GRAPH_MAX_MODEL_LEN)
             width = -(-cap // self.block_size)
+            self._decode_attn = self._pick_decode_attn()
+            info["decode_attn"] = "triton" if self._decode_attn is not None else "flex"
+            # opt-in (models.decode_attn): the last split combines; it also quantises Wo's input
+            # where the fused glue runs an FP8 row-wise Wo
+            self._decode_attn_fused = self._decode_attn is not None and decode_attn.opted_in(decode_attn.FUSED_ENV)
+            self._decode_attn_quant = (self._decode_attn_fused and self._glue is not None
+                                       and _rowwise(self.stack.layers[0].wo)
+                                       and decode_attn.opted_in(decode_attn.QUANT_ENV))
+            info.update(decode_attn_fused=self._decode_attn_fused, decode_attn_quant=self._decode_attn_quant)
+            say("decode graphs' attention: " + ("the paged split-KV Triton kernels" if self._decode_attn is not None
+                                                else f"FlexAttention's decoding kernel ({decode_attn.ENV}=0, "
+                                                "or no Triton, or a dtype it does not take)"))
             t0 = time.perf_counter()
             with torch.inference_mode():
                 self._graphs = DecodeGraphs(self, buckets, width, use_graphs=cuda_graphs)
@@ -403,6 +423,17 @@ class PagedLlama:
                 info["mixed_graphs_error"] = self._mixed.failed
         self.startup = info
         return info
+
+    def _pick_decode_attn(self):
+        """:mod:`tracestory.models.decode_attn_triton` when the decode graphs should use it
+        (:func:`tracestory.models.decode_attn.wanted` and Triton imports), else None (FlexAttention)."""
+        if not decode_attn.wanted(str(self.dtype).removeprefix("torch."), self.on_cuda):
+            return None
+        try:
+            from ..models import decode_attn_triton
+        except ImportError:
+            return None
+        return decode_attn_triton
 
     def forward_hidden(self, x, spans: Sequence[tuple[int, int, Sequence[int]]]):
         """Hidden states ``[T, D]`` after the layers for ``x`` ``[T, D]`` made of spans
@@ -469,8 +500,9 @@ class PagedLlama:
         """:meth:`_layers` with the glue fused (:mod:`tracestory.models.glue_triton`): per layer
         one norm kernel (adding the previous block's output to the residual stream, norm, FP8
         quantisation), the QKV GEMM, one RoPE kernel that also writes K/V into the cache,
-        attention, the output projection, its all-reduce, one norm kernel, the gate/up GEMM, one
-        SwiGLU kernel (quantising), the down projection and its all-reduce. The same math and
+        attention (in the decode graphs it may return ``Wo``'s FP8 input ``(q, scale)``), the
+        output projection, its all-reduce, one norm kernel, the gate/up GEMM, one SwiGLU kernel
+        (quantising), the down projection and its all-reduce. The same math and
         roundings as :meth:`_layers` (the GPU tests compare the two)."""
         G, cfg = self._glue, self.cfg
         H, K, eps = cfg.n_heads, cfg.n_kv_heads, cfg.norm_eps
@@ -479,8 +511,8 @@ class PagedLlama:
             x, a = G.norm(x, layer.n1, eps, residual=r, quant=_rowwise(layer.wqkv))
             qkv = self._project(a, layer.wqkv, x.dtype)
             q = G.rope_qkv(qkv, cos, sin, self.k_cache[li], self.v_cache[li], slots, H, K)    # [H, T, d]
-            o = attend(q, self.k_cache[li], self.v_cache[li])
-            y = self.tp_reduce(self._linear(o, layer.wo))
+            o = attend(q, self.k_cache[li], self.v_cache[li])       # or Wo's FP8 input (q, scale)
+            y = self.tp_reduce(self._project(o, layer.wo, x.dtype))
             x, m = G.norm(x, layer.n2, eps, residual=y, quant=_rowwise(layer.wgu))
             s = G.silu_mul(self._project(m, layer.wgu, x.dtype), quant=_rowwise(layer.wd))
             r = self.tp_reduce(self._project(s, layer.wd, x.dtype))
@@ -597,16 +629,25 @@ class PagedLlama:
         """A decode-only iteration of bucket ``b`` over the static buffers of ``g``
         (:class:`~.graphs.DecodeGraphs`): no host sync, no allocation that depends on the
         batch's contents, so a CUDA graph can replay it."""
-        fa = self._flex
-        g.tables32[:b].copy_(g.tables[:b])
-        g.nblk32[:b].copy_(g.nblk[:b])
-        fa.dec_owner[:b].copy_(g.mid[:b])
-        fa.dec_pos[:b].copy_(g.pos[:b])
-        fa.set_blocks(g.tables[:b], g.mid[:b])
         x = self.embed[self._resolve_ids(g.tok[:b])]
         cos, sin = self._rope_tables(g.pos[:b])
-        mask = g.masks[b]
-        h = self._layers(x, cos, sin, g.slot[:b], lambda q, kc, vc: fa.decode(q, kc, vc, mask))
+        dat = self._decode_attn
+        if dat is not None:
+            # the paged split-KV kernels read the tables and positions directly; their split count
+            # follows from the shapes (bucket, table width), so the graph replays any contents
+            tables, pos, bs = g.tables[:b], g.pos[:b], self.block_size
+            fused, quant = self._decode_attn_fused, self._decode_attn_quant
+            h = self._layers(x, cos, sin, g.slot[:b],
+                             lambda q, kc, vc: dat.decode(q, kc, vc, tables, pos, bs, fused=fused, quant=quant))
+        else:
+            fa = self._flex
+            g.tables32[:b].copy_(g.tables[:b])
+            g.nblk32[:b].copy_(g.nblk[:b])
+            fa.dec_owner[:b].copy_(g.mid[:b])
+            fa.dec_pos[:b].copy_(g.pos[:b])
+            fa.set_blocks(g.tables[:b], g.mid[:b])
+            mask = g.masks[b]
+            h = self._layers(x, cos, sin, g.slot[:b], lambda q, kc, vc: fa.decode(q, kc, vc, mask))
         self._sample_rows(h)
 
     def _sdpa_attend(self, q, kc, vc, lay):
