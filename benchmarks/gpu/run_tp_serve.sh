@@ -60,7 +60,7 @@ serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; r
 
 for part in "$@"; do case $part in
 tests)   # the whole pytest output in $OUT/pytest_gpu.txt, its end in the log
-  step gpu-tests 240 bash -c "python3 -m pytest -q -rfE -m gpu --noconftest -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.txt 2>&1; rc=\$?; tail -30 $OUT/pytest_gpu.txt; exit \$rc" ;;
+  step gpu-tests ${TESTS_LIMIT:-240} bash -c "python3 -m pytest -q -rfE -m gpu --noconftest -p no:cacheprovider tests/gpu > $OUT/pytest_gpu.txt 2>&1; rc=\$?; tail -30 $OUT/pytest_gpu.txt; exit \$rc" ;;
 roofs)
   step roofs 60 python3 benchmarks/gpu/roofs.py --json $W/json/roofs.json ;;
 capture2)
