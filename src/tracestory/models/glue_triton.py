@@ -112,20 +112,28 @@ def _silu_mul_kernel(gu_ptr, out_ptr, s_ptr, I, QUANT: tl.constexpr, BLOCK: tl.c
     g_row = gu_ptr + row * 2 * I
     dt = gu_ptr.dtype.element_ty
     if ONE_TILE:            # the row in one tile: g and u read once, the product kept for the scale
-        m = cols < I
-        g = tl.load(g_row + cols, mask=m, other=0.0).to(tl.float32)
-        u = tl.load(g_row + I + cols, mask=m, other=0.0).to(tl.float32)
-        a = (g / (1.0 + tl.exp(-g))).to(dt).to(tl.float32)
-        y = (a * u).to(dt)
+        m1 = cols < I
+        g1 = tl.load(g_row + cols, mask=m1, other=0.0).to(tl.float32)
+        u1 = tl.load(g_row + I + cols, mask=m1, other=0.0).to(tl.float32)
+        a1 = (g1 / (1.0 + tl.exp(-g1))).to(dt).to(tl.float32)
+        y1 = (a1 * u1).to(dt)
         if QUANT:
-            yf = y.to(tl.float32)
-            scale, inv = _scale_from_amax(tl.max(tl.abs(yf)[None, :], axis=1), FP8_MAX)
-            tl.store(s_ptr + row + tl.arange(0, 1), scale)
-            q = tl.minimum(tl.maximum(yf * inv, -FP8_MAX), FP8_MAX)
-            tl.store(out_ptr + row * I + cols, q.to(out_ptr.dtype.element_ty), mask=m)
+            yf1 = y1.to(tl.float32)
+            scale1, inv1 = _scale_from_amax(tl.max(tl.abs(yf1)[None, :], axis=1), FP8_MAX)
+            tl.store(s_ptr + row + tl.arange(0, 1), scale1)
+            q1 = tl.minimum(tl.maximum(yf1 * inv1, -FP8_MAX), FP8_MAX)
+            tl.store(out_ptr + row * I + cols, q1.to(out_ptr.dtype.element_ty), mask=m1)
         else:
-            tl.store(out_ptr + row * I + cols, y, mask=m)
-        return
+            tl.store(out_ptr + row * I + cols, y1, mask=m1)
+    else:
+        _silu_mul_passes(g_row, out_ptr, s_ptr, row, cols, I, QUANT, BLOCK, FP8_MAX)
+
+
+@triton.jit
+def _silu_mul_passes(g_row, out_ptr, s_ptr, row, cols, I, QUANT: tl.constexpr, BLOCK: tl.constexpr,
+                     FP8_MAX: tl.constexpr):
+    """A row longer than one tile: the scale's pass, then the quantising pass (tiles of BLOCK)."""
+    dt = g_row.dtype.element_ty
     if QUANT:
         acc = tl.zeros([BLOCK], tl.float32)
         for k in range(0, I, BLOCK):

@@ -89,26 +89,26 @@ def _quant_row_kernel(x_ptr, q_ptr, scale_ptr, K, BLOCK_K: tl.constexpr, FP8_MAX
     q_row = q_ptr + row * K
     cols = tl.arange(0, BLOCK_K)
     if ONE_TILE:            # the row in one tile: read once, kept in registers for the second step
-        mask = cols < K
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        scale, inv = _scale_from_amax(tl.max(tl.abs(x)[None, :], axis=1), FP8_MAX)
+        mask1 = cols < K
+        x1 = tl.load(x_row + cols, mask=mask1, other=0.0).to(tl.float32)
+        scale1, inv1 = _scale_from_amax(tl.max(tl.abs(x1)[None, :], axis=1), FP8_MAX)
+        tl.store(scale_ptr + row + tl.arange(0, 1), scale1)
+        q1 = tl.minimum(tl.maximum(x1 * inv1, -FP8_MAX), FP8_MAX)
+        tl.store(q_row + cols, q1.to(q_ptr.dtype.element_ty), mask=mask1)
+    else:
+        acc = tl.zeros([BLOCK_K], tl.float32)
+        for k in range(0, K, BLOCK_K):
+            x = tl.load(x_row + k + cols, mask=k + cols < K, other=0.0).to(tl.float32)
+            acc = tl.maximum(acc, tl.abs(x))
+        amax = tl.max(acc[None, :], axis=1)                          # [1]
+        scale, inv = _scale_from_amax(amax, FP8_MAX)
         tl.store(scale_ptr + row + tl.arange(0, 1), scale)
-        q = tl.minimum(tl.maximum(x * inv, -FP8_MAX), FP8_MAX)
-        tl.store(q_row + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
-        return
-    acc = tl.zeros([BLOCK_K], tl.float32)
-    for k in range(0, K, BLOCK_K):
-        x = tl.load(x_row + k + cols, mask=k + cols < K, other=0.0).to(tl.float32)
-        acc = tl.maximum(acc, tl.abs(x))
-    amax = tl.max(acc[None, :], axis=1)                          # [1]
-    scale, inv = _scale_from_amax(amax, FP8_MAX)
-    tl.store(scale_ptr + row + tl.arange(0, 1), scale)
-    # Second pass: the row was just read, so it comes from L1/L2, not HBM, for rows < ~100 KB.
-    for k in range(0, K, BLOCK_K):
-        mask = k + cols < K
-        x = tl.load(x_row + k + cols, mask=mask, other=0.0).to(tl.float32)
-        q = tl.minimum(tl.maximum(x * inv, -FP8_MAX), FP8_MAX)
-        tl.store(q_row + k + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+        # Second pass: the row was just read, so it comes from L1/L2, not HBM, for rows < ~100 KB.
+        for k in range(0, K, BLOCK_K):
+            mask = k + cols < K
+            x = tl.load(x_row + k + cols, mask=mask, other=0.0).to(tl.float32)
+            q = tl.minimum(tl.maximum(x * inv, -FP8_MAX), FP8_MAX)
+            tl.store(q_row + k + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
