@@ -4,34 +4,87 @@ its back end down to a cubin, no device needed. The Triton interpreter (TRITON_I
 not catch those errors: it runs the Python. Outside CI (CI has no Triton).
 
 Usage: PYTHONPATH=src python tools/triton_compile_check.py   (a Python with Triton; exit 1 on an error)"""
+
 import sys
+
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from tracestory.models import glue_triton as G, quant_triton as Q, fp8_small_m as S
+
+from tracestory.models import fp8_small_m as S
+from tracestory.models import glue_triton as G
+from tracestory.models import quant_triton as Q
 
 target = GPUTarget("cuda", 90, 32)
 cases = [
-    (G._silu_mul_kernel, {"gu_ptr": "*bf16", "out_ptr": "*fp8e4nv", "s_ptr": "*fp32", "I": "i32"},
-     {"QUANT": True, "BLOCK": 16384, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": True}),
-    (G._silu_mul_kernel, {"gu_ptr": "*bf16", "out_ptr": "*fp8e4nv", "s_ptr": "*fp32", "I": "i32"},
-     {"QUANT": True, "BLOCK": 4096, "FP8_MAX": 448.0, "USE_PDL": False, "ONE_TILE": False}),
-    (G._silu_mul_kernel, {"gu_ptr": "*fp32", "out_ptr": "*fp32", "s_ptr": "*fp32", "I": "i32"},
-     {"QUANT": False, "BLOCK": 8192, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": True}),
-    (G._silu_mul_kernel, {"gu_ptr": "*fp32", "out_ptr": "*fp32", "s_ptr": "*fp32", "I": "i32"},
-     {"QUANT": False, "BLOCK": 4096, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": False}),
-    (Q._quant_row_kernel, {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "K": "i32"},
-     {"BLOCK_K": 4096, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": True}),
-    (Q._quant_row_kernel, {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "K": "i32"},
-     {"BLOCK_K": 8192, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": False}),
-    (G._row_max_blocks_kernel, {"x_ptr": "*bf16", "val_ptr": "*fp32", "idx_ptr": "*i32", "V": "i32", "P": "i32"},
-     {"BLOCK": 4096, "USE_PDL": True}),
-    (G._row_max_pick_kernel, {"val_ptr": "*fp32", "idx_ptr": "*i32", "out_val_ptr": "*fp32", "out_idx_ptr": "*i64", "P": "i32"},
-     {"BLOCK_P": 32, "USE_PDL": True}),
-    (G._add_rmsnorm_quant_kernel, {"x_ptr": "*bf16", "r_ptr": "*bf16", "h_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*fp8e4nv", "s_ptr": "*fp32", "D": "i32", "eps": "fp32"},
-     {"HAS_RES": True, "QUANT": True, "BLOCK": 4096, "FP8_MAX": 448.0, "USE_PDL": True}),
-    (S._fp8_gemm_small_m_kernel, {"x_ptr": "*fp8e4nv", "sx_ptr": "*fp32", "w_ptr": "*fp8e4nv", "sw_ptr": "*fp32", "y_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32"},
-     {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "USE_PDL": True}),
+    (
+        G._silu_mul_kernel,
+        {"gu_ptr": "*bf16", "out_ptr": "*fp8e4nv", "s_ptr": "*fp32", "I": "i32"},
+        {"QUANT": True, "BLOCK": 16384, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": True},
+    ),
+    (
+        G._silu_mul_kernel,
+        {"gu_ptr": "*bf16", "out_ptr": "*fp8e4nv", "s_ptr": "*fp32", "I": "i32"},
+        {"QUANT": True, "BLOCK": 4096, "FP8_MAX": 448.0, "USE_PDL": False, "ONE_TILE": False},
+    ),
+    (
+        G._silu_mul_kernel,
+        {"gu_ptr": "*fp32", "out_ptr": "*fp32", "s_ptr": "*fp32", "I": "i32"},
+        {"QUANT": False, "BLOCK": 8192, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": True},
+    ),
+    (
+        G._silu_mul_kernel,
+        {"gu_ptr": "*fp32", "out_ptr": "*fp32", "s_ptr": "*fp32", "I": "i32"},
+        {"QUANT": False, "BLOCK": 4096, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": False},
+    ),
+    (
+        Q._quant_row_kernel,
+        {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "K": "i32"},
+        {"BLOCK_K": 4096, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": True},
+    ),
+    (
+        Q._quant_row_kernel,
+        {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "K": "i32"},
+        {"BLOCK_K": 8192, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": False},
+    ),
+    (
+        G._row_max_blocks_kernel,
+        {"x_ptr": "*bf16", "val_ptr": "*fp32", "idx_ptr": "*i32", "V": "i32", "P": "i32"},
+        {"BLOCK": 4096, "USE_PDL": True},
+    ),
+    (
+        G._row_max_pick_kernel,
+        {"val_ptr": "*fp32", "idx_ptr": "*i32", "out_val_ptr": "*fp32", "out_idx_ptr": "*i64", "P": "i32"},
+        {"BLOCK_P": 32, "USE_PDL": True},
+    ),
+    (
+        G._add_rmsnorm_quant_kernel,
+        {
+            "x_ptr": "*bf16",
+            "r_ptr": "*bf16",
+            "h_ptr": "*bf16",
+            "w_ptr": "*bf16",
+            "out_ptr": "*fp8e4nv",
+            "s_ptr": "*fp32",
+            "D": "i32",
+            "eps": "fp32",
+        },
+        {"HAS_RES": True, "QUANT": True, "BLOCK": 4096, "FP8_MAX": 448.0, "USE_PDL": True},
+    ),
+    (
+        S._fp8_gemm_small_m_kernel,
+        {
+            "x_ptr": "*fp8e4nv",
+            "sx_ptr": "*fp32",
+            "w_ptr": "*fp8e4nv",
+            "sw_ptr": "*fp32",
+            "y_ptr": "*bf16",
+            "M": "i32",
+            "N": "i32",
+            "K": "i32",
+        },
+        {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "USE_PDL": True},
+    ),
 ]
 bad = 0
 for fn, sig, const in cases:
