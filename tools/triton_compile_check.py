@@ -48,12 +48,12 @@ cases = [
         {"BLOCK_K": 8192, "FP8_MAX": 448.0, "USE_PDL": True, "ONE_TILE": False},
     ),
     (
-        G._row_max_blocks_kernel,
+        G._argmax_blocks_kernel,
         {"x_ptr": "*bf16", "val_ptr": "*fp32", "idx_ptr": "*i32", "V": "i32", "P": "i32"},
         {"BLOCK": 4096, "USE_PDL": True},
     ),
     (
-        G._row_max_pick_kernel,
+        G._argmax_pick_kernel,
         {"val_ptr": "*fp32", "idx_ptr": "*i32", "out_val_ptr": "*fp32", "out_idx_ptr": "*i64", "P": "i32"},
         {"BLOCK_P": 32, "USE_PDL": True},
     ),

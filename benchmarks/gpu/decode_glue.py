@@ -118,8 +118,12 @@ def _kind(name: str) -> str:
         return "gemm (triton small-M)"
     if "nvjet" in n or "gemm" in n or "sm90_xmma" in n or "cutlass" in n or "gemv" in n:
         return "gemm"
+    if "paged_decode_attn" in n:          # models/decode_attn_triton.py
+        return "split-KV decode attention (triton)"
     if "flex" in n or "triton_tem" in n:
         return "flex attention"
+    if "argmax" in n:                     # glue_triton.row_max: the LM head's greedy pick
+        return "reduction"
     if "norm_quant_kernel" in n or "_norm_kernel" in n or "_rope_qkv" in n or "_silu_mul" in n:
         return "fused glue (triton)"
     if "_quant_row" in n:

@@ -221,7 +221,7 @@ def silu_mul(gu: torch.Tensor, quant: bool = False):
 
 
 @triton.jit
-def _row_max_blocks_kernel(x_ptr, val_ptr, idx_ptr, V, P, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+def _argmax_blocks_kernel(x_ptr, val_ptr, idx_ptr, V, P, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
     _pdl_enter(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     blk = tl.program_id(1)
@@ -234,7 +234,7 @@ def _row_max_blocks_kernel(x_ptr, val_ptr, idx_ptr, V, P, BLOCK: tl.constexpr, U
 
 
 @triton.jit
-def _row_max_pick_kernel(val_ptr, idx_ptr, out_val_ptr, out_idx_ptr, P, BLOCK_P: tl.constexpr,
+def _argmax_pick_kernel(val_ptr, idx_ptr, out_val_ptr, out_idx_ptr, P, BLOCK_P: tl.constexpr,
                          USE_PDL: tl.constexpr):
     _pdl_enter(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
@@ -258,8 +258,8 @@ def row_max(logits: torch.Tensor, block: int = 4096):
     idx = torch.empty(n, dtype=torch.int64, device=logits.device)
     if n:
         use = pdl.enabled(logits.device)
-        _row_max_blocks_kernel[(n, P)](logits, part_v, part_i, V, P, BLOCK=block, USE_PDL=use, num_warps=8,
+        _argmax_blocks_kernel[(n, P)](logits, part_v, part_i, V, P, BLOCK=block, USE_PDL=use, num_warps=8,
                                        **pdl.launch_options(use))
-        _row_max_pick_kernel[(n,)](part_v, part_i, val, idx, P, BLOCK_P=triton.next_power_of_2(P), USE_PDL=use,
+        _argmax_pick_kernel[(n,)](part_v, part_i, val, idx, P, BLOCK_P=triton.next_power_of_2(P), USE_PDL=use,
                                    num_warps=1, **pdl.launch_options(use))
     return val, idx
