@@ -36,10 +36,26 @@ def _dtype(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+# the CUDA engine's paths that the environment switches, for A/B runs (each is said at start-up and
+# recorded in the event log's meta.startup); docs/BENCHMARKS.md has what each measured
+ENGINE_SWITCHES = """engine switches (environment variables, CUDA; for A/B runs):
+  TRACESTORY_GLUE=torch         torch ops instead of the fused Triton glue kernels
+  TRACESTORY_SMALL_M=0          cuBLAS _scaled_mm at decode instead of the small-M FP8 GEMM
+  TRACESTORY_PDL=0              no programmatic dependent launch of the Triton kernels (Hopper)
+  TRACESTORY_DECODE_ATTN=0      FlexAttention's decoding kernel in the decode graphs instead of the
+                                paged split-KV Triton kernels
+  TRACESTORY_FRESH_ATTN=0|flash|cudnn
+                                fresh prompts: FlexAttention's chunk kernel (0), flash, or cuDNN graphs
+                                per chunk bucket (needs nvidia-cudnn-frontend; default auto: cuDNN
+                                where its start-up probe passes, else flash)
+  TRACESTORY_ALLREDUCE=auto     tensor parallel: symmetric-memory all-reduce where it sets up (default nccl)"""
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("serve", help="OpenAI-compatible continuous-batching server over the Llama testbench",
                               description="OpenAI-compatible continuous-batching reference server (random-weight "
-                                          "Llama layers, paged KV cache, scheduler event log, Prometheus /metrics).")
+                                          "Llama layers, paged KV cache, scheduler event log, Prometheus /metrics).",
+                              epilog=ENGINE_SWITCHES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="auto", choices=["auto", *sorted(PRESETS)],
                    help="model shape (default: auto = tiny on the CPU, llama-3-8b on CUDA)")
     p.add_argument("--served-model-name", "--model", dest="served_model_names", nargs="+", metavar="NAME",
