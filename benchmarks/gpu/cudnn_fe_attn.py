@@ -27,9 +27,10 @@ import argparse
 import json
 import time
 
+import fresh_attn  # this folder: run as python3 benchmarks/gpu/cudnn_fe_attn.py
 import torch
+from roofs import cuda_times
 
-from roofs import cuda_times   # this folder: run as python3 benchmarks/gpu/cudnn_fe_attn.py
 from tracestory.serve import fresh_attention as fresh
 from tracestory.serve import fresh_cudnn
 
@@ -63,23 +64,14 @@ def flash_kernel(q, k, v, cu, R):
 
 
 def graph_of(fn, static, preset=False):
-    """A CUDA graph of ``fn(*static)`` after two warm-ups on a side stream; ``preset``: the cuDNN
-    handles are pointed at the capture stream before the capture (so no cudnnSetStream runs in it)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn(*static)
-    torch.cuda.current_stream().wait_stream(s)
-    g, cap = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    if preset:
+    """fresh_attn.graph_of; ``preset``: the cuDNN handles are pointed at the capture stream before
+    the capture (so no cudnnSetStream runs in it)."""
+    def point_handles(cap):
         import cudnn
 
         for h in fresh_cudnn._handles.values():
             cudnn.set_stream(h, cap.cuda_stream)
-    with torch.cuda.graph(g, stream=cap):
-        out = fn(*static)
-    return g, out
+    return fresh_attn.graph_of(fn, static, point_handles if preset else None)
 
 
 def run_all(kc, vc, gen, kernels, rows, tag):

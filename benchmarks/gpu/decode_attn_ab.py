@@ -35,7 +35,8 @@ import statistics
 import time
 
 import torch
-from roofs import captured_graph, cuda_times  # this folder: run as python3 benchmarks/gpu/decode_attn_ab.py
+from ab_steps import alternate  # this folder: run as python3 benchmarks/gpu/decode_attn_ab.py
+from roofs import captured_graph, cuda_times
 
 H, KH, HD, BS, WIDTH = 32, 8, 128, 16, 8192 // 16
 
@@ -160,20 +161,7 @@ def step_part(batches, contexts, steps, names, layers=32) -> tuple[list[dict], d
         for b in batches:
             mem = [Member(str(i), "decode", ctx, (7 + i,), tuple(range(i * nblk, (i + 1) * nblk)), False, True)
                    for i in range(b)]
-            gpu = {n: [] for n in models}
-            wall = {n: [] for n in models}
-            paths = {n: set() for n in models}
-            for m in models.values():
-                for _ in range(5):
-                    m.launch(mem, 0).result()
-            for _ in range(steps):
-                for n, m in models.items():
-                    t = time.perf_counter()
-                    launch = m.launch(mem, 0)
-                    launch.result()
-                    wall[n].append(time.perf_counter() - t)
-                    gpu[n].append(launch.gpu_ns or 0)
-                    paths[n].add(launch.path)
+            gpu, wall, paths = alternate(models, mem, steps)
             base = statistics.median(gpu[names[0]])
             for n in models:
                 g = statistics.median(gpu[n])

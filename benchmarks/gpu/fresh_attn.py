@@ -71,16 +71,19 @@ def setup(lengths, R, fa, kc):
     return spans, torch.tensor(slots, device="cuda"), cu
 
 
-def graph_of(fn, static):
-    """A CUDA graph of ``fn(*static)`` (two warm-ups on a side stream first) and its output."""
+def graph_of(fn, static, before_capture=None):
+    """A CUDA graph of ``fn(*static)`` (two warm-ups on a side stream first) and its output;
+    ``before_capture(stream)``: called with the capture stream before the capture starts."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(2):
             fn(*static)
     torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    g, cap = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    if before_capture is not None:
+        before_capture(cap)
+    with torch.cuda.graph(g, stream=cap):
         out = fn(*static)
     return g, out
 

@@ -25,6 +25,7 @@ import statistics
 import time
 
 import torch
+from ab_steps import alternate  # this folder: run as python3 benchmarks/gpu/pdl_ab.py
 
 
 def main() -> None:
@@ -70,18 +71,7 @@ def main() -> None:
     for b in map(int, args.batches.split(",")):
         mem = [Member(str(i), "decode", ctx, (7 + i,), tuple(range(i * nblk, (i + 1) * nblk)), False, True)
                for i in range(b)]
-        gpu = {n: [] for n in models}
-        wall = {n: [] for n in models}
-        for n, m in models.items():
-            for _ in range(5):
-                m.launch(mem, 0).result()
-        for _ in range(args.steps):
-            for n, m in models.items():
-                t = time.perf_counter()
-                launch = m.launch(mem, 0)
-                launch.result()
-                wall[n].append(time.perf_counter() - t)
-                gpu[n].append(launch.gpu_ns or 0)
+        gpu, wall, _paths = alternate(models, mem, args.steps)
         base = statistics.median(gpu[variants[0][0]])
         for n in models:
             g = statistics.median(gpu[n])
