@@ -18,6 +18,11 @@ Reads a folder holding ``serve.sched.jsonl`` (the server's event log) and ``load
   those iterations; ``b`` in us/token, and the dense rate it means, ``2 * layer params * layers /
   b`` over the GPU count (attention FLOPs left out), for the roof comparison.
 
+* decode-only iterations' p50 per batch size, the cost of an added sequence (least squares over
+  them, those over 3x left out), batch 1 against the copy roof (``weight_bytes_per_gpu`` / time /
+  the roofs' ``copy_tbps``), and the over-3x iterations grouped in time (``stall_clusters``).
+The JSON row goes to ``--json``; stdout has it without ``startup`` and then one summary line.
+
 Usage: python benchmarks/gpu/serve_table.py FOLDER --gpus N [--skip 20] [--roofs roofs.json] [--json OUT]
 """
 
@@ -34,9 +39,46 @@ import numpy as np
 
 def _find(folder: Path) -> tuple[Path, Path]:
     for d in (folder, folder / "torch", folder / "failed-torch"):
-        if (d / "serve.sched.jsonl").is_file():
-            return d / "serve.sched.jsonl", d / "load.summary.json"
-    sys.exit(f"{folder}: expected serve.sched.jsonl (and load.summary.json), found none")
+        for name in ("serve.sched.jsonl", "serve.sched.jsonl.gz"):
+            if (d / name).is_file():
+                return d / name, d / "load.summary.json"
+    sys.exit(f"{folder}: expected serve.sched.jsonl[.gz] (and load.summary.json), found none")
+
+
+def _read_lines(log: Path) -> list[dict]:
+    import gzip
+
+    text = gzip.open(log, "rt").read() if log.suffix == ".gz" else log.read_text()
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
+def stall_clusters(starts_s: list[float], gap_s: float = 0.3) -> dict:
+    """Stalls (their start times, s) grouped into clusters (a gap over ``gap_s`` starts a new
+    one): how many, when each starts and the intervals between cluster starts, so a periodic
+    source shows (session 12 read a 1.5 s period in calls 13 and 20 this way)."""
+    firsts: list[float] = []
+    last = None
+    for t in sorted(starts_s):
+        if last is None or t - last > gap_s:
+            firsts.append(t)
+        last = t
+    gaps = [round(b - a, 2) for a, b in zip(firsts, firsts[1:])]
+    return {"clusters": len(firsts), "starts_s": [round(t, 2) for t in firsts], "intervals_s": gaps,
+            "interval_p50_s": round(statistics.median(gaps), 2) if gaps else None}
+
+
+def weight_bytes_per_gpu(meta: dict, gpus: int) -> float:
+    """Bytes of weights one GPU reads per decode step: the layers' weights as stored
+    (``layer_weight_bytes``: FP8 projections with their fp32 scales, bf16 norms; bf16 throughout
+    without FP8) and the bf16 LM head, split over the ``gpus`` ranks (vocab-parallel head under TP;
+    the norms, which every rank holds whole, split too: 16 KB a layer); the embedding is a gather,
+    not read whole."""
+    from tracestory.models.llama_config import LlamaConfig, layer_weight_bytes
+
+    cfg = LlamaConfig.from_name(meta.get("preset", "llama-3-8b"))
+    layers = layer_weight_bytes(cfg, 2, meta.get("fp8", "off") or "off") * meta.get("layers", 32)
+    head = meta.get("vocab", 128256) * cfg.dim * 2
+    return (layers + head) / gpus
 
 
 def _cell(x: dict, ms: float, nxt: dict | None = None) -> dict:
@@ -69,6 +111,24 @@ def _cell(x: dict, ms: float, nxt: dict | None = None) -> dict:
     return out
 
 
+def summary_line(row: dict) -> str:
+    """The row in one line (the end of a device log shows it)."""
+    med, b = row["iteration_p50_ms"], row.get("decode_p50_ms_by_batch", {})
+    parts = [f"{row['gpus']} GPU(s)", f"decode p50 {med['decode'] or 0:.2f} ms", f"mixed p50 {med['mixed'] or 0:.1f} ms"]
+    if b.get(1):
+        parts.append(f"batch-1 decode {b[1]:.3f} ms" + (f" = {100 * row['batch1_of_copy_roof']:.1f}% of the copy roof"
+                                                     if row.get("batch1_of_copy_roof") else ""))
+    if row.get("per_added_sequence_ms") is not None:
+        parts.append(f"+{row['per_added_sequence_ms']:.3f} ms a sequence")
+    if row.get("prefill_us_per_token"):
+        parts.append(f"prefill {row['prefill_us_per_token']:.1f} us/token"
+                     + (f" = {100 * row['prefill_of_gemm_roof']:.1f}% of the GEMM roof" if row.get("prefill_of_gemm_roof") else ""))
+    c = row["stall_clusters"]
+    parts.append(f"{row['over_3x_median']} over 3x in {c['clusters']} clusters"
+                 + (f" (interval p50 {c['interval_p50_s']} s)" if c["interval_p50_s"] else ""))
+    return "row: " + ", ".join(parts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("folder", type=Path)
@@ -78,7 +138,7 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     log, summ = _find(a.folder)
-    lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    lines = _read_lines(log)
     meta = next(x for x in lines if x["type"] == "meta")
     its = [x for x in lines if x["type"] == "iteration"][a.skip:]
     s = json.loads(summ.read_text())["summary"] if summ.is_file() else {}
@@ -98,6 +158,21 @@ def main() -> None:
     by_iter = {x.get("iter"): x for x in lines if x["type"] == "iteration"}
     detail = [_cell(x, v, by_iter.get(x.get("iter", -2) + 1)) for x, v, p in zip(kept, t, pf, strict=True)
               if v > 3 * (med["decode"] if p == 0 else med["mixed"])]
+    # decode-only iterations per batch size (p50), the cost of an added sequence (least squares
+    # over them, those over 3x left out), batch 1 against the copy roof
+    dec_its = [(x, v) for x, v, p in zip(kept, t, pf, strict=True) if p == 0]
+    by_batch: dict[int, list[float]] = {}
+    for x, v in dec_its:
+        by_batch.setdefault(len(x.get("members", ())), []).append(v)
+    decode_by_batch = {b: round(float(np.median(v)), 3) for b, v in sorted(by_batch.items())}
+    fit = [(len(x.get("members", ())), v) for x, v in dec_its if med["decode"] and v <= 3 * med["decode"]]
+    per_seq = None
+    if len({b for b, _ in fit}) >= 2:
+        B = np.array([[1.0, b] for b, _ in fit])
+        per_seq = float(np.linalg.lstsq(B, np.array([v for _, v in fit]), rcond=None)[0][1])
+    t0 = kept[0]["t_start_ns"] if kept else 0
+    stall_starts = [(x["t_start_ns"] - t0) / 1e9 for x, v, p in zip(kept, t, pf, strict=True)
+                    if v > 3 * (med["decode"] if p == 0 else med["mixed"])]
     A = np.stack([np.ones_like(t), pf, dc], 1)
     coef = np.linalg.lstsq(A, t, rcond=None)[0] if len(t) >= 3 else [None] * 3
     from tracestory.models.llama_config import LlamaConfig, layer_params
@@ -127,6 +202,9 @@ def main() -> None:
            "over_3x_median": over, "over_3x_detail": detail,
            "over_3x_with_gc": (sum(1 for d in detail if d.get("gc_ms", 0) > 0)
                                if any("gc_ms" in d for d in detail) else None),
+           "stall_clusters": stall_clusters(stall_starts),
+           "decode_p50_ms_by_batch": decode_by_batch, "per_added_sequence_ms": per_seq,
+           "weight_gb_per_gpu": round(weight_bytes_per_gpu(meta, a.gpus) / 1e9, 3),
            "n_decode": int(len(dec)), "n_mixed": int(len(mix)),
            "max_batch_tokens": meta.get("max_batch_tokens"), "startup": meta.get("startup")}
     if b_us:
@@ -136,7 +214,12 @@ def main() -> None:
             key = "fp8_rowwise_gemm_tflops" if meta.get("fp8", "off") != "off" else "bf16_gemm_tflops"
             if r.get(key):
                 row["prefill_of_gemm_roof"] = row["prefill_tflops_per_gpu"] / r[key]
-    print(json.dumps(row, indent=1, default=str))
+    if a.roofs and decode_by_batch.get(1):
+        copy = json.loads(Path(a.roofs).read_text()).get("copy_tbps")
+        if copy:
+            row["batch1_of_copy_roof"] = weight_bytes_per_gpu(meta, a.gpus) / (decode_by_batch[1] * 1e-3) / (copy * 1e12)
+    print(json.dumps({k: v for k, v in row.items() if k != "startup"}, indent=1, default=str))
+    print(summary_line(row))
     if a.json:
         Path(a.json).write_text(json.dumps(row, indent=1, default=str))
 
