@@ -11,6 +11,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from tracestory.models import decode_attn_triton as D
 from tracestory.models import fp8_small_m as S
 from tracestory.models import glue_triton as G
 from tracestory.models import quant_triton as Q
@@ -86,6 +87,68 @@ cases = [
         {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "USE_PDL": True},
     ),
 ]
+# the split-KV decode attention (models/decode_attn_triton.py): bf16 two-kernel (the default), fp32, and the
+# fused combine writing Wo's FP8 input (opt-in)
+SPLIT = {n: "*fp32" for n in ("m_ptr", "l_ptr", "acc_ptr", "s8_ptr")}
+SPLIT.update(
+    {
+        "q_ptr": "*bf16",
+        "k_ptr": "*bf16",
+        "v_ptr": "*bf16",
+        "tab_ptr": "*i64",
+        "pos_ptr": "*i64",
+        "out_ptr": "*bf16",
+        "cnt_ptr": "*i32",
+        "q8_ptr": "*fp8e4nv",
+        "qk_scale": "fp32",
+    }
+)
+SPLIT.update(
+    {n: "i32" for n in ("sq_h", "sq_b", "sk_s", "sk_h", "sv_s", "sv_h", "st_b", "so_b", "B", "H", "KH", "S", "BS", "D")}
+)
+for ieee, fused, quant, dt in (
+    (False, False, False, "*bf16"),
+    (True, False, False, "*fp32"),
+    (False, True, True, "*bf16"),
+):
+    sig = {**SPLIT, **({"q_ptr": dt, "k_ptr": dt, "v_ptr": dt, "out_ptr": dt})}
+    cases.append(
+        (
+            D._paged_decode_attn_split_kernel,
+            sig,
+            {
+                "G": 4,
+                "GP": 16,
+                "BLOCK_N": 64,
+                "BLOCK_D": 128,
+                "SP": 32,
+                "IEEE": ieee,
+                "FUSED": fused,
+                "QUANT": quant,
+                "BLOCK_ROW": 4096 if quant else 16,
+                "FP8_MAX": 448.0,
+                "USE_PDL": True,
+            },
+        )
+    )
+cases.append(
+    (
+        D._paged_decode_attn_combine_kernel,
+        {
+            "m_ptr": "*fp32",
+            "l_ptr": "*fp32",
+            "acc_ptr": "*fp32",
+            "pos_ptr": "*i64",
+            "out_ptr": "*bf16",
+            "so_b": "i32",
+            "H": "i32",
+            "S": "i32",
+            "D": "i32",
+        },
+        {"BLOCK_N": 64, "SP": 32, "BLOCK_D": 128, "USE_PDL": True},
+    )
+)
+
 bad = 0
 for fn, sig, const in cases:
     sig = {**sig, **{k: "constexpr" for k in const}}

@@ -79,11 +79,12 @@ def _combine_head(m_ptr, l_ptr, acc_ptr, out_ptr, row0, used, o_off, D, SP: tl.c
 
 
 @triton.jit
-def _paged_decode_attn_split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, cnt_ptr, q8_ptr, s8_ptr,
-                  sq_h, sq_b, sk_s, sk_h, sv_s, sv_h, st_b, so_b, qk_scale, B, H, KH, S, BS, D,
-                  G: tl.constexpr, GP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  SP: tl.constexpr, IEEE: tl.constexpr, FUSED: tl.constexpr, QUANT: tl.constexpr,
-                  BLOCK_ROW: tl.constexpr, FP8_MAX: tl.constexpr, USE_PDL: tl.constexpr):
+def _paged_decode_attn_split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, out_ptr,
+                                    cnt_ptr, q8_ptr, s8_ptr, sq_h, sq_b, sk_s, sk_h, sv_s, sv_h, st_b, so_b,
+                                    qk_scale, B, H, KH, S, BS, D, G: tl.constexpr, GP: tl.constexpr,
+                                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SP: tl.constexpr,
+                                    IEEE: tl.constexpr, FUSED: tl.constexpr, QUANT: tl.constexpr,
+                                    BLOCK_ROW: tl.constexpr, FP8_MAX: tl.constexpr, USE_PDL: tl.constexpr):
     _pdl_enter(USE_PDL)
     b = tl.program_id(0)
     kh = tl.program_id(1)
@@ -168,7 +169,8 @@ def _paged_decode_attn_split_kernel(q_ptr, k_ptr, v_ptr, tab_ptr, pos_ptr, m_ptr
 
 @triton.jit
 def _paged_decode_attn_combine_kernel(m_ptr, l_ptr, acc_ptr, pos_ptr, out_ptr, so_b, H, S, D,
-                    BLOCK_N: tl.constexpr, SP: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+                                      BLOCK_N: tl.constexpr, SP: tl.constexpr, BLOCK_D: tl.constexpr,
+                                      USE_PDL: tl.constexpr):
     _pdl_enter(USE_PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -240,16 +242,17 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables
     sp = max(2, triton.next_power_of_2(S))
     use = pdl.enabled(q.device)
     qk_scale = (scale if scale is not None else 1.0 / math.sqrt(d)) * _LOG2E
-    _paged_decode_attn_split_kernel[(B, KH, S)](q, k_cache, v_cache, tables, pos, m, lsum, acc, out, cnt, q8, s8,
-                              q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-                              v_cache.stride(0), v_cache.stride(1), tables.stride(0), out.stride(0), qk_scale,
-                              B, H, KH, S, block_size, d, G=G, GP=query_rows(G), BLOCK_N=block_n, BLOCK_D=bd,
-                              SP=sp, IEEE=q.dtype == torch.float32, FUSED=fused, QUANT=fuse_quant,
-                              BLOCK_ROW=triton.next_power_of_2(H * d) if fuse_quant else 16, FP8_MAX=FP8_MAX,
-                              num_warps=num_warps, USE_PDL=use, **pdl.launch_options(use))
+    _paged_decode_attn_split_kernel[(B, KH, S)](
+        q, k_cache, v_cache, tables, pos, m, lsum, acc, out, cnt, q8, s8, q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), tables.stride(0),
+        out.stride(0), qk_scale, B, H, KH, S, block_size, d, G=G, GP=query_rows(G), BLOCK_N=block_n,
+        BLOCK_D=bd, SP=sp, IEEE=q.dtype == torch.float32, FUSED=fused, QUANT=fuse_quant,
+        BLOCK_ROW=triton.next_power_of_2(H * d) if fuse_quant else 16, FP8_MAX=FP8_MAX,
+        num_warps=num_warps, USE_PDL=use, **pdl.launch_options(use))
     if not fused:
-        _paged_decode_attn_combine_kernel[(B, H)](m, lsum, acc, pos, out, out.stride(0), H, S, d, BLOCK_N=block_n, SP=sp,
-                                BLOCK_D=bd, num_warps=4, USE_PDL=use, **pdl.launch_options(use))
+        _paged_decode_attn_combine_kernel[(B, H)](m, lsum, acc, pos, out, out.stride(0), H, S, d, BLOCK_N=block_n,
+                                                  SP=sp, BLOCK_D=bd, num_warps=4, USE_PDL=use,
+                                                  **pdl.launch_options(use))
     if fuse_quant:
         return q8, s8
     if quant:
