@@ -8,6 +8,7 @@ import torch
 
 from tracestory.models import decode_attn as da
 from tracestory.models.llama_config import LlamaConfig
+from tracestory.models.switches import opted_in
 from tracestory.serve.model import PagedLlama
 
 
@@ -65,7 +66,7 @@ def test_the_opt_in_variants_are_off_unless_set(monkeypatch, value, on):
             monkeypatch.delenv(name, raising=False)
         else:
             monkeypatch.setenv(name, value)
-        assert da.opted_in(name) is on
+        assert opted_in(name) is on
 
 
 def test_a_cpu_model_keeps_flex_in_its_decode_graph_bodies(monkeypatch):

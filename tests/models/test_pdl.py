@@ -22,3 +22,9 @@ def test_the_switch_reads_like_the_other_engine_switches(monkeypatch, value, on)
 def test_launch_options_name_the_attribute_only_when_used():
     assert pdl.launch_options(False) == {}
     assert pdl.launch_options(True) == {"launch_pdl": True}
+
+
+def test_kernel_options_carry_the_constexpr_and_the_launch_option(monkeypatch):
+    assert pdl.kernel_options(torch.device("cpu")) == {"USE_PDL": False}
+    monkeypatch.setattr(pdl, "enabled", lambda device: True)
+    assert pdl.kernel_options(torch.device("cpu")) == {"USE_PDL": True, "launch_pdl": True}

@@ -14,7 +14,8 @@ No heavy import here (the CPU tests check this part without Triton). The kernels
   non-empty splits; or (``fused``, opt-in: ``TRACESTORY_DECODE_ATTN_FUSED=1``) the last split
   program of a (sequence, KV head) to finish does it for the group's heads, and optionally
   (``TRACESTORY_DECODE_ATTN_QUANT=1``) the last group of a sequence writes the FP8 row-wise
-  quantisation of the output row, the input of an FP8 ``Wo``.
+  quantisation of the output row, the input of an FP8 ``Wo`` (both read by
+  :func:`.switches.opted_in`).
 
 The split count is fixed per call from the batch, the KV heads, the GPU's SM count and the
 longest context the call may see (:func:`num_splits`), never from the positions, so a CUDA graph
@@ -26,7 +27,7 @@ iterations stay on FlexAttention); no sliding window; float16, bfloat16 or float
 
 from __future__ import annotations
 
-from .switches import OFF, env_on
+from .switches import env_on
 
 ENV = "TRACESTORY_DECODE_ATTN"
 # opt-in until measured on a GPU (their results were checked there, their speed not yet):
@@ -80,11 +81,3 @@ def wanted(dtype_name: str, on_cuda: bool) -> bool:
     ``TRACESTORY_DECODE_ATTN`` not off (Triton's presence is checked by the caller)."""
     return on_cuda and dtype_name in ("float16", "bfloat16", "float32") and env_on(ENV)
 
-
-def opted_in(name: str) -> bool:
-    """Whether the opt-in switch ``name`` is on: set to anything but ``0``, ``false``, ``no``,
-    ``off`` or nothing (unset: off, unlike :func:`.switches.env_on`)."""
-    import os
-
-    value = os.environ.get(name, "").strip().lower()
-    return bool(value) and value not in OFF

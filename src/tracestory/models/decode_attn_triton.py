@@ -240,7 +240,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables
     s8 = torch.empty((B, 1), dtype=f32, device=q.device) if fuse_quant else m
     bd = max(16, triton.next_power_of_2(d))
     sp = max(2, triton.next_power_of_2(S))
-    use = pdl.enabled(q.device)
+    launch = pdl.kernel_options(q.device)
     qk_scale = (scale if scale is not None else 1.0 / math.sqrt(d)) * _LOG2E
     _paged_decode_attn_split_kernel[(B, KH, S)](
         q, k_cache, v_cache, tables, pos, m, lsum, acc, out, cnt, q8, s8, q.stride(0), q.stride(1),
@@ -248,11 +248,10 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables
         out.stride(0), qk_scale, B, H, KH, S, block_size, d, G=G, GP=query_rows(G), BLOCK_N=block_n,
         BLOCK_D=bd, SP=sp, IEEE=q.dtype == torch.float32, FUSED=fused, QUANT=fuse_quant,
         BLOCK_ROW=triton.next_power_of_2(H * d) if fuse_quant else 16, FP8_MAX=FP8_MAX,
-        num_warps=num_warps, USE_PDL=use, **pdl.launch_options(use))
+        num_warps=num_warps, **launch)
     if not fused:
         _paged_decode_attn_combine_kernel[(B, H)](m, lsum, acc, pos, out, out.stride(0), H, S, d, BLOCK_N=block_n,
-                                                  SP=sp, BLOCK_D=bd, num_warps=4, USE_PDL=use,
-                                                  **pdl.launch_options(use))
+                                                  SP=sp, BLOCK_D=bd, num_warps=4, **launch)
     if fuse_quant:
         return q8, s8
     if quant:

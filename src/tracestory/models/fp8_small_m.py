@@ -38,12 +38,12 @@ CONFIGS = ((128, 4), (256, 3), (256, 4), (256, 5), (256, 6))
 @triton.jit
 def _fp8_gemm_small_m_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
+    _pdl_enter(USE_PDL)
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     mask_n = offs_n < N
-    _pdl_enter(USE_PDL)
     mask_m = offs_m < M
     w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * K + offs_k[None, :]
     x_ptrs = x_ptr + offs_m[:, None] * K + offs_k[None, :]
@@ -75,8 +75,7 @@ def matmul(qx: torch.Tensor, sx: torch.Tensor, qw: torch.Tensor, sw: torch.Tenso
         raise ValueError(f"fp8 small-M GEMM: expected 1..{MAX_M} rows and K a multiple of {block_k}, "
                          f"found M={M}, K={K}")
     y = torch.empty((M, N), dtype=torch.bfloat16, device=qx.device)
-    use = pdl.enabled(qx.device)
     _fp8_gemm_small_m_kernel[(triton.cdiv(N, block_n),)](qx, sx, qw, sw, y, M, N, K, BLOCK_M=16, BLOCK_N=block_n,
-                                                         BLOCK_K=block_k, USE_PDL=use,
-                                                         num_warps=warps, num_stages=stages, **pdl.launch_options(use))
+                                                         BLOCK_K=block_k, num_warps=warps, num_stages=stages,
+                                                         **pdl.kernel_options(qx.device))
     return y

@@ -174,11 +174,10 @@ def norm(x: torch.Tensor, w: torch.Tensor, eps: float, residual: torch.Tensor | 
     scale = torch.empty((T, 1), dtype=torch.float32, device=x.device) if quant else out
     block = triton.next_power_of_2(D)
     if T:
-        use = pdl.enabled(x.device)
         _add_rmsnorm_quant_kernel[(T,)](x, residual if residual is not None else x, h, w, out, scale, D,
                                         float(eps), HAS_RES=residual is not None, QUANT=quant, BLOCK=block,
-                                        FP8_MAX=FP8_MAX, num_warps=8 if block >= 4096 else 4, USE_PDL=use,
-                                        **pdl.launch_options(use))
+                                        FP8_MAX=FP8_MAX, num_warps=8 if block >= 4096 else 4,
+                                        **pdl.kernel_options(x.device))
     return h, ((out, scale) if quant else out)
 
 
@@ -195,10 +194,9 @@ def rope_qkv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: t
     q = torch.empty((T, H, d), dtype=qkv.dtype, device=qkv.device)
     hb = 4
     if T:
-        use = pdl.enabled(qkv.device)
         _rope_qkv_kernel[(T, triton.cdiv(H + KH, hb))](qkv, cos.contiguous(), sin.contiguous(), q, k_cache, v_cache,
                                                        slots, T, H, KH, qkv.stride(0), HEAD_D=d, HB=hb,
-                                                       num_warps=4, USE_PDL=use, **pdl.launch_options(use))
+                                                       num_warps=4, **pdl.kernel_options(qkv.device))
     return q.transpose(0, 1)
 
 
@@ -213,10 +211,9 @@ def silu_mul(gu: torch.Tensor, quant: bool = False):
     one = I <= ONE_TILE_MAX                     # one read of the row (else two passes of 4,096)
     block = triton.next_power_of_2(I) if one else 4096
     if T:
-        use = pdl.enabled(gu.device)
         _silu_mul_kernel[(T,)](gu, out, scale, I, QUANT=quant, BLOCK=block, FP8_MAX=FP8_MAX,
-                               num_warps=16 if block >= 8192 else 8 if block >= 4096 else 4, USE_PDL=use,
-                               ONE_TILE=one, **pdl.launch_options(use))
+                               num_warps=16 if block >= 8192 else 8 if block >= 4096 else 4, ONE_TILE=one,
+                               **pdl.kernel_options(gu.device))
     return (out, scale) if quant else out
 
 
@@ -257,9 +254,8 @@ def row_max(logits: torch.Tensor, block: int = 4096):
     val = torch.empty(n, dtype=torch.float32, device=logits.device)
     idx = torch.empty(n, dtype=torch.int64, device=logits.device)
     if n:
-        use = pdl.enabled(logits.device)
-        _argmax_blocks_kernel[(n, P)](logits, part_v, part_i, V, P, BLOCK=block, USE_PDL=use, num_warps=8,
-                                       **pdl.launch_options(use))
-        _argmax_pick_kernel[(n,)](part_v, part_i, val, idx, P, BLOCK_P=triton.next_power_of_2(P), USE_PDL=use,
-                                   num_warps=1, **pdl.launch_options(use))
+        launch = pdl.kernel_options(logits.device)
+        _argmax_blocks_kernel[(n, P)](logits, part_v, part_i, V, P, BLOCK=block, num_warps=8, **launch)
+        _argmax_pick_kernel[(n,)](part_v, part_i, val, idx, P, BLOCK_P=triton.next_power_of_2(P), num_warps=1,
+                                   **launch)
     return val, idx

@@ -68,3 +68,10 @@ def launch_options(use: bool) -> dict:
     """The Triton launch keywords for a kernel launched with PDL (``use``) or without (none, so a
     Triton without the option is never handed it)."""
     return {"launch_pdl": True} if use else {}
+
+
+def kernel_options(device) -> dict:
+    """The keywords every PDL-aware kernel of this package is launched with on ``device``: its
+    ``USE_PDL`` constexpr (:func:`.quant_triton._pdl_enter`) and, when on, the launch option."""
+    use = enabled(device)
+    return {"USE_PDL": use, **launch_options(use)}

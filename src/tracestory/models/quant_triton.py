@@ -157,9 +157,8 @@ def quantize_per_row(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = torch.empty((M, 1), dtype=torch.float32, device=x.device)
     block_k = min(triton.next_power_of_2(K), 8192)
     num_warps = 8 if block_k >= 4096 else 4
-    use = pdl.enabled(x.device)
-    _quant_row_kernel[(M,)](x, q, scale, K, BLOCK_K=block_k, FP8_MAX=FP8_MAX, num_warps=num_warps, USE_PDL=use,
-                            ONE_TILE=K <= block_k, **pdl.launch_options(use))
+    _quant_row_kernel[(M,)](x, q, scale, K, BLOCK_K=block_k, FP8_MAX=FP8_MAX, num_warps=num_warps,
+                            ONE_TILE=K <= block_k, **pdl.kernel_options(x.device))
     return q, scale
 
 

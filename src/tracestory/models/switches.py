@@ -19,3 +19,10 @@ OFF = ("0", "false", "no", "off")
 def env_on(name: str) -> bool:
     """Whether the switch ``name`` is on (unset: on)."""
     return os.environ.get(name, "1").strip().lower() not in OFF
+
+
+def opted_in(name: str) -> bool:
+    """Whether the opt-in switch ``name`` is on: set to anything but ``0``, ``false``, ``no``,
+    ``off`` or nothing (unset: off, unlike :func:`env_on`)."""
+    value = os.environ.get(name, "").strip().lower()
+    return bool(value) and value not in OFF

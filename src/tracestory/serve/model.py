@@ -70,7 +70,7 @@ from collections.abc import Sequence
 from ..capture.region import region
 from ..models import decode_attn, pdl
 from ..models.llama_config import LlamaConfig, layer_params
-from ..models.switches import env_on
+from ..models.switches import env_on, opted_in
 from . import fresh_attention
 from .graphs import DecodeGraphs, bucket_for, decode_buckets
 from .mixed import MixedGraphs, chunk_buckets
@@ -381,10 +381,10 @@ class PagedLlama:
             info["decode_attn"] = "triton" if self._decode_attn is not None else "flex"
             # opt-in (models.decode_attn): the last split combines; it also quantises Wo's input
             # where the fused glue runs an FP8 row-wise Wo
-            self._decode_attn_fused = self._decode_attn is not None and decode_attn.opted_in(decode_attn.FUSED_ENV)
+            self._decode_attn_fused = self._decode_attn is not None and opted_in(decode_attn.FUSED_ENV)
             self._decode_attn_quant = (self._decode_attn_fused and self._glue is not None
                                        and _rowwise(self.stack.layers[0].wo)
-                                       and decode_attn.opted_in(decode_attn.QUANT_ENV))
+                                       and opted_in(decode_attn.QUANT_ENV))
             info.update(decode_attn_fused=self._decode_attn_fused, decode_attn_quant=self._decode_attn_quant)
             say("decode graphs' attention: " + ("the paged split-KV Triton kernels" if self._decode_attn is not None
                                                 else f"FlexAttention's decoding kernel ({decode_attn.ENV}=0, "
