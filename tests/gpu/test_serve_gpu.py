@@ -6,18 +6,16 @@ graph (same kernels: bitwise the same ids), and the SDPA gather path (another at
 implementation, float32: the same greedy ids on these random weights)."""
 
 import json
-import urllib.request
 
 import pytest
 import torch
+from ragged_requests import complete, drive  # tests/gpu/ragged_requests.py
 
 from tracestory.models import llama
 from tracestory.models.fp8 import quantize_reference, quantize_stack
 from tracestory.models.llama_config import LlamaConfig
-from tracestory.serve import ServeOptions, prompt_of_tokens, start_server_thread, wait_healthy
+from tracestory.serve import ServeOptions, start_server_thread, wait_healthy
 from tracestory.serve.model import PagedLlama
-
-from ragged_requests import drive  # tests/gpu/ragged_requests.py
 
 pytestmark = pytest.mark.gpu
 
@@ -81,13 +79,7 @@ def test_served_request_completes_with_graphs(tmp_path):
                                          num_blocks=256, max_batch_tokens=128, event_log=str(log)))
     try:
         wait_healthy(h.url, timeout_s=60)
-        outs = []
-        for n in (40, 300):
-            body = {"model": "llama-3-8b", "prompt": prompt_of_tokens(n, seed=n), "max_tokens": 24, "ignore_eos": True}
-            req = urllib.request.Request(h.url + "/v1/completions", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=60) as r:
-                outs.append(json.loads(r.read()))
+        outs = complete(h.url, (40, 300), max_tokens=24)
     finally:
         h.stop()
     assert [o["usage"]["completion_tokens"] for o in outs] == [24, 24]
@@ -153,7 +145,7 @@ def test_fresh_buckets_replay_like_their_bodies():
 # ---------------------------------------------------------------- the fused glue (models.glue_triton)
 @pytest.fixture(scope="module")
 def glue_triton():
-    from tracestory.models import glue_triton        # imports triton: collected on CPU-only machines too
+    from tracestory.models import glue_triton  # imports triton: collected on CPU-only machines too
 
     return glue_triton
 

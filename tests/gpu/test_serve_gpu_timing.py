@@ -7,11 +7,11 @@ state read here (``gc.get_freeze_count()``)."""
 
 import gc
 import json
-import urllib.request
 
 import pytest
+from ragged_requests import complete  # tests/gpu/ragged_requests.py
 
-from tracestory.serve import ServeOptions, prompt_of_tokens, start_server_thread, wait_healthy
+from tracestory.serve import ServeOptions, start_server_thread, wait_healthy
 
 pytestmark = pytest.mark.gpu
 
@@ -24,14 +24,7 @@ def test_iterations_carry_gpu_and_gc_time_with_graphs(tmp_path):
         try:
             wait_healthy(h.url, timeout_s=60)
             assert gc.get_freeze_count() > 0 and gc.isenabled()
-            outs = []
-            for n in (40, 300):
-                body = {"model": "llama-3-8b", "prompt": prompt_of_tokens(n, seed=n), "max_tokens": 24,
-                        "ignore_eos": True}
-                req = urllib.request.Request(h.url + "/v1/completions", data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=60) as r:
-                    outs.append(json.loads(r.read()))
+            outs = complete(h.url, (40, 300), max_tokens=24)
         finally:
             h.stop()
     finally:
