@@ -131,14 +131,18 @@ def test_fresh_prompts_give_the_tokens_of_sdpa(sdpa_run, monkeypatch):
 
 
 def test_chunk_buckets():
-    assert mixed.chunk_buckets(2048) == [128, 256, 384, 512, 768, 1024, 1536, 2048]
+    # by hand: steps of one 128-row tile up to 1024, then a quarter of the bucket rounded down
+    # to whole tiles (1024/4 = 256, 1280/4 = 320 -> 256, 1536/4 = 384), the last one the budget
+    assert mixed.chunk_buckets(2048) == [128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 1920, 2048]
     assert mixed.chunk_buckets(256) == [128, 256]
     assert mixed.chunk_buckets(100) == [128]
-    assert mixed.chunk_buckets(640) == [128, 256, 384, 512, 640]            # 768 is past the budget
-    assert mixed.chunk_buckets(3000) == [128, 256, 384, 512, 768, 1024, 1536, 2048, 3072]   # rounded up to 128 rows
-    for budget in (300, 2048, 5000):   # a third of a bucket at most is padding
+    assert mixed.chunk_buckets(640) == [128, 256, 384, 512, 640]
+    # 1920 + 1920/4 (480 -> 384) = 2304, 2304 + 512 = 2816; 3000 rounds up to 3072
+    assert mixed.chunk_buckets(3000) == [128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 1920, 2304, 2816, 3072]
+    for budget in (300, 2048, 5000, 8192):   # a fifth of a bucket at most is padding, whole tiles
         b = mixed.chunk_buckets(budget)
-        assert all(hi <= lo * 2 and (lo <= 128 or hi * 2 <= lo * 3) for lo, hi in zip(b, b[1:]))
+        assert all(r % 128 == 0 for r in b) and b == sorted(set(b))
+        assert all(hi - lo <= max(128, lo // 4) for lo, hi in zip(b, b[1:]))
     with pytest.raises(ValueError):
         mixed.chunk_buckets(0)
 

@@ -8,9 +8,10 @@ Shape buckets. The iteration's rows are ``[decode rows | chunk rows]``:
 
 * the leading single-token members (decode; the scheduler puts them first) are padded to a
   decode bucket ``bd`` (0, 1, 2, 4, ... ``max_num_seqs``; padding rows repeat row 0, as in
-  :mod:`.graphs`), attended by FlexAttention's decoding kernel;
-* the other members' tokens, ``tc`` rows, are padded to a chunk bucket ``R`` (128, 256, 384, 512,
-  768, ... up to the token budget rounded up to 128: :func:`chunk_buckets`), attended as one query
+  :mod:`.graphs`), attended by the decode graphs' kernel (the paged split-KV kernels of
+  :mod:`tracestory.models.decode_attn_triton`, else FlexAttention's decoding kernel);
+* the other members' tokens, ``tc`` rows, are padded to a chunk bucket ``R`` (128, 256, 384, ...
+  1024, 1280, 1536, 1920, ... up to the token budget rounded up to 128: :func:`chunk_buckets`), attended as one query
   sequence by the chunk kernel. Padding rows read token 0 at position 0, write their K/V into
   the cache's scratch block (the extra block after ``num_blocks`` that no table lists) and
   belong to nobody in the mask (their outputs are discarded).
@@ -62,20 +63,23 @@ RING = 4
 
 
 def chunk_buckets(max_batch_tokens: int) -> list[int]:
-    """Chunk row buckets: 128, 256, then each power of two and 1.5 times it (384, 512, 768,
-    1024, 1536, 2048, 3072, ...) below the budget rounded up to 128, then that. The 1.5 steps
-    bound the padding rows of a bucket above 256 rows to a third of it (with doubling alone, up
-    to half). The serving load of docs/BENCHMARKS.md (median 766 chunk rows per iteration with
-    prompt tokens): padding 25% of the bucket rows at the median with doubling, 14% with these."""
+    """Chunk row buckets: each bucket a quarter above the last, in whole 128-row query tiles and
+    at least one tile (128, 256, 384, ... 1024 in steps of 128, then 1280, 1536, 1920, 2048...),
+    up to the token budget rounded up to 128, then that. A chunk of ``tc`` rows pads to the
+    first bucket >= ``tc``, so at most a fifth of a bucket's rows are padding (a step of a
+    quarter) and, below 1,024 rows, fewer than one query tile. Padding rows run every GEMM like
+    real ones: in call 26 of docs/BENCHMARKS.md (512-1023-token prompts, median 765 chunk rows)
+    the earlier 1.5x/2x steps (128, 256, 384, 512, 768, 1024, 1536, 2048) made 14.2% of the chunk
+    rows padding; these steps make 7.4% of the same iterations' rows padding, for 12 buckets
+    instead of 8 (each bucket costs start-up time: a compile of the chunk kernel and one graph
+    per decode bucket)."""
     if max_batch_tokens < 1:
         raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
     top = -(-max_batch_tokens // Q_TILE) * Q_TILE
     out, r = [], Q_TILE
     while r < top:
         out.append(r)
-        if r >= 2 * Q_TILE and r * 3 // 2 < top:
-            out.append(r * 3 // 2)
-        r *= 2
+        r += max(Q_TILE, r // 4 // Q_TILE * Q_TILE)
     return out + [top]
 
 

@@ -776,7 +776,8 @@ class PagedLlama:
 
     def _mixed_static(self, g, key, dmask, cmask) -> None:
         """A prefill or mixed iteration of bucket ``key = (bd, R)`` over the static buffers of
-        ``g`` (:class:`~.mixed.MixedGraphs`): ``bd`` decode rows through the decoding kernel,
+        ``g`` (:class:`~.mixed.MixedGraphs`): ``bd`` decode rows through the decode graphs'
+        attention (the split-KV kernels, else FlexAttention's decoding kernel),
         ``R`` chunk rows through the chunk kernel, every sampled row through the LM head. No host
         sync and no allocation that depends on the contents, so a CUDA graph can replay it."""
         torch = self.torch
@@ -793,6 +794,12 @@ class PagedLlama:
         x = self.embed[self._resolve_ids(g.tok[:N])]
         cos, sin = self._rope_tables(g.pos[:N])
         didx = g.didx[:bd]
+        dat = self._decode_attn
+        if dat is not None and bd:
+            # the decode rows through the decode graphs' paged split-KV kernels: their member's
+            # table (padding rows repeat member 0's) and position; plain output (no fused variants:
+            # it is concatenated with the chunk rows' output)
+            dtables, dpos, bs = g.mtab[didx], g.pos[:bd], self.block_size
 
         def attend(q, kc, vc):
             if fresh:      # every chunk a fresh prompt: cuDNN or flash over the rows' own K/V (.fresh_attention)
@@ -801,6 +808,8 @@ class PagedLlama:
                 oc = fa.chunk(q[:, bd:], kc, vc, cmask, R)
             if not bd:
                 return oc
+            if dat is not None:
+                return torch.cat((dat.decode(q[:, didx], kc, vc, dtables, dpos, bs), oc))
             return torch.cat((fa.decode(q[:, didx], kc, vc, dmask), oc))
 
         h = self._layers(x, cos, sin, g.slot[:N], attend)
