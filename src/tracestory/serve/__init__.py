@@ -22,7 +22,6 @@ Pieces (each usable alone):
 * :mod:`.gcwatch`   -- Python GC time per iteration (the event log's ``gc_ns``) and the heap frozen
   after start-up;
 * :mod:`.footprint` -- the start-up check that weights + KV cache fit in the memory at hand;
-* :mod:`.numa`      -- the serving process's memory policy, out of the kernel's NUMA balancing scans;
 * :mod:`.server`    -- the aiohttp HTTP front end;
 * :mod:`.request_body` -- strict parsing of a request body (400 for every client mistake);
 * :mod:`.admission` -- load shedding: admitted requests (429), body bytes (413/503), refusal counts;
@@ -56,7 +55,7 @@ from .engine import Engine
 from .eventlog import EventLog
 from .metrics import make_metrics
 from .model import ATTENTION_BACKENDS, DEFAULT_VOCAB, PagedLlama, kv_bytes_per_block, weight_bytes
-from . import footprint, gcwatch, numa, tensor_parallel
+from . import footprint, gcwatch, tensor_parallel
 from .scheduler import Scheduler, SchedulerConfig
 from .server import Api, ServerLimits, serve_app, start_in_thread
 from .tokens import PROMPT_ID_RANGE, count_tokens, prompt_of_tokens, token_text, tokenize
@@ -259,7 +258,6 @@ def build_server(opts: ServeOptions, prepare_hook: Callable | None = None):
     # start-up is done (built, sharded, compiled, graphs captured): its objects leave the
     # collector's walks (every rank does this: followers build through here too)
     startup.update(gcwatch.freeze_heap())
-    startup.update(numa.done())
     startup["switch_interval_ms"] = round(sys.getswitchinterval() * 1e3, 3)
     meta = {"model": f"llama {cfg.name}", "device": device, "block_size": sc.block_size, "num_blocks": num_blocks,
             "max_batch_tokens": sc.max_batch_tokens, "max_num_seqs": sc.max_num_seqs, "preset": cfg.name,
@@ -292,10 +290,6 @@ def run_server(opts: ServeOptions, ready: Callable[[str], None] | None = None) -
     # 5 ms (benchmarks/gil_handoff.py, docs/PERFORMANCE.md "GIL hand-off and GC pauses"); this
     # process only: the server thread of tests and notebooks keeps the default
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    # before torch starts its threads (they inherit it): out of the kernel's NUMA balancing scans
-    placed = numa.exempt()
-    if placed["numa_policy"] != "not needed":
-        _say(f"NUMA balancing {placed['numa_balancing']}: memory policy {placed['numa_policy']}")
     if opts.tensor_parallel > 1:          # under torchrun: rank 0 serves, the other ranks follow its plans
         return tensor_parallel.run(opts, build_server, serve)
     serve(*build_server(opts))
