@@ -17,6 +17,9 @@ computed from what the inputs hold, never assumed:
 * **kernel metrics**: no Nsight Compute input, so occupancy, stalls and measured roofline are
   not analysed.
 * **categories**: more than 5% of GPU op time in kernels the taxonomy does not name.
+* **kernel times** (:mod:`.stream_overlap`): kernels that start before the kernel ahead of them on
+  their stream has ended (programmatic dependent launch on CUDA), over 1% of the summed kernel
+  time: their times include the wait, so kernel, category and operator times overstate them.
 * **roofline estimate**: shape-based points above their roof, dropped as estimate errors; ops
   left out of the estimate (fused MoE ops) and why.
 * **damaged input**: what a reader dropped from a damaged file, and why (its warnings).
@@ -46,6 +49,7 @@ from ..ingest.files import warnings_of
 from ..trace import Trace
 from ..units import fmt_ns, fmt_pct
 from .derived import op_shapes_recorded
+from .stream_overlap import stream_overlap, tells
 
 PHASE_COVERAGE_FLOOR = 0.9
 OTHER_SHARE_CEILING = 0.05
@@ -132,7 +136,7 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
     for (op, reason), n in left_out.items():
         out.append(Limitation("roofline estimate", f"the {n} kernel{'s' if n != 1 else ''} of {op} are not estimated: "
                               f"{reason}."))
-    for t, a in zip(traces, analyses):
+    for i, (t, a) in enumerate(zip(traces, analyses)):
         who = f"{t.meta.source_path}: " if len(traces) > 1 else ""
         for w in warnings_of(t):
             out.append(Limitation("damaged input", f"{t.meta.source_path}: {w}"))
@@ -167,11 +171,24 @@ def limitations(traces: Sequence[Trace], analyses: Sequence, *, has_kernel_metri
         elif not op_shapes_recorded(t):
             out.append(Limitation("op shapes", f"{who}no recorded op shapes: shape-based FLOP/byte estimates are "
                                   "skipped (capture with record_shapes=True)."))
+        overlap = stream_overlap(t)
+        if tells(overlap):
+            cuda = i < len(platforms) and platforms[i] == "CUDA"
+            out.append(Limitation("kernel times", _overlap_reason(who, overlap, cuda)))
         other = next((c for c in a.breakdown.categories if c.name == "other"), None)
         if other is not None and other.percent / 100 > OTHER_SHARE_CEILING:
             out.append(Limitation("categories", f"{who}{other.percent:.1f}% of GPU op time is in kernels the "
                                   f"'{a.breakdown.taxonomy}' taxonomy does not name ('other')."))
     return _told_once(out, [t.meta.source_path for t in traces])
+
+
+def _overlap_reason(who: str, o, cuda: bool) -> str:
+    cause = " (programmatic dependent launch)" if cuda else ""
+    most = ", ".join(f"`{name}` {fmt_ns(ns)}" for name, ns in o.most)
+    return (f"{who}{o.early} of {o.kernels} kernels start before the kernel ahead of them on their stream has "
+            f"ended{cause}: {fmt_ns(o.overlap_ns)} ({fmt_pct(o.share)} of the summed kernel time) is counted twice. "
+            f"Such a kernel's time includes its wait for the one ahead, so kernel, category and operator times "
+            f"overstate it (most: {most}); busy and idle time count the overlap once.")
 
 
 NAMED_TRACES = 3  # traces named in a limitation shared by several
