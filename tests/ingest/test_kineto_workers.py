@@ -21,7 +21,7 @@ from tracestory.ingest import kineto, kineto_text, kineto_workers
 from tracestory.ingest.kineto_workers import MIN_TEXT_ENV, WORKERS_ENV, decode_workers, text_bytes
 
 DATA = A100_NCCL.parent.parent
-TP_RANK0 = DATA / "tp_serve_gpu" / "torch" / "rank0.trace.json.gz"  # collective args on record_param_comms
+TP_RANK0 = DATA / "tp_serve_gpu" / "torch" / "rank0.trace.json.gz"  # graph replays, NCCL kernels, gloo annotations
 WRONG_ARGS = DATA / "corpus" / "tracelens_hta" / "facebookresearch_HTA__mi250_toy_mlp_train.json.gz"
 
 
