@@ -48,3 +48,18 @@ def test_copies_under_communication_are_not_compute_overlap():
     only = _trace([(GEMM, 0, 100, 7)])
     g = exposure(only, classify(only, taxonomy("llm"))).get("gemm")
     assert g.exposed_ns == 100 and g.exposed_ceiling is None
+
+
+def test_an_early_started_kernel_on_the_same_stream_does_not_hide_the_one_it_waits_for():
+    # Programmatic dependent launch: on stream 7 the all-reduce is recorded from 60 though the GEMM
+    # ahead of it runs to 100; it waits inside itself until then, so it runs 100-150. On stream 9 a
+    # second GEMM really runs beside it, 120-140. Busy union 0-150 = 150.
+    # GEMM busy 0-100 + 120-140 = 120; exposed: 0-100 (nothing else runs there) = 100.
+    # all-reduce busy 100-150 = 50 (not 90), exposed 100-120 + 140-150 = 30, under compute 20.
+    t = _trace([(GEMM, 0, 100, 7), (ALLREDUCE, 60, 150, 7), (GEMM, 120, 140, 9)])
+    x = exposure(t, classify(t, taxonomy("llm")))
+    assert x.busy_ns == 150
+    assert (x.get("gemm").busy_ns, x.get("gemm").exposed_ns) == (120, 100)
+    comm = x.get("communication")
+    assert (comm.busy_ns, comm.exposed_ns, comm.overlapped_ns) == (50, 30, 20)
+    assert x.comm_overlapped_ns == 20

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
-from conftest import A100_NCCL, H100_BERT, H200_LLAMA, KINETO_FIXTURES, NCU_RAW, NCU_REP
+from conftest import A100_NCCL, H100_BERT, H200_LLAMA, KINETO_FIXTURES, NCU_RAW, NCU_REP, TEST_DATA
 
 from tracestory.analysis import analyze
 import tracestory
@@ -295,3 +295,18 @@ def test_ncu_with_the_trace_weights_by_trace_time():
     # (thousands of launches), far more than one profiled launch of a few microseconds
     assert _ev(b, "memory-bound #1 time") > 100_000
     assert "occupancy_limiter" in fs and "occupancy_achieved" in fs
+
+
+def test_a_falling_step_time_is_not_blamed_on_the_kv_cache():
+    """Rank 1 of the TP=2 serving capture: its GPU-side 'iteration N' ranges, read from the JSON,
+    fall from 4.45 ms (the first traced iteration, right after the profiler's start) to about 3.05 ms.
+    A growing KV cache cannot make a step faster, so the finding must not say it does."""
+    path = TEST_DATA / "tp_serve_gpu" / "torch" / "rank1.trace.json.gz"
+    ev = json.load(gzip.open(path))["traceEvents"]
+    gpu = sorted((e for e in ev if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("iteration")),
+                 key=lambda e: e["ts"])
+    durs = [e["dur"] for e in gpu]
+    assert len(durs) == 8 and np.polyfit(np.arange(8), durs, 1)[0] < 0 and durs[0] > 1.4 * durs[-1]
+    (f,) = _by_rule(path, "step_trend")
+    assert "shrinks" in f.title and f.severity == "low"
+    assert "KV length" not in f.implication and "cannot explain a falling step time" in f.implication

@@ -63,19 +63,11 @@ def test_the_set_holds_exactly_the_fixture_names(labels, fixture_names):
     assert set(labels) == found
 
 
-# The project's own paged decode attention in tests/data/tp_serve_gpu (its traces of 2026-11-28,
-# call 27): labelled "paged attention", what the names say and what models/decode_attn_triton.py
-# computes (decode attention over the paged KV cache, split over the sequence, then the splits'
-# softmax combination). The knowledge base's paged-attention rule (``paged_?attn``,
-# ``decode_attention``) misses ``paged_decode_attn``, so it reads these two as "attention (named)"
-# (category, family and precision agree). When the knowledge base learns them, this test fails:
-# drop the entries. (The session-8 traces' old names ``_fp8_small_m_kernel`` and ``_norm_kernel``,
-# read as quantisation and other, left the fixture with its re-capture; their current names are
-# labelled rows of their own.)
-READ_OTHERWISE = {
-    "_paged_decode_attn_split_kernel": ("attention", "attention_gemm", "other", "attention (named)", ""),
-    "_paged_decode_attn_combine_kernel": ("attention", "attention_gemm", "other", "attention (named)", ""),
-}
+# Every label agrees with the knowledge base (the project's own paged decode attention,
+# ``_paged_decode_attn_*``, was read as "attention (named)" until the paged-attention rule learned
+# ``paged_decode_attn``; the session-8 traces' old names ``_fp8_small_m_kernel`` and ``_norm_kernel``
+# left the fixture with its re-capture).
+READ_OTHERWISE: dict = {}
 
 
 def test_every_label_is_what_the_knowledge_base_says(labels):

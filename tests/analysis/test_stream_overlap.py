@@ -54,3 +54,35 @@ def test_below_one_percent_is_not_told():
     o = stream_overlap(t)
     assert (o.early, o.overlap_ns, o.kernel_ns) == (1, 1, 200_001) and not tells(o)
     assert not [x for x in limitations([t], [analyze(t)], has_kernel_metrics=True) if x.analysis == "kernel times"]
+
+
+def test_the_tp2_capture_states_its_pdl_overlap():
+    """tests/data/tp_serve_gpu (the engine launches its Triton kernels with PDL): the overlap read
+    from rank 0's JSON in plain Python (per stream in start order, each kernel's part before the
+    latest end ahead of it, in ns as the reader rounds microseconds) against the limitation."""
+    import gzip
+    import json
+    from collections import defaultdict
+
+    from conftest import TEST_DATA
+
+    from tracestory.ingest import load_inputs
+
+    path = TEST_DATA / "tp_serve_gpu" / "torch" / "rank0.trace.json.gz"
+    ev = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("cat") == "kernel"]
+    streams = defaultdict(list)
+    for e in ev:
+        s = round(e["ts"] * 1000)
+        streams[(e["args"]["device"], e["args"]["stream"])].append((s, s + round(e["dur"] * 1000)))
+    early = over = total = 0
+    for ks in streams.values():
+        latest = None
+        for s, e in sorted(ks):
+            total += e - s
+            if latest is not None and latest > s:
+                early += 1
+                over += min(latest, e) - s
+            latest = e if latest is None else max(latest, e)
+    o = stream_overlap(load_inputs([path]).traces[0])
+    assert (o.kernels, o.early, o.overlap_ns, o.kernel_ns) == (len(ev), early, over, total)
+    assert o.most[0][0] == "_silu_mul_kernel" and tells(o)

@@ -19,6 +19,11 @@ of its busy time. Devices are summed.
   busy time during which a compute op (any category but communication, memcpy and memset) runs on
   the same device.
 
+Ops on one stream run one after another: an op that starts before the op ahead of it on its stream
+has ended (CUDA's programmatic dependent launch starts a kernel early, to wait inside it) is taken
+from that end (:func:`.stream_overlap.serial_starts`), so its wait is not counted as running under
+the op it waits for.
+
 Limits: removing a category can also remove the waits of work that depends on it, which busy
 time does not see; and idle time between ops is outside both ceilings (the timeline analysis
 covers it). Both ceilings bound the GPU busy time, not wall time.
@@ -35,6 +40,7 @@ from ..trace import Trace
 from .categories import Classification
 from .intervals import intersection_length, union_length
 from .links import gpu_ops_column, gpu_ops_order, gpu_ops_times
+from .stream_overlap import serial_starts
 
 
 class CategoryExposure(msgspec.Struct, frozen=True):
@@ -71,13 +77,18 @@ NOT_COMPUTE = ("memcpy", "memset")  # copies under communication are not compute
 
 def _gpu_ops(trace: Trace, cls: Classification):
     """Starts, ends, devices and categories of the GPU ops with a duration, in start order (so
-    that no union below has to sort its subset)."""
+    that no union below has to sort its subset); each start moved past the ops ahead of it on its
+    stream (:func:`.stream_overlap.serial_starts`)."""
     starts, ends = gpu_ops_times(trace)
     order = gpu_ops_order(trace)
     rows = order[(ends > starts)[order]]
     device = gpu_ops_column(trace, "device")[rows].astype(np.int64)
+    stream = gpu_ops_column(trace, "stream")[rows].astype(np.int64)
+    s = serial_starts(starts[rows], ends[rows], device, stream)
+    keep = s < ends[rows]
+    resort = np.argsort(s[keep], kind="stable")
     cat = np.concatenate([cls.kernel_category, cls.memop_category])[rows].astype(np.int64)
-    return starts[rows], ends[rows], device, cat
+    return s[keep][resort], ends[rows][keep][resort], device[keep][resort], cat[keep][resort]
 
 
 def exposure(trace: Trace, cls: Classification) -> Exposure:

@@ -321,7 +321,7 @@ RULES: tuple[KernelRule, ...] = (
       ("attn_fwd",),
       "The Triton flash-attention kernel (attn_fwd) that PyTorch SDPA and vLLM run on MI300X (also the name of "
       "Triton's tutorial kernel and SageAttention's Triton path, which a name cannot tell apart)."),
-    R(r"paged_attention|paged_?attn|pa_fwd|decode_attention|prefill_attention|unified_attention",
+    R(r"paged_attention|paged_?(?:decode_|prefill_)?attn|pa_fwd|decode_attention|prefill_attention|unified_attention",
       "attention", "attention_gemm", "", "", "paged attention",
       ("void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16, __hip_bfloat16, (vllm::Fp8KVCacheDataType)0, "
        "1, 128, 256, false, 4, 1, ck_tile::ComposedAttention<0u, false> >(__hip_bfloat16 const*, __hip_bfloat16 "

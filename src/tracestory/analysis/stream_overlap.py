@@ -42,38 +42,48 @@ class StreamOverlap:
         return self.overlap_ns / self.kernel_ns if self.kernel_ns else 0.0
 
 
+def serial_starts(start: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """Each op's start moved to the latest end among the ops ahead of it on its (device, stream),
+    where that is later (at most to its own end): when it runs after what it waits for. Ops in
+    any order; the result is aligned with the input."""
+    n = len(start)
+    if n == 0:
+        return start.astype(np.int64)
+    t0 = int(start.min())  # times relative to the first start: the per-stream offsets stay in int64
+    order = np.lexsort((start, stream, device))
+    s, e = start[order].astype(np.int64) - t0, end[order].astype(np.int64) - t0
+    dev, st = device[order], stream[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = (dev[1:] != dev[:-1]) | (st[1:] != st[:-1])
+    # the latest end among the ops ahead on the same stream: a running maximum restarted at each
+    # stream's first op (ends offset per stream so one accumulate serves all streams)
+    group = np.cumsum(first) - 1
+    span = int(e.max()) + 1
+    latest = np.maximum.accumulate(e + group * span) - group * span
+    ahead = np.empty(n, dtype=np.int64)
+    ahead[0] = 0
+    ahead[1:] = latest[:-1]
+    moved = np.where(first, s, np.clip(ahead, s, e))
+    out = np.empty(n, dtype=np.int64)
+    out[order] = moved + t0
+    return out
+
+
 def stream_overlap(trace: Trace) -> StreamOverlap:
     """The same-stream overlap of ``trace``'s kernels (module docstring)."""
     k = trace.kernels
     start, end = k["start_ns"].astype(np.int64), k["end_ns"].astype(np.int64)
     ok = (start >= 0) & (end >= start)
-    start, end = start[ok], end[ok]
-    dev, stream, name = k["device"][ok].astype(np.int64), k["stream"][ok].astype(np.int64), k["name"][ok]
-    n = len(start)
-    if n == 0:
+    start, end, name = start[ok], end[ok], k["name"][ok]
+    if len(start) == 0:
         return StreamOverlap(0, 0, 0, 0, ())
-    order = np.lexsort((start, stream, dev))
-    t0 = int(start.min())     # times relative to the first start: the per-stream offsets stay in int64
-    start, end = start[order] - t0, end[order] - t0
-    dev, stream, name = dev[order], stream[order], name[order]
-    first = np.ones(n, dtype=bool)
-    first[1:] = (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1])
-    # the latest end among the kernels ahead on the same stream: a running maximum restarted at
-    # each stream's first kernel (ends offset per stream so one accumulate serves all streams)
-    group = np.cumsum(first) - 1
-    span = int(end.max()) + 1
-    shifted = end + group * span
-    latest = np.maximum.accumulate(shifted) - group * span
-    ahead = np.empty(n, dtype=np.int64)
-    ahead[0] = 0
-    ahead[1:] = latest[:-1]
-    over = np.where(first, 0, np.clip(ahead - start, 0, end - start))
+    over = serial_starts(start, end, k["device"][ok].astype(np.int64), k["stream"][ok].astype(np.int64)) - start
     early = over > 0
     per_name: dict[int, int] = {}
     for code, ns in zip(name[early].tolist(), over[early].tolist(), strict=True):
         per_name[code] = per_name.get(code, 0) + ns
     most = sorted(per_name.items(), key=lambda x: (-x[1], trace.name(x[0])))[:NAMED]
-    return StreamOverlap(n, int(early.sum()), int(over.sum()), int((end - start).sum()),
+    return StreamOverlap(len(start), int(early.sum()), int(over.sum()), int((end - start).sum()),
                          tuple((trace.name(c), ns) for c, ns in most))
 
 

@@ -38,11 +38,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...trace import MEMOP_KINDS, Trace, factorize
-from ..links import gpu_ops_column
 from ...units import fmt_ns, fmt_pct, kernel_base, plural
 from .. import advice, intervals
 from ..facts import LONG_GAP_SHARE, RunFacts
 from ..gaps import GapCause, gap_causes
+from ..links import gpu_ops_column
+from ..stream_overlap import serial_starts
 from .base import SEVERITIES, Evidence, Finding, capital
 from .hardware import ncu_only_findings, rule_bound, rule_occupancy
 from .layout import rule_layout_conversion
@@ -635,7 +636,9 @@ SMALL_GRID_SHARE = 0.3     # of kernel time, before it is a finding
 
 def rule_small_grids(f: RunFacts) -> list[Finding]:
     """Kernel time spent in launches whose grid holds fewer blocks than a tenth of the SMs (CUs): the
-    rest of the GPU idles for the whole kernel, whatever its code. Needs grid sizes and the SM count."""
+    rest of the GPU idles for the whole kernel, whatever its code. Needs grid sizes and the SM count.
+    A kernel's time counts from the end of the kernel ahead of it on its stream where it started
+    earlier (programmatic dependent launch: until then it waits, and the kernel ahead runs)."""
     tr = f.trace
     k = tr.kernels
     sms = next((d.sm_count for d in tr.meta.devices if d.sm_count), None)
@@ -643,7 +646,10 @@ def rule_small_grids(f: RunFacts) -> list[Finding]:
         return []
     known = k["grid_x"] >= 0
     blocks = (k["grid_x"].astype(np.int64) * np.maximum(k["grid_y"], 1) * np.maximum(k["grid_z"], 1))
-    dur = (k["end_ns"] - k["start_ns"]).astype(np.int64)
+    start, end = k["start_ns"].astype(np.int64), k["end_ns"].astype(np.int64)
+    if tr.meta.has_timeline:   # real start times: the order on a stream means something
+        start = serial_starts(start, end, k["device"].astype(np.int64), k["stream"].astype(np.int64))
+    dur = end - start
     small = known & (blocks < SMALL_GRID_PER_SM * sms)
     total = int(dur[known].sum())
     if not total or dur[small].sum() < SMALL_GRID_SHARE * total:

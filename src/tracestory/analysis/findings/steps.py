@@ -208,9 +208,17 @@ def rule_step_trend(facts: RunFacts) -> list[Finding]:
             # a trend claim needs more than a handful of points
             busy_grows = len(steps) >= 5 and bfit[2] is not None and bfit[2] >= 0.5 and bfit[0] > 0
         what = f"{f.family} step time (ITL)" if by_kv else f"{f.family} step time"
-        if grows:
-            title = (f"{what} {'grows' if slope > 0 else 'shrinks'} by {fmt_ns(abs(slope))} per {per} "
-                     f"(r2 {r2:.2f})")
+        if grows and slope < 0:
+            # the KV length only grows, so it cannot explain a falling step time
+            title = f"{what} shrinks by {fmt_ns(abs(slope))} per {per} (r2 {r2:.2f})"
+            imp = ("Step time falls from step to step: the early steps carry work or waits the later ones do not "
+                   "(warm-up, a profiler's start, a queue that drains, waiting on another GPU); a growing KV "
+                   "cache cannot explain a falling step time.")
+            rec = ("Compare the first and the last steps' kernel sequences in the Execution Story to find what the "
+                   "early steps add.")
+            sev = "low"
+        elif grows:
+            title = f"{what} grows by {fmt_ns(abs(slope))} per {per} (r2 {r2:.2f})"
             if by_kv:
                 imp = ("Step time follows the KV-cache length: attention reads the whole cache every step, so "
                        "per-token latency rises with context.")
