@@ -226,3 +226,16 @@ def test_serving_plots_fit_their_data_and_keep_legends_outside(tmp_path, monkeyp
 
     for _, fig in kept:
         plt.close(fig)
+
+
+def test_one_split_prompt_among_160_is_not_requests_held_by_the_budget():
+    """The TP=2 capture's log, read here: the token budget split one prompt and made nobody wait
+    (one ``chunk`` decision, no ``wait`` on the budget, 160 arrivals), so the summary does not
+    say the budget held the requests nor tell to raise it."""
+    lines = _lines(TP_LOG)
+    held = {d["request_id"] for x in lines if x["type"] == "iteration" for d in x["decisions"]
+            if d["action"] == "chunk" or (d["action"] == "wait" and d["reason"].startswith("token"))}
+    arrivals = sum(1 for x in lines if x["type"] == "arrival")
+    assert (len(held), arrivals) == (1, 160)
+    summary = render_report(analyze_inputs(load_inputs([TP]))).split("## Environment")[0]
+    assert "held by the token budget" not in summary and "raise --max-num-batched-tokens" not in summary

@@ -32,8 +32,9 @@ exceptions and the runs between them). Every iteration is in exactly one row.
 Advice
 ------
 Preemptions: more KV blocks or fewer sequences. Else, with a fit of iteration time on decode
-sequences: when requests waited on the token budget (or prompts were split by it), raising the
-batch would not have admitted them sooner, so the advice names the budget; otherwise (waits on
+sequences: when requests waited on the token budget (or prompts were split by it), at least
+:data:`BUDGET_HELD_SHARE` of them, raising the batch would not have admitted them sooner, so the
+advice names the budget; otherwise (waits on
 the sequence limit, or none) raise the batch while the per-sequence cost stays below the fixed
 cost.
 """
@@ -48,6 +49,7 @@ import numpy as np
 from ..ingest.scheduler_log import Iteration, SchedulerLog
 
 MAX_ROWS = 24
+BUDGET_HELD_SHARE = 0.05  # of the requests, held by the token budget before the advice names it
 FOLD_RATIOS = (1.25, 1.5, 2.0, 3.0, 4.0, 8.0, float("inf"))
 
 
@@ -67,6 +69,8 @@ class WaitCauses:
     kv_blocks: int
     other: int
     chunks: int  # prompts split because the budget left was smaller
+    budget_requests: int = 0  # distinct requests that waited on the budget or had a prompt split by it
+    requests: int = 0  # requests that arrived (the log's arrivals)
 
     @property
     def total(self) -> int:
@@ -74,9 +78,12 @@ class WaitCauses:
 
     @property
     def on_budget(self) -> bool:
-        """The waits (and splits) were on the token budget more than on anything else."""
+        """The waits (and splits) were on the token budget more than on anything else, and the
+        budget held at least BUDGET_HELD_SHARE of the requests (one prompt split among hundreds
+        holds nobody back)."""
         budget = self.token_budget + self.chunks
-        return budget > 0 and budget >= self.max_num_seqs + self.kv_blocks + self.other
+        held = self.budget_requests >= BUDGET_HELD_SHARE * self.requests
+        return budget > 0 and held and budget >= self.max_num_seqs + self.kv_blocks + self.other
 
 
 @dataclass(frozen=True)
@@ -173,14 +180,18 @@ def _manifest_holds(manifest: dict | None, numbers: set[int], charged) -> tuple[
 def wait_causes(log: SchedulerLog) -> WaitCauses:
     n = {"token": 0, "max_num_seqs": 0, "needs": 0, "other": 0}
     chunks = 0
+    held: set[str] = set()
     for it in log.iterations:
         for d in it.decisions:
             if d.action == "chunk":
                 chunks += 1
+                held.add(d.request_id)
             elif d.action == "wait":
                 word = d.reason.split(" ", 1)[0] if d.reason else ""
                 n[word if word in n else "other"] += 1
-    return WaitCauses(n["token"], n["max_num_seqs"], n["needs"], n["other"], chunks)
+                if word == "token":
+                    held.add(d.request_id)
+    return WaitCauses(n["token"], n["max_num_seqs"], n["needs"], n["other"], chunks, len(held), len(log.arrivals))
 
 
 def _row(run: list[Iteration], exception: str | None = None) -> LogRow:
