@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device runs behind docs/BENCHMARKS.md's "Serving under load" table (tensor-parallel serving).
-# Usage (repository root): OUT=dir bash benchmarks/gpu/run_tp_serve.sh PART...
+# Usage (repository root): OUT=dir [STACKS_MS=8] bash benchmarks/gpu/run_tp_serve.sh PART...
 # PARTS: tests (pytest -m gpu), roofs (dense GEMM rate, copy roof), capture2 (the TP=2 capture under
 # load, its report and table row), tp1 / tp2 / tp4 (the server under the same load without a profiler,
 # table row each), stop4 (Ctrl-C of `tracestory serve --tensor-parallel 4`), glue (one GPU: the decode
@@ -38,7 +38,9 @@ serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; r
   local n=$1 port=$2 d=$W/tp$1; mkdir -p $d
   local tp=""; [ "$n" -gt 1 ] && tp="--tensor-parallel $n"
   echo "=== [tp$n] $(date +%T) \$ $TS serve $tp $SERVE --port $port --event-log $d/serve.sched.jsonl --skip-power-monitor" | tee -a "$LOG"
-  $TS serve $tp $SERVE --port $port --event-log $d/serve.sched.jsonl --skip-power-monitor > $d/serve.log 2>&1 &
+  # STACKS_MS=N: every rank writes the Python stacks of host steps over N ms (serve/stackwatch.py)
+  TRACESTORY_STALL_STACKS_MS=${STACKS_MS:-0} TRACESTORY_STALL_STACKS_DIR=$d \
+    $TS serve $tp $SERVE --port $port --event-log $d/serve.sched.jsonl --skip-power-monitor > $d/serve.log 2>&1 &
   local srv=$! t0=$(date +%s)
   for i in $(seq 400); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
   echo "healthy after $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
@@ -56,6 +58,7 @@ serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; r
   step tp$n-table 30 python3 benchmarks/gpu/serve_table.py $d --gpus $n --roofs $W/json/roofs.json --json $W/json/tp$n.json
   cp $d/serve.log "$OUT/tp${n}_serve.log"
   gzip -c $d/serve.sched.jsonl > "$OUT/tp${n}.sched.jsonl.gz"   # the event log behind the row
+  if ls $d/stall_stacks.*.txt >/dev/null 2>&1; then (cd $d && tar czf "$OUT/tp${n}_stall_stacks.tgz" stall_stacks.*.txt); fi
 }
 
 for part in "$@"; do case $part in

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from tracestory.models import decode_attn, pdl
-from tracestory.serve import allreduce, fresh_attention
+from tracestory.serve import allreduce, fresh_attention, stackwatch
 
 
 def test_serve_help_names_the_engine_switches():
@@ -13,5 +13,5 @@ def test_serve_help_names_the_engine_switches():
                          text=True, check=True).stdout
     tail = out.split("engine switches")[1]
     for name in (pdl.ENV, decode_attn.ENV, fresh_attention.ENV, allreduce.ENV, "TRACESTORY_SMALL_M",
-                 "TRACESTORY_GLUE"):
+                 "TRACESTORY_GLUE", stackwatch.ENV, stackwatch.DIR_ENV):
         assert name in tail, name

@@ -276,3 +276,18 @@ def test_shape_defaults_per_device_and_flag_checks():
     with pytest.raises(SystemExit) as e:
         main(["serve", "--attention-backend", "matmul"])
     assert e.value.code == 2
+
+
+def test_the_engine_writes_the_stacks_of_its_slow_host_steps(tmp_path, monkeypatch, sdpa_run):
+    """TRACESTORY_STALL_STACKS_MS at 0.001 ms: every launch and hand-out outlasts it, so each is
+    named in the file under the engine thread's stack; the tokens are those of the plain run."""
+    from tracestory.serve import stackwatch
+
+    monkeypatch.setenv(stackwatch.ENV, "0.001")
+    monkeypatch.setenv(stackwatch.DIR_ENV, str(tmp_path))
+    ref_out, ref_fins, _, _ = sdpa_run
+    out, fins, _ = _engine_run(None, True)
+    assert (out, fins) == (ref_out, ref_fins)
+    text = (tmp_path / "stall_stacks.rank0.txt").read_text()
+    assert "^ schedule and launch of the next iteration: " in text and "^ hand-out of iteration 0: " in text
+    assert "engine.py" in text

@@ -48,7 +48,10 @@ ENGINE_SWITCHES = """engine switches (environment variables, CUDA; for A/B runs)
                                 fresh prompts: FlexAttention's chunk kernel (0), flash, or cuDNN graphs
                                 per chunk bucket (needs nvidia-cudnn-frontend; default auto: cuDNN
                                 where its start-up probe passes, else flash)
-  TRACESTORY_ALLREDUCE=auto     tensor parallel: symmetric-memory all-reduce where it sets up (default nccl)"""
+  TRACESTORY_ALLREDUCE=auto     tensor parallel: symmetric-memory all-reduce where it sets up (default nccl)
+  TRACESTORY_STALL_STACKS_MS=N  diagnostic: every Python thread's stack when a host step of the engine
+                                (launch, hand-out; a follower's launch) outlasts N ms, written to
+                                stall_stacks.rankR.txt in $TRACESTORY_STALL_STACKS_DIR (default: here)"""
 
 
 def register(subparsers) -> None:

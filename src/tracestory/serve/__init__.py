@@ -21,6 +21,7 @@ Pieces (each usable alone):
 * :mod:`.progress`  -- the stall watch of the engine thread behind ``/health``;
 * :mod:`.gcwatch`   -- Python GC time per iteration (the event log's ``gc_ns``) and the heap frozen
   after start-up;
+* :mod:`.stackwatch` -- a diagnostic switch: the Python stacks of a host step that stalls;
 * :mod:`.footprint` -- the start-up check that weights + KV cache fit in the memory at hand;
 * :mod:`.server`    -- the aiohttp HTTP front end;
 * :mod:`.request_body` -- strict parsing of a request body (400 for every client mistake);

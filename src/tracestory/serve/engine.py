@@ -61,6 +61,8 @@ Progress (:attr:`Engine.progress`, :mod:`.progress`): each turn of the loop beat
 step it enters, so :meth:`Engine.stalled` can tell a step that has not returned for longer than
 a timeout (a forward waiting on a stopped tensor-parallel rank) from an idle engine. A failed
 event-log write never reaches this thread (:mod:`.eventlog` counts the lost lines and goes on).
+With ``TRACESTORY_STALL_STACKS_MS`` set, the launch and the hand-out of each iteration are watched
+(:mod:`.stackwatch`): one that outlasts the limit leaves every thread's Python stack in a file.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from .gcwatch import GcClock
 from .metrics import ServerMetrics
 from .progress import Progress
 from .scheduler import Decision, Finish, Plan, RequestRejected, Scheduler, StepResult
+from .stackwatch import StackWatch
 
 
 class _Done:
@@ -128,6 +131,7 @@ class Engine:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._drain_ns = 0                # host time of the current loop turn's admissions and aborts
         self._handout_ns: int | None = None  # host time of the last iteration's hand-out, not logged yet
+        self._stacks = StackWatch.from_env("rank0")   # TRACESTORY_STALL_STACKS_MS (.stackwatch): off by default
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._sinks: dict[str, Callable] = {}
@@ -241,10 +245,18 @@ class Engine:
             self._publish_queues()
             self.log.flush()
             self._gc.remove()
+            self._stacks.close()
 
     def _launch_next(self, prev: _Flight | None) -> _Flight | None:
         """Schedule and launch one iteration, then record it in the scheduler with a placeholder
         per sampled token (module docstring); returns the flight, or None when nothing ran."""
+        self._stacks.arm()
+        try:
+            return self._schedule_and_launch(prev)
+        finally:
+            self._stacks.done("schedule and launch of the next iteration")
+
+    def _schedule_and_launch(self, prev: _Flight | None) -> _Flight | None:
         sched, log = self.scheduler, self.log
         t_start = log.now_ns()
         self.progress.doing("scheduling")
@@ -306,7 +318,7 @@ class Engine:
     def _resolve(self, f: _Flight) -> None:
         """Wait for a flight's tokens, then hand them out: tokens, EOS stops, finishes, the
         event-log line and the metrics of its iteration."""
-        sched, log = self.scheduler, self.log
+        log = self.log
         self.progress.doing(f"waiting for the tokens of iteration {f.plan.iteration} ({len(f.plan.members)} requests)")
         t_wait = log.now_ns()
         try:
@@ -315,6 +327,15 @@ class Engine:
             self._fail(f.plan, e)
             return
         t_end = log.now_ns()
+        self._stacks.arm()
+        try:
+            self._hand_out(f, real, t_wait, t_end)
+        finally:
+            self._stacks.done(f"hand-out of iteration {f.plan.iteration}")
+
+    def _hand_out(self, f: _Flight, real, t_wait: int, t_end: int) -> None:
+        """Hand a flight's tokens out (``real``: request id -> token id): the rest of :meth:`_resolve`."""
+        sched, log = self.scheduler, self.log
         for rid, ph in f.sampled.items():
             self._resolved[ph] = int(real[rid])
             self._ph_of.setdefault(rid, []).append(ph)

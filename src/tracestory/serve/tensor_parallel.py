@@ -73,6 +73,7 @@ from ..models.llama_config import LlamaConfig
 from .allreduce import AllReduce
 from .gcwatch import GcClock
 from .scheduler import Member
+from .stackwatch import StackWatch
 
 HEARTBEAT_S = 1.0            # rank 0 sends a heartbeat when it sent nothing for this long
 CONTROL_TIMEOUT_S = 300.0    # a rank that hears nothing for this long gives up
@@ -419,6 +420,7 @@ def follow(model, control: Control) -> int:
 
     heard: list[int] = []
     slow = _SlowLaunches()
+    stacks = StackWatch.from_env(f"rank{control.rank}")   # TRACESTORY_STALL_STACKS_MS: off by default
     saved = {s: signal.signal(s, lambda signum, _f: heard.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
     ran = 0
     gc_clock = GcClock(time.monotonic_ns)     # this rank writes no event log: its GC pauses said at the end
@@ -433,10 +435,14 @@ def follow(model, control: Control) -> int:
             with torch.inference_mode():
                 try:
                     t = time.perf_counter_ns()
-                    if hasattr(model, "launch"):
-                        model.launch(members, it, ids)
-                    else:
-                        model.step(members, it)
+                    stacks.arm()
+                    try:
+                        if hasattr(model, "launch"):
+                            model.launch(members, it, ids)
+                        else:
+                            model.step(members, it)
+                    finally:
+                        stacks.done(f"launch of iteration {it}")
                     slow.add(it, time.perf_counter_ns() - t)
                 except Exception as e:  # noqa: BLE001 -- rank 0 fails the same batch; a lost peer is fatal
                     if _is_distributed(e):
@@ -445,7 +451,9 @@ def follow(model, control: Control) -> int:
             ran += 1
     finally:
         gc_clock.remove()
-        _say(f"rank {control.rank}: {gc_clock.summary()} while following ({ran} iterations); {slow.summary()}")
+        stacks.close()
+        _say(f"rank {control.rank}: {gc_clock.summary()} while following ({ran} iterations); {slow.summary()}"
+             + (f"; {stacks.dumps} stalled launches' stacks in {stacks.path}" if stacks.dumps else ""))
         for s, h in saved.items():
             signal.signal(s, h)
 
