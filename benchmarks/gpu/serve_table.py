@@ -42,7 +42,8 @@ def _find(folder: Path) -> tuple[Path, Path]:
         for name in ("serve.sched.jsonl", "serve.sched.jsonl.gz"):
             if (d / name).is_file():
                 return d / name, d / "load.summary.json"
-    sys.exit(f"{folder}: expected serve.sched.jsonl[.gz] (and load.summary.json), found none")
+    print(f"{folder}: expected serve.sched.jsonl[.gz] (and load.summary.json), found none", file=sys.stderr)
+    sys.exit(2)
 
 
 def _read_lines(log: Path) -> list[dict]:

@@ -60,3 +60,10 @@ def test_decode_p50_per_batch_on_the_tp2_capture(tmp_path):
     assert {int(k): v for k, v in row["decode_p50_ms_by_batch"].items()} == {
         b: round(statistics.median(v), 3) for b, v in sorted(by.items())}
     assert row["stall_clusters"]["clusters"] <= row["over_3x_median"]
+
+
+def test_a_folder_without_a_log_is_one_line_and_exit_2(tmp_path):
+    p = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--gpus", "1"], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [f"{tmp_path}: expected serve.sched.jsonl[.gz] (and load.summary.json), "
+                                             "found none"]
