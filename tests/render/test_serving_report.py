@@ -92,10 +92,23 @@ def test_profiler_start_and_stop_are_charged_and_no_stall(tmp_path):
     limit = max(STALL_RATIO * statistics.median(dur), STALL_MIN_NS)
     expected = [x["iter"] for x, d in zip(its, dur) if d - held.get(x["iter"], 0) >= limit]
 
+    # rank 1's stop took longer than rank 0's (manifest: 37.8 against 22.9 ms), and iteration 208's plan
+    # send, rank 0 waiting for rank 1, took 31.6 ms (log) against a median send of well under 1 ms
+    ranks = next(s["profiler_blocked_s"] for s in cap["steps"] if "profiler_blocked_s" in s)
+    assert ranks["1"]["stop"] > ranks["0"]["stop"] and ranks["1"]["start"] < ranks["0"]["start"]
+    after = next(x for x in its if x["iter"] == skip + count)
+    sends = sorted(x["plan_send_ns"] for x in its if x.get("plan_send_ns"))
+    assert after["plan_send_ns"] > 5 * sends[len(sends) // 2] and after["plan_send_ns"] > 1e6
+    held[skip + count - 1] = after["plan_send_ns"]
+    expected = [x["iter"] for x, d in zip(its, dur) if d - held.get(x["iter"], 0) >= limit]
+
     r = analyze_inputs(load_inputs([TP])).batching
     assert [s.iter for s in r.stalls] == expected
     holds = {(h.iter, h.what, h.charged_iter, h.source) for h in r.story.profiler}
-    assert holds == {(skip, "start", skip - 1, "event log"), (skip + count - 1, "stop", skip + count - 2, "event log")}
+    assert holds == {(skip, "start", skip - 1, "event log"), (skip + count - 1, "stop", skip + count - 2, "event log"),
+                     (skip + count, "stop on rank 1", skip + count - 1, "event log and capture manifest")}
+    follower = next(h for h in r.story.profiler if h.what == "stop on rank 1")
+    assert follower.held_ns == after["plan_send_ns"]
     text = render_report(analyze_inputs(load_inputs([TP])))
     stop = marks[skip + count - 1] / 1e6  # 22.85 ms
     assert f"| {skip + count - 2} | " in text
@@ -115,7 +128,8 @@ def test_profiler_start_and_stop_are_charged_and_no_stall(tmp_path):
     r = analyze_inputs(load_inputs([folder])).batching
     holds = {(h.iter, h.what, h.charged_iter, h.source) for h in r.story.profiler}
     assert holds == {(skip, "start", skip - 1, "capture manifest"),
-                     (skip + count - 1, "stop", skip + count - 2, "capture manifest")}
+                     (skip + count - 1, "stop", skip + count - 2, "capture manifest"),
+                     (skip + count, "stop on rank 1", skip + count - 1, "event log and capture manifest")}
     assert [s.iter for s in r.stalls] == expected
 
 

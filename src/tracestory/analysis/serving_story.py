@@ -13,6 +13,13 @@ event log it is). With overlapped scheduling (``meta.overlap``) iteration ``N`` 
 time lies in ``N - 1``'s wall time, which is the iteration it is charged to; otherwise in ``N``'s.
 An engine stall is judged on the wall time less what is charged to it.
 
+Under tensor parallelism rank 0 sends each iteration's plan to the other ranks before launching it
+(``plan_send_ns``), and a rank that is still starting or stopping its own profiler takes the plan
+late. Where the capture's manifest says another rank's start or stop took longer than rank 0's
+(``profiler_blocked_s`` per rank), the plan send of the iteration after rank 0's hold is that
+rank's hold too, when it is at least :data:`FOLLOWER_SEND_RATIO` times the log's median plan send
+and 1 ms: ``what`` is then ``"stop on rank R"`` (or start), charged as above.
+
 Wait causes
 -----------
 Each ``wait`` decision's reason, by its opening words as ``tracestory serve`` writes them:
@@ -144,11 +151,57 @@ def profiler_holds(log: SchedulerLog, manifest: dict | None = None) -> tuple[Pro
 
     marked = [it for it in its if it.profiler_ns]
     if marked:
-        return tuple(
+        own = tuple(
             ProfilerHold(it.iter, int(it.profiler_ns or 0), ("start", "stop")[k % 2], charged(it.iter), "event log")
             for k, it in enumerate(marked)
         )
-    return _manifest_holds(manifest, numbers, charged)
+    else:
+        own = _manifest_holds(manifest, numbers, charged)
+    return own + _follower_holds(log, _blocked_per_rank(manifest), own, charged)
+
+
+FOLLOWER_SEND_RATIO = 5
+FOLLOWER_SEND_FLOOR_NS = 1_000_000
+
+
+def _blocked_per_rank(manifest: dict | None) -> dict[str, dict]:
+    """``profiler_blocked_s`` of the last iteration-range capture that has it: rank -> {start, stop}."""
+    found: dict[str, dict] = {}
+    if not isinstance(manifest, dict):
+        return found
+    for cap in manifest.get("captures") or ():
+        if not isinstance(cap, dict) or _setting(cap, "range") != "iteration":
+            continue
+        for step in cap.get("steps") or ():
+            b = step.get("profiler_blocked_s") if isinstance(step, dict) else None
+            if isinstance(b, dict):
+                found = {str(r): v for r, v in b.items() if isinstance(v, dict)}
+    return found
+
+
+def _follower_holds(log: SchedulerLog, blocked: dict[str, dict], own: tuple[ProfilerHold, ...],
+                    charged) -> tuple[ProfilerHold, ...]:
+    """The other ranks' profiler holds, seen in rank 0's next plan send (module docstring)."""
+    sends = [it.plan_send_ns for it in log.iterations if it.plan_send_ns]
+    if len(blocked) < 2 or not sends:
+        return ()
+    floor = max(FOLLOWER_SEND_FLOOR_NS, FOLLOWER_SEND_RATIO * float(np.median(sends)))
+    by_iter = {it.iter: it for it in log.iterations}
+    out = []
+    for h in own:
+        mine = (blocked.get("0") or {}).get(h.what)
+        others = [(r, b[h.what]) for r, b in blocked.items()
+                  if r != "0" and isinstance(b.get(h.what), (int, float))]
+        if not others:
+            continue
+        rank, sec = max(others, key=lambda x: x[1])
+        nxt = by_iter.get(h.iter + 1)
+        if (isinstance(mine, (int, float)) and sec <= mine) or nxt is None or not nxt.plan_send_ns:
+            continue
+        if nxt.plan_send_ns >= floor:
+            out.append(ProfilerHold(nxt.iter, min(nxt.plan_send_ns, int(round(sec * 1e9))), f"{h.what} on rank {rank}",
+                                    charged(nxt.iter), "event log and capture manifest"))
+    return tuple(out)
 
 
 def _setting(cap: dict, key: str) -> Any:

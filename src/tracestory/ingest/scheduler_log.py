@@ -86,6 +86,7 @@ class Iteration:
     gc_passes: int | None = None     # how many collections
     gc_generation: int | None = None  # the oldest generation collected (2: a full collection)
     gpu_ns: int | None = None        # device time of its launched work (CUDA events; tracestory serve)
+    plan_send_ns: int | None = None  # tensor parallel: rank 0's send of the plan to the other ranks
 
     @property
     def duration_ns(self) -> int:
@@ -196,7 +197,8 @@ def _iteration(ln: _Line) -> Iteration:
         waiting=ln.int("waiting", False), running=ln.int("running", False),
         profiler_ns=ln.int("profiler_ns", False), launch_ns=ln.int("launch_ns", False),
         gc_ns=ln.int("gc_ns", False), gc_passes=ln.int("gc_passes", False),
-        gc_generation=ln.int("gc_generation", False), gpu_ns=ln.int("gpu_ns", False))
+        gc_generation=ln.int("gc_generation", False), gpu_ns=ln.int("gpu_ns", False),
+        plan_send_ns=ln.int("plan_send_ns", False))
 
 
 def _first_repeat(values):
