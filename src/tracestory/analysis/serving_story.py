@@ -64,9 +64,10 @@ FOLD_RATIOS = (1.25, 1.5, 2.0, 3.0, 4.0, 8.0, float("inf"))
 class ProfilerHold:
     iter: int  # the iteration whose launch the profiler's start or stop held
     held_ns: int
-    what: str  # "start" | "stop"
+    what: str  # "start" | "stop", or "start on rank R" | "stop on rank R" where ``rank`` is not 0
     charged_iter: int  # the iteration whose wall time holds it (see the module docstring)
-    source: str  # "event log" | "capture manifest"
+    source: str  # "event log" | "capture manifest" | "event log and capture manifest"
+    rank: int = 0  # whose profiler: 0, the engine's own; another rank's through rank 0's plan send
 
 
 @dataclass(frozen=True)
@@ -164,19 +165,24 @@ FOLLOWER_SEND_RATIO = 5
 FOLLOWER_SEND_FLOOR_NS = 1_000_000
 
 
-def _blocked_per_rank(manifest: dict | None) -> dict[str, dict]:
-    """``profiler_blocked_s`` of the last iteration-range capture that has it: rank -> {start, stop}."""
-    found: dict[str, dict] = {}
+def _blocked_steps(manifest: dict | None):
+    """(capture, ``profiler_blocked_s``: rank -> {start, stop}) of every step of the manifest's
+    iteration-range captures that recorded it."""
     if not isinstance(manifest, dict):
-        return found
+        return
     for cap in manifest.get("captures") or ():
         if not isinstance(cap, dict) or _setting(cap, "range") != "iteration":
             continue
         for step in cap.get("steps") or ():
             b = step.get("profiler_blocked_s") if isinstance(step, dict) else None
             if isinstance(b, dict):
-                found = {str(r): v for r, v in b.items() if isinstance(v, dict)}
-    return found
+                yield cap, {str(r): v for r, v in b.items() if isinstance(v, dict)}
+
+
+def _blocked_per_rank(manifest: dict | None) -> dict[str, dict]:
+    """``profiler_blocked_s`` of the last iteration-range capture that has it: rank -> {start, stop}."""
+    steps = list(_blocked_steps(manifest))
+    return steps[-1][1] if steps else {}
 
 
 def _follower_holds(log: SchedulerLog, blocked: dict[str, dict], own: tuple[ProfilerHold, ...],
@@ -200,7 +206,7 @@ def _follower_holds(log: SchedulerLog, blocked: dict[str, dict], own: tuple[Prof
             continue
         if nxt.plan_send_ns >= floor:
             out.append(ProfilerHold(nxt.iter, min(nxt.plan_send_ns, int(round(sec * 1e9))), f"{h.what} on rank {rank}",
-                                    charged(nxt.iter), "event log and capture manifest"))
+                                    charged(nxt.iter), "event log and capture manifest", int(rank)))
     return tuple(out)
 
 
@@ -210,23 +216,15 @@ def _setting(cap: dict, key: str) -> Any:
 
 
 def _manifest_holds(manifest: dict | None, numbers: set[int], charged) -> tuple[ProfilerHold, ...]:
-    if not isinstance(manifest, dict):
-        return ()
     out = []
-    for cap in manifest.get("captures") or ():
-        if not isinstance(cap, dict) or _setting(cap, "range") != "iteration":
-            continue
+    for cap, blocked in _blocked_steps(manifest):
         skip, count = _setting(cap, "skip") or 0, _setting(cap, "count")
-        if not isinstance(skip, int) or not isinstance(count, int) or count < 1:
+        if not isinstance(skip, int) or not isinstance(count, int) or count < 1 or "0" not in blocked:
             continue
-        for step in cap.get("steps") or ():
-            blocked = (step.get("profiler_blocked_s") or {}).get("0") if isinstance(step, dict) else None
-            if not isinstance(blocked, dict):
-                continue
-            for what, n in (("start", skip), ("stop", skip + count - 1)):
-                sec = blocked.get(what)
-                if isinstance(sec, (int, float)) and n in numbers:
-                    out.append(ProfilerHold(n, int(round(sec * 1e9)), what, charged(n), "capture manifest"))
+        for what, n in (("start", skip), ("stop", skip + count - 1)):
+            sec = blocked["0"].get(what)
+            if isinstance(sec, (int, float)) and n in numbers:
+                out.append(ProfilerHold(n, int(round(sec * 1e9)), what, charged(n), "capture manifest"))
     return tuple(out)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Trace
+from . import derived
 
 SHARE_FLOOR = 0.01  # overlap below this share of the summed kernel time is not told
 NAMED = 3  # kernels named as the ones whose times are most overstated
@@ -69,21 +70,36 @@ def serial_starts(start: np.ndarray, end: np.ndarray, device: np.ndarray, stream
     return out
 
 
+def kernel_serial_starts(trace: Trace) -> np.ndarray:
+    """:func:`serial_starts` of ``trace``'s kernels, aligned with ``trace.kernels``; a kernel
+    without a start or with its end before its start keeps its start. Read-only; computed once
+    per trace."""
+    def compute() -> np.ndarray:
+        k = trace.kernels
+        start, end = k["start_ns"].astype(np.int64), k["end_ns"].astype(np.int64)
+        ok = (start >= 0) & (end >= start)
+        out = start.copy()
+        out[ok] = serial_starts(start[ok], end[ok], k["device"][ok].astype(np.int64), k["stream"][ok].astype(np.int64))
+        return out
+
+    return derived.memo(trace, "kernel_serial_starts", compute)
+
+
 def stream_overlap(trace: Trace) -> StreamOverlap:
     """The same-stream overlap of ``trace``'s kernels (module docstring)."""
     k = trace.kernels
     start, end = k["start_ns"].astype(np.int64), k["end_ns"].astype(np.int64)
     ok = (start >= 0) & (end >= start)
-    start, end, name = start[ok], end[ok], k["name"][ok]
-    if len(start) == 0:
+    if not ok.any():
         return StreamOverlap(0, 0, 0, 0, ())
-    over = serial_starts(start, end, k["device"][ok].astype(np.int64), k["stream"][ok].astype(np.int64)) - start
+    over = (kernel_serial_starts(trace) - start)[ok]
+    name = k["name"][ok]
     early = over > 0
     per_name: dict[int, int] = {}
     for code, ns in zip(name[early].tolist(), over[early].tolist(), strict=True):
         per_name[code] = per_name.get(code, 0) + ns
     most = sorted(per_name.items(), key=lambda x: (-x[1], trace.name(x[0])))[:NAMED]
-    return StreamOverlap(len(start), int(early.sum()), int(over.sum()), int((end - start).sum()),
+    return StreamOverlap(int(ok.sum()), int(early.sum()), int(over.sum()), int((end - start)[ok].sum()),
                          tuple((trace.name(c), ns) for c, ns in most))
 
 

@@ -486,12 +486,12 @@ def _holds(r: BatchingResult) -> list[str]:
         return []
     parts = [
         f"the {h.what} held iteration {h.iter}'s launch {fmt_ns(h.held_ns)}"
-        + (", its plan send waiting for that rank" if " on rank " in h.what else "")
+        + (", its plan send waiting for that rank" if h.rank else "")
         + (f" (in iteration {h.charged_iter}'s wall time: overlapped scheduling)" if h.charged_iter != h.iter else "")
         for h in holds
     ]
     src = " and ".join(dict.fromkeys(part for h in holds for part in h.source.split(" and ")))
-    where = "each rank's engine thread" if any(" on rank " in h.what for h in holds) else "the engine thread"
+    where = "each rank's engine thread" if any(h.rank for h in holds) else "the engine thread"
     return [
         f"The profiler's own start and stop ran on {where} ({src}): " + "; ".join(parts) + ". That "
         "time is the capture's, not the engine's, and is not counted toward a stall.",

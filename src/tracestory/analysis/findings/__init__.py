@@ -43,7 +43,7 @@ from .. import advice, intervals
 from ..facts import LONG_GAP_SHARE, RunFacts
 from ..gaps import GapCause, gap_causes
 from ..links import gpu_ops_column
-from ..stream_overlap import serial_starts
+from ..stream_overlap import kernel_serial_starts
 from .base import SEVERITIES, Evidence, Finding, capital
 from .hardware import ncu_only_findings, rule_bound, rule_occupancy
 from .layout import rule_layout_conversion
@@ -646,10 +646,9 @@ def rule_small_grids(f: RunFacts) -> list[Finding]:
         return []
     known = k["grid_x"] >= 0
     blocks = (k["grid_x"].astype(np.int64) * np.maximum(k["grid_y"], 1) * np.maximum(k["grid_z"], 1))
-    start, end = k["start_ns"].astype(np.int64), k["end_ns"].astype(np.int64)
-    if tr.meta.has_timeline:   # real start times: the order on a stream means something
-        start = serial_starts(start, end, k["device"].astype(np.int64), k["stream"].astype(np.int64))
-    dur = end - start
+    end = k["end_ns"].astype(np.int64)
+    # real start times: the order on a stream means something
+    dur = end - (kernel_serial_starts(tr) if tr.meta.has_timeline else k["start_ns"].astype(np.int64))
     small = known & (blocks < SMALL_GRID_PER_SM * sms)
     total = int(dur[known].sum())
     if not total or dur[small].sum() < SMALL_GRID_SHARE * total:
