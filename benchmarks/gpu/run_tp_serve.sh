@@ -3,7 +3,7 @@
 # Usage (repository root): OUT=dir [STACKS_MS=8] bash benchmarks/gpu/run_tp_serve.sh PART...
 # PARTS: tests (pytest -m gpu), roofs (dense GEMM rate, copy roof), capture2 (the TP=2 capture under
 # load, its report and table row), tp1 / tp2 / tp4 (the server under the same load without a profiler,
-# table row each), stop4 (Ctrl-C of `tracestory serve --tensor-parallel 4`), glue (one GPU: the decode
+# table row each; tp1bf16: TP=1 without --fp8, for the bf16 prefill), stop4 (Ctrl-C of `tracestory serve --tensor-parallel 4`), glue (one GPU: the decode
 # GEMM study and the step profiles of benchmarks/gpu/decode_glue.py), chunkattn (one GPU: the chunk
 # attention kernel alone against SDPA, benchmarks/gpu/chunk_attn.py), ar2 / ar4 (decode-size
 # all-reduce, NCCL against symmetric memory, benchmarks/gpu/allreduce_small.py; AR_ROWS: the row
@@ -22,7 +22,7 @@ TS="python3 -m tracestory.cli"
 source "$(dirname "$0")/steps.sh"
 # the issue's load: 12 req/s, prompts 512-1023 tokens, 128 output tokens
 LOAD="--model llama-3-8b --request-rate 12 --duration 15 --random-input-len 768 --random-range-ratio 0.333 --random-output-len 128 --ignore-eos --no-progress"
-SERVE="--device cuda --fp8 rowwise --attention-backend flex"
+SERVE=${SERVE:-"--device cuda --fp8 rowwise --attention-backend flex"}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee -a "$LOG"
 python3 --version | tee -a "$LOG"
 
@@ -34,31 +34,31 @@ cpu_stat() {    # the container's CPU quota and throttling counters (cgroup v2 o
   echo "[$1] nproc $(nproc), loadavg $(cat /proc/loadavg)" | tee -a "$LOG"
 }
 
-serve_run() {   # serve_run N PORT: server (tp N) under the load, no profiler; row in $W/json/tpN.json
-  local n=$1 port=$2 d=$W/tp$1; mkdir -p $d
+serve_run() {   # serve_run N PORT [NAME [SERVE-FLAGS]]: server (tp N) under the load, no profiler; row in $W/json/NAME.json (NAME: tpN)
+  local n=$1 port=$2 name=${3:-tp$1} flags=${4:-$SERVE}; local d=$W/$name; mkdir -p $d
   local tp=""; [ "$n" -gt 1 ] && tp="--tensor-parallel $n"
-  echo "=== [tp$n] $(date +%T) \$ $TS serve $tp $SERVE --port $port --event-log $d/serve.sched.jsonl --skip-power-monitor" | tee -a "$LOG"
+  echo "=== [$name] $(date +%T) \$ $TS serve $tp $flags --port $port --event-log $d/serve.sched.jsonl --skip-power-monitor" | tee -a "$LOG"
   # STACKS_MS=N: every rank writes the Python stacks of host steps over N ms (serve/stackwatch.py)
   TRACESTORY_STALL_STACKS_MS=${STACKS_MS:-0} TRACESTORY_STALL_STACKS_DIR=$d \
-    $TS serve $tp $SERVE --port $port --event-log $d/serve.sched.jsonl --skip-power-monitor > $d/serve.log 2>&1 &
+    $TS serve $tp $flags --port $port --event-log $d/serve.sched.jsonl --skip-power-monitor > $d/serve.log 2>&1 &
   local srv=$! t0=$(date +%s)
   for i in $(seq 400); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $srv 2>/dev/null || break; sleep 1; done
   echo "healthy after $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
-  cpu_stat "tp$n before the load"
+  cpu_stat "$name before the load"
   # the throttling counters every 50 ms during the load (unix ns first), to set beside the event log's stalls
   (f=/sys/fs/cgroup/cpu.stat; [ -r $f ] || f=/sys/fs/cgroup/cpu/cpu.stat
    while :; do echo "$(date +%s%N) $(tr '\n' ' ' < $f 2>/dev/null)"; sleep 0.05; done > $d/cpu_stat.txt) & local mon=$!
-  step tp$n-load 60 $TS load --port $port $LOAD --json $d/load.summary.json --output $d/load.requests.jsonl
+  step $name-load 60 $TS load --port $port $LOAD --json $d/load.summary.json --output $d/load.requests.jsonl
   kill $mon 2>/dev/null
-  cpu_stat "tp$n after the load"
-  gzip -c $d/cpu_stat.txt > "$OUT/tp${n}_cpu_stat.txt.gz"
+  cpu_stat "$name after the load"
+  gzip -c $d/cpu_stat.txt > "$OUT/${name}_cpu_stat.txt.gz"
   local ts=$(date +%s.%N); kill -INT $srv; wait $srv; local rc=$?
-  echo "=== [tp$n] server exit code $rc, stopped in $(python3 -c "import time;print(round(time.time()-$ts,2))") s" | tee -a "$LOG"
+  echo "=== [$name] server exit code $rc, stopped in $(python3 -c "import time;print(round(time.time()-$ts,2))") s" | tee -a "$LOG"
   grep -E "startup|prefill/mixed|stopped|Traceback|Error|error" $d/serve.log | tail -12 | tee -a "$LOG"
-  step tp$n-table 30 python3 benchmarks/gpu/serve_table.py $d --gpus $n --roofs $W/json/roofs.json --json $W/json/tp$n.json
-  cp $d/serve.log "$OUT/tp${n}_serve.log"
-  gzip -c $d/serve.sched.jsonl > "$OUT/tp${n}.sched.jsonl.gz"   # the event log behind the row
-  if ls $d/stall_stacks.*.txt >/dev/null 2>&1; then (cd $d && tar czf "$OUT/tp${n}_stall_stacks.tgz" stall_stacks.*.txt); fi
+  step $name-table 30 python3 benchmarks/gpu/serve_table.py $d --gpus $n --roofs $W/json/roofs.json --json $W/json/$name.json
+  cp $d/serve.log "$OUT/${name}_serve.log"
+  gzip -c $d/serve.sched.jsonl > "$OUT/${name}.sched.jsonl.gz"   # the event log behind the row
+  if ls $d/stall_stacks.*.txt >/dev/null 2>&1; then (cd $d && tar czf "$OUT/${name}_stall_stacks.tgz" stall_stacks.*.txt); fi
 }
 
 for part in "$@"; do case $part in
@@ -133,5 +133,6 @@ fresh)
 tp1) serve_run 1 8001 ;;
 tp2) serve_run 2 8002 ;;
 tp4) serve_run 4 8004 ;;
+tp1bf16) serve_run 1 8011 tp1bf16 "--device cuda --attention-backend flex" ;;   # no --fp8: the bf16 prefill against the bf16 GEMM roof
 esac; done
 (cd $W && tar czf "$OUT/json.tar.gz" json)

@@ -3,6 +3,8 @@ it is stalled; a quick one writes nothing; unset, nothing is armed or written.""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 from tracestory.serve.stackwatch import DIR_ENV, ENV, StackWatch
@@ -29,7 +31,10 @@ def test_a_stalled_step_leaves_its_stack_and_a_quick_one_nothing(tmp_path, monke
     stack, tail = text.split("^ hand-out of iteration 7: ")
     assert "_stalled_step_waiting_in_sleep" in stack and "Thread" in stack
     ms = float(tail.split(" ms")[0])
-    assert 240 <= ms < 5000 and "(stacks taken at 50 ms)" in tail
+    assert 240 <= ms < 5000 and "(stacks taken at 50 ms; started at monotonic " in tail
+    # the watched thread is named for a sampler outside the process: this process, this thread
+    pid, tid = (tmp_path / "stall_stacks.rank0.tid").read_text().split()
+    assert (int(pid), int(tid)) == (os.getpid(), threading.get_native_id())
 
 
 def test_off_when_unset(tmp_path, monkeypatch):

@@ -13,6 +13,11 @@ says which step it was and how long it took in all.
 
 The stacks go to ``stall_stacks.<label>.txt`` (label ``rank0``, ``rank1``, ...) in
 ``TRACESTORY_STALL_STACKS_DIR`` (default: the working directory). Unset or 0: off, nothing armed.
+The first armed step also writes ``stall_stacks.<label>.tid``: the process id and the watched
+thread's native id, so that a sampler outside the process (``benchmarks/gpu/thread_watch.py``)
+can read that thread's kernel state (running, or which system call it sleeps in) during a stall,
+which a Python stack cannot show for a thread inside a C call. The line under a dump gives the
+step's start on the monotonic clock (``CLOCK_MONOTONIC``, shared by the processes of a host).
 
 Limits: one dump per step, of the moment N ms into it; native frames are not shown; faulthandler
 has one timer per process, so a process has one watch (the engine thread's or the follower's).
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import threading
 import time
 
 ENV = "TRACESTORY_STALL_STACKS_MS"
@@ -38,6 +44,7 @@ class StackWatch:
         self.dumps = 0  # steps that outlasted the limit
         self._fh = open(self.path, "a") if self.path else None  # noqa: SIM115 -- open while serving
         self._t0 = 0
+        self._tid_written = False
 
     @classmethod
     def from_env(cls, label: str) -> StackWatch:
@@ -53,7 +60,11 @@ class StackWatch:
     def arm(self) -> None:
         if self._fh is None:
             return
-        self._t0 = time.perf_counter_ns()
+        if not self._tid_written:
+            self._tid_written = True
+            with open(os.path.splitext(self.path)[0] + ".tid", "w") as f:
+                f.write(f"{os.getpid()} {threading.get_native_id()}\n")
+        self._t0 = time.monotonic_ns()
         faulthandler.dump_traceback_later(self.ms / 1e3, repeat=False, file=self._fh)
 
     def done(self, what: str) -> None:
@@ -61,11 +72,12 @@ class StackWatch:
         if self._fh is None:
             return
         faulthandler.cancel_dump_traceback_later()
-        ns = time.perf_counter_ns() - self._t0
+        ns = time.monotonic_ns() - self._t0
         if ns > self.ms * 1e6:
             self.dumps += 1
             # faulthandler wrote to the descriptor directly: write this line the same way
-            os.write(self._fh.fileno(), f"^ {what}: {ns / 1e6:.1f} ms (stacks taken at {self.ms:g} ms)\n\n".encode())
+            os.write(self._fh.fileno(), f"^ {what}: {ns / 1e6:.1f} ms (stacks taken at {self.ms:g} ms; "
+                                           f"started at monotonic {self._t0} ns)\n\n".encode())
 
     def close(self) -> None:
         if self._fh is not None:
