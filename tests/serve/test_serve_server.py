@@ -104,6 +104,8 @@ def validate_event_log(lines: list[str]) -> list[dict]:
     for k in ("block_size", "num_blocks", "max_batch_tokens", "max_num_seqs", "t0_unix_ns"):
         assert isinstance(meta[k], int) and meta[k] > 0, k
     assert isinstance(meta["model"], str) and isinstance(meta["device"], str)
+    # the log's t0 on this host's monotonic clock: written by a server that ran before now
+    assert isinstance(meta["t0_mono_ns"], int) and 0 < meta["t0_mono_ns"] < time.monotonic_ns()
     for o in objs[1:]:
         t = o["type"]
         if t == "arrival":

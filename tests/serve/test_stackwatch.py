@@ -27,11 +27,15 @@ def test_a_stalled_step_leaves_its_stack_and_a_quick_one_nothing(tmp_path, monke
     w.close()
     text = (tmp_path / "stall_stacks.rank0.txt").read_text()
     assert w.dumps == 1 and "a quick step" not in text
-    # faulthandler's dump names the function the thread is in, then our line follows it
+    # the dump names the function the watched thread is in, then our line follows it
     stack, tail = text.split("^ hand-out of iteration 7: ")
-    assert "_stalled_step_waiting_in_sleep" in stack and "Thread" in stack
+    assert "Thread MainThread (the watched step):" in stack
+    assert "in _stalled_step_waiting_in_sleep" in stack.split("(the watched step):")[1]
     ms = float(tail.split(" ms")[0])
-    assert 240 <= ms < 5000 and "(stacks taken at 50 ms; started at monotonic " in tail
+    assert 240 <= ms < 5000
+    taken = float(tail.split("stacks taken at ")[1].split(" ms")[0])
+    assert 50 <= taken < 240            # while the step was stalled (the sleep releases the GIL)
+    assert ", asked for at 50 ms; started at monotonic " in tail
     # the watched thread is named for a sampler outside the process: this process, this thread
     pid, tid = (tmp_path / "stall_stacks.rank0.tid").read_text().split()
     assert (int(pid), int(tid)) == (os.getpid(), threading.get_native_id())
@@ -46,3 +50,4 @@ def test_off_when_unset(tmp_path, monkeypatch):
     w.done("step")
     w.close()
     assert w.path is None and w.dumps == 0 and list(tmp_path.iterdir()) == []
+    assert not any(t.name == "tracestory-stackwatch" for t in threading.enumerate())

@@ -3,7 +3,9 @@
 Line types (``type``): ``meta`` (first line), ``arrival``, ``iteration``, ``first_token``,
 ``finish``; the fields are those of the documented format (the serve event-log format shared
 with the batch story reader). Times are integer ns on the monotonic clock since ``t0`` (taken
-when the log is opened); ``meta.t0_unix_ns`` is the wall-clock time of ``t0``.
+when the log is opened); ``meta.t0_unix_ns`` is the wall-clock time of ``t0`` and
+``meta.t0_mono_ns`` its value on ``CLOCK_MONOTONIC`` itself (to set the log beside other
+processes of the host, e.g. ``benchmarks/gpu/thread_watch.py``).
 
 Keys this writer adds to the format (readers ignore unknown keys): meta ``preset``, ``layers``,
 ``vocab``, ``dtype``, ``capacity_tokens``, ``attention_backend``, ``overlap``, ``fp8``,
@@ -77,7 +79,7 @@ class EventLog:
             try:
                 self._fh = open(self.path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 -- open until close()
                 line = json.dumps({"type": "meta", "version": VERSION, "engine": "tracestory-serve", **meta,
-                                   "t0_unix_ns": t0_unix}, separators=(",", ":")) + "\n"
+                                   "t0_unix_ns": t0_unix, "t0_mono_ns": self.t0}, separators=(",", ":")) + "\n"
                 self._fh.write(line)
                 self._fh.flush()
                 self._good = len(line)
