@@ -1,6 +1,6 @@
 """The serving report a colleague would read: the iteration log folded with its exceptions shown, the
-profiler's own start and stop not counted as engine stalls, "raise the batch" only when the waits
-were not on the token budget, a log-only report without empty sections, and the serving PNGs.
+profiler's own start and stop not counted as engine stalls, advice that names what held the
+requests (token budget, KV blocks, the sequence limit, or nothing: the load), a log-only report without empty sections, and the serving PNGs.
 Expected values come from plain JSON readings of the fixtures (or the hand log's own table)."""
 
 from __future__ import annotations
@@ -174,19 +174,36 @@ def _variant(tmp_path, wait_reason: str, chunk: bool):
 
 
 @pytest.mark.parametrize(
-    "reason, chunk, raise_batch",
+    "reason, chunk, advice",
     [
-        ("token budget of 256 used by earlier members", False, False),
-        ("max_num_seqs 4 requests running", True, True),  # 1 split by the budget against 2 waits on the sequences
-        ("max_num_seqs 4 requests running", False, True),
-        ("needs 40 blocks, 12 free", False, True),
+        ("token budget of 256 used by earlier members", False, "Requests were held by the token budget"),
+        # 1 prompt split by the budget against 2 waits on the sequences: the sequence limit held them
+        ("max_num_seqs 4 requests running", True, "Recommendation: raise --max-num-seqs"),
+        ("max_num_seqs 4 requests running", False, "Recommendation: raise --max-num-seqs"),
+        ("needs 40 blocks, 12 free", False, "Requests waited for KV-cache blocks"),
     ],
 )
-def test_raise_the_batch_only_when_the_waits_were_not_on_the_token_budget(tmp_path, reason, chunk, raise_batch):
+def test_the_advice_names_what_held_the_requests(tmp_path, reason, chunk, advice):
     text = render_report(analyze_inputs(load_inputs([_variant(tmp_path, reason, chunk)])))
     summary = text.split("## Environment")[0]
-    assert ("raise the batch" in summary) is raise_batch
-    assert ("Requests were held by the token budget" in summary) is (not raise_batch)
+    others = {"Requests were held by the token budget", "Recommendation: raise --max-num-seqs",
+              "Requests waited for KV-cache blocks", "No request waited for a sequence slot"} - {advice}
+    assert advice in summary and not any(o in summary for o in others)
+
+
+def test_a_run_nobody_waited_in_is_called_load_bound(tmp_path):
+    """The TP=2 capture: no wait decision in its log and at most 14 sequences of 32 in an iteration
+    (read below with plain json): no flag is advised, the batch is the load's."""
+    lines = [json.loads(x) for x in gzip.open(TP_LOG, "rt")]
+    its = [x for x in lines if x["type"] == "iteration"]
+    waits = [d for x in its for d in x["decisions"] if d["action"] == "wait"]
+    peak, limit = max(len(x["members"]) for x in its), lines[0]["max_num_seqs"]
+    assert waits == [] and (peak, limit) == (14, 32)
+    md = tmp_path / "r.md"
+    assert cli_main(["report", str(TP_LOG), "-o", str(md)]) == 0
+    summary = md.read_text().split("## Environment")[0]
+    assert f"the batch (at most {peak} sequences of --max-num-seqs {limit}) was set by the offered load" in summary
+    assert "No flag change is advised" in summary and "raise --max-num-seqs" not in summary
 
 
 def test_log_only_report_has_no_empty_section(tmp_path):

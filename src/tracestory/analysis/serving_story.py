@@ -39,11 +39,19 @@ exceptions and the runs between them). Every iteration is in exactly one row.
 Advice
 ------
 Preemptions: more KV blocks or fewer sequences. Else, with a fit of iteration time on decode
-sequences: when requests waited on the token budget (or prompts were split by it), at least
-:data:`BUDGET_HELD_SHARE` of them, raising the batch would not have admitted them sooner, so the
-advice names the budget; otherwise (waits on
-the sequence limit, or none) raise the batch while the per-sequence cost stays below the fixed
-cost.
+sequences, by what held the requests back (``WaitCauses``):
+
+* the token budget (waits on it, or prompts split by it, for at least :data:`BUDGET_HELD_SHARE`
+  of the requests): a larger batch would not have admitted them sooner, so the advice names the
+  budget (``token-budget``);
+* KV blocks, at least as often as the sequence limit: a higher sequence limit would not either;
+  the advice is more KV memory (``kv-wait``);
+* the sequence limit: raise it while an added sequence costs less than the fixed part of an
+  iteration (``raise-batch``);
+* something else (waits of other reasons): no advice;
+* nothing: no request waited for a slot or for blocks, so the batch was set by the offered load,
+  not by the engine; no flag is advised, and the fit says how much room a larger batch has
+  (``load-bound``; :attr:`Advice.peak_batch` against the log's ``max_num_seqs``).
 """
 
 from __future__ import annotations
@@ -119,9 +127,10 @@ class LogRow:
 
 @dataclass(frozen=True)
 class Advice:
-    kind: str  # "more-kv" | "token-budget" | "raise-batch"
+    kind: str  # "more-kv" | "token-budget" | "kv-wait" | "raise-batch" | "load-bound"
     preemptions: int = 0
     waits: WaitCauses | None = None
+    peak_batch: int = 0  # the most sequences in one iteration
 
 
 @dataclass(frozen=True)
@@ -314,7 +323,18 @@ def advise(log: SchedulerLog, fit, preemptions: int, waits: WaitCauses) -> Advic
         return Advice("more-kv", preemptions=preemptions, waits=waits)
     if fit is None or fit.b_decode_ns_per_seq is None or fit.a_ns <= 0:
         return None
-    return Advice("token-budget" if waits.on_budget else "raise-batch", waits=waits)
+    peak = max((len(it.members) for it in log.iterations), default=0)
+    if waits.on_budget:
+        kind = "token-budget"
+    elif waits.kv_blocks and waits.kv_blocks >= waits.max_num_seqs:
+        kind = "kv-wait"
+    elif waits.max_num_seqs:
+        kind = "raise-batch"
+    elif waits.other:
+        return None       # held back by something this model does not name: no advice
+    else:
+        kind = "load-bound"
+    return Advice(kind, waits=waits, peak_batch=peak)
 
 
 def serving_story(

@@ -155,10 +155,30 @@ def _advice(b) -> str:
             f"batch size: {', '.join(said)}; a larger batch would not have admitted them sooner. Recommendation: "
             "raise --max-num-batched-tokens, at the cost of longer mixed iterations."
         )
-    seqs = f" ({plural(w.max_num_seqs, 'wait')} on --max-num-seqs)" if w is not None and w.max_num_seqs else ""
+    if w is None:
+        return ""
+    if a.kind == "kv-wait":
+        return (
+            f" Requests waited for KV-cache blocks ({plural(w.kv_blocks, 'wait')}), not for a sequence slot: a "
+            "higher --max-num-seqs would not have admitted them sooner. Recommendation: more KV blocks (more GPU "
+            "memory for the cache)."
+        )
+    f = b.fit
+    # the fit's costs are quoted only where the summary quotes the fit itself
+    told = f.r_squared is not None and f.r_squared >= FIT_R2_FLOOR and f.b_decode_ns_per_seq > 0
+    costs = (f"; an added sequence costs {fmt_ns(f.b_decode_ns_per_seq)} against {fmt_ns(f.a_ns)} fixed per iteration"
+             if told else "")
+    if a.kind == "raise-batch":
+        return (
+            f" {plural(w.max_num_seqs, 'wait')} on the sequence limit (--max-num-seqs) held requests back{costs}. "
+            "Recommendation: raise --max-num-seqs while an added sequence costs less than the fixed part of an iteration."
+        )
+    limit = b.log.meta.max_num_seqs
     return (
-        f" Recommendation: raise the batch (more concurrent requests or --max-num-seqs{seqs}) while "
-        "the per-sequence cost stays below the fixed per-iteration cost."
+        f" No request waited for a sequence slot or KV blocks: the batch (at most {a.peak_batch} sequences"
+        + (f" of --max-num-seqs {limit}" if limit else "")
+        + f") was set by the offered load, not by the engine{costs}. No flag change is advised; to find the "
+        "engine's capacity, raise the offered load until requests wait."
     )
 
 
