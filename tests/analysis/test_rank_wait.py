@@ -12,6 +12,7 @@ import json
 
 from conftest import A100_NCCL, TEST_DATA
 
+import tracestory
 from tracestory.analysis.findings.multigpu import headline, multigpu_findings
 from tracestory.analysis.multigpu import combine, rank_summary
 from tracestory.ingest.ranks import load_ranks
@@ -117,3 +118,23 @@ def test_real_tp2_capture_waits_match_the_json():
     f = {x.rule: x for x in multigpu_findings(r)}
     assert f["multigpu_rank_wait"].title.startswith("GPU 0's NCCL kernels wait 4.71 ms for GPU 1")
     assert "Most of it is waiting, not transfer" in f["multigpu_communication"].recommendation
+
+
+def test_the_communication_advice_follows_the_program():
+    """Gradient bucketing is training advice: the TP=2 serving capture (inference; NCCL all-reduce
+    and all-gather kernels, tests/data/tp_serve_gpu/README.md) is told its all-reduces sit between
+    dependent layers, the DDP capture (training; EXPECT.toml's reading) keeps the gradient terms,
+    and a run of unknown mode gets neither."""
+    serving = tracestory.analyze([TEST_DATA / "tp_serve_gpu"])
+    rec = next(f.recommendation for f in serving.multigpu_findings if f.rule == "multigpu_communication")
+    assert rec.startswith("The collectives sit between dependent layers (tensor parallel)")
+    assert "bucketing" not in rec and "gradient" not in rec
+    # "the straggler" is named only where a straggler finding names one
+    rules = {f.rule for f in serving.multigpu_findings}
+    assert ("remove the straggler first" in rec) is ("multigpu_straggler" in rules)
+    assert ("no one GPU is the straggler" in rec) is ("multigpu_straggler" not in rules)
+    ddp = tracestory.analyze([TEST_DATA / "corpus" / "h100" / "ddp_resnet50_train"])
+    rec = next(f.recommendation for f in ddp.multigpu_findings if f.rule == "multigpu_communication")
+    assert rec.endswith("overlap, bucketing or less gradient volume shorten only the transfer part.")
+    unknown = {f.rule: f for f in multigpu_findings(serving.multigpu)}["multigpu_communication"].recommendation
+    assert "bucketing" not in unknown and "tensor parallel" not in unknown

@@ -529,7 +529,7 @@ def analyze_inputs(inputs: Inputs, options: AnalysisOptions | None = None) -> Re
         multigpu=mg,
         multigpu_findings=tuple(
             entry("tracestory.analysis.findings.multigpu", "multigpu_findings")(
-                mg, coverage, [r.facts.workload.kind for r in runs]
+                mg, coverage, [r.facts.workload.kind for r in runs], [r.facts.producer.mode for r in runs]
             )
         )
         if mg is not None

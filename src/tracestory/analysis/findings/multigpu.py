@@ -106,8 +106,8 @@ def _rank_wait_finding(result: MultiGpu) -> Finding | None:
         f"{fmt_pct(busy_net / window) if window else 'n/a'} of its GPU window (not "
         f"{fmt_pct(top.busy_ns / window) if window else 'n/a'}), and {fmt_ns(max(top.comm_ns - top.spin_ns, 0))} "
         f"of its {fmt_ns(top.comm_ns)} communication is transfer.",
-        "Judge this GPU on its work: the wait makes it look busy (GPU-bound) and communication-heavy, and less "
-        "gradient or activation volume does not shorten a wait. Make the late GPU arrive sooner (balance the "
+        "Judge this GPU on its work: the wait makes it look busy (GPU-bound) and communication-heavy, and sending "
+        "less per collective does not shorten a wait. Make the late GPU arrive sooner (balance the "
         "work per GPU, remove its host delays), then look at transfer.")
 
 
@@ -140,8 +140,30 @@ def _balance_what(workloads) -> str:
     return "shard sizes, input sizes per rank"
 
 
-def multigpu_findings(result: MultiGpu, coverage=None, workloads=()) -> list[Finding]:
+def _overlap_advice(modes, collectives: set[str]) -> tuple[str, str]:
+    """How to shorten exposed communication, for the programs the traces come from (their
+    ``producer.mode``) and the collective kinds matched across ranks, and what overlap can and
+    cannot fix: (advice, what it leaves). Inference with all-reduces and no all-to-all is read as
+    tensor parallelism (the all-reduces of row-parallel layers)."""
+    kinds = set(modes or ())
+    if kinds == {"inference"} and "allreduce" in collectives and "alltoall" not in collectives:
+        return ("The collectives sit between dependent layers (tensor parallel), so there is little to overlap "
+                "them with: shorten them (a one-shot all-reduce for small messages, the all-reduce fused with "
+                "the next norm), overlap them with another micro-batch's compute, or use fewer GPUs at small "
+                "batch.", "faster collectives")
+    if kinds == {"training"}:
+        return ("Overlap collectives with compute (async collectives, gradient bucketing, sequence or "
+                "tensor-parallel overlap).", "overlap, bucketing or less gradient volume")
+    return ("Overlap collectives with independent compute where the program has it, or send less per step.",
+            "overlap or less volume")
+
+
+def multigpu_findings(result: MultiGpu, coverage=None, workloads=(), modes=()) -> list[Finding]:
     """Straggler, load imbalance, communication share, clock alignment and bandwidth findings.
+
+    ``workloads`` and ``modes`` (the runs' ``workload.kind`` and ``producer.mode``) choose the
+    advice's terms: what to balance, and how exposed communication can be shortened (gradient
+    bucketing is training advice; a tensor-parallel inference step has little to overlap with).
 
     ``coverage`` (:class:`~tracestory.analysis.limitations.RankCoverage`): when the traces declare
     more ranks than were given, straggler and imbalance claims say "of the k given (N declared)"
@@ -201,10 +223,12 @@ def multigpu_findings(result: MultiGpu, coverage=None, workloads=()) -> list[Fin
                        result.comm_share, "fraction"),
               Evidence("exposed share of communication (not overlapped by compute)", exposed, "fraction")]
         implication = "Exposed communication adds to the step."
-        rec = ("Overlap collectives with compute (async collectives, bucketing, sequence or tensor-parallel "
-               "overlap).")
+        rec, leaves = _overlap_advice(modes, {g.kind for g in result.groups})
         if result.rank_wait_ns is not None:
-            rec = rec[:-1] + ", and remove the straggler first: its wait is paid by every other GPU."
+            rec = rec[:-1] + (", and remove the straggler first: its wait is paid by every other GPU."
+                              if result.straggler is not None else
+                              ", and shorten the waits: the GPUs wait for each other's late arrivals in turn "
+                              "(no one GPU is the straggler), so look at what delays each GPU's launches.")
             ev += [Evidence("waiting for a late GPU inside collectives (all GPUs)", sum(result.rank_wait_ns.values()), "ns"),
                    Evidence("waiting share of communication time (all GPUs)", waiting, "fraction")]
             if waiting is not None:
@@ -212,7 +236,7 @@ def multigpu_findings(result: MultiGpu, coverage=None, workloads=()) -> list[Fin
                                 f"GPU to arrive, not transfer.")
             if waiting is not None and waiting >= 0.5:
                 rec = ("Most of it is waiting, not transfer: balance the work per GPU and remove the late GPU's delays "
-                       "first; overlap, bucketing or less gradient volume shorten only the transfer part.")
+                       f"first; {leaves} shorten only the transfer part.")
         out.append(Finding(
             "multigpu_communication", "medium" if cost >= 0.1 else "low" if cost >= 0.02 else "info",
             f"Communication is {fmt_pct(result.comm_share)} of {'step time' if result.steps else 'the GPU window'}"
