@@ -171,7 +171,8 @@ def _advice(b) -> str:
     if a.kind == "raise-batch":
         return (
             f" {plural(w.max_num_seqs, 'wait')} on the sequence limit (--max-num-seqs) held requests back{costs}. "
-            "Recommendation: raise --max-num-seqs while an added sequence costs less than the fixed part of an iteration."
+            "Recommendation: raise --max-num-seqs while an added sequence costs less than the fixed part of an "
+            "iteration."
         )
     limit = b.log.meta.max_num_seqs
     return (
