@@ -166,8 +166,11 @@ def _advice(b) -> str:
     f = b.fit
     # the fit's costs are quoted only where the summary quotes the fit itself
     told = f.r_squared is not None and f.r_squared >= FIT_R2_FLOOR and f.b_decode_ns_per_seq > 0
-    costs = (f"; an added sequence costs {fmt_ns(f.b_decode_ns_per_seq)} against {fmt_ns(f.a_ns)} fixed per iteration"
-             if told else "")
+    costs = (
+        f"; an added sequence costs {fmt_ns(f.b_decode_ns_per_seq)} against {fmt_ns(f.a_ns)} fixed per iteration"
+        if told
+        else ""
+    )
     if a.kind == "raise-batch":
         return (
             f" {plural(w.max_num_seqs, 'wait')} on the sequence limit (--max-num-seqs) held requests back{costs}. "
