@@ -8,7 +8,8 @@ arguments) of each such thread every ``--period-ms``, and writes every *episode*
 samples with the same state and system call -- that lasted at least ``--min-ms``, on the
 monotonic clock the event log and the stack dumps use. A stalled launch then reads as one of:
 
-* ``R`` (running): the thread is on a CPU, e.g. spinning in the driver;
+* ``R`` (runnable): the thread is on a CPU (e.g. spinning in the driver) or waiting for one; the
+  first line of each thread gives its CPU affinity (``cpus_allowed``) to tell these apart;
 * ``S``/``D`` in ``futex`` on one address: waiting for a lock (the GIL, or a lock in torch/NCCL);
 * ``S``/``D`` in ``ioctl`` (fd, request): inside the GPU driver;
 * anything else by its number (x86-64 numbering; :data:`SYSCALLS` names the common ones).
@@ -49,8 +50,18 @@ def _read(path: str) -> str | None:
         return None
 
 
+def allowed_cpus(pid: int, tid: int) -> str:
+    """The thread's CPU affinity (``Cpus_allowed_list``), '' when unreadable: a runnable thread
+    confined to busy CPUs also shows as R without progress."""
+    for line in (_read(f"/proc/{pid}/task/{tid}/status") or "").splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
 def sample(pid: int, tid: int) -> tuple | None:
-    """``(state, syscall-name, arg0, arg1)`` of one thread now; None when it is gone."""
+    """``(state, syscall-name, arg0, arg1)`` of one thread now; None when it is gone. State R is
+    the kernel's "runnable": on a CPU, or waiting for one."""
     stat = _read(f"/proc/{pid}/task/{tid}/stat")
     if stat is None:
         return None
@@ -118,7 +129,11 @@ def main() -> int:
                 tot[2] = max(tot[2], (now - last) / 1e6)
             last = now
             if now / 1e9 >= next_scan:
-                watched.update(_threads(a.folder))
+                for label, (pid, tid) in _threads(a.folder).items():
+                    if watched.get(label) != (pid, tid):
+                        out.write(json.dumps({"label": label, "pid": pid, "tid": tid,
+                                              "cpus_allowed": allowed_cpus(pid, tid)}) + "\n")
+                        watched[label] = (pid, tid)
                 next_scan = now / 1e9 + 0.5
             for label, (pid, tid) in list(watched.items()):
                 key = sample(pid, tid)
