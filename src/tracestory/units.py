@@ -122,6 +122,34 @@ _NOISE = {"void", "at", "native", "c10", "std", "detail", "float", "int", "long"
           "gpu_kernel_impl", "unsigned_int", "OffsetCalculator", "TrivialOffsetCalculator"}
 
 
+def _without_return_type(s: str) -> str:
+    """``s`` from its function name on: a demangled signature may start with a return type
+    (``std::enable_if<!T7, void>::type internal::gemvx::kernel<...>(...)``), separated from the
+    name by the last space outside brackets before the parameter list."""
+    depth, cut = 0, -1
+    for i, ch in enumerate(s):
+        if ch in "<([":
+            if ch == "(" and depth == 0:
+                break
+            depth += 1
+        elif ch in ">)]":
+            depth = max(depth - 1, 0)
+        elif ch == " " and depth == 0:
+            cut = i
+    if cut < 0 or cut == len(s) - 1 or not any(t in s[:cut] for t in ("::", "<", ">")):
+        return s  # no space, or words that are not a C++ type before it ("Memcpy HtoD (...)")
+    return s[cut + 1 :]
+
+
+def _base(qualified: str) -> str:
+    """The last component of ``a::b::c``, with its scope when it says nothing alone
+    (``internal::gemvx::kernel`` -> ``gemvx::kernel``)."""
+    parts = qualified.split("::")
+    if len(parts) > 1 and parts[-1] in ("kernel", "kernel_impl", "device_kernel", "global_kernel"):
+        return "::".join(parts[-2:])
+    return parts[-1] or qualified
+
+
 def short_name(name: str, width: int = 48) -> str:
     """A readable kernel name: no ``void``, no argument list, no namespaces; for a template
     kernel the most telling template argument in brackets (the functor of an ATen elementwise
@@ -131,9 +159,9 @@ def short_name(name: str, width: int = 48) -> str:
         return clip_text(s, width)
     if s.startswith("void "):
         s = s[5:]
-    s = s.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    s = _without_return_type(s.replace("(anonymous namespace)::", "").replace("<unnamed>::", ""))
     base_end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
-    base = s[:base_end].split("::")[-1] or s[:base_end]
+    base = _base(s[:base_end])
     inner = ""
     if base_end < len(s) and s[base_end] == "<":
         idents = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", s[base_end:].split("(")[0]
@@ -154,9 +182,9 @@ def kernel_base(name: str) -> str:
     s = name.strip()
     if s.startswith("void "):
         s = s[5:]
-    s = s.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    s = _without_return_type(s.replace("(anonymous namespace)::", "").replace("<unnamed>::", ""))
     end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
-    return s[:end].split("::")[-1] or s[:end] or s
+    return _base(s[:end]) or s
 
 
 COLLECTIVE_TITLE = {"allreduce": "all-reduce", "allgather": "all-gather", "reduce_scatter": "reduce-scatter",

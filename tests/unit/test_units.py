@@ -29,3 +29,17 @@ def test_fmt_si_and_pct():
     assert fmt_si(999.9e9, "FLOP/s") == "1.00 TFLOP/s"
     assert fmt_si(None, "B/s") == "n/a"
     assert fmt_pct(0.523) == "52.3%" and fmt_pct(None) == "n/a"
+
+
+def test_a_return_type_before_the_name_is_not_the_name():
+    """cuBLAS's gemvx kernel as nsys prints it: its return type (std::enable_if<...>::type) comes
+    first; the name is gemvx's kernel. Words that are not a C++ type stay (a memcpy)."""
+    from tracestory.units import kernel_base, short_name
+
+    gemvx = ("std::enable_if<!T7, void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, float, (bool)0>"
+             "(cublasGemvParamsEx<int>)")
+    assert kernel_base(gemvx) == "gemvx::kernel"
+    assert short_name(gemvx).startswith("gemvx::kernel[")
+    assert short_name("Memcpy HtoD (Pinned -> Device)") == "Memcpy HtoD (Pinned -> Device)"
+    assert short_name("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(P)") == (
+        "cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_al…")

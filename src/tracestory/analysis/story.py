@@ -35,6 +35,7 @@ from .gemm_rows import gemm_rows
 from .phases import Phase, Phases
 
 MIN_PERIOD = 3
+MAX_PERIOD = 4096  # the longest loop body looked for: the search is one pass over the ops per period
 MAX_DEPTH = 3
 GAP_FLOOR_NS = 100_000
 GAP_SHARE = 0.05
@@ -48,10 +49,12 @@ GEMV_ROWS = 16
 
 def best_repeat(keys: np.ndarray, min_period: int = MIN_PERIOD) -> tuple[int, int, int] | None:
     """``(start, period, count)`` of the longest run of a block repeated back to back
-    (coverage ``period * count`` maximal, the shortest period on ties), or None."""
+    (coverage ``period * count`` maximal, the shortest period on ties), or None. Bodies of up to
+    :data:`MAX_PERIOD` ops are looked for, so the cost is linear in the ops (a phase of a million
+    kernels would otherwise take hours)."""
     n = len(keys)
     best, best_cover = None, 0
-    for p in range(min_period, n // 2 + 1):
+    for p in range(min_period, min(n // 2, MAX_PERIOD) + 1):
         eq = keys[p:] == keys[:-p]
         if not eq.any():
             continue

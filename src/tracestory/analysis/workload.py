@@ -28,16 +28,19 @@ Signals (names are matched case-insensitively; each signal keeps the first name 
   most 16 rows: one token per sequence), ``prefill_shapes`` (GEMMs of >= 128 rows next to causal
   attention), and range names: ``decode_ranges`` (``decode``, ``step[DECODE``, vLLM's
   ``execute_context_0(..)_generation_N``), ``prefill_ranges`` (``prefill``, ``step[EXTEND``,
-  ``execute_context_N(..)_generation_0``).
+  ``execute_context_N(..)_generation_0``); ``decode_kernels``, where a trace has kernel names only
+  (no CPU ops: a kernel summary, an nsys trace without PyTorch ops) and no convolution: split-KV
+  attention kernels beside matrix-vector GEMM kernels (``gemv``), one-token decoding over a cache.
 
 Kind (first that holds):
 
 * ``llm_training`` / ``llm_serving`` / ``llm_generate`` / ``llm_decode`` / ``llm_prefill``: at least
   two decoder-LLM signals (RMSNorm, gated activation, rotary embedding, causal attention, paged KV,
-  a serving engine, decode shapes or ranges) and no CNN layers; then training if the producer saw a
-  backward pass or an optimizer; a serving engine with both prefill and decode work, or with neither
-  told apart, is ``llm_serving``; decode and prefill in one trace ``llm_generate``; else decode by
-  shapes and ranges, or ``llm_prefill`` (a forward over whole sequences);
+  a serving engine, decode shapes or ranges), or decode kernels alone, and no CNN layers; then
+  training if the producer saw a backward pass or an optimizer; a serving engine with both prefill
+  and decode work, or with neither told apart, is ``llm_serving``; decode and prefill in one trace
+  ``llm_generate``; else decode by shapes and ranges, or ``llm_prefill`` (a forward over whole
+  sequences);
 * ``recommender`` (checked first, except in a serving engine): embedding bags; ``diffusion``: group
   norm with convolutions and attention or upsampling (a UNet or VAE); ``speech``: ``aten::stft``,
   or 1-D convolutions with attention;
@@ -64,7 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..trace import Trace
-from ..units import fmt_pct
+from ..units import fmt_pct, short_name
 from .gemm_rows import gemm_rows
 from .producer import Producer
 
@@ -164,6 +167,7 @@ _NAME_SIGNALS: dict[str, tuple[re.Pattern | None, re.Pattern | None]] = {
 }
 _CONV_2D_OP = re.compile(r"^aten::(conv[23]d|conv_transpose[23]d)$")
 _GEMM_KERNEL = re.compile(r"gemm|nvjet|cutlass|xmma|Cijk_|cublas|hipblaslt", _I)
+_GEMV_KERNEL = re.compile(r"gemv", _I)  # cuBLAS gemv/gemvx/gemv2T: one-row products
 _ATTENTION_KERNEL = re.compile(r"flash|fmha|attention|attn", _I)
 _DECODER_BLOCKS = ("rms_norm", "gated_act", "rope", "causal", "paged_kv", "engine")
 _BLOCK_WORDS = {
@@ -263,6 +267,12 @@ def _signals(
     gemm = first(kernels, _GEMM_KERNEL)
     if gemm:
         found["gemm_kernels"] = gemm[:80]
+    gemv = first(kernels, _GEMV_KERNEL)
+    if gemv and "split_kv" in found and "conv" not in found and not ops:
+        found["decode_kernels"] = (
+            f"kernel names only: split-KV attention ({short_name(found['split_kv'])}) with matrix-vector GEMMs "
+            f"({short_name(gemv)})"
+        )
     return found
 
 
@@ -303,7 +313,7 @@ def classify_workload(
         for b in _DECODER_BLOCKS
         if s.get(f"{b}_fused") or s.get(f"{b}_unfused") or s.get(b)
     }
-    decode = has("decode_shapes") or has("decode_ranges")
+    decode = has("decode_shapes") or has("decode_ranges") or has("decode_kernels")
     cnn = has("conv") and (has("batch_norm") or has("group_norm") or has("pooling"))
     evidence: list[str] = []
     kind = "unknown"
@@ -316,14 +326,15 @@ def classify_workload(
         )
     elif has("serving_log") and not cnn:
         kind, evidence = "llm_serving", [f"a serving engine's scheduler log given with the trace ({s['serving_log']})"]
-    elif producer.engine or (not cnn and (len(blocks) >= 2 or (blocks and decode) or has("causal_op"))):
+    elif producer.engine or (
+        not cnn and (len(blocks) >= 2 or (blocks and decode) or has("causal_op") or has("decode_kernels"))
+    ):
         kind = _llm_kind(s, producer)
         words = [_BLOCK_WORDS[b] + (" (decomposed)" if s.get(f"{b}_unfused") else "") for b in blocks]
-        evidence.append(
-            "decoder-LLM blocks: "
-            + ", ".join(words)
-            + ("; " + (s.get("decode_shapes") or "decode ranges") if decode else "")
-        )
+        told = ["decoder-LLM blocks: " + ", ".join(words)] if words else []
+        if decode:
+            told.append(s.get("decode_shapes") or s.get("decode_kernels") or "decode ranges")
+        evidence.append("; ".join(told))
     elif has("group_norm") and has("conv") and (has("attention") or has("unfused_attention") or has("upsample")):
         kind = "diffusion"
         evidence = [

@@ -147,6 +147,7 @@ FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
                                       _SOL + "DRAM Throughput")),
     ("dram_bytes_read", "float", ("dram__bytes_read.sum", "dramc__bytes_read.sum")),
     ("dram_bytes_written", "float", ("dram__bytes_write.sum", "dramc__bytes_write.sum")),
+    ("dram_bytes_total", "float", ("dram__bytes.sum", "dramc__bytes.sum")),
     ("dram_bytes_per_s", "float", ("dram__bytes.sum.per_second", "dramc__bytes.sum.per_second",
                                    "Memory Workload Analysis/Memory Throughput")),
     ("achieved_occupancy_pct", "float", ("sm__warps_active.avg.pct_of_peak_sustained_active",
@@ -191,7 +192,7 @@ _INT_TENSOR = ("int1", "int4", "int8")
 
 # Fields that ncu measures (not the launch shape it records): a kernel with none of them has no metrics.
 MEASURED_FIELDS = ("duration_ns", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
-                   "dram_bytes_read", "dram_bytes_written", "dram_bytes_per_s", "achieved_occupancy_pct",
+                   "dram_bytes_read", "dram_bytes_written", "dram_bytes_total", "dram_bytes_per_s", "achieved_occupancy_pct",
                    "tensor_pipe_pct", "fp32_pipe_pct", "fp64_pipe_pct", "l1_hit_rate_pct", "l2_hit_rate_pct",
                    "warp_cycles_per_issue", "warp_stall_pct", "flops")
 
@@ -210,6 +211,9 @@ class KernelRecord:
     grid: tuple[int, int, int] | None = None
     block: tuple[int, int, int] | None = None
     duration_ns: int | None = None
+    # True: no gpu__time_duration in the input; duration_ns is the SM's elapsed cycles over its
+    # clock rate (sm__cycles_elapsed.avg / sm__cycles_elapsed.avg.per_second, the same quantity)
+    duration_derived: bool = False
     device_name: str | None = None
     grid_size: int | None = None
     block_size: int | None = None
@@ -224,6 +228,7 @@ class KernelRecord:
     dram_throughput_pct: float | None = None
     dram_bytes_read: float | None = None
     dram_bytes_written: float | None = None
+    dram_bytes_total: float | None = None  # read + written as one counter (dram__bytes.sum)
     dram_bytes_per_s: float | None = None
     achieved_occupancy_pct: float | None = None
     theoretical_occupancy_pct: float | None = None
@@ -259,7 +264,7 @@ class KernelRecord:
     @property
     def dram_bytes(self) -> float | None:
         if self.dram_bytes_read is None or self.dram_bytes_written is None:
-            return None
+            return self.dram_bytes_total
         return self.dram_bytes_read + self.dram_bytes_written
 
     @property
@@ -374,6 +379,8 @@ def _flops(metrics: dict, used: set) -> dict | None:
         total, seen = 0.0, False
         for op, mult in parts:
             base = _SASS.format(op)
+            if base + ".sum" not in metrics and "sm" + base[4:] + ".sum" in metrics:
+                base = "sm" + base[4:]  # the per-SM counter of the same instructions: the same .sum
             direct = metrics.get(base + ".sum", (None, ""))[0]
             rate = metrics.get(base + ".sum.per_cycle_elapsed", (None, ""))[0]
             if isinstance(direct, float):
@@ -397,6 +404,29 @@ def _flops(metrics: dict, used: set) -> dict | None:
             break
     out.update(tensor)
     return out or None
+
+
+_TENSOR_PIPE = ("sm__inst_executed_pipe_tensor.sum", "smsp__inst_executed_pipe_tensor.sum",
+                "sm__pipe_tensor_cycles_active.sum", "sm__inst_executed_pipe_tensor_op_hmma.sum")
+
+
+def _tensor_pipe_used(metrics: dict, values: dict) -> bool:
+    """Whether the input shows tensor-core work (instructions, active cycles or a pipe share)."""
+    if (values.get("tensor_pipe_pct") or 0) > 0:
+        return True
+    return any(isinstance(v, float) and v > 0 for v in (metrics.get(n, (None,))[0] for n in _TENSOR_PIPE))
+
+
+def _derived_duration(metrics: dict, freq_hz) -> dict:
+    """A kernel's duration from an export without ``gpu__time_duration``: ncu defines
+    ``X.per_second`` as X over the kernel's duration, so the SM's elapsed cycles over their rate
+    are that duration. Empty when either is missing."""
+    for name in ("sm__cycles_elapsed.avg", "smsp__cycles_elapsed.avg"):
+        cycles = metrics.get(name, (None, ""))[0]
+        rate = metrics.get(name + ".per_second", (None, ""))[0]
+        if isinstance(cycles, float) and isinstance(rate, float) and rate > 0:
+            return {"duration_ns": int(round(cycles / rate * 1e9)), "duration_derived": True}
+    return {}
 
 
 def build_record(ident: dict, metrics: dict, rules=(), units: dict | None = None) -> KernelRecord:
@@ -431,6 +461,8 @@ def build_record(ident: dict, metrics: dict, rules=(), units: dict | None = None
     if all(isinstance(x, float) for x in b):
         block = tuple(int(x) for x in b)
         used.update(f"launch__block_dim_{a}" for a in "xyz")
+    if "duration_ns" not in values:
+        values.update(_derived_duration(norm, values.get("sm_frequency_hz")))
     limits = {label: values[f] for label, f in _LIMITS if f in values}
     limiters = None
     if limits:
@@ -438,6 +470,8 @@ def build_record(ident: dict, metrics: dict, rules=(), units: dict | None = None
         limiters = tuple(label for label, v in limits.items() if v == low)
     pct, per_issue = _stalls(norm, used)
     flops_by = _flops(norm, used)
+    if flops_by and not any(p.startswith("tensor_") for p in flops_by) and _tensor_pipe_used(norm, values):
+        flops_by = None  # the tensor cores ran but their FLOPs were not collected: a SASS-only count undercounts
     flops = sum(flops_by.values()) if flops_by else None
     dominant = max(flops_by, key=flops_by.get) if flops_by and flops and flops > 0 else None
     raw = {k: v for k, (v, _) in norm.items() if k not in used}

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 from ..errors import TraceFormatError
@@ -40,6 +41,15 @@ from .files import check_size, inflate, refuse_special
 _IDENT = {"ID": "id", "Process ID": "process_id", "Kernel Name": "name", "Context": "context",
           "Stream": "stream", "Device": "device", "CC": "cc", "Grid Size": "grid", "Block Size": "block"}
 _DETAILS_COLS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
+_RAW_METRIC = re.compile(r"^[a-z0-9]+__[A-Za-z0-9_.]+$")
+
+
+def _details_key(section: str, metric: str) -> str:
+    """A details-page metric's key: ``Section/Display Name`` for a section's display names, the
+    bare name for a raw metric (``sm__cycles_elapsed.avg``: ncu lists ``--metrics`` counters under
+    "Command line profiler metrics"), so it meets the raw page's names."""
+    metric = metric.strip()
+    return metric if _RAW_METRIC.match(metric) else f"{section}/{metric}"
 
 
 def _read_text(path: Path) -> str:
@@ -156,7 +166,7 @@ def _details(path: Path, header: list[str], rows: list[list[str]], warnings: lis
             kernels[kid] = (_ident(header, r), {}, [])
         _, metrics, rules = kernels[kid]
         if r[name].strip():
-            metrics[f"{r[sec]}/{r[name]}"] = (r[value], r[unit])
+            metrics[_details_key(r[sec], r[name])] = (r[value], r[unit])
         elif rule is not None and rule < len(r) and r[rule].strip():
             speedup = None
             if "Estimated Speedup" in col and col["Estimated Speedup"] < len(r):

@@ -158,7 +158,13 @@ def render_hardware_section(h) -> str:
     out = [
         f"Source: `{km.source_path}` ({km.source_format}, {len(km)} kernels, {dev}). "
         f"Top {len(analysis)} kernels by "
-        + ("share of the trace's GPU time." if join is not None and join.matched else "ncu duration."),
+        + ("share of the trace's GPU time." if join is not None and join.matched else "ncu duration.")
+        + (
+            " This export has no gpu__time_duration: durations are the SMs' elapsed cycles over their clock "
+            "rate (sm__cycles_elapsed.avg / .per_second)."
+            if any(k.duration_derived for k in km.kernels)
+            else ""
+        ),
         "",
     ]
     if join is not None:

@@ -1,5 +1,6 @@
 """Execution Story: the serving run's continuous-batching story (when a scheduler log was
-given), then each trace's phase-by-phase story."""
+given), then each trace's phase-by-phase story; none for an input without per-op times (a
+summary table), whose op order would be an artefact of the reader."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ def render(c: Context) -> list[str]:
     for run in shown:
         if len(r.runs) > 1:
             out += [f"### {label(run)}", ""]
+        if run.facts.kind.kind == "summary_only":  # per-name totals: any order of their ops would be made up
+            out += [
+                "n/a: the input holds totals per kernel name, not per-op start times, so there is no order of "
+                "execution to tell; the totals are in the Visualizations and Observations.",
+                "",
+            ]
+            continue
         out += fence(execution_story(run.story)) + [""]
         subs = run.analysis.phases.subphases
         if subs:
