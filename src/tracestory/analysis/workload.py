@@ -12,7 +12,11 @@ Signals (names are matched case-insensitively; each signal keeps the first name 
 * layers: ``conv`` (2-D/3-D convolution ops or kernels: ``aten::conv2d``, cuDNN/MIOpen
   ``fprop``/``dgrad``/``wgrad``/``winograd``/implicit-GEMM kernels), ``conv1d``, ``batch_norm``,
   ``group_norm``, ``layer_norm``, ``pooling``, ``upsample``, ``embedding``, ``embedding_bag``
-  (``aten::embedding_bag``, FBGEMM table-batched embedding kernels), ``stft`` (``aten::stft``);
+  (``aten::embedding_bag``, FBGEMM table-batched embedding kernels), ``stft`` (``aten::stft``); a
+  ``conv1d`` whose recorded weights all have kernel size 1 is a per-position linear layer, not a
+  convolution front end, and counts as neither;
+  a ``conv1d`` whose recorded weights all have kernel size 1 is a per-position linear layer and
+  does not count;
 * attention: ``attention`` (fused attention ops or kernels of the attention category),
   ``unfused_attention`` (a softmax between batched GEMMs: :mod:`tracestory.analysis.kernels`),
   ``causal`` (an attention op recorded with a causal mask, or a serving engine);
@@ -66,6 +70,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ingest.kineto import parse_json_field
 from ..trace import Trace
 from ..units import fmt_pct, short_name
 from .gemm_rows import gemm_rows
@@ -215,6 +220,19 @@ def _unique_names(trace: Trace, codes: np.ndarray) -> list[str]:
     return [trace.strings[int(c)] for c in np.unique(codes) if c >= 0]
 
 
+def _pointwise_conv1d(trace: Trace) -> bool:
+    """Every ``aten::conv1d`` whose weight shape was recorded has kernel size 1 (and one was)."""
+    code = trace.code_of("aten::conv1d")
+    if code < 0 or "input_dims" not in trace.ops:
+        return False
+    sizes = set()
+    for cell in set(trace.ops["input_dims"][trace.ops["name"] == code].tolist()):
+        dims = parse_json_field(cell) if isinstance(cell, (bytes, bytearray)) else None
+        if isinstance(dims, list) and len(dims) > 1 and isinstance(dims[1], list) and len(dims[1]) == 3:
+            sizes.add(dims[1][2])
+    return sizes == {1}
+
+
 def _signals(
     trace: Trace, producer: Producer, attention_kernels: bool, rows: np.ndarray, unfused: tuple[str, ...]
 ) -> dict[str, str]:
@@ -234,6 +252,10 @@ def _signals(
         if hit:
             found[signal] = hit[:80]
     opset = set(ops)
+    if "conv1d" in found and _pointwise_conv1d(trace):
+        found.pop("conv1d")  # kernel size 1 everywhere: a per-position linear layer, not an audio front end
+        if not any(_CONV_2D_OP.match(n) for n in ops):
+            found.pop("conv", None)  # the convolution kernels are those linear layers
     if "conv1d" in found and not any(_CONV_2D_OP.match(n) for n in ops):
         found.pop("conv", None)  # 1-D convolutions run through the generic convolution ops and 2-D kernels
     if "attention" not in found and attention_kernels:
