@@ -150,6 +150,14 @@ def _base(qualified: str) -> str:
     return parts[-1] or qualified
 
 
+def _declaration(name: str) -> str:
+    """``name`` without ``void``, anonymous-namespace qualifiers and a leading return type."""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    return _without_return_type(s.replace("(anonymous namespace)::", "").replace("<unnamed>::", ""))
+
+
 def short_name(name: str, width: int = 48) -> str:
     """A readable kernel name: no ``void``, no argument list, no namespaces; for a template
     kernel the most telling template argument in brackets (the functor of an ATen elementwise
@@ -157,9 +165,7 @@ def short_name(name: str, width: int = 48) -> str:
     s = name.strip()
     if s.startswith(("Memcpy", "Memset")):
         return clip_text(s, width)
-    if s.startswith("void "):
-        s = s[5:]
-    s = _without_return_type(s.replace("(anonymous namespace)::", "").replace("<unnamed>::", ""))
+    s = _declaration(s)
     base_end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
     base = _base(s[:base_end])
     inner = ""
@@ -179,10 +185,7 @@ def kernel_base(name: str) -> str:
     """A kernel's base name: no ``void``, no template arguments, no parameters, no namespaces
     (``void clover::par_ranged2d_kernel<...>(...)`` -> ``par_ranged2d_kernel``): the name a
     template's instantiations share."""
-    s = name.strip()
-    if s.startswith("void "):
-        s = s[5:]
-    s = _without_return_type(s.replace("(anonymous namespace)::", "").replace("<unnamed>::", ""))
+    s = _declaration(name)
     end = min([i for i in (s.find("<"), s.find("(")) if i >= 0] or [len(s)])
     return _base(s[:end]) or s
 

@@ -15,8 +15,6 @@ Signals (names are matched case-insensitively; each signal keeps the first name 
   (``aten::embedding_bag``, FBGEMM table-batched embedding kernels), ``stft`` (``aten::stft``); a
   ``conv1d`` whose recorded weights all have kernel size 1 is a per-position linear layer, not a
   convolution front end, and counts as neither;
-  a ``conv1d`` whose recorded weights all have kernel size 1 is a per-position linear layer and
-  does not count;
 * attention: ``attention`` (fused attention ops or kernels of the attention category),
   ``unfused_attention`` (a softmax between batched GEMMs: :mod:`tracestory.analysis.kernels`),
   ``causal`` (an attention op recorded with a causal mask, or a serving engine);
@@ -252,12 +250,11 @@ def _signals(
         if hit:
             found[signal] = hit[:80]
     opset = set(ops)
-    if "conv1d" in found and _pointwise_conv1d(trace):
-        found.pop("conv1d")  # kernel size 1 everywhere: a per-position linear layer, not an audio front end
+    if "conv1d" in found:
         if not any(_CONV_2D_OP.match(n) for n in ops):
-            found.pop("conv", None)  # the convolution kernels are those linear layers
-    if "conv1d" in found and not any(_CONV_2D_OP.match(n) for n in ops):
-        found.pop("conv", None)  # 1-D convolutions run through the generic convolution ops and 2-D kernels
+            found.pop("conv", None)  # 1-D convolutions run through the generic convolution ops and 2-D kernels
+        if _pointwise_conv1d(trace):
+            found.pop("conv1d")  # kernel size 1 everywhere: a per-position linear layer, not an audio front end
     if "attention" not in found and attention_kernels:
         hit = first(kernels, _ATTENTION_KERNEL)
         if hit:

@@ -417,7 +417,7 @@ def _tensor_pipe_used(metrics: dict, values: dict) -> bool:
     return any(isinstance(v, float) and v > 0 for v in (metrics.get(n, (None,))[0] for n in _TENSOR_PIPE))
 
 
-def _derived_duration(metrics: dict, freq_hz) -> dict:
+def _derived_duration(metrics: dict) -> dict:
     """A kernel's duration from an export without ``gpu__time_duration``: ncu defines
     ``X.per_second`` as X over the kernel's duration, so the SM's elapsed cycles over their rate
     are that duration. Empty when either is missing."""
@@ -462,7 +462,7 @@ def build_record(ident: dict, metrics: dict, rules=(), units: dict | None = None
         block = tuple(int(x) for x in b)
         used.update(f"launch__block_dim_{a}" for a in "xyz")
     if "duration_ns" not in values:
-        values.update(_derived_duration(norm, values.get("sm_frequency_hz")))
+        values.update(_derived_duration(norm))
     limits = {label: values[f] for label, f in _LIMITS if f in values}
     limiters = None
     if limits:

@@ -55,7 +55,7 @@ class StackWatch:
         self._lock = threading.Lock()
         self._t0 = 0              # monotonic ns of the step in progress; 0 between steps
         self._taken_ms = None     # when this step's stacks were taken (ms into it), or None
-        self._tid_written = False
+        self._tid = None          # the watched thread's ident (the first thread to arm)
         self._closed = threading.Event()
         self._watcher = None
         if self._fh is not None:
@@ -76,8 +76,7 @@ class StackWatch:
     def arm(self) -> None:
         if self._fh is None:
             return
-        if not self._tid_written:
-            self._tid_written = True
+        if self._tid is None:
             self._tid = threading.get_ident()
             with open(os.path.splitext(self.path)[0] + ".tid", "w") as f:
                 f.write(f"{os.getpid()} {threading.get_native_id()}\n")
@@ -116,7 +115,7 @@ class StackWatch:
                 for ident, frame in frames.items():
                     if ident == threading.get_ident():
                         continue
-                    mark = " (the watched step)" if ident == getattr(self, "_tid", None) else ""
+                    mark = " (the watched step)" if ident == self._tid else ""
                     self._fh.write(f"Thread {names.get(ident, ident)}{mark}:\n")
                     self._fh.write("".join(traceback.format_stack(frame)))
                     self._fh.write("\n")
